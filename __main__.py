@@ -1,0 +1,8 @@
+"""Entry point for `pulumi up -s <stack>`: validate the stack's config, then build its graph."""
+
+import pulumi
+
+from components.config import CONFIG_KEY, load_stack
+from program import build
+
+build(load_stack(pulumi.get_stack(), pulumi.Config().get_object(CONFIG_KEY)))

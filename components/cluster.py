@@ -1,0 +1,120 @@
+"""Cluster: the EKS control plane, its access, encryption, logging and managed add-ons.
+
+Guarantees:
+- pinned Kubernetes version; control-plane subnets in two zones;
+- API authentication mode with access entries (no aws-auth ConfigMap); admins by access entry;
+- Kubernetes secrets encrypted with a customer-managed, rotating KMS key;
+- all control-plane log types on by default;
+- pinned managed add-ons: VPC CNI (Pod Identity for its own role, prefix delegation when a pool
+  needs it), kube-proxy and the Pod Identity agent before nodes; CoreDNS once the system pool
+  exists, so it never waits degraded for nodes;
+- a kubeconfig (secret) that authenticates with ``aws eks get-token`` and a Kubernetes provider.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from .config import StackConfig
+from .iam import PodRole, service_role
+from .network import prefix_delegation
+
+ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+
+
+def vpc_cni_configuration(cfg: StackConfig) -> str:
+    """VPC CNI settings: prefix delegation only when a pool asks for more pods than IPs allow."""
+    env = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"} if prefix_delegation(cfg) else {}
+    return json.dumps({"env": env})
+
+
+def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],
+               region: str) -> pulumi.Output[str]:
+    """A kubeconfig that gets its token from ``aws eks get-token`` (no static credentials)."""
+    def render(args: list) -> str:
+        cluster_name, server, ca = args
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": cluster_name,
+            "clusters": [{"name": cluster_name, "cluster": {"server": server,
+                                                           "certificate-authority-data": ca}}],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+            "users": [{"name": cluster_name, "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region]}}}],
+        })
+    return pulumi.Output.secret(pulumi.Output.all(name, endpoint, ca_data).apply(render))
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS control plane with KMS, logging, access entries, pinned add-ons and a k8s provider."""
+
+    def __init__(self, name: str, cfg: StackConfig, subnet_ids: Sequence[pulumi.Input[str]],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("rlplatform:cluster:Cluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self._cfg = cfg
+        key = aws.kms.Key(f"{name}-secrets", description=f"EKS secrets encryption for {name}",
+                          enable_key_rotation=True, deletion_window_in_days=30, opts=child)
+        role = service_role(f"{name}-control-plane", "eks.amazonaws.com", ["AmazonEKSClusterPolicy"], self)
+        settings = cfg.cluster
+        self.eks = aws.eks.Cluster(
+            name,
+            name=name,
+            version=cfg.versions.kubernetes,
+            role_arn=role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=list(subnet_ids), endpoint_private_access=True,
+                endpoint_public_access=settings.endpoint_public_access,
+                public_access_cidrs=settings.public_access_cidrs if settings.endpoint_public_access else None),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
+            enabled_cluster_log_types=settings.log_types,
+            bootstrap_self_managed_addons=False,
+            opts=child,
+        )
+        self.name = self.eks.name
+        self.security_group_id = self.eks.vpc_config.cluster_security_group_id
+        for i, arn in enumerate(settings.admin_role_arns):
+            entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.name, principal_arn=arn,
+                                        type="STANDARD", opts=child)
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{i}", cluster_name=self.name, principal_arn=entry.principal_arn,
+                policy_arn=ADMIN_POLICY,
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child)
+        addons = cfg.versions.addons
+        cni_role = PodRole(f"{name}-vpc-cni", self.name, "kube-system", "aws-node",
+                           managed_policies=["AmazonEKS_CNI_Policy"], opts=child)
+        self.node_addons = [
+            self._addon("eks-pod-identity-agent", addons.pod_identity_agent),
+            self._addon("kube-proxy", addons.kube_proxy),
+            self._addon("vpc-cni", addons.vpc_cni, configuration_values=vpc_cni_configuration(cfg),
+                        pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
+                            role_arn=cni_role.arn, service_account="aws-node")]),
+        ]
+        self.kubeconfig = kubeconfig(self.name, self.eks.endpoint,
+                                     self.eks.certificate_authority.data, cfg.region)
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
+                                     enable_server_side_apply=True, opts=child)
+        self.register_outputs({"name": self.name, "endpoint": self.eks.endpoint})
+
+    def _addon(self, addon: str, version: str, depends_on: Sequence[pulumi.Resource] = (),
+               **extra) -> aws.eks.Addon:
+        return aws.eks.Addon(
+            f"{self._pulumi_name()}-{addon}", cluster_name=self.name, addon_name=addon,
+            addon_version=version, resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="OVERWRITE", **extra,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)))
+
+    def _pulumi_name(self) -> str:
+        return self.eks._name
+
+    def add_coredns(self, after: Sequence[pulumi.Resource]) -> aws.eks.Addon:
+        """CoreDNS needs schedulable nodes: create it after the system pool."""
+        return self._addon("coredns", self._cfg.versions.addons.coredns, depends_on=after)

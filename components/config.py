@@ -1,0 +1,318 @@
+"""The stack schema: one typed model for a whole stack, validated before any resource exists.
+
+A stack file reads like eksctl's ClusterConfig: region, the one Availability Zone that holds every
+EFA and reserved node, and a few lines per pool. Invariants live in the types (Karpenter-style):
+an instance type outside the catalog, EFA on a type without EFA, Spot for training, a reservation
+id without CAPACITY_BLOCK/ODCR cannot be expressed. ``load_stack`` turns every violation into one
+message naming the stack, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import StrEnum
+from typing import Any, Mapping
+
+import pulumi
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
+from pydantic.alias_generators import to_camel
+
+from .catalog import CATALOG, InstanceType
+from .versions import Versions
+
+CONFIG_KEY = "platform"
+"""Stack files hold the whole schema under ``<project>:platform``."""
+
+LABEL_PREFIX = "rl.platform"
+ROLE_LABEL = f"{LABEL_PREFIX}/role"
+POOL_LABEL = f"{LABEL_PREFIX}/pool"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                              frozen=True)
+
+
+class Role(StrEnum):
+    TRAIN = "train"
+    ROLLOUT = "rollout"
+    REWARD = "reward"
+    CPU = "cpu"
+    MEMORY = "memory"
+    SYSTEM = "system"
+
+
+GPU_ROLES = frozenset({Role.TRAIN, Role.ROLLOUT})
+CPU_ROLES = frozenset({Role.CPU, Role.MEMORY, Role.SYSTEM})
+REQUIRED_ROLES = (Role.SYSTEM, Role.TRAIN, Role.ROLLOUT)
+
+
+class CapacityType(StrEnum):
+    ON_DEMAND = "ON_DEMAND"
+    SPOT = "SPOT"
+    CAPACITY_BLOCK = "CAPACITY_BLOCK"
+    ODCR = "ODCR"
+
+
+RESERVED = frozenset({CapacityType.CAPACITY_BLOCK, CapacityType.ODCR})
+
+
+class Taint(_Model):
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+
+GPU_TAINT = Taint(key="nvidia.com/gpu", value="true")
+SPOT_TAINT = Taint(key=f"{LABEL_PREFIX}/spot", value="true")
+
+
+class Capacity(_Model):
+    """How a pool's nodes are bought."""
+
+    type: CapacityType = CapacityType.ON_DEMAND
+    reservation_id: str | None = Field(None, pattern=r"^(cr-[0-9a-f]{8,17}|arn:aws[\w-]*:resource-groups:.+)$")
+    """Capacity Block or ODCR id (``cr-...``); for ODCR also a resource-group ARN."""
+    hourly_price: float | None = Field(None, gt=0)
+    """USD per node-hour when it differs from the catalog's on-demand price (Spot, reservation)."""
+
+    @model_validator(mode="after")
+    def _reservation_matches_type(self) -> "Capacity":
+        if self.reservation_id and self.type not in RESERVED:
+            raise ValueError(f"reservationId: only allowed with type CAPACITY_BLOCK or ODCR, not {self.type}")
+        if self.type in RESERVED and not self.reservation_id:
+            raise ValueError(f"reservationId: required when type is {self.type}")
+        if self.type is CapacityType.CAPACITY_BLOCK and self.reservation_id.startswith("arn:"):
+            raise ValueError("reservationId: a Capacity Block is targeted by its cr-... id")
+        return self
+
+
+class NodeCounts(_Model):
+    min: int = Field(ge=0)
+    desired: int = Field(ge=0)
+    max: int = Field(ge=1, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_size(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"min": value, "desired": value, "max": value}
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "NodeCounts":
+        if not self.min <= self.desired <= self.max:
+            raise ValueError(f"must satisfy min <= desired <= max, got {self.min}/{self.desired}/{self.max}")
+        return self
+
+
+class Pool(_Model):
+    """One managed node group: a role, an instance type from the catalog, a size, a capacity mode."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
+    role: Role
+    instance_type: str
+    nodes: NodeCounts
+    capacity: Capacity = Capacity()
+    efa: bool | None = None
+    """Attach every EFA interface the type has. Default: on for every GPU type with EFA."""
+    max_pods: int | None = Field(None, ge=8, le=250)
+    """Pods per node. Above the catalog's VPC CNI limit this turns on prefix delegation."""
+    root_volume_gib: int = Field(200, ge=20, le=16384)
+    labels: dict[str, str] = {}
+
+    @field_validator("instance_type")
+    @classmethod
+    def _in_catalog(cls, name: str) -> str:
+        if name not in CATALOG:
+            raise ValueError(f"{name!r} is not in the instance catalog; allowed: {', '.join(CATALOG)}")
+        return name
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "Pool":
+        it = self.instance
+        if self.efa and not it.has_efa:
+            allowed = ", ".join(n for n, t in CATALOG.items() if t.has_efa)
+            raise ValueError(f"efa: {it.name} has no EFA; EFA types: {allowed}")
+        if self.role in GPU_ROLES and not it.is_gpu:
+            raise ValueError(f"instanceType: role {self.role} needs a GPU type, not {it.name}")
+        if self.role in CPU_ROLES and it.is_gpu:
+            raise ValueError(f"instanceType: role {self.role} takes a CPU type, not {it.name}")
+        if self.role is Role.TRAIN and self.capacity.type is CapacityType.SPOT:
+            allowed = ", ".join(c for c in CapacityType if c is not CapacityType.SPOT)
+            raise ValueError(f"capacity.type: SPOT is not allowed for the training pool; allowed: {allowed}")
+        if self.capacity.type is CapacityType.CAPACITY_BLOCK and not it.is_gpu:
+            raise ValueError(f"capacity.type: Capacity Blocks are sold for GPU types only, not {it.name}")
+        if self.capacity.hourly_price is None and it.on_demand_hourly_usd is None:
+            raise ValueError(f"capacity.hourlyPrice: required, the catalog lists no on-demand price for {it.name}")
+        return self
+
+    @property
+    def instance(self) -> InstanceType:
+        return CATALOG[self.instance_type]
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.instance.has_efa if self.efa is None else self.efa
+
+    @property
+    def efa_devices(self) -> int:
+        return self.instance.efa_max if self.efa_enabled else 0
+
+    @property
+    def reserved(self) -> bool:
+        return self.capacity.type in RESERVED
+
+    @property
+    def single_az(self) -> bool:
+        """EFA traffic cannot cross zones and a reservation lives in one zone."""
+        return self.efa_enabled or self.reserved
+
+    @property
+    def placement_group(self) -> bool:
+        """Cluster placement for EFA, except where a reservation already fixes placement."""
+        return self.efa_enabled and not self.reserved
+
+    @property
+    def hourly_price(self) -> float:
+        return self.capacity.hourly_price or self.instance.on_demand_hourly_usd
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        taints = [GPU_TAINT] if self.instance.is_gpu else []
+        if self.capacity.type is CapacityType.SPOT:
+            taints.append(SPOT_TAINT)
+        return tuple(taints)
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        labels = {ROLE_LABEL: self.role.value, POOL_LABEL: self.name, **self.labels}
+        if self.instance.is_gpu:
+            labels["nvidia.com/gpu.present"] = "true"
+        return labels
+
+
+class ClusterSettings(_Model):
+    endpoint_public_access: bool = True
+    public_access_cidrs: list[str] = ["0.0.0.0/0"]
+    admin_role_arns: list[str] = []
+    """IAM roles granted cluster-admin through EKS access entries."""
+    log_types: list[str] = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, cidrs: list[str]) -> list[str]:
+        for cidr in cidrs:
+            ipaddress.IPv4Network(cidr)
+        return cidrs
+
+
+class NetworkSettings(_Model):
+    vpc_cidr: str = "10.0.0.0/16"
+    efa_cidr: str | None = None
+    """Optional secondary VPC CIDR that holds only the single-AZ EFA node subnet (large stacks)."""
+
+    @field_validator("vpc_cidr", "efa_cidr")
+    @classmethod
+    def _block(cls, cidr: str | None) -> str | None:
+        if cidr is not None and not 16 <= ipaddress.IPv4Network(cidr).prefixlen <= 24:
+            raise ValueError(f"{cidr}: a VPC CIDR block must be /16 to /24")
+        return cidr
+
+
+class CheckpointSettings(_Model):
+    retain_on_destroy: bool = True
+    """``pulumi destroy`` leaves the bucket and its data in place unless a stack opts out."""
+    noncurrent_version_days: int = Field(30, ge=1, le=3650)
+    namespace: str = "rl"
+    service_account: str = "checkpoint-writer"
+
+
+class StackConfig(_Model):
+    stack: str = ""
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
+    availability_zone: str
+    """The one zone for every EFA pool and every reservation."""
+    secondary_availability_zone: str
+    """Second zone that EKS requires for control-plane subnets; non-EFA pools span both."""
+    cluster: ClusterSettings = ClusterSettings()
+    network: NetworkSettings = NetworkSettings()
+    pools: list[Pool] = Field(min_length=1)
+    versions: Versions = Versions()
+    checkpoints: CheckpointSettings = CheckpointSettings()
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "StackConfig":
+        for field in ("availability_zone", "secondary_availability_zone"):
+            zone = getattr(self, field)
+            if not (zone.startswith(self.region) and len(zone) == len(self.region) + 1):
+                raise ValueError(f"{to_camel(field)}: {zone!r} is not a zone of {self.region} (e.g. {self.region}a)")
+        if self.availability_zone == self.secondary_availability_zone:
+            raise ValueError("secondaryAvailabilityZone: must differ from availabilityZone")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pools: names must be unique, got {names}")
+        roles = [p.role for p in self.pools]
+        for role in set(roles):
+            if roles.count(role) > 1:
+                raise ValueError(f"pools: one pool per role, {roles.count(role)} have role {role}")
+        missing = [r.value for r in REQUIRED_ROLES if r not in roles]
+        if missing:
+            raise ValueError(f"pools: a pool with role {', '.join(missing)} is required; roles: "
+                             f"{', '.join(r.value for r in Role)}")
+        return self
+
+    def pool(self, role: Role) -> Pool | None:
+        return next((p for p in self.pools if p.role is role), None)
+
+    @property
+    def cluster_name(self) -> str:
+        return f"rl-{self.stack}" if self.stack else "rl-platform"
+
+
+class StackConfigError(pulumi.RunError):
+    """A stack file that does not validate; the message names stack, field and what is allowed."""
+
+
+def load_stack(stack: str, raw: Mapping[str, Any] | None, model: type[StackConfig] = StackConfig) -> StackConfig:
+    """Validate a stack's ``platform`` config as ``model`` (StackConfig or a program's extension of
+    it); raise StackConfigError before anything is built."""
+    if not isinstance(raw, Mapping):
+        raise StackConfigError(f"stack {stack!r}: config key '{CONFIG_KEY}' is missing or not a mapping")
+    try:
+        return model.model_validate({**raw, "stack": stack})
+    except ValidationError as err:
+        lines = [f"  {_describe(raw, e)}" for e in err.errors()]
+        raise StackConfigError(f"stack {stack!r}: invalid configuration\n" + "\n".join(lines)) from None
+
+
+def _describe(raw: Mapping[str, Any], error: Mapping[str, Any]) -> str:
+    """``<field path>: <problem>``; a model-level check names its field at the start of its message."""
+    where = _where(raw, error["loc"])
+    msg = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif error["type"] == "enum":
+        msg = f"{error['input']!r} is not allowed; allowed: {error['ctx']['expected']}"
+    field = re.match(r"^([A-Za-z][\w.\[\]]*): ", msg)
+    if field:
+        where = f"{where}.{field.group(1)}" if where else field.group(1)
+        msg = msg[field.end():]
+    return f"{where or '(root)'}: {msg}"
+
+
+def _where(raw: Mapping[str, Any], loc: tuple) -> str:
+    """Render a pydantic location as ``pools[train].capacity``, naming pools by name."""
+    parts: list[str] = []
+    node: Any = raw
+    for key in loc:
+        if isinstance(key, int):
+            name = node[key].get("name") if isinstance(node, list) and isinstance(node[key], Mapping) else None
+            parts[-1] += f"[{name or key}]"
+            node = node[key] if isinstance(node, list) else None
+        else:
+            parts.append(str(key))
+            node = node.get(key) if isinstance(node, Mapping) else None
+    return ".".join(parts)

@@ -1,0 +1,132 @@
+"""Run a Pulumi program offline under the mock engine and record the graph it registers.
+
+Used by the tests and by the offline plan: every resource's type, name, inputs, parent,
+dependencies and options are recorded from the RegisterResource requests, and the mocks
+return the computed outputs the program reads (ARNs, ids, the EKS endpoint, launch template
+versions), so the program runs exactly as under ``pulumi up`` up to the provider calls.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pulumi
+from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import settings as _settings
+
+ACCOUNT = "123456789012"
+
+
+@dataclass
+class Registered:
+    type: str
+    name: str
+    urn: str
+    inputs: dict
+    outputs: dict
+    custom: bool
+    parent: str
+    dependencies: list[str]
+    retain_on_delete: bool
+    protect: bool
+
+
+@dataclass
+class Graph:
+    resources: list[Registered] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, type_: str, name: str) -> Registered:
+        found = [r for r in self.of_type(type_) if r.name == name]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} resources of type {type_} named {name}")
+        return found[0]
+
+    def by_urn(self) -> dict[str, Registered]:
+        return {r.urn: r for r in self.resources}
+
+    def children(self, parent: Registered, type_: str | None = None) -> list[Registered]:
+        """Every resource below ``parent`` (transitively), optionally of one type."""
+        below, frontier = [], {parent.urn}
+        while frontier:
+            step = [r for r in self.resources if r.parent in frontier]
+            below += step
+            frontier = {r.urn for r in step}
+        return [r for r in below if type_ is None or r.type == type_]
+
+
+def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
+    """Outputs AWS would compute that the program reads."""
+    service = type_.split(":")[1].split("/")[0]
+    out: dict[str, Any] = {"arn": f"arn:aws:{service}:{region}:{ACCOUNT}:{name}", "id": f"{name}-id"}
+    if type_ == "aws:eks/cluster:Cluster":
+        out.update(endpoint=f"https://{name}.eks.{region}.amazonaws.com",
+                   certificateAuthority={"data": "Q0EtREFUQQ=="},
+                   vpcConfig={**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": f"sg-{name}-cluster"},
+                   name=inputs.get("name", name))
+    elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
+        out["latestVersion"] = 1
+    elif type_ == "aws:ec2/eip:Eip":
+        out["allocationId"] = f"eipalloc-{name}"
+    elif type_ == "aws:ec2/placementGroup:PlacementGroup":
+        out["name"] = inputs.get("name", name)
+    elif type_ == "aws:iam/role:Role":
+        out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)
+    elif type_ == "aws:s3/bucket:Bucket":
+        out.update(bucket=inputs.get("bucket", name), arn=f"arn:aws:s3:::{inputs.get('bucket', name)}")
+    elif type_ == "aws:eks/nodeGroup:NodeGroup":
+        out["nodeGroupName"] = inputs.get("nodeGroupName", name)
+    elif type_ == "aws:eks/accessEntry:AccessEntry":
+        out["principalArn"] = inputs.get("principalArn")
+    return out
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self, region: str):
+        self.region = region
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        outputs = {**args.inputs, **computed_outputs(args.typ, args.name, args.inputs, self.region)}
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        raise NotImplementedError(f"the program must not call provider functions offline: {args.token}")
+
+
+class _RecordingMonitor(_mocks.MockMonitor):
+    def __init__(self, mocks: _Mocks, graph: Graph):
+        super().__init__(mocks)
+        self.graph = graph
+        self._lock = threading.Lock()
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
+            state = self.resources[response.urn].state if response.urn in self.resources else {}
+            with self._lock:
+                self.graph.resources.append(Registered(
+                    type=request.type, name=request.name, urn=response.urn, inputs=inputs,
+                    outputs=state, custom=bool(request.custom), parent=request.parent,
+                    dependencies=list(request.dependencies),
+                    retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect)))
+        return response
+
+
+def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "moe-rl-platform",
+        preview: bool = False) -> Graph:
+    """Run ``program`` under fresh mocks; return every resource it registered.
+
+    Errors raised inside ``apply`` callbacks propagate, so a broken program fails here.
+    """
+    graph = Graph()
+    mocks = _Mocks(region)
+    _settings.reset_options()
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview,
+                             monitor=_RecordingMonitor(mocks, graph))
+    pulumi.runtime.test(program)()
+    return graph

@@ -1,0 +1,159 @@
+"""Network: a VPC whose EFA and reserved nodes all sit in ONE subnet of ONE Availability Zone.
+
+Guarantees:
+- the single-AZ node subnet is sized for every single-AZ pool at its maximum node count with all
+  pod IPs (EFA-only interfaces take none); a stack that cannot fit fails before anything is built;
+- private subnets in two zones for the EKS control plane and the pools that may span zones;
+- nodes are private and reach out through a NAT gateway in the EFA zone;
+- S3 traffic (checkpoints) goes through a gateway endpoint, not the NAT.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from .config import Pool, StackConfig, StackConfigError
+
+AWS_RESERVED_PER_SUBNET = 5
+MIN_PRIVATE_PREFIX = 24
+PUBLIC_PREFIX = 26
+WARM_PREFIX_IPS = 16
+"""With prefix delegation the CNI keeps one /28 (16 addresses) warm per node."""
+
+
+def pods_per_node(pool: Pool) -> int:
+    return pool.max_pods or pool.instance.max_pods
+
+
+def prefix_delegation(cfg: StackConfig) -> bool:
+    """On when any pool asks for more pods per node than card 0's secondary IPs allow."""
+    return any(pods_per_node(p) > p.instance.max_pods for p in cfg.pools)
+
+
+def node_ip_demand(pool: Pool, delegated: bool) -> int:
+    """Addresses one node can hold at most: its own plus every pod IP (or /28 prefixes)."""
+    pods = pods_per_node(pool)
+    if delegated:
+        return 1 + math.ceil(pods / 16) * 16 + WARM_PREFIX_IPS
+    return 1 + pods
+
+
+def pool_ip_demand(pool: Pool, delegated: bool) -> int:
+    return pool.nodes.max * node_ip_demand(pool, delegated)
+
+
+@dataclass(frozen=True)
+class SubnetPlan:
+    name: str
+    zone: str
+    cidr: str
+    public: bool
+    demand: int
+    """Addresses the pools placed here can take at maximum size."""
+
+    @property
+    def capacity(self) -> int:
+        return ipaddress.IPv4Network(self.cidr).num_addresses - AWS_RESERVED_PER_SUBNET
+
+
+def _prefix_for(demand: int, floor: int) -> int:
+    bits = max(0, math.ceil(math.log2(demand + AWS_RESERVED_PER_SUBNET)))
+    return min(floor, 32 - bits)
+
+
+def plan_subnets(cfg: StackConfig) -> list[SubnetPlan]:
+    """Carve the VPC (and the optional EFA CIDR) into subnets; fail clearly if they cannot fit."""
+    delegated = prefix_delegation(cfg)
+    zone_a, zone_b = cfg.availability_zone, cfg.secondary_availability_zone
+    efa_demand = sum(pool_ip_demand(p, delegated) for p in cfg.pools if p.single_az)
+    spread_demand = sum(pool_ip_demand(p, delegated) for p in cfg.pools if not p.single_az)
+    wanted = [
+        ("nodes", zone_a, _prefix_for(efa_demand, MIN_PRIVATE_PREFIX), False, efa_demand),
+        # Either zone may have to hold the whole spread pool when the other has no capacity.
+        ("private-a", zone_a, _prefix_for(spread_demand, MIN_PRIVATE_PREFIX), False, spread_demand),
+        ("private-b", zone_b, _prefix_for(spread_demand, MIN_PRIVATE_PREFIX), False, spread_demand),
+        ("public-a", zone_a, PUBLIC_PREFIX, True, 0),
+        ("public-b", zone_b, PUBLIC_PREFIX, True, 0),
+    ]
+    order = [w[0] for w in wanted]
+    efa_cidr = cfg.network.efa_cidr
+    planned = []
+    if efa_cidr:
+        planned += _carve(cfg, efa_cidr, wanted[:1], "network.efaCidr")
+        wanted = wanted[1:]
+    planned += _carve(cfg, cfg.network.vpc_cidr, wanted, "network.vpcCidr")
+    return sorted(planned, key=lambda s: order.index(s.name))
+
+
+def _carve(cfg: StackConfig, cidr: str, wanted: list[tuple], field: str) -> list[SubnetPlan]:
+    space = ipaddress.IPv4Network(cidr)
+    cursor = int(space.network_address)
+    out = []
+    for name, zone, prefix, public, demand in sorted(wanted, key=lambda w: w[2]):
+        if prefix < space.prefixlen:
+            cursor = int(space.broadcast_address) + 1
+        size = 2 ** (32 - prefix)
+        if cursor + size - 1 > int(space.broadcast_address):
+            need = sum(2 ** (32 - w[2]) for w in wanted)
+            raise StackConfigError(
+                f"stack {cfg.stack!r}: {field}: {cidr} holds {space.num_addresses:,} addresses but the "
+                f"subnets need {need:,} (subnet '{name}' alone needs /{prefix} for {demand:,} node and pod "
+                f"IPs at maximum pool sizes); allowed: a larger CIDR (up to /16), network.efaCidr for the "
+                f"EFA subnet, or smaller pools")
+        out.append(SubnetPlan(name, zone, str(ipaddress.IPv4Network((cursor, prefix))), public, demand))
+        cursor += size
+    return out
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, single-AZ EFA node subnet, two-zone private and public subnets, NAT, S3 endpoint."""
+
+    def __init__(self, name: str, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("rlplatform:network:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        plan = plan_subnets(cfg)
+        tags = {"Name": name}
+        self.vpc = aws.ec2.Vpc(name, cidr_block=cfg.network.vpc_cidr, enable_dns_hostnames=True,
+                               enable_dns_support=True, tags=tags, opts=child)
+        after_cidr = child
+        if cfg.network.efa_cidr:
+            extra = aws.ec2.VpcIpv4CidrBlockAssociation(
+                f"{name}-efa-cidr", vpc_id=self.vpc.id, cidr_block=cfg.network.efa_cidr, opts=child)
+            after_cidr = pulumi.ResourceOptions(parent=self, depends_on=[extra])
+        self.subnets = {
+            s.name: aws.ec2.Subnet(
+                f"{name}-{s.name}", vpc_id=self.vpc.id, cidr_block=s.cidr, availability_zone=s.zone,
+                map_public_ip_on_launch=False,
+                tags={"Name": f"{name}-{s.name}",
+                      ("kubernetes.io/role/elb" if s.public else "kubernetes.io/role/internal-elb"): "1"},
+                opts=after_cidr if s.name == "nodes" else child)
+            for s in plan
+        }
+        igw = aws.ec2.InternetGateway(name, vpc_id=self.vpc.id, tags=tags, opts=child)
+        eip = aws.ec2.Eip(f"{name}-nat", domain="vpc", tags=tags, opts=child)
+        nat = aws.ec2.NatGateway(f"{name}-nat", allocation_id=eip.allocation_id,
+                                 subnet_id=self.subnets["public-a"].id, tags=tags,
+                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
+        public_rt = self._route_table(f"{name}-public", gateway_id=igw.id)
+        private_rt = self._route_table(f"{name}-private", nat_gateway_id=nat.id)
+        for s in plan:
+            aws.ec2.RouteTableAssociation(f"{name}-{s.name}", subnet_id=self.subnets[s.name].id,
+                                          route_table_id=(public_rt if s.public else private_rt).id,
+                                          opts=child)
+        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, vpc_endpoint_type="Gateway",
+                            service_name=f"com.amazonaws.{cfg.region}.s3",
+                            route_table_ids=[private_rt.id], tags=tags, opts=child)
+        self.plan = plan
+        self.node_subnet_id = self.subnets["nodes"].id
+        self.private_subnet_ids = [self.subnets["private-a"].id, self.subnets["private-b"].id]
+        self.register_outputs({"vpcId": self.vpc.id, "nodeSubnetId": self.node_subnet_id})
+
+    def _route_table(self, name: str, **route) -> aws.ec2.RouteTable:
+        return aws.ec2.RouteTable(name, vpc_id=self.vpc.id,
+                                  routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", **route)],
+                                  opts=pulumi.ResourceOptions(parent=self))

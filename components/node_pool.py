@@ -1,0 +1,140 @@
+"""NodePool: one EKS managed node group per pool, with a launch template we can prove.
+
+Guarantees, all derived from the pool's config and its catalog row:
+- AL2023 NVIDIA AMI on GPU pools, AL2023 standard elsewhere; IMDSv2 required, one hop (pods
+  reach AWS through Pod Identity, not the node's role); encrypted gp3 root volume;
+- instance-store NVMe assembled as RAID0 by nodeadm for kubelet and containerd;
+- on EFA pools every EFA interface of the type (see ``efa``), the cluster and EFA security groups
+  on every interface and none at template level, and a cluster placement group unless a Capacity
+  Block or ODCR already fixes placement;
+- Capacity Block: ``capacity-block`` market type, reservation target and instance type in the
+  template, node group capacity type CAPACITY_BLOCK; ODCR: reservation target, ON_DEMAND;
+- single-AZ pools (EFA or reserved) only get the one node subnet;
+- role labels on every node; GPU and Spot pools tainted; rolling updates one node at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from .config import CapacityType, Pool
+from .efa import efa_interfaces
+from .network import pods_per_node
+
+NODEADM_BOUNDARY = "==NODEADM=="
+EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
+                    "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+
+
+def ami_type(pool: Pool) -> str:
+    return "AL2023_x86_64_NVIDIA" if pool.instance.is_gpu else "AL2023_x86_64_STANDARD"
+
+
+def node_config(pool: Pool) -> str:
+    """The nodeadm NodeConfig EKS merges into its own bootstrap for this pool."""
+    lines = ["apiVersion: node.eks.aws/v1alpha1", "kind: NodeConfig", "spec:"]
+    if pool.instance.nvme_disks:
+        lines += ["  instance:", "    localStorage:", "      strategy: RAID0"]
+    if pool.max_pods:
+        lines += ["  kubelet:", "    config:", f"      maxPods: {pods_per_node(pool)}"]
+    if lines[-1] == "spec:":
+        lines[-1] = "spec: {}"
+    return "\n".join(lines) + "\n"
+
+
+def user_data(pool: Pool) -> str:
+    """MIME multi-part user data carrying ``node_config``, base64 as launch templates want it."""
+    mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{NODEADM_BOUNDARY}"\n\n'
+            f"--{NODEADM_BOUNDARY}\nContent-Type: application/node.eks.aws\n\n"
+            f"{node_config(pool)}\n--{NODEADM_BOUNDARY}--\n")
+    return base64.b64encode(mime.encode()).decode()
+
+
+def node_group_capacity_type(pool: Pool) -> str:
+    return {CapacityType.ODCR: "ON_DEMAND"}.get(pool.capacity.type, pool.capacity.type.value)
+
+
+@dataclass(frozen=True)
+class PoolNetwork:
+    """Where a pool's nodes go and which security groups they carry."""
+
+    node_subnet_id: pulumi.Input[str]
+    spread_subnet_ids: Sequence[pulumi.Input[str]]
+    cluster_security_group_id: pulumi.Input[str]
+    efa_security_group_id: pulumi.Input[str]
+
+
+class NodePool(pulumi.ComponentResource):
+    """Launch template, optional placement group and managed node group for one pool."""
+
+    def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
+                 node_role_arn: pulumi.Input[str], net: PoolNetwork,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("rlplatform:nodes:NodePool", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.placement_group = (
+            aws.ec2.PlacementGroup(name, strategy="cluster", opts=child) if pool.placement_group else None)
+        template = self._template_args(name, pool, net)
+        if self.placement_group:
+            template["placement"] = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
+        self.launch_template = aws.ec2.LaunchTemplate(name, **template, opts=child)
+        self.node_group = aws.eks.NodeGroup(
+            name,
+            cluster_name=cluster_name,
+            node_group_name=name,
+            node_role_arn=node_role_arn,
+            subnet_ids=[net.node_subnet_id] if pool.single_az else list(net.spread_subnet_ids),
+            ami_type=ami_type(pool),
+            capacity_type=node_group_capacity_type(pool),
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                min_size=pool.nodes.min, desired_size=pool.nodes.desired, max_size=pool.nodes.max),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
+            labels=pool.node_labels,
+            taints=[aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=EKS_TAINT_EFFECT[t.effect])
+                    for t in pool.taints],
+            tags={"Name": name},
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+        )
+        self.register_outputs({"nodeGroup": self.node_group.node_group_name})
+
+    @staticmethod
+    def _template_args(name: str, pool: Pool, net: PoolNetwork) -> dict:
+        args: dict = dict(
+            instance_type=pool.instance_type,
+            user_data=user_data(pool),
+            update_default_version=True,
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=pool.root_volume_gib, volume_type="gp3", encrypted="true",
+                    delete_on_termination="true"))],
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type="instance", tags={"Name": name, "rl.platform/pool": pool.name})],
+        )
+        if pool.efa_enabled:
+            args["network_interfaces"] = efa_interfaces(
+                pool.instance, [net.cluster_security_group_id, net.efa_security_group_id])
+        if pool.reserved:
+            args["capacity_reservation_specification"] = (
+                aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                    capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                        **_reservation_target(pool.capacity.reservation_id))))
+        if pool.capacity.type is CapacityType.CAPACITY_BLOCK:
+            args["instance_market_options"] = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(
+                market_type="capacity-block")
+        return args
+
+
+def _reservation_target(reservation: str) -> dict:
+    if reservation.startswith("arn:"):
+        return {"capacity_reservation_resource_group_arn": reservation}
+    return {"capacity_reservation_id": reservation}

@@ -1,0 +1,72 @@
+"""Platform: the whole AWS side of a stack as one typed dependency graph.
+
+Network -> cluster (control plane, pre-node add-ons) -> EFA security group and node role -> one
+NodePool per pool -> CoreDNS and the device plugins -> checkpoint bucket. Everything is derived
+from one validated StackConfig; nothing is registered for a config that does not validate.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from .checkpoints import CheckpointBucket
+from .cluster import Cluster
+from .config import Role, StackConfig
+from .device_plugins import DevicePlugins
+from .efa import EfaSecurityGroup
+from .iam import service_role
+from .network import Network, plan_subnets
+from .node_pool import NodePool, PoolNetwork
+
+NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"]
+"""The node role's only permissions; the CNI gets its own Pod Identity role."""
+
+
+class Platform(pulumi.ComponentResource):
+    """VPC, EKS, node pools with full EFA, device plugins and the checkpoint bucket for one stack."""
+
+    def __init__(self, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
+        name = cfg.cluster_name
+        super().__init__("rlplatform:index:Platform", name, None, opts)
+        plan_subnets(cfg)  # fails before any resource when the subnets cannot hold the pools
+        child = pulumi.ResourceOptions(parent=self)
+        self.config = cfg
+        self.network = Network(name, cfg, opts=child)
+        self.cluster = Cluster(name, cfg, [self.network.subnets["private-a"].id,
+                                           self.network.subnets["private-b"].id], opts=child)
+        efa_sg = EfaSecurityGroup(f"{name}-efa", self.network.vpc.id, opts=child)
+        node_role = service_role(f"{name}-node", "ec2.amazonaws.com", NODE_POLICIES, self)
+        net = PoolNetwork(node_subnet_id=self.network.node_subnet_id,
+                          spread_subnet_ids=self.network.private_subnet_ids,
+                          cluster_security_group_id=self.cluster.security_group_id,
+                          efa_security_group_id=efa_sg.id)
+        after_addons = pulumi.ResourceOptions(parent=self, depends_on=self.cluster.node_addons)
+        self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.arn, net,
+                                       opts=after_addons)
+                      for p in cfg.pools}
+        system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
+        self.coredns = self.cluster.add_coredns(after=[system])
+        self.device_plugins = DevicePlugins(f"{name}-device-plugins", cfg, self.cluster.provider,
+                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[system]))
+        self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
+                                            opts=child)
+        self.register_outputs({})
+
+    def outputs(self) -> dict:
+        """What `pulumi stack output` shows: names, kubeconfig, and the figures users check first."""
+        return {
+            "clusterName": self.cluster.name,
+            "kubeconfig": self.cluster.kubeconfig,
+            "checkpointBucket": self.checkpoints.name,
+            "checkpointWriterRoleArn": self.checkpoints.writer.arn,
+            "availabilityZone": self.config.availability_zone,
+            "pools": {p.name: {
+                "nodeGroup": self.pools[p.name].node_group.node_group_name,
+                "instanceType": p.instance_type,
+                "capacity": p.capacity.type.value,
+                "nodes": p.nodes.model_dump(),
+                "gpusPerNode": p.instance.gpus,
+                "gpusAtDesired": p.instance.gpus * p.nodes.desired,
+                "efaDevicesPerNode": p.efa_devices,
+            } for p in self.config.pools},
+        }

@@ -1,0 +1,33 @@
+"""Read a stack file (``stacks/Pulumi.<stack>.yaml``) into a validated StackConfig.
+
+The offline plan and the tests read stack files the way the Pulumi CLI hands them to the
+program: the ``<project>:platform`` key of ``config:``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .config import CONFIG_KEY, StackConfig, StackConfigError, load_stack
+
+PROJECT = "moe-rl-platform"
+ROOT = Path(__file__).resolve().parent.parent
+STACKS_DIR = ROOT / "stacks"
+
+
+def stack_names(directory: Path = STACKS_DIR) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
+    path = directory / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise StackConfigError(f"stack {stack!r}: no stack file {path}; stacks: {', '.join(stack_names(directory))}")
+    document = yaml.safe_load(path.read_text()) or {}
+    return (document.get("config") or {}).get(f"{PROJECT}:{CONFIG_KEY}")
+
+
+def read_stack(stack: str, directory: Path = STACKS_DIR, model: type[StackConfig] = StackConfig) -> StackConfig:
+    return load_stack(stack, raw_stack(stack, directory), model)
