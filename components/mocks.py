@@ -118,12 +118,13 @@ class _RecordingMonitor(_mocks.MockMonitor):
 
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "moe-rl-platform",
-        preview: bool = False) -> Graph:
-    """Run ``program`` under fresh mocks; return every resource it registered.
+        preview: bool = False, graph: Graph | None = None) -> Graph:
+    """Run ``program`` under fresh mocks; return every resource it registered (into ``graph``
+    when given, so a caller can inspect what was registered before an error).
 
     Errors raised inside ``apply`` callbacks propagate, so a broken program fails here.
     """
-    graph = Graph()
+    graph = Graph() if graph is None else graph
     mocks = _Mocks(region)
     _settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview,

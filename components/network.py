@@ -113,10 +113,11 @@ def _carve(cfg: StackConfig, cidr: str, wanted: list[tuple], field: str) -> list
 class Network(pulumi.ComponentResource):
     """VPC, single-AZ EFA node subnet, two-zone private and public subnets, NAT, S3 endpoint."""
 
-    def __init__(self, name: str, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, cfg: StackConfig, plan: list[SubnetPlan] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        plan = plan or plan_subnets(cfg)
         super().__init__("rlplatform:network:Network", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        plan = plan_subnets(cfg)
         tags = {"Name": name}
         self.vpc = aws.ec2.Vpc(name, cidr_block=cfg.network.vpc_cidr, enable_dns_hostnames=True,
                                enable_dns_support=True, tags=tags, opts=child)

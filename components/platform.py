@@ -27,11 +27,11 @@ class Platform(pulumi.ComponentResource):
 
     def __init__(self, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
         name = cfg.cluster_name
+        subnets = plan_subnets(cfg)  # fails before any resource when the subnets cannot hold the pools
         super().__init__("rlplatform:index:Platform", name, None, opts)
-        plan_subnets(cfg)  # fails before any resource when the subnets cannot hold the pools
         child = pulumi.ResourceOptions(parent=self)
         self.config = cfg
-        self.network = Network(name, cfg, opts=child)
+        self.network = Network(name, cfg, subnets, opts=child)
         self.cluster = Cluster(name, cfg, [self.network.subnets["private-a"].id,
                                            self.network.subnets["private-b"].id], opts=child)
         efa_sg = EfaSecurityGroup(f"{name}-efa", self.network.vpc.id, opts=child)

@@ -1,0 +1,39 @@
+"""Shared fixtures: each stack's program run once under Pulumi mocks, its graph recorded."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from components import mocks  # noqa: E402
+from components.stackfile import read_stack, stack_names  # noqa: E402
+
+STACKS = stack_names()
+
+
+def program_config_model():
+    import program
+    return getattr(program, "ProgramConfig", None)
+
+
+def load(stack: str):
+    model = program_config_model()
+    return read_stack(stack, model=model) if model else read_stack(stack)
+
+
+@functools.cache
+def graph_of(stack: str) -> mocks.Graph:
+    import program
+    cfg = load(stack)
+    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
+
+
+@pytest.fixture(params=STACKS)
+def stack(request) -> str:
+    return request.param
