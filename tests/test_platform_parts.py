@@ -1,0 +1,171 @@
+"""Network sizing, cluster settings, add-ons, device plugins and the checkpoint bucket."""
+
+import base64
+import ipaddress
+import json
+
+import pytest
+import yaml
+from conftest import ROOT, graph_of, load
+
+from components.catalog import EFA_TYPES
+from components.config import load_stack
+from components.network import node_ip_demand, plan_subnets, prefix_delegation
+from components.node_pool import node_config
+from components.versions import Versions
+
+
+def test_subnets_hold_every_pool_at_max_size(stack):
+    cfg = load(stack)
+    plan = {s.name: s for s in plan_subnets(cfg)}
+    delegated = prefix_delegation(cfg)
+    single = sum(p.nodes.max * node_ip_demand(p, delegated) for p in cfg.pools if p.single_az)
+    spread = sum(p.nodes.max * node_ip_demand(p, delegated) for p in cfg.pools if not p.single_az)
+    assert plan["nodes"].capacity >= single and plan["nodes"].zone == cfg.availability_zone
+    for name in ("private-a", "private-b"):
+        assert plan[name].capacity >= spread
+    nets = [ipaddress.IPv4Network(s.cidr) for s in plan.values()]
+    assert not any(a.overlaps(b) for i, a in enumerate(nets) for b in nets[i + 1:])
+    assert {plan["private-a"].zone, plan["private-b"].zone} == {cfg.availability_zone,
+                                                                cfg.secondary_availability_zone}
+
+
+def test_p5en_prod_ip_demand_counts_pods_not_efa():
+    cfg = load("p5en-prod")
+    # 48 p5en nodes x (198 pods + 1 node IP); EFA-only interfaces take no address.
+    gpu = [p for p in cfg.pools if p.instance_type == "p5en.48xlarge"]
+    assert sum(p.nodes.max * node_ip_demand(p, False) for p in gpu) == 48 * 199
+
+
+def test_efa_cidr_moves_the_node_subnet():
+    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5en-prod.yaml"))["config"]["moe-rl-platform:platform"]
+    raw["pools"][2]["nodes"] = 256
+    with pytest.raises(Exception, match="network.vpcCidr"):
+        plan_subnets(load_stack("big", raw))
+    raw["network"] = {"efaCidr": "10.1.0.0/16"}
+    plan = {s.name: s for s in plan_subnets(load_stack("big", raw))}
+    assert ipaddress.IPv4Network(plan["nodes"].cidr).subnet_of(ipaddress.IPv4Network("10.1.0.0/16"))
+
+
+def test_prefix_delegation_when_pods_exceed_card0():
+    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    cfg = load_stack("p5", raw)
+    assert not prefix_delegation(cfg)
+    raw["pools"][1]["maxPods"] = 150
+    cfg = load_stack("p5", raw)
+    assert prefix_delegation(cfg)
+    assert "maxPods: 150" in node_config(cfg.pools[1])
+
+
+def test_cluster_security_and_logging(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    eks = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name)
+    assert eks.inputs["version"] == cfg.versions.kubernetes
+    assert eks.inputs["accessConfig"]["authenticationMode"] == "API"
+    key = graph.named("aws:kms/key:Key", f"{cfg.cluster_name}-secrets")
+    assert key.inputs["enableKeyRotation"] is True
+    enc = eks.inputs["encryptionConfig"]
+    assert enc["resources"] == ["secrets"] and enc["provider"]["keyArn"] == key.outputs["arn"]
+    assert set(eks.inputs["enabledClusterLogTypes"]) == {"api", "audit", "authenticator",
+                                                         "controllerManager", "scheduler"}
+    subnets = {s.outputs["id"]: s.inputs["availabilityZone"] for s in graph.of_type("aws:ec2/subnet:Subnet")}
+    assert len({subnets[s] for s in eks.inputs["vpcConfig"]["subnetIds"]}) == 2
+
+
+def test_addons_pinned_and_ordered(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    addons = {a.inputs["addonName"]: a for a in graph.of_type("aws:eks/addon:Addon")}
+    pins = cfg.versions.addons
+    expected = {"vpc-cni": pins.vpc_cni, "coredns": pins.coredns, "kube-proxy": pins.kube_proxy,
+                "eks-pod-identity-agent": pins.pod_identity_agent}
+    assert {n: a.inputs["addonVersion"] for n, a in addons.items()} == expected
+    cni = addons["vpc-cni"]
+    assert cni.inputs["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
+    assert json.loads(cni.inputs["configurationValues"])["env"].get("ENABLE_PREFIX_DELEGATION") == (
+        "true" if prefix_delegation(cfg) else None)
+    system_ng = graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-system")
+    assert system_ng.urn in addons["coredns"].dependencies
+
+
+def test_vpc_cni_supports_efa_only_interfaces():
+    major, minor, patch = (int(x) for x in Versions().addons.vpc_cni.lstrip("v").split("-")[0].split("."))
+    assert (major, minor, patch) >= (1, 18, 5)
+
+
+def test_nodeadm_raid0_on_nvme_types(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    for pool in cfg.pools:
+        lt = graph.named("aws:ec2/launchTemplate:LaunchTemplate", f"{cfg.cluster_name}-{pool.name}")
+        mime = base64.b64decode(lt.inputs["userData"]).decode()
+        body = mime.split("Content-Type: application/node.eks.aws\n\n")[1].split("\n--")[0]
+        doc = yaml.safe_load(body)
+        assert doc["kind"] == "NodeConfig"
+        strategy = (doc["spec"].get("instance") or {}).get("localStorage", {}).get("strategy")
+        assert (strategy == "RAID0") == (pool.instance.nvme_disks > 0)
+
+
+def test_device_plugins_tolerate_exactly_gpu_taints(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    gpu_taints = {(t.key, t.value, t.effect) for p in cfg.pools if p.instance.is_gpu for t in p.taints}
+    releases = {r.inputs["name"]: r for r in graph.of_type("kubernetes:helm.sh/v3:Release")}
+    charts = cfg.versions.charts
+    for release, chart in (("aws-efa-k8s-device-plugin", charts.efa_device_plugin),
+                           ("nvidia-device-plugin", charts.nvidia_device_plugin)):
+        r = releases[release]
+        assert (r.inputs["chart"], r.inputs["version"]) == (chart.chart, chart.version)
+        tolerations = {(t["key"], t["value"], t["effect"]) for t in r.inputs["values"]["tolerations"]}
+        assert tolerations == gpu_taints
+    efa_values = releases["aws-efa-k8s-device-plugin"].inputs["values"]
+    assert set(efa_values["supportedInstanceLabels"]["values"]) == set(EFA_TYPES)
+
+
+def test_checkpoint_bucket_never_loses_data(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    name = f"{cfg.cluster_name}-checkpoints"
+    bucket = graph.named("aws:s3/bucket:Bucket", name)
+    retain = cfg.checkpoints.retain_on_destroy
+    assert bucket.retain_on_delete == retain and bucket.inputs["forceDestroy"] == (not retain)
+    children = graph.children(bucket)
+    assert all(c.retain_on_delete == retain for c in children)
+    by_type = {c.type.split(":")[-1]: c.inputs for c in children}
+    assert by_type["BucketVersioning"]["versioningConfiguration"]["status"] == "Enabled"
+    sse = by_type["BucketServerSideEncryptionConfiguration"]["rules"][0]
+    assert sse["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "aws:kms"
+    pab = by_type["BucketPublicAccessBlock"]
+    assert all(pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                        "restrictPublicBuckets"))
+    assert by_type["BucketOwnershipControls"]["rule"]["objectOwnership"] == "BucketOwnerEnforced"
+    policy = json.loads(by_type["BucketPolicy"]["policy"])
+    deny = policy["Statement"][0]
+    assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    rule = by_type["BucketLifecycleConfiguration"]["rules"][0]
+    assert rule["noncurrentVersionExpiration"]["noncurrentDays"] == cfg.checkpoints.noncurrent_version_days
+
+
+def test_checkpoint_writer_scoped_to_bucket_and_service_account(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    name = f"{cfg.cluster_name}-checkpoints"
+    bucket_arn = graph.named("aws:s3/bucket:Bucket", name).outputs["arn"]
+    policy = json.loads(graph.named("aws:iam/rolePolicy:RolePolicy", f"{name}-writer").inputs["policy"])
+    resources = {r for s in policy["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])}
+    assert resources == {bucket_arn, f"{bucket_arn}/*"}
+    assert not any("*" == a or a.endswith(":*") for s in policy["Statement"] for a in s["Action"])
+    assoc = graph.named("aws:eks/podIdentityAssociation:PodIdentityAssociation", f"{name}-writer")
+    assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == (
+        cfg.checkpoints.namespace, cfg.checkpoints.service_account)
+    trust = json.loads(graph.named("aws:iam/role:Role", f"{name}-writer").inputs["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+
+
+def test_node_role_has_no_admin(stack):
+    cfg = load(stack)
+    graph = graph_of(stack)
+    node_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-node")
+    attached = {a.inputs["policyArn"].rsplit("/", 1)[-1] for a in graph.children(node_role)}
+    assert attached == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"}
