@@ -6,7 +6,9 @@ rejected like everywhere else in the stack schema.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -22,6 +24,16 @@ class Addons(_Pinned):
     coredns: str = "v1.14.3-eksbuild.3"
     kube_proxy: str = "v1.35.3-eksbuild.13"
     pod_identity_agent: str = "v1.3.10-eksbuild.2"
+    node_monitoring_agent: str = "v1.6.2-eksbuild.1"
+    cloudwatch_observability: str = "v5.3.0-eksbuild.1"
+
+    @field_validator("vpc_cni")
+    @classmethod
+    def _efa_only_support(cls, version: str) -> str:
+        numbers = re.match(r"^v(\d+)\.(\d+)\.(\d+)", version)
+        if not numbers or tuple(map(int, numbers.groups())) < (1, 18, 5):
+            raise ValueError(f"{version!r}: EFA-only interfaces need VPC CNI v1.18.5 or later")
+        return version
 
 
 class Chart(_Pinned):
