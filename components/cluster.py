@@ -6,8 +6,8 @@ Guarantees:
 - Kubernetes secrets encrypted with a customer-managed, rotating KMS key;
 - all control-plane log types on by default;
 - pinned managed add-ons: VPC CNI (Pod Identity for its own role, prefix delegation when a pool
-  needs it), kube-proxy and the Pod Identity agent before nodes; CoreDNS once the system pool
-  exists, so it never waits degraded for nodes;
+  needs it), kube-proxy and the Pod Identity agent before nodes; CoreDNS, the node monitoring
+  agent and CloudWatch observability once the system pool exists, so none waits degraded;
 - a kubeconfig (secret) that authenticates with ``aws eks get-token`` and a Kubernetes provider.
 """
 
@@ -115,6 +115,19 @@ class Cluster(pulumi.ComponentResource):
     def _pulumi_name(self) -> str:
         return self.eks._name
 
-    def add_coredns(self, after: Sequence[pulumi.Resource]) -> aws.eks.Addon:
-        """CoreDNS needs schedulable nodes: create it after the system pool."""
-        return self._addon("coredns", self._cfg.versions.addons.coredns, depends_on=after)
+    def add_node_addons(self, after: Sequence[pulumi.Resource]) -> list[aws.eks.Addon]:
+        """Add-ons whose pods need schedulable nodes, created after the system pool: CoreDNS,
+        the node monitoring agent (feeds node auto-repair) and CloudWatch observability
+        (Container Insights with per-node GPU via DCGM and EFA metrics)."""
+        addons = self._cfg.versions.addons
+        name = self._pulumi_name()
+        cloudwatch = PodRole(f"{name}-cloudwatch", self.name, "amazon-cloudwatch", "cloudwatch-agent",
+                             managed_policies=["CloudWatchAgentServerPolicy"],
+                             opts=pulumi.ResourceOptions(parent=self))
+        return [
+            self._addon("coredns", addons.coredns, depends_on=after),
+            self._addon("eks-node-monitoring-agent", addons.node_monitoring_agent, depends_on=after),
+            self._addon("amazon-cloudwatch-observability", addons.cloudwatch_observability, depends_on=after,
+                        pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
+                            role_arn=cloudwatch.arn, service_account="cloudwatch-agent")]),
+        ]

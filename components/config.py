@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Mapping
 
@@ -77,6 +78,9 @@ class Capacity(_Model):
     """Capacity Block or ODCR id (``cr-...``); for ODCR also a resource-group ARN."""
     hourly_price: float | None = Field(None, gt=0)
     """USD per node-hour when it differs from the catalog's on-demand price (Spot, reservation)."""
+    end_time: datetime | None = None
+    """Capacity Block end (UTC). EKS drains the block's nodes 40 minutes before; the workloads
+    trigger a checkpoint ahead of that."""
 
     @model_validator(mode="after")
     def _reservation_matches_type(self) -> "Capacity":
@@ -86,6 +90,10 @@ class Capacity(_Model):
             raise ValueError(f"reservationId: required when type is {self.type}")
         if self.type is CapacityType.CAPACITY_BLOCK and self.reservation_id.startswith("arn:"):
             raise ValueError("reservationId: a Capacity Block is targeted by its cr-... id")
+        if self.end_time and self.type is not CapacityType.CAPACITY_BLOCK:
+            raise ValueError(f"endTime: only a Capacity Block has an end time, not {self.type}")
+        if self.end_time and self.end_time.tzinfo is None:
+            raise ValueError("endTime: give a time zone, e.g. 2026-12-14T11:30:00Z")
         return self
 
 

@@ -8,6 +8,8 @@ label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepE
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -46,22 +48,22 @@ def nvidia_plugin_values(cfg: StackConfig) -> dict:
 
 
 def _release(name: str, chart: Chart, values: dict, provider: k8s.Provider,
-             parent: pulumi.Resource) -> k8s.helm.v3.Release:
+             parent: pulumi.Resource, after: Sequence[pulumi.Resource]) -> k8s.helm.v3.Release:
     return k8s.helm.v3.Release(
         name, name=name, chart=chart.chart, version=chart.version, namespace=NAMESPACE,
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo), values=values,
-        atomic=True, opts=pulumi.ResourceOptions(parent=parent, provider=provider))
+        atomic=True, opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(after)))
 
 
 class DevicePlugins(pulumi.ComponentResource):
     """Helm releases of the NVIDIA and EFA device plugins."""
 
     def __init__(self, name: str, cfg: StackConfig, provider: k8s.Provider,
-                 opts: pulumi.ResourceOptions | None = None):
+                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:k8s:DevicePlugins", name, None, opts)
         charts = cfg.versions.charts
         self.nvidia = _release("nvidia-device-plugin", charts.nvidia_device_plugin,
-                               nvidia_plugin_values(cfg), provider, self)
+                               nvidia_plugin_values(cfg), provider, self, after)
         self.efa = _release("aws-efa-k8s-device-plugin", charts.efa_device_plugin,
-                            efa_plugin_values(cfg), provider, self)
+                            efa_plugin_values(cfg), provider, self, after)
         self.register_outputs({})

@@ -10,7 +10,8 @@ Guarantees, all derived from the pool's config and its catalog row:
 - Capacity Block: ``capacity-block`` market type, reservation target and instance type in the
   template, node group capacity type CAPACITY_BLOCK; ODCR: reservation target, ON_DEMAND;
 - single-AZ pools (EFA or reserved) only get the one node subnet;
-- role labels on every node; GPU and Spot pools tainted; rolling updates one node at a time.
+- role labels on every node; GPU and Spot pools tainted; rolling updates one node at a time;
+- EKS node auto-repair on (the node monitoring agent reports GPU, EFA/network, kubelet faults).
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ class NodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
                  node_role_arn: pulumi.Input[str], net: PoolNetwork,
-                 opts: pulumi.ResourceOptions | None = None):
+                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
+        """``after``: what the node group must wait for (e.g. the VPC CNI add-on); a component's
+        own depends_on does not hold back its children."""
         super().__init__("rlplatform:nodes:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.placement_group = (
@@ -94,13 +97,15 @@ class NodePool(pulumi.ComponentResource):
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=pool.nodes.min, desired_size=pool.nodes.desired, max_size=pool.nodes.max),
             update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             labels=pool.node_labels,
             taints=[aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=EKS_TAINT_EFFECT[t.effect])
                     for t in pool.taints],
             tags={"Name": name},
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["scalingConfig.desiredSize"]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after),
+                                        ignore_changes=["scalingConfig.desiredSize"]),
         )
         self.register_outputs({"nodeGroup": self.node_group.node_group_name})
 

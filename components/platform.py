@@ -40,14 +40,13 @@ class Platform(pulumi.ComponentResource):
                           spread_subnet_ids=self.network.private_subnet_ids,
                           cluster_security_group_id=self.cluster.security_group_id,
                           efa_security_group_id=efa_sg.id)
-        after_addons = pulumi.ResourceOptions(parent=self, depends_on=self.cluster.node_addons)
         self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.arn, net,
-                                       opts=after_addons)
+                                       after=self.cluster.node_addons, opts=child)
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
-        self.coredns = self.cluster.add_coredns(after=[system])
+        self.node_addons = self.cluster.add_node_addons(after=[system])
         self.device_plugins = DevicePlugins(f"{name}-device-plugins", cfg, self.cluster.provider,
-                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[system]))
+                                            after=[system], opts=child)
         self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
                                             opts=child)
         self.register_outputs({})

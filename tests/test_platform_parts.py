@@ -9,6 +9,7 @@ import yaml
 from conftest import ROOT, graph_of, load
 
 from components.catalog import EFA_TYPES
+from components import mocks
 from components.config import load_stack
 from components.network import node_ip_demand, plan_subnets, prefix_delegation
 from components.node_pool import node_config
@@ -79,19 +80,68 @@ def test_addons_pinned_and_ordered(stack):
     addons = {a.inputs["addonName"]: a for a in graph.of_type("aws:eks/addon:Addon")}
     pins = cfg.versions.addons
     expected = {"vpc-cni": pins.vpc_cni, "coredns": pins.coredns, "kube-proxy": pins.kube_proxy,
-                "eks-pod-identity-agent": pins.pod_identity_agent}
+                "eks-pod-identity-agent": pins.pod_identity_agent,
+                "eks-node-monitoring-agent": pins.node_monitoring_agent,
+                "amazon-cloudwatch-observability": pins.cloudwatch_observability}
     assert {n: a.inputs["addonVersion"] for n, a in addons.items()} == expected
     cni = addons["vpc-cni"]
     assert cni.inputs["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
     assert json.loads(cni.inputs["configurationValues"])["env"].get("ENABLE_PREFIX_DELEGATION") == (
         "true" if prefix_delegation(cfg) else None)
     system_ng = graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-system")
-    assert system_ng.urn in addons["coredns"].dependencies
+    for needs_nodes in ("coredns", "eks-node-monitoring-agent", "amazon-cloudwatch-observability"):
+        assert system_ng.urn in addons[needs_nodes].dependencies
+    for before_nodes in ("vpc-cni", "kube-proxy", "eks-pod-identity-agent"):
+        assert all(addons[before_nodes].urn in ng.dependencies
+                   for ng in graph.of_type("aws:eks/nodeGroup:NodeGroup"))
+    cw = addons["amazon-cloudwatch-observability"].inputs["podIdentityAssociations"][0]
+    assert cw["serviceAccount"] == "cloudwatch-agent"
 
 
-def test_vpc_cni_supports_efa_only_interfaces():
-    major, minor, patch = (int(x) for x in Versions().addons.vpc_cni.lstrip("v").split("-")[0].split("."))
-    assert (major, minor, patch) >= (1, 18, 5)
+def test_vpc_cni_older_than_efa_only_support_is_refused():
+    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    raw["versions"] = {"addons": {"vpcCni": "v1.18.4-eksbuild.1"}}
+    with pytest.raises(Exception, match=r"versions.addons.vpcCni: .*need VPC CNI v1.18.5 or later"):
+        load_stack("p5", raw)
+    raw["versions"] = {"addons": {"vpcCni": "v1.18.5-eksbuild.1"}}
+    assert load_stack("p5", raw).versions.addons.vpc_cni == "v1.18.5-eksbuild.1"
+    assert load_stack("p5", raw).versions.addons.coredns == Versions().addons.coredns
+
+
+def test_node_groups_repair_and_update_one_at_a_time(stack):
+    cfg = load(stack)
+    for ng in graph_of(stack).of_type("aws:eks/nodeGroup:NodeGroup"):
+        assert ng.inputs["nodeRepairConfig"] == {"enabled": True}
+        assert ng.inputs["updateConfig"] == {"maxUnavailable": 1}
+
+
+def test_endpoint_private_only_and_allow_list():
+    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.dev.yaml"))["config"]["moe-rl-platform:platform"]
+    raw["cluster"] = {"endpointPublicAccess": False}
+    cfg = load_stack("dev", raw)
+    import program
+    graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
+    vpc = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name).inputs["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is False and vpc["endpointPrivateAccess"] is True
+    assert "publicAccessCidrs" not in vpc
+    raw["cluster"] = {"publicAccessCidrs": ["203.0.113.0/24"]}
+    cfg = load_stack("dev", raw)
+    graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
+    vpc = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name).inputs["vpcConfig"]
+    assert vpc["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+@pytest.mark.parametrize("capacity, problem", [
+    ({"type": "CAPACITY_BLOCK", "reservationId": "cr-0123456789abcdef0", "endTime": "2026-12-14T11:30:00"},
+     "endTime: give a time zone"),
+    ({"type": "ODCR", "reservationId": "cr-0123456789abcdef0", "endTime": "2026-12-14T11:30:00Z"},
+     "endTime: only a Capacity Block has an end time, not ODCR"),
+])
+def test_capacity_block_end_time(capacity, problem):
+    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    raw["pools"][1]["capacity"] = capacity
+    with pytest.raises(Exception, match=problem):
+        load_stack("p5", raw)
 
 
 def test_nodeadm_raid0_on_nvme_types(stack):
@@ -119,6 +169,8 @@ def test_device_plugins_tolerate_exactly_gpu_taints(stack):
         assert (r.inputs["chart"], r.inputs["version"]) == (chart.chart, chart.version)
         tolerations = {(t["key"], t["value"], t["effect"]) for t in r.inputs["values"]["tolerations"]}
         assert tolerations == gpu_taints
+        system_ng = graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-system")
+        assert system_ng.urn in r.dependencies, "Helm waits for pods: a node must exist"
     efa_values = releases["aws-efa-k8s-device-plugin"].inputs["values"]
     assert set(efa_values["supportedInstanceLabels"]["values"]) == set(EFA_TYPES)
 
