@@ -31,6 +31,8 @@ class Registered:
     dependencies: list[str]
     retain_on_delete: bool
     protect: bool
+    provider: str = ""
+    """URN of the explicit provider the resource was registered with ("" for the default)."""
 
 
 @dataclass
@@ -113,7 +115,8 @@ class _RecordingMonitor(_mocks.MockMonitor):
                     type=request.type, name=request.name, urn=response.urn, inputs=inputs,
                     outputs=state, custom=bool(request.custom), parent=request.parent,
                     dependencies=list(request.dependencies),
-                    retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect)))
+                    retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect),
+                    provider=request.provider.rsplit("::", 1)[0] if request.provider else ""))
         return response
 
 

@@ -1,0 +1,177 @@
+"""Offline plan of a stack: ``python -m plan <stack> [--json FILE] [--diagram FILE.svg]``.
+
+Runs the real program for the stack under Pulumi's mock engine (no Pulumi CLI, no AWS
+credentials, no network) and prints, per pool, instance type, capacity, nodes, GPUs, EFA
+devices and bandwidth and cost; the IP budget; where each workload pod lands; the resource
+graph and its modelled deploy critical path; and every rule violation. Exit code: 0 when the
+stack passes every rule, 1 when a rule is violated, 2 when the stack's config does not validate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from components.config import StackConfig, StackConfigError
+from components.stackfile import STACKS_DIR, read_stack
+
+EXIT_OK, EXIT_VIOLATIONS, EXIT_INVALID = 0, 1, 2
+
+
+def config_model() -> type[StackConfig]:
+    """The program's config model: ``program.ProgramConfig`` (platform + workloads) if defined."""
+    import program
+    return getattr(program, "ProgramConfig", StackConfig)
+
+
+def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
+    """The workloads' schedulability check, or (None, why) when that module is not there."""
+    try:
+        from workloads.schedulability import check
+    except ImportError as err:
+        return None, f"not available ({err})"
+    return list(check(cfg)), ""
+
+
+def record(cfg: StackConfig):
+    """Run the program for ``cfg`` under mocks; return the graph it registered."""
+    import program
+    from components import mocks
+    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=cfg.stack)
+
+
+def plan_stack(stack: str, directory: Path = STACKS_DIR):
+    """Validate, record and judge one stack. Raises StackConfigError for an invalid config."""
+    from components.planning import make_plan
+    cfg = read_stack(stack, directory, model=config_model())
+    graph = record(cfg)
+    placements, note = workload_placements(cfg)
+    return make_plan(cfg, graph, placements, note), graph
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m}:{s:02d}"
+
+
+def _money(usd: float) -> str:
+    return f"{usd:,.2f}"
+
+
+def _table(rows: Sequence[Sequence[str]], right: set[int] = frozenset()) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in
+                             enumerate(zip(r, widths))).rstrip() for r in rows]
+
+
+def render_text(plan) -> str:
+    t = plan.totals
+    out = [f"Plan for stack {plan.stack}: region {plan.region}, zone {plan.zone}, cluster {plan.cluster}, "
+           f"Kubernetes {plan.kubernetes}",
+           "(the real program under Pulumi mocks: no Pulumi CLI, no AWS credentials, no network)", "",
+           "Pools (nodes min/desired/max; GPUs, EFA bandwidth and $/h at desired size)"]
+    rows = [["pool", "instance", "capacity", "nodes", "GPUs", "EFA/node", "Gbps/node", "Gbps total",
+             "$/node-h", "$/h", "$/GPU-h", "price"]]
+    for p in plan.pools:
+        rows.append([p.name, p.instance_type, p.capacity, f"{p.nodes_min}/{p.nodes_desired}/{p.nodes_max}",
+                     str(p.gpus_desired), f"{p.efa_attached}/{p.efa_max}", f"{p.efa_gbps_per_node:,.0f}",
+                     f"{p.efa_gbps_total:,.0f}", _money(p.usd_per_node_hour), _money(p.usd_per_hour),
+                     "-" if p.usd_per_gpu_hour is None else _money(p.usd_per_gpu_hour), p.price_basis])
+    out += _table(rows, right={3, 4, 5, 6, 7, 8, 9, 10})
+    per_gpu = "" if t.usd_per_gpu_hour is None else f", ${_money(t.usd_per_gpu_hour)} per GPU-hour all-in"
+    out += [f"  total: {t.nodes_desired} nodes ({t.gpu_nodes_desired} GPU nodes), {t.gpus_desired} GPUs "
+            f"(max {t.gpus_max}), {t.efa_gbps_total:,.0f} Gbps EFA; ${_money(t.usd_per_hour)}/h at desired, "
+            f"${_money(t.usd_per_hour_max)}/h at max{per_gpu}", ""]
+
+    out.append(f"IP budget (node and pod IPs at max pool size; prefix delegation "
+               f"{'on' if plan.prefix_delegation else 'off'})")
+    rows = [["subnet", "zone", "cidr", "holds", "needs", "use", "pools"]]
+    for b in plan.ip_budget:
+        rows.append([b.name, b.zone, b.cidr, f"{b.capacity:,}", f"{b.demand:,}",
+                     f"{100 * b.demand / b.capacity:.0f}%", ", ".join(b.pools) or "-"])
+    out += _table(rows, right={3, 4, 5}) + [""]
+
+    out.append("Workload placement")
+    if plan.placements is None:
+        out.append(f"  {plan.placements_note}")
+    elif not plan.placements:
+        out.append("  no pod templates")
+    else:
+        rows = [["pod", "pool", "fits"]]
+        for p in plan.placements:
+            rows.append([p.pod, p.pool or "-", "yes" if p.fits else "NO: " + "; ".join(p.problems)])
+        out += _table(rows)
+    out.append("")
+
+    counts = sorted(plan.resource_counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    out.append(f"Resource graph: {sum(plan.resource_counts.values())} resources in {len(counts)} types, "
+               f"grouped by {plan.components} components")
+    names = [f"{n:>3} {ty.split(':')[0]}:{ty.split(':')[1].split('/')[0]}/{ty.rsplit(':', 1)[1]}"
+             for ty, n in counts]
+    half = (len(names) + 1) // 2
+    width = max(len(n) for n in names[:half])
+    for left, right in zip(names[:half], names[half:] + [""]):
+        out.append(f"  {left.ljust(width)}   {right}".rstrip())
+    out.append("")
+
+    s = plan.schedule
+    out.append(f"Deploy critical path (modelled from typical create times, components/create_times.py): "
+               f"{_duration(s.critical_seconds)}; fully serial {_duration(s.serial_seconds)} "
+               f"({s.parallelism:.1f}x parallelism kept)")
+    rows = [["start", "takes", "resource", "waits on previous by"]]
+    for p in s.path:
+        rows.append([_clock(p.step.start), _clock(p.step.seconds), f"{p.step.type} {p.step.name}", p.via])
+    out += _table(rows, right={0, 1})
+    if plan.inherited:
+        on_path = {p.step.urn for p in s.path}
+        kinds = sorted({st.type.rsplit(':', 1)[1] for st, _ in plan.inherited})
+        held = [st for st, _ in plan.inherited if st.urn in on_path]
+        out.append(f"  held back by a parent component's depends_on rather than their own inputs: "
+                   f"{len(plan.inherited)} ({', '.join(kinds)}); on the critical path: "
+                   + (", ".join(f"{st.name} (+{_clock(st.seconds)})" for st in held) if held else "none"))
+    out.append("")
+
+    if plan.violations:
+        out.append(f"Violations: {len(plan.violations)}")
+        out += [f"  VIOLATION {v}" for v in plan.violations]
+    else:
+        out.append("Violations: none")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m plan", description=__doc__.split("\n\n")[0])
+    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
+    parser.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
+    parser.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
+    parser.add_argument("--stack-dir", metavar="DIR", type=Path, default=STACKS_DIR,
+                        help=f"folder of stack files (default: {STACKS_DIR})")
+    args = parser.parse_args(argv)
+    try:
+        plan, graph = plan_stack(args.stack, args.stack_dir)
+    except StackConfigError as err:
+        print(f"plan: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write(render_text(plan))
+    if args.json:
+        args.json.write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+    if args.diagram:
+        from components.diagram import architecture_svg
+        args.diagram.parent.mkdir(parents=True, exist_ok=True)
+        args.diagram.write_text(architecture_svg(plan, graph))
+    return EXIT_OK if plan.ok else EXIT_VIOLATIONS
+
+
+if __name__ == "__main__":
+    sys.exit(main())
