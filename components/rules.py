@@ -58,8 +58,8 @@ def efa_interface_problems(template: Mapping[str, Any], instance: InstanceType,
     if not interfaces:
         return [f"no network interfaces: 0 of {instance.efa_max} EFA devices attached"]
     expected = [(i.card, i.device, i.kind) for i in efa_layout(instance)]
-    actual = [(i.get("networkCardIndex", 0), i.get("deviceIndex", 0), i.get("interfaceType", "interface"))
-              for i in interfaces]
+    actual = [(int(i.get("networkCardIndex", 0)), int(i.get("deviceIndex", 0)),
+               i.get("interfaceType", "interface")) for i in interfaces]
     problems = []
     attached = sum(1 for *_, kind in actual if kind in ("efa", EFA_ONLY))
     if attached != instance.efa_max:
