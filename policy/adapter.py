@@ -1,0 +1,271 @@
+"""Run the policy pack on a graph recorded under mocks, as `pulumi preview --policy-pack` would.
+
+The engine hands CrossGuard each resource's properties as a protobuf Struct (every number a
+float, secrets and unknowns as signature objects/sentinels); pulumi_policy 1.21 turns that into
+``ResourceValidationArgs`` (inputs, options, provider) per resource and one
+``StackValidationArgs`` (outputs, parent, dependencies, property dependencies) per stack. The
+functions here build those objects the same way from ``components.mocks.Graph`` records, so the
+policies are tested on exactly what they would receive.
+
+``preview=True`` reproduces a preview of a stack that does not exist yet: every value the
+provider computes (ids, ARNs, generated names, and every input built from one) is unknown.
+The mock recorder does not keep property dependencies; they are rebuilt from the values each
+input was computed from, restricted to the dependencies the SDK recorded.
+
+``analyze`` additionally drives pulumi_policy's own analyzer servicer (``Analyze`` and
+``AnalyzeStack``) with protobuf requests, without starting its gRPC server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping
+
+import pulumi
+from google.protobuf import json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2
+from pulumi_policy import (EnforcementLevel, PolicyCustomTimeouts, PolicyProviderResource, PolicyResource,
+                           PolicyResourceOptions, ResourceValidationArgs, ResourceValidationPolicy,
+                           StackValidationArgs, StackValidationPolicy)
+from pulumi_policy.deserialize import deserialize_properties
+from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+from components import mocks
+from components.config import CONFIG_KEY
+from components.stackfile import PROJECT
+
+from .rules import ALL, PACK_NAME
+
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+MIN_REFERENCE_LENGTH = 6
+"""Shorter computed strings (e.g. a version "1") are too ambiguous to trace by value."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    policy: str
+    urn: str
+    message: str
+
+    @property
+    def name(self) -> str:
+        return self.urn.rsplit("::", 1)[-1]
+
+
+# --- values ------------------------------------------------------------------------------------
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, str):
+        yield value
+
+
+def _computed(r: mocks.Registered, region: str) -> set[str]:
+    """Strings the provider computes for ``r`` (unknown during a first preview)."""
+    given = set(_strings(r.inputs))
+    out = mocks.computed_outputs(r.type, r.name, r.inputs, region) if r.custom else {}
+    return {s for s in _strings(out) if s not in given and len(s) >= MIN_REFERENCE_LENGTH}
+
+
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.-]")
+
+
+def _embeds(text: str, ref: str) -> bool:
+    """``ref`` occurs in ``text`` as a whole token (not as the prefix of a longer name)."""
+    start = text.find(ref)
+    while start >= 0:
+        end = start + len(ref)
+        if ((start == 0 or not _NAME_CHARS.match(text[start - 1]))
+                and (end == len(text) or not _NAME_CHARS.match(text[end]))):
+            return True
+        start = text.find(ref, start + 1)
+    return False
+
+
+def _uses(value: Any, references: set[str], exact: set[str] = frozenset()) -> bool:
+    """Whether ``value`` contains a string equal to one of ``exact`` or ``references``, or
+    embedding one of ``references`` (an ARN in a JSON policy, an endpoint in a kubeconfig)."""
+    return any(s in exact or s in references or any(_embeds(s, ref) for ref in references)
+               for s in _strings(value))
+
+
+def _blank_unknowns(value: Any, computed: set[str]) -> Any:
+    """``value`` with every string built from a computed value replaced by the unknown sentinel."""
+    if isinstance(value, Mapping):
+        if value.get(SIG_KEY) == SECRET_SIG:
+            return {**value, "value": _blank_unknowns(value.get("value"), computed)}
+        return {k: _blank_unknowns(v, computed) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_blank_unknowns(v, computed) for v in value]
+    if isinstance(value, str) and _uses(value, computed):
+        return UNKNOWN_STRING_VALUE
+    return value
+
+
+class Wire:
+    """A recorded graph as the engine would send it to an analyzer."""
+
+    def __init__(self, graph: mocks.Graph, *, preview: bool = False, region: str = "us-east-1"):
+        self.graph = graph
+        self.preview = preview
+        self.by_urn = graph.by_urn()
+        self.computed = {r.urn: _computed(r, region) for r in graph.resources}
+        everything = set().union(*self.computed.values()) if self.computed else set()
+        self._unknown = everything if preview else set()
+
+    def inputs(self, r: mocks.Registered) -> dict:
+        return _blank_unknowns(r.inputs, self._unknown) if self.preview else r.inputs
+
+    def outputs(self, r: mocks.Registered) -> dict:
+        if not self.preview:
+            return r.outputs
+        # Computed outputs of a resource that does not exist yet are unknown; the rest are its inputs.
+        return {**self.inputs(r), **{k: UNKNOWN_STRING_VALUE for k in r.outputs if k not in r.inputs}}
+
+    def property_dependencies(self, r: mocks.Registered) -> dict[str, list[str]]:
+        """For each input, the recorded dependencies whose values (any output) it was built from."""
+        deps = [self.by_urn[u] for u in r.dependencies if u in self.by_urn]
+        exact = {d.urn: {s for s in _strings(d.outputs) if len(s) >= MIN_REFERENCE_LENGTH} for d in deps}
+        out = {}
+        for key, value in r.inputs.items():
+            urns = [d.urn for d in deps if _uses(value, self.computed.get(d.urn, set()), exact[d.urn])]
+            if urns:
+                out[key] = urns
+        return out
+
+
+def to_struct(props: Mapping[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(json.loads(json.dumps(props, default=str)))
+    return s
+
+
+def from_struct(s: struct_pb2.Struct) -> Any:
+    """What pulumi_policy's servicer does with a request's properties."""
+    return unknown_checking_proxy(deserialize_properties(json_format.MessageToDict(s)))
+
+
+def _options(r: mocks.Registered) -> PolicyResourceOptions:
+    return PolicyResourceOptions(protect=r.protect, ignore_changes=[], delete_before_replace=None, aliases=[],
+                                 custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[],
+                                 parent=r.parent or None)
+
+
+def _provider(wire: Wire, r: mocks.Registered) -> PolicyProviderResource | None:
+    urn = getattr(r, "provider", "")
+    p = wire.by_urn.get(urn) if urn else None
+    if p is None:
+        return None
+    return PolicyProviderResource(p.type, from_struct(to_struct(wire.inputs(p))), p.urn, p.name)
+
+
+# --- args ----------------------------------------------------------------------------------------
+
+def resource_args(wire: Wire, r: mocks.Registered, config: Mapping | None = None) -> ResourceValidationArgs:
+    return ResourceValidationArgs(r.type, from_struct(to_struct(wire.inputs(r))), r.urn, r.name, _options(r),
+                                  _provider(wire, r), dict(config) if config else None, {})
+
+
+def stack_args(wire: Wire, config: Mapping | None = None) -> StackValidationArgs:
+    """Linked the way ``_PolicyAnalyzerServicer.AnalyzeStack`` links them."""
+    resources = {r.urn: PolicyResource(r.type, from_struct(to_struct(wire.outputs(r))), r.urn, r.name, _options(r),
+                                       _provider(wire, r), None, [], {})
+                 for r in wire.graph.resources}
+    for r in wire.graph.resources:
+        res = resources[r.urn]
+        res.parent = resources.get(r.parent)
+        res.dependencies.extend(resources[d] for d in r.dependencies if d in resources)
+        for key, urns in wire.property_dependencies(r).items():
+            res.property_dependencies[key] = [resources[u] for u in urns if u in resources]
+    return StackValidationArgs(list(resources.values()), dict(config) if config else None, {})
+
+
+@contextlib.contextmanager
+def stack_config(raw: Mapping | None) -> Iterator[None]:
+    """The stack's ``platform`` config as the CLI hands it to a policy pack (PULUMI_CONFIG)."""
+    key = f"{PROJECT}:{CONFIG_KEY}"
+    config = pulumi.runtime.config.CONFIG.get()
+    before = config.get(key)
+    if raw is None:
+        config.pop(key, None)
+    else:
+        config[key] = json.dumps(raw)
+    try:
+        yield
+    finally:
+        if before is None:
+            config.pop(key, None)
+        else:
+            config[key] = before
+
+
+def evaluate(graph: mocks.Graph, policies: Iterable = ALL, *, preview: bool = False,
+             platform_config: Mapping | None = None, region: str = "us-east-1") -> list[Violation]:
+    """Every violation ``policies`` report on ``graph``: resource policies on each custom
+    resource's inputs, stack policies once on all outputs."""
+    wire = Wire(graph, preview=preview, region=region)
+    found: list[Violation] = []
+    with stack_config(platform_config):
+        for policy in policies:
+            if isinstance(policy, ResourceValidationPolicy):
+                for r in graph.resources:
+                    if r.custom:
+                        policy.validate(resource_args(wire, r), lambda m, u=None, r=r, p=policy:
+                                        found.append(Violation(p.name, r.urn, m)))
+            elif isinstance(policy, StackValidationPolicy):
+                policy.validate(stack_args(wire), lambda m, u=None, p=policy:
+                                found.append(Violation(p.name, u or "", m)))
+    return found
+
+
+# --- through pulumi_policy's analyzer servicer ---------------------------------------------------
+
+def _proto_options(r: mocks.Registered) -> analyzer_pb2.AnalyzerResourceOptions:
+    return analyzer_pb2.AnalyzerResourceOptions(protect=r.protect, parent=r.parent)
+
+
+def _proto_provider(wire: Wire, r: mocks.Registered) -> analyzer_pb2.AnalyzerProviderResource | None:
+    urn = getattr(r, "provider", "")
+    p = wire.by_urn.get(urn) if urn else None
+    if p is None:
+        return None
+    return analyzer_pb2.AnalyzerProviderResource(type=p.type, properties=to_struct(wire.inputs(p)),
+                                                 urn=p.urn, name=p.name)
+
+
+def analyze(graph: mocks.Graph, policies: list = ALL, *, preview: bool = False,
+            platform_config: Mapping | None = None, region: str = "us-east-1") -> list[Violation]:
+    """The diagnostics pulumi_policy's own servicer returns for ``graph`` (mandatory and advisory
+    alike), one ``Analyze`` per custom resource and one ``AnalyzeStack``."""
+    wire = Wire(graph, preview=preview, region=region)
+    servicer = _PolicyAnalyzerServicer(PACK_NAME, "0.0.1", policies, EnforcementLevel.MANDATORY)
+    responses = []
+    with stack_config(platform_config):
+        for r in graph.resources:
+            if r.custom:
+                responses.append((r.urn, servicer.Analyze(analyzer_pb2.AnalyzeRequest(
+                    type=r.type, properties=to_struct(wire.inputs(r)), urn=r.urn, name=r.name,
+                    options=_proto_options(r), provider=_proto_provider(wire, r)), None)))
+        stack = []
+        for r in graph.resources:
+            stack.append(analyzer_pb2.AnalyzerResource(
+                type=r.type, properties=to_struct(wire.outputs(r)), urn=r.urn, name=r.name,
+                options=_proto_options(r), provider=_proto_provider(wire, r), parent=r.parent,
+                dependencies=r.dependencies,
+                propertyDependencies={k: analyzer_pb2.AnalyzerPropertyDependencies(urns=v)
+                                      for k, v in wire.property_dependencies(r).items()}))
+        responses.append(("", servicer.AnalyzeStack(analyzer_pb2.AnalyzeStackRequest(resources=stack), None)))
+    # A violation's message is the policy's description, a newline, then what the check said; a
+    # check that could not run during preview yields one advisory diagnostic naming the policy.
+    return [Violation(d.policyName, d.urn or urn, d.message.split("\n", 1)[-1])
+            for urn, resp in responses for d in resp.diagnostics]
