@@ -85,8 +85,9 @@ def render_text(plan) -> str:
              "$/node-h", "$/h", "$/GPU-h", "price"]]
     for p in plan.pools:
         rows.append([p.name, p.instance_type, p.capacity, f"{p.nodes_min}/{p.nodes_desired}/{p.nodes_max}",
-                     str(p.gpus_desired), f"{p.efa_attached}/{p.efa_max}", f"{p.efa_gbps_per_node:,.0f}",
-                     f"{p.efa_gbps_total:,.0f}", _money(p.usd_per_node_hour), _money(p.usd_per_hour),
+                     str(p.gpus_desired), f"{p.efa_attached}/{p.efa_max}" if p.efa_max else "-",
+                     f"{p.efa_gbps_per_node:,.0f}" if p.efa_max else "-",
+                     f"{p.efa_gbps_total:,.0f}" if p.efa_max else "-", _money(p.usd_per_node_hour), _money(p.usd_per_hour),
                      "-" if p.usd_per_gpu_hour is None else _money(p.usd_per_gpu_hour), p.price_basis])
     out += _table(rows, right={3, 4, 5, 6, 7, 8, 9, 10})
     per_gpu = "" if t.usd_per_gpu_hour is None else f", ${_money(t.usd_per_gpu_hour)} per GPU-hour all-in"
