@@ -117,7 +117,7 @@ def architecture_svg(plan, graph: Graph) -> str:
 
     def subnet_label(sid: str) -> str:
         s = subnets[sid]
-        return f"{short_name(cfg, s.name)} {s.inputs['cidrBlock']} ({s.inputs.get('availabilityZone', '?')})"
+        return f"{short_name(cfg, s.name)} {s.inputs.get('cidrBlock')} ({s.inputs.get('availabilityZone', '?')})"
 
     single = [r for r in resources if len(r.subnet_ids) == 1]
     spread = [r for r in resources if len(r.subnet_ids) != 1]
@@ -129,12 +129,12 @@ def architecture_svg(plan, graph: Graph) -> str:
         b = budgets.get(name)
         return f"{b.demand:,} of {b.capacity:,} IPs at max" if b else ""
 
-    # Left to right: the EFA zone, the second zone; top to bottom: node subnet, private, public.
+    # Top to bottom: control plane, the EFA zone's node subnet, the private subnets of both
+    # zones, the public subnets; the checkpoint bucket right of the VPC.
     margin, header = 20, 56
-    x0 = margin + 16
     y = header + 40
     region_top = header + 8
-    inner_x = x0 + 16
+    inner_x = margin + 32
     out: list[str] = []
 
     # Control plane and its add-ons, above the VPC.

@@ -179,7 +179,7 @@ def check_single_az(cfg: StackConfig, graph: Graph, pools: list[PoolResources]) 
                                  f"control-plane subnets span {len(zones)} zone(s); EKS requires two"))
     blocks = vpc_blocks(graph)
     for s in subnets.values():
-        if subnet_outside_vpc(s.inputs["cidrBlock"], blocks):
+        if blocks and s.inputs.get("cidrBlock") and subnet_outside_vpc(s.inputs["cidrBlock"], blocks):
             out.append(Violation(IP_BUDGET, f"subnet {short_name(cfg, s.name)}",
                                  f"{s.inputs['cidrBlock']} is outside the VPC's CIDR blocks {blocks}"))
     return out
