@@ -10,6 +10,7 @@ Helm releases, the bucket and its settings, and the pod templates from the sched
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from xml.sax.saxutils import escape
 
@@ -140,11 +141,14 @@ def architecture_svg(plan, graph: Graph) -> str:
     # Control plane and its add-ons, above the VPC.
     addons = sorted(a.inputs.get("addonName", a.name) for a in graph.of_type(ADDON))
     charts = sorted(h.inputs.get("chart", h.name) for h in graph.of_type(HELM_RELEASE))
-    eks = Box([f"EKS control plane {plan.cluster} (Kubernetes {plan.kubernetes})",
-               "ENIs in private subnets of both zones; API auth, KMS secrets, logs",
-               "add-ons: " + ", ".join(addons),
-               "Helm: " + ", ".join(charts)], stroke=COLORS["aws_stroke"],
-              fill=COLORS["aws"])
+    objects = Counter(r.type.rsplit(":", 1)[1] for r in graph.resources
+                      if r.custom and r.type.startswith("kubernetes:") and r.type != HELM_RELEASE)
+    eks_lines = [f"EKS control plane {plan.cluster} (Kubernetes {plan.kubernetes})",
+                 "ENIs in private subnets of both zones; API auth, KMS secrets, logs",
+                 "add-ons: " + ", ".join(addons), "Helm: " + ", ".join(charts)]
+    if objects:
+        eks_lines.append("workload objects: " + ", ".join(f"{n} {kind}" for kind, n in sorted(objects.items())))
+    eks = Box(eks_lines, stroke=COLORS["aws_stroke"], fill=COLORS["aws"])
     eks.x, eks.y = inner_x, y
     vpc_top = eks.y + eks.height + 30
 
