@@ -84,6 +84,8 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
         out["nodeGroupName"] = inputs.get("nodeGroupName", name)
     elif type_ == "aws:eks/accessEntry:AccessEntry":
         out["principalArn"] = inputs.get("principalArn")
+    elif type_ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+        out.update(dnsName=f"{name}-id.fsx.{region}.amazonaws.com", mountName="abcdefgh")
     return out
 
 
