@@ -43,12 +43,26 @@ def record(cfg: StackConfig):
     return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=cfg.stack)
 
 
+class WorkloadsDoNotFit(Exception):
+    """The program refuses to register anything because workload pods would stay Pending."""
+
+    def __init__(self, cfg: StackConfig, placements: list[Any], refusal: StackConfigError):
+        super().__init__(str(refusal))
+        self.cfg, self.placements, self.refusal = cfg, placements, refusal
+
+
 def plan_stack(stack: str, directory: Path = STACKS_DIR):
-    """Validate, record and judge one stack. Raises StackConfigError for an invalid config."""
+    """Validate, record and judge one stack. Raises StackConfigError for an invalid config and
+    WorkloadsDoNotFit when the program refuses to build because pods cannot be placed."""
     from components.planning import make_plan
     cfg = read_stack(stack, directory, model=config_model())
-    graph = record(cfg)
     placements, note = workload_placements(cfg)
+    try:
+        graph = record(cfg)
+    except StackConfigError as err:
+        if placements and not all(p.fits for p in placements):
+            raise WorkloadsDoNotFit(cfg, placements, err) from None
+        raise
     return make_plan(cfg, graph, placements, note), graph
 
 
@@ -103,17 +117,7 @@ def render_text(plan) -> str:
                      f"{100 * b.demand / b.capacity:.0f}%", ", ".join(b.pools) or "-"])
     out += _table(rows, right={3, 4, 5}) + [""]
 
-    out.append("Workload placement")
-    if plan.placements is None:
-        out.append(f"  {plan.placements_note}")
-    elif not plan.placements:
-        out.append("  no pod templates")
-    else:
-        rows = [["pod", "pool", "fits"]]
-        for p in plan.placements:
-            rows.append([p.pod, p.pool or "-", "yes" if p.fits else "NO: " + "; ".join(p.problems)])
-        out += _table(rows)
-    out.append("")
+    out += _placement_lines(plan.placements, plan.placements_note) + [""]
 
     counts = sorted(plan.resource_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     out.append(f"Resource graph: {sum(plan.resource_counts.values())} resources in {len(counts)} types, "
@@ -136,18 +140,44 @@ def render_text(plan) -> str:
     out += _table(rows, right={0, 1})
     if plan.inherited:
         on_path = {p.step.urn for p in s.path}
-        kinds = sorted({st.type.rsplit(':', 1)[1] for st, _ in plan.inherited})
-        held = [st for st, _ in plan.inherited if st.urn in on_path]
-        out.append(f"  held back by a parent component's depends_on rather than their own inputs: "
-                   f"{len(plan.inherited)} ({', '.join(kinds)}); on the critical path: "
-                   + (", ".join(f"{st.name} (+{_clock(st.seconds)})" for st in held) if held else "none"))
+        out.append(f"  held back by a parent component's depends_on, not by their own inputs "
+                   f"({len(plan.inherited)}):")
+        for st, delay in sorted(plan.inherited, key=lambda x: -x[1]):
+            out.append(f"    {st.type} {st.name}: starts {_duration(delay)} after its inputs are ready"
+                       + ("; on the critical path" if st.urn in on_path else ""))
     out.append("")
 
-    if plan.violations:
-        out.append(f"Violations: {len(plan.violations)}")
-        out += [f"  VIOLATION {v}" for v in plan.violations]
-    else:
-        out.append("Violations: none")
+    out += _violation_lines(plan.violations)
+    return "\n".join(out) + "\n"
+
+
+def _placement_lines(placements: list[Any] | None, note: str) -> list[str]:
+    out = ["Workload placement"]
+    if placements is None:
+        return out + [f"  {note}"]
+    if not placements:
+        return out + ["  no pod templates"]
+    rows = [["pod", "pool", "fits"]]
+    for p in placements:
+        rows.append([p.pod, p.pool or "-", "yes" if p.fits else "NO: " + "; ".join(p.problems)])
+    return out + _table(rows)
+
+
+def _violation_lines(violations: Sequence[Any]) -> list[str]:
+    if not violations:
+        return ["Violations: none"]
+    return [f"Violations: {len(violations)}"] + [f"  VIOLATION {v}" for v in violations]
+
+
+def render_refusal(refused: WorkloadsDoNotFit) -> str:
+    """What can be shown when the program registers nothing: where each pod lands, and why not."""
+    from components.rules import check_placements
+    cfg = refused.cfg
+    out = [f"Plan for stack {cfg.stack}: region {cfg.region}, zone {cfg.availability_zone}, "
+           f"cluster {cfg.cluster_name}",
+           "The program registers nothing for this stack: workload pods would stay Pending.", ""]
+    out += _placement_lines(refused.placements, "") + [""]
+    out += _violation_lines(check_placements(refused.placements))
     return "\n".join(out) + "\n"
 
 
@@ -164,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StackConfigError as err:
         print(f"plan: {err}", file=sys.stderr)
         return EXIT_INVALID
+    except WorkloadsDoNotFit as refused:
+        sys.stdout.write(render_refusal(refused))
+        return EXIT_VIOLATIONS
     sys.stdout.write(render_text(plan))
     if args.json:
         args.json.write_text(json.dumps(plan.to_json(), indent=2) + "\n")

@@ -143,6 +143,17 @@ def test_unschedulable_pod_is_a_violation(monkeypatch, capsys):
     assert "NO: requests 9 nvidia.com/gpu, node has 4" in text
 
 
+def test_stack_whose_pods_cannot_fit_exits_non_zero_naming_the_pod(tmp_path, capsys):
+    pytest.importorskip("workloads.schedulability")
+    reward = next(p for p in load("p5en-prod").pools if p.role is Role.REWARD)
+    too_many = CATALOG[reward.instance_type].vcpu + 16
+    _write_stack(tmp_path, "fat", lambda raw: raw.update(workloads={"reward": {"cpu": too_many}}))
+    assert plan_cli.main(["fat", "--stack-dir", str(tmp_path)]) == plan_cli.EXIT_VIOLATIONS
+    text = capsys.readouterr().out
+    assert f"VIOLATION [unschedulable-pod] pod reward on pool {reward.name}" in text
+    assert f"requests {too_many} CPU" in text
+
+
 def test_program_dropping_an_efa_interface_fails_the_plan(monkeypatch, capsys):
     """A regression in the program (not the config) is caught on the recorded graph."""
     import components.node_pool as node_pool
