@@ -65,6 +65,10 @@ SECONDS: dict[str, int] = {
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": 2,
     "aws:s3/bucketPolicy:BucketPolicy": 2,
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": 5,
+    # FSx for Lustre (checkpoint file system): creation to AVAILABLE is typically 5-10 min for
+    # PERSISTENT_2; a data repository association with a metadata import a few minutes.
+    "aws:fsx/lustreFileSystem:LustreFileSystem": 600,
+    "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation": 180,
     # Kubernetes
     "kubernetes:helm.sh/v3:Release": 60,
     "kubernetes:apps/v1:Deployment": 60,

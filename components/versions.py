@@ -24,8 +24,6 @@ class Addons(_Pinned):
     coredns: str = "v1.14.3-eksbuild.3"
     kube_proxy: str = "v1.35.3-eksbuild.13"
     pod_identity_agent: str = "v1.3.10-eksbuild.2"
-    fsx_csi_driver: str = "v1.10.0-eksbuild.1"
-    """FSx for Lustre CSI driver (driver v1.10.0): mounts the checkpoint file system as a static PV."""
     node_monitoring_agent: str = "v1.6.2-eksbuild.1"
     cloudwatch_observability: str = "v5.3.0-eksbuild.1"
 
@@ -54,6 +52,9 @@ class Charts(_Pinned):
     """Ships the RayCluster/RayJob/RayService CRDs of KubeRay v1.7.0 (../shared/schemas/kuberay)."""
     volcano: Chart = Chart(chart="volcano", version="1.15.1", repo="https://volcano-sh.github.io/helm-charts")
     """Gang scheduler the TorchX ``kubernetes`` scheduler submits to (batch.volcano.sh/v1alpha1 Job)."""
+    fsx_csi_driver: Chart = Chart(chart="aws-fsx-csi-driver", version="1.17.0",
+                                  repo="https://kubernetes-sigs.github.io/aws-fsx-csi-driver")
+    """FSx for Lustre CSI driver 1.9.0, node plugin only: mounts the checkpoint file system (static PV)."""
 
 
 class SoftwareStack(_Pinned):

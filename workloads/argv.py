@@ -1,0 +1,174 @@
+"""The full Miles command line of a run, from the run spec and the pools.
+
+Shared by the KubeRay RayJob (``entrypoint``) and the TorchX component (the head's command), so
+both submit exactly the same argv. Layout flags come from the pools: actor nodes and GPUs from the
+training pool, rollout GPUs and the engine size from the rollout pool. Recipe defaults follow
+Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from components.config import Role
+
+from .layout import deepep_flags_needed, is_spot, paths, resolve_deepep, reward_enabled
+from .settings import DeepEPVersion
+
+if TYPE_CHECKING:  # pragma: no cover
+    from program import ProgramConfig
+
+MILES_DIR = "/root/miles"
+REWARD_SERVICE = "reward"
+REWARD_PATH = "/reward"
+
+
+def _moe_layer_freq(nlayers: int, first_dense: int = 0) -> str:
+    dense = min(first_dense, nlayers)
+    return "[" + ",".join(["0"] * dense + ["1"] * (nlayers - dense)) + "]"
+
+
+def _qwen3_moe(*, heads: int, layers: int, hidden: int, ffn: int, moe_ffn: int) -> list[str]:
+    """Miles v0.1.0 scripts/models/qwen3-*-A*B.py, without the dispatcher (set per DeepEP mode)."""
+    return ["--disable-bias-linear", "--qk-layernorm", "--group-query-attention",
+            "--num-attention-heads", str(heads), "--num-query-groups", "4", "--kv-channels", "128",
+            "--num-layers", str(layers), "--hidden-size", str(hidden), "--ffn-hidden-size", str(ffn),
+            "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--norm-epsilon", "1e-6",
+            "--rotary-percent", "1.0", "--swiglu", "--untie-embeddings-and-output-weights",
+            "--vocab-size", "151936", "--rotary-base", "1000000",
+            "--moe-ffn-hidden-size", str(moe_ffn), "--moe-router-score-function", "softmax",
+            "--moe-router-topk", "8", "--moe-layer-freq", _moe_layer_freq(layers),
+            "--num-experts", "128", "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
+            "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
+
+
+MODEL_PRESETS: dict[str, list[str]] = {
+    "Qwen/Qwen3-30B-A3B": _qwen3_moe(heads=32, layers=48, hidden=2048, ffn=6144, moe_ffn=768),
+    "Qwen/Qwen3-235B-A22B": _qwen3_moe(heads=64, layers=94, hidden=4096, ffn=12288, moe_ffn=1536),
+}
+
+
+def model_args(cfg: "ProgramConfig") -> list[str]:
+    run = cfg.workloads.run
+    if run.model_args is not None:
+        return list(run.model_args)
+    return list(MODEL_PRESETS[run.model])
+
+
+def reward_url(cfg: "ProgramConfig") -> str:
+    port = cfg.workloads.reward.port
+    return f"http://{REWARD_SERVICE}.{cfg.checkpoints.namespace}.svc.cluster.local:{port}{REWARD_PATH}"
+
+
+def layout(cfg: "ProgramConfig") -> dict[str, int]:
+    """The Ray layout Miles is told: derived from the desired node counts of the two GPU pools."""
+    train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+    per_engine = cfg.workloads.run.rollout.nodes_per_engine * rollout.instance.gpus
+    return {"actor_num_nodes": train.nodes.desired, "actor_num_gpus_per_node": train.instance.gpus,
+            "num_gpus_per_node": rollout.instance.gpus,
+            "rollout_num_gpus": rollout.nodes.desired * rollout.instance.gpus,
+            "rollout_num_gpus_per_engine": per_engine}
+
+
+def miles_argv(cfg: "ProgramConfig") -> list[str]:
+    """``python3 /root/miles/<entry point> <flags>``: the one command both submit paths run."""
+    run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
+    p, lay, deepep = paths(cfg), layout(cfg), resolve_deepep(cfg)
+    a: list[str] = ["python3", f"{MILES_DIR}/{run.entry_point.value}"]
+
+    def f(flag: str, *values: object) -> None:
+        a.append(flag)
+        a.extend(str(v) for v in values)
+
+    f("--train-backend", "megatron")
+    f("--megatron-to-hf-mode", "bridge")
+    # Checkpoints: HF weights (bridge mode loads them directly), Megatron saves on FSx -> S3.
+    f("--hf-checkpoint", p.model)
+    f("--ref-load", p.model)
+    f("--load", p.checkpoints)
+    f("--save", p.checkpoints)
+    f("--save-interval", run.save_interval)
+    # Data and reward.
+    f("--prompt-data", p.data)
+    f("--input-key", run.input_key)
+    f("--label-key", run.label_key)
+    if run.apply_chat_template:
+        f("--apply-chat-template")
+    f("--rollout-shuffle")
+    if reward_enabled(cfg):
+        f("--rm-type", "remote_rm")
+        f("--rm-url", reward_url(cfg))
+    else:
+        f("--rm-type", run.rm_type)
+    # GRPO.
+    f("--num-rollout", grpo.num_rollout)
+    f("--rollout-batch-size", grpo.rollout_batch_size)
+    f("--n-samples-per-prompt", grpo.n_samples_per_prompt)
+    f("--rollout-max-response-len", grpo.rollout_max_response_len)
+    f("--rollout-temperature", grpo.rollout_temperature)
+    f("--global-batch-size", grpo.global_batch_size)
+    f("--balance-data")
+    f("--advantage-estimator", "grpo")
+    f("--use-kl-loss")
+    f("--kl-loss-coef", grpo.kl_loss_coef)
+    f("--kl-loss-type", grpo.kl_loss_type)
+    f("--entropy-coef", grpo.entropy_coef)
+    f("--eps-clip", grpo.eps_clip)
+    f("--eps-clip-high", grpo.eps_clip_high)
+    f("--optimizer", "adam")
+    f("--lr", grpo.lr)
+    f("--lr-decay-style", "constant")
+    f("--weight-decay", 0.1)
+    f("--adam-beta1", 0.9)
+    f("--adam-beta2", 0.98)
+    # Megatron parallelism and performance.
+    f("--tensor-model-parallel-size", par.tensor)
+    if par.sequence_parallel:
+        f("--sequence-parallel")
+    f("--pipeline-model-parallel-size", par.pipeline)
+    f("--context-parallel-size", par.context)
+    f("--expert-model-parallel-size", par.expert)
+    f("--expert-tensor-parallel-size", par.expert_tensor)
+    f("--recompute-granularity", "full")
+    f("--recompute-method", "uniform")
+    f("--recompute-num-layers", 1)
+    f("--use-dynamic-batch-size")
+    f("--max-tokens-per-gpu", grpo.max_tokens_per_gpu)
+    f("--attention-dropout", 0.0)
+    f("--hidden-dropout", 0.0)
+    f("--accumulate-allreduce-grads-in-fp32")
+    f("--attention-softmax-in-fp32")
+    f("--attention-backend", "flash")
+    a.extend(model_args(cfg))
+    # Megatron's MoE token dispatcher: DeepEP (flex) overrides the model's alltoall.
+    if deepep_flags_needed(deepep):
+        f("--moe-enable-deepep")
+        f("--moe-token-dispatcher-type", "flex")
+    else:
+        f("--moe-token-dispatcher-type", "alltoall")
+    # Layout: actors on the training pool, SGLang engines on the rollout pool.
+    f("--actor-num-nodes", lay["actor_num_nodes"])
+    f("--actor-num-gpus-per-node", lay["actor_num_gpus_per_node"])
+    f("--num-gpus-per-node", lay["num_gpus_per_node"])
+    f("--rollout-num-gpus", lay["rollout_num_gpus"])
+    f("--rollout-num-gpus-per-engine", lay["rollout_num_gpus_per_engine"])
+    # SGLang engines: expert parallel over the whole engine, DeepEP all-to-all.
+    engine = lay["rollout_num_gpus_per_engine"]
+    f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
+    f("--sglang-ep-size", engine)
+    if deepep.version is not DeepEPVersion.OFF:
+        f("--sglang-moe-a2a-backend", "deepep")
+        f("--sglang-deepep-mode", deepep.sglang_mode)
+    if run.rollout.dp_attention and engine > 1:
+        f("--sglang-enable-dp-attention")
+        f("--sglang-dp-size", engine)
+    # A Spot rollout pool loses engines: health-check them and restart dead ones before weight sync.
+    if is_spot(cfg.pool(Role.ROLLOUT)):
+        f("--use-fault-tolerance")
+    a.extend(run.extra_args)
+    return a
+
+
+def flags(argv: list[str]) -> list[str]:
+    """The ``--flag`` tokens of an argv (values that look like negative numbers excluded)."""
+    return [t for t in argv if t.startswith("--")]

@@ -1,0 +1,112 @@
+"""Workloads: the Kubernetes side of a stack, registered from the rendered manifests.
+
+KubeRay operator and Volcano (Helm, pinned) on the system pool; the checkpoint file system
+(FSx for Lustre linked to the bucket) and its static PV/PVC; the RayCluster; the optional RayJob;
+the reward service (Deployment, Service, PodDisruptionBudget); the preprocessing Job. Every object
+goes through the cluster's provider and waits for what it needs (CRDs, device plugins, the pool's
+nodes, the file system's association).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import Role
+from components.fsx import CheckpointFileSystem
+from components.platform import Platform
+from components.versions import Chart
+
+from . import layout as L
+from . import manifests as M
+
+if TYPE_CHECKING:  # pragma: no cover
+    from program import ProgramConfig
+
+TYPED = {
+    "Namespace": k8s.core.v1.Namespace,
+    "ServiceAccount": k8s.core.v1.ServiceAccount,
+    "ConfigMap": k8s.core.v1.ConfigMap,
+    "PersistentVolume": k8s.core.v1.PersistentVolume,
+    "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
+    "Service": k8s.core.v1.Service,
+    "Deployment": k8s.apps.v1.Deployment,
+    "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
+    "Job": k8s.batch.v1.Job,
+}
+
+
+class Workloads(pulumi.ComponentResource):
+    """Operators, storage, Ray cluster, optional RayJob, reward service and preprocessing Job."""
+
+    def __init__(self, cfg: "ProgramConfig", platform: Platform, opts: pulumi.ResourceOptions | None = None):
+        name = f"{cfg.cluster_name}-workloads"
+        super().__init__("rlplatform:workloads:Workloads", name, None, opts)
+        self._provider = platform.cluster.provider
+        node_group = {p: platform.pools[p].node_group for p in platform.pools}
+        system = node_group[cfg.pool(Role.SYSTEM).name]
+        plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
+
+        self.storage = CheckpointFileSystem(
+            f"{cfg.cluster_name}-fsx", capacity_gib=cfg.workloads.storage.capacity_gib,
+            throughput_per_tib=cfg.workloads.storage.throughput_per_tib,
+            subnet_id=platform.network.node_subnet_id, vpc_id=platform.network.vpc.id,
+            node_security_group_id=platform.cluster.security_group_id, bucket=platform.checkpoints.name,
+            export_dir=L.CHECKPOINT_DIR, retain=cfg.checkpoints.retain_on_destroy,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[system]))
+
+        charts = cfg.versions.charts
+        self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE,
+                                     M.kuberay_values(cfg), after=[system])
+        self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(cfg),
+                                     after=[system])
+        self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
+                                     M.fsx_csi_values(), after=[system])
+
+        ns = self._object(M.namespace(cfg), after=[system])
+        sa = self._object(M.service_account(cfg), after=[ns])
+        scripts = self._object(M.scripts_configmap(cfg), after=[ns])
+        fs = self.storage
+        pv = self._object(M.fsx_pv(cfg, fs.id, fs.dns_name, fs.mount_name),
+                          after=[self.fsx_csi, fs.association])
+        pvc = self._object(M.fsx_pvc(cfg), after=[ns, pv])
+
+        gpu_groups = [node_group[cfg.pool(r).name] for r in (Role.TRAIN, Role.ROLLOUT)]
+        self.raycluster = self._custom(M.raycluster(cfg), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
+        self.queue = self._custom(M.volcano_queue(cfg), after=[self.volcano])
+        self.rayjob = (self._custom(M.rayjob(cfg), after=[self.raycluster])
+                       if cfg.workloads.run.ray_job else None)
+
+        reward = L.reward_group(cfg)
+        self.reward = None
+        if reward is not None:
+            after = [scripts, ns, node_group[reward.pool.name], *(plugins if reward.gpus else [])]
+            self.reward = self._object(M.reward_deployment(cfg), after=after)
+            self._object(M.reward_service(cfg), after=[ns])
+            self._object(M.reward_pdb(cfg), after=[ns])
+        job = L.preprocess_job(cfg)
+        self.stage = (self._object(M.preprocess_job(cfg), after=[pvc, scripts, sa, node_group[job.pool.name]])
+                      if job else None)
+        self.register_outputs({"rayCluster": L.RAY_CLUSTER, "fileSystemId": fs.id})
+
+    def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))
+
+    def _release(self, name: str, chart: Chart, namespace: str, values: dict,
+                 after: Sequence[pulumi.Resource]) -> k8s.helm.v3.Release:
+        return k8s.helm.v3.Release(
+            name, name=name, chart=chart.chart, version=chart.version, namespace=namespace,
+            create_namespace=True, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+            values=values, atomic=True, opts=self._opts(after))
+
+    def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
+        cls = TYPED[obj["kind"]]
+        args = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        return cls(f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args, opts=self._opts(after))
+
+    def _custom(self, obj: dict, after: Sequence[pulumi.Resource]) -> k8s.apiextensions.CustomResource:
+        return k8s.apiextensions.CustomResource(
+            f"{obj['kind'].lower()}-{obj['metadata']['name']}", api_version=obj["apiVersion"], kind=obj["kind"],
+            metadata=obj["metadata"], spec=obj["spec"], opts=self._opts(after))

@@ -1,0 +1,202 @@
+"""Where every workload runs and how big its pods are, derived from the pools and the catalog.
+
+One place answers "which pool, how many pods, what does each pod ask for" for the Ray groups, the
+reward service and the preprocessing Job; the manifests, the Miles argv, the TorchX component and
+the schedulability check all read these answers, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from components.config import CapacityType, Pool, Role
+
+from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
+from .settings import DeepEPVersion, GinBackend, version_tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from program import ProgramConfig
+
+SM90_GPUS = frozenset({"H100", "H200", "B200", "B300"})
+"""GPU models DeepEP supports (Hopper SM90 or newer; DeepEP's README requirement)."""
+GIN_GPU_MIN_EFA_INSTALLER = (1, 50)
+DEEPEP_V2_MIN_NCCL = (2, 30, 4)
+"""DeepEP 2.x README: NCCL 2.30.4 and above."""
+GIN_TYPE = {GinBackend.PROXY: "2", GinBackend.GPU: "5"}
+
+RAY_CLUSTER = "miles"
+GPU_NODE_RESOURCE = "gpu_node"
+"""Custom Ray resource of training nodes: Miles' driver asks for a sliver of it to land on a GPU
+node (it needs libcuda) that is never Spot."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One Ray group (or service): a pool, a replica count and one pod's size."""
+
+    name: str
+    pool: Pool
+    replicas: int
+    cpu: int
+    """Whole cores (requests = limits)."""
+    memory_g: int
+    """Decimal gigabytes (requests = limits)."""
+    gpus: int = 0
+    efa: int = 0
+    hugepages_mi: int = 0
+    shm_bytes: int = 0
+    ray_resources: dict[str, float] = field(default_factory=dict)
+    ipc_lock: bool = False
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_g * 1000 ** 3
+
+    @property
+    def object_store_bytes(self) -> int:
+        """Ray's object store lives in /dev/shm: 80 % of it."""
+        return int(self.shm_bytes * 0.8)
+
+
+@dataclass(frozen=True)
+class DeepEP:
+    version: DeepEPVersion
+    gin_backend: GinBackend | None
+    sglang_mode: str
+
+    @property
+    def enabled(self) -> bool:
+        return self.version is not DeepEPVersion.OFF
+
+
+def deepep_flags_needed(deepep: DeepEP) -> bool:
+    """Megatron's flex dispatcher with DeepEP (``--moe-enable-deepep``) whenever DeepEP is on."""
+    return deepep.enabled
+
+
+def gpu_pools(cfg: "ProgramConfig") -> list[Pool]:
+    return [p for p in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if p is not None]
+
+
+def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
+    """The DeepEP mode the stack runs: explicit, or v2 on SM90+ GPUs and off on A100."""
+    s = cfg.workloads.run.deepep
+    sm90 = all(p.instance.gpu_model in SM90_GPUS for p in gpu_pools(cfg))
+    version = s.version or (DeepEPVersion.V2 if sm90 else DeepEPVersion.OFF)
+    backend = None
+    if version is DeepEPVersion.V2:
+        backend = s.gin_backend
+        if backend is GinBackend.AUTO:
+            gpu_ok = version_tuple(cfg.versions.software.efa_installer) >= GIN_GPU_MIN_EFA_INSTALLER
+            backend = GinBackend.GPU if gpu_ok else GinBackend.PROXY
+    return DeepEP(version, backend, s.sglang_mode)
+
+
+def head_pool(cfg: "ProgramConfig") -> Pool:
+    name = cfg.workloads.ray.head_pool
+    if name:
+        return next(p for p in cfg.pools if p.name == name)
+    return cfg.pool(Role.CPU) or cfg.pool(Role.SYSTEM)
+
+
+def reward_pool(cfg: "ProgramConfig") -> Pool | None:
+    s = cfg.workloads.reward
+    if not reward_enabled(cfg):
+        return None
+    if s.pool:
+        return next(p for p in cfg.pools if p.name == s.pool)
+    return cfg.pool(Role.REWARD) or cfg.pool(Role.CPU)
+
+
+def reward_enabled(cfg: "ProgramConfig") -> bool:
+    s = cfg.workloads.reward
+    return s.enabled if s.enabled is not None else cfg.pool(Role.REWARD) is not None
+
+
+def is_spot(pool: Pool) -> bool:
+    return pool.capacity.type is CapacityType.SPOT
+
+
+def _gpu_group(cfg: "ProgramConfig", name: str, pool: Pool, resources: dict[str, float]) -> Group:
+    alloc = allocatable(pool, cfg.workloads.efa_devices)
+    cpu, mem_g = whole_node(alloc)
+    efa = efa_devices(pool, cfg.workloads.efa_devices)
+    return Group(name=name, pool=pool, replicas=pool.nodes.desired, cpu=cpu, memory_g=mem_g,
+                 gpus=pool.instance.gpus, efa=efa, hugepages_mi=POD_HUGEPAGES_MI if efa else 0,
+                 shm_bytes=cfg.workloads.ray.gpu_shm_gib * GI, ray_resources=resources, ipc_lock=True)
+
+
+def _cpu_group(cfg: "ProgramConfig", name: str, pool: Pool, fraction: float,
+               resources: dict[str, float]) -> Group:
+    cpu, mem_g = whole_node(allocatable(pool, cfg.workloads.efa_devices), fraction)
+    mem = mem_g * 1000 ** 3
+    return Group(name=name, pool=pool, replicas=pool.nodes.desired, cpu=cpu, memory_g=mem_g,
+                 shm_bytes=int(mem * cfg.workloads.ray.cpu_shm_fraction) // GI * GI,
+                 ray_resources=resources)
+
+
+def ray_head(cfg: "ProgramConfig") -> Group:
+    r = cfg.workloads.ray
+    mem_g = r.head_memory_gib * GI // 1000 ** 3
+    return Group(name="head", pool=head_pool(cfg), replicas=1, cpu=r.head_cpu, memory_g=mem_g,
+                 shm_bytes=(r.head_memory_gib // 4) * GI)
+
+
+def ray_workers(cfg: "ProgramConfig") -> list[Group]:
+    """Trainer and rollout groups (one pod per node, all of it), then buffer and preprocessing."""
+    groups = [
+        _gpu_group(cfg, "trainer", cfg.pool(Role.TRAIN), {GPU_NODE_RESOURCE: 1, "train_node": 1}),
+        _gpu_group(cfg, "rollout", cfg.pool(Role.ROLLOUT), {"rollout_node": 1}),
+    ]
+    memory = cfg.pool(Role.MEMORY)
+    if memory is not None:
+        groups.append(_cpu_group(cfg, "buffer", memory, 1.0, {"buffer_node": 1}))
+    cpu = cfg.pool(Role.CPU)
+    if cpu is not None:
+        groups.append(_cpu_group(cfg, "preprocess", cpu, cfg.workloads.ray.preprocess_node_fraction,
+                                 {"preprocess_node": 1}))
+    return groups
+
+
+def worker(cfg: "ProgramConfig", name: str) -> Group:
+    return next(g for g in ray_workers(cfg) if g.name == name)
+
+
+def reward_group(cfg: "ProgramConfig") -> Group | None:
+    pool = reward_pool(cfg)
+    if pool is None:
+        return None
+    s = cfg.workloads.reward
+    return Group(name="reward", pool=pool, replicas=s.replicas, cpu=s.cpu,
+                 memory_g=s.memory_gib * GI // 1000 ** 3, gpus=s.gpus)
+
+
+def preprocess_job(cfg: "ProgramConfig") -> Group | None:
+    s = cfg.workloads.preprocess
+    if not s.enabled:
+        return None
+    return Group(name="stage", pool=head_pool(cfg), replicas=1, cpu=s.cpu,
+                 memory_g=s.memory_gib * GI // 1000 ** 3)
+
+
+@dataclass(frozen=True)
+class Paths:
+    mount: str
+    model: str
+    data: str
+    checkpoints: str
+
+
+def paths(cfg: "ProgramConfig") -> Paths:
+    """Where Miles reads and writes, all on the shared FSx for Lustre file system."""
+    w = cfg.workloads
+    mount = w.storage.mount_path.rstrip("/")
+    return Paths(mount=mount,
+                 model=f"{mount}/models/{w.run.model.split('/')[1]}",
+                 data=f"{mount}/datasets/{w.run.dataset.split('/')[1]}/{w.run.prompt_file}",
+                 checkpoints=f"{mount}/{CHECKPOINT_DIR}/{w.run.name}")
+
+
+CHECKPOINT_DIR = "checkpoints"
+"""Directory on the file system linked to the bucket's ``checkpoints/`` prefix (auto export/import)."""

@@ -1,0 +1,213 @@
+"""The workloads' part of a stack file: a typed Miles run spec and the services around it.
+
+Lives under ``workloads:`` in the stack's ``platform`` config (``program.ProgramConfig``). Same
+conventions as the platform schema: camelCase keys, unknown keys rejected, frozen models, and a
+model-level check names its field first ("run.parallel.tensor: ...; allowed: ...").
+
+Everything pool-shaped (how many trainer and rollout pods, GPUs, EFA devices) is NOT here: it is
+derived from the pools. What is here is what a user chooses per run: model, data, GRPO settings,
+Megatron parallelism, rollout engine size, DeepEP mode, and whether the stack submits the run itself.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+QUANTITY = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                              frozen=True)
+
+
+class EntryPoint(StrEnum):
+    """Miles' entry points (there is no ``train_rl.py``)."""
+
+    SYNC = "train.py"
+    ASYNC = "train_async.py"
+
+
+class DeepEPVersion(StrEnum):
+    V2 = "v2"
+    """DeepEP 2.x ``ElasticBuffer`` on NCCL's GIN device API."""
+    V1 = "v1"
+    """Legacy DeepEP over NVSHMEM with the libfabric (EFA) transport."""
+    OFF = "off"
+    """No DeepEP: NCCL all-to-all (SGLang ``--moe-a2a-backend none``, Megatron ``alltoall``)."""
+
+
+class GinBackend(StrEnum):
+    AUTO = "auto"
+    """GPU-initiated when the image's EFA installer is >= 1.50, else the CPU proxy."""
+    PROXY = "proxy"
+    """NCCL GIN type 2: a host proxy thread drains GPU requests (works with EFA installer 1.49)."""
+    GPU = "gpu"
+    """NCCL GIN type 5 (EFA GDA): needs EFA installer >= 1.50 and host EFA driver >= 3.3.0."""
+
+
+class DeepEPSettings(_Model):
+    version: DeepEPVersion | None = None
+    """Default: v2 when the GPU pools are Hopper or newer (DeepEP needs SM90), off on A100."""
+    gin_backend: GinBackend = GinBackend.AUTO
+    sglang_mode: Literal["auto", "normal", "low_latency"] = "auto"
+    """``--sglang-deepep-mode``: auto = low_latency for decode, normal for prefill."""
+
+
+class ParallelSettings(_Model):
+    """Megatron parallelism of the actor (training) world; the world size comes from the train pool."""
+
+    tensor: int = Field(4, ge=1)
+    pipeline: int = Field(1, ge=1)
+    context: int = Field(1, ge=1)
+    expert: int = Field(8, ge=1)
+    expert_tensor: int = Field(1, ge=1)
+    sequence_parallel: bool = True
+
+
+class RolloutSettings(_Model):
+    nodes_per_engine: int = Field(1, ge=1)
+    """Nodes one SGLang engine spans; its TP = EP = nodes x GPUs per rollout node."""
+    dp_attention: bool = True
+    """``--sglang-enable-dp-attention`` with DP = engine size (MoE with DeepEP)."""
+    mem_fraction_static: float = Field(0.7, gt=0, lt=1)
+
+
+class GrpoSettings(_Model):
+    """GRPO settings (defaults: Miles v0.1.0's scripts/run_qwen3_30b_a3b.py recipe)."""
+
+    num_rollout: int = Field(3000, ge=1)
+    rollout_batch_size: int = Field(32, ge=1)
+    n_samples_per_prompt: int = Field(8, ge=1)
+    global_batch_size: int = Field(256, ge=1)
+    rollout_max_response_len: int = Field(8192, ge=1)
+    rollout_temperature: float = Field(1.0, ge=0)
+    kl_loss_coef: float = Field(0.0, ge=0)
+    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"] = "low_var_kl"
+    entropy_coef: float = Field(0.0, ge=0)
+    eps_clip: float = Field(0.2, gt=0)
+    eps_clip_high: float = Field(0.28, gt=0)
+    lr: float = Field(1e-6, gt=0)
+    max_tokens_per_gpu: int = Field(32768, ge=1)
+
+    @model_validator(mode="after")
+    def _batches(self) -> "GrpoSettings":
+        samples = self.rollout_batch_size * self.n_samples_per_prompt
+        if samples % self.global_batch_size:
+            raise ValueError(f"globalBatchSize: {self.global_batch_size} must divide rolloutBatchSize x "
+                             f"nSamplesPerPrompt = {samples} (Miles takes whole optimizer steps per rollout)")
+        return self
+
+
+class RunSpec(_Model):
+    """One Miles GRPO run: model, data, algorithm, parallelism. Paths are derived (see ``paths``)."""
+
+    name: str = Field("grpo", pattern=K8S_NAME)
+    """Run name: the checkpoint directory, the RayJob and the TorchX app are named after it."""
+    entry_point: EntryPoint = EntryPoint.SYNC
+    model: str = Field("Qwen/Qwen3-30B-A3B", pattern=r"^[\w.-]+/[\w.-]+$")
+    """Hugging Face repo id; staged on the shared file system by the preprocessing Job."""
+    model_args: list[str] | None = None
+    """Megatron architecture flags. Default: the preset for ``model`` (from Miles' scripts/models)."""
+    dataset: str = Field("zhuzilin/dapo-math-17k", pattern=r"^[\w.-]+/[\w.-]+$")
+    prompt_file: str = Field("dapo-math-17k.jsonl", pattern=r"^[\w.-]+$")
+    input_key: str = "prompt"
+    label_key: str = "label"
+    apply_chat_template: bool = True
+    rm_type: str = "deepscaler"
+    """Rule-based reward Miles computes in-process when no reward service runs (and the rule the
+    default reward service applies when it does)."""
+    save_interval: int = Field(20, ge=1)
+    grpo: GrpoSettings = GrpoSettings()
+    parallel: ParallelSettings = ParallelSettings()
+    rollout: RolloutSettings = RolloutSettings()
+    deepep: DeepEPSettings = DeepEPSettings()
+    extra_args: list[str] = []
+    """Further Miles/Megatron/``--sglang-*`` flags, appended last; checked against the flag lists."""
+    ray_job: bool = False
+    """Opt-in: declare the run as a KubeRay RayJob in the stack (else submit with TorchX)."""
+
+    @field_validator("extra_args", "model_args")
+    @classmethod
+    def _flags_first(cls, args: list[str] | None) -> list[str] | None:
+        if args and not args[0].startswith("--"):
+            raise ValueError(f"must start with a --flag, got {args[0]!r}")
+        return args
+
+
+class RaySettings(_Model):
+    head_pool: str | None = None
+    """Pool of the Ray head. Default: the cpu pool. Never a GPU or Spot pool."""
+    head_cpu: int = Field(8, ge=1)
+    head_memory_gib: int = Field(32, ge=4)
+    gpu_shm_gib: int = Field(256, ge=1)
+    """/dev/shm (memory-backed) of every GPU pod; holds Ray's object store; counts against memory."""
+    cpu_shm_fraction: float = Field(0.3, gt=0, lt=1)
+    """/dev/shm of buffer and preprocessing pods, as a fraction of their memory."""
+    preprocess_node_fraction: float = Field(0.25, gt=0, le=1)
+    """Share of a cpu-pool node one preprocessing Ray worker takes (the head and Job share the pool)."""
+
+
+class RewardSettings(_Model):
+    enabled: bool | None = None
+    """Default: on when the stack has a reward pool."""
+    pool: str | None = None
+    """Default: the reward pool, else the cpu pool."""
+    replicas: int = Field(2, ge=1)
+    gpus: int = Field(0, ge=0)
+    """0: CPU service. >0: GPUs per replica, on a GPU reward pool."""
+    cpu: int = Field(4, ge=1)
+    memory_gib: int = Field(16, ge=1)
+    port: int = Field(8000, ge=1024, le=65535)
+    command: list[str] | None = None
+    """Default: the rule-based server shipped in workloads/reward_server.py (ConfigMap)."""
+
+
+class PreprocessSettings(_Model):
+    enabled: bool = True
+    cpu: int = Field(2, ge=1)
+    memory_gib: int = Field(8, ge=1)
+
+
+class StorageSettings(_Model):
+    """FSx for Lustre file system that holds models, data and checkpoints; checkpoints sync to S3."""
+
+    capacity_gib: int = Field(4800, ge=1200)
+    throughput_per_tib: Literal[125, 250, 500, 1000] = 250
+    mount_path: str = Field("/mnt/fsx", pattern=r"^/[\w/.-]+$")
+
+    @field_validator("capacity_gib")
+    @classmethod
+    def _lustre_sizes(cls, gib: int) -> int:
+        if gib != 1200 and gib % 2400:
+            raise ValueError(f"{gib}: PERSISTENT_2 takes 1200 GiB or a multiple of 2400 GiB")
+        return gib
+
+
+class WorkloadSettings(_Model):
+    run: RunSpec = RunSpec()
+    ray: RaySettings = RaySettings()
+    reward: RewardSettings = RewardSettings()
+    preprocess: PreprocessSettings = PreprocessSettings()
+    storage: StorageSettings = StorageSettings()
+    efa_devices: dict[str, int] = {}
+    """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
+    have been seen advertising 15, not 16). Pods request exactly this many."""
+
+    @field_validator("efa_devices")
+    @classmethod
+    def _positive(cls, counts: dict[str, int]) -> dict[str, int]:
+        for pool, n in counts.items():
+            if n < 1:
+                raise ValueError(f"{pool}: must be >= 1, got {n}")
+        return counts
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))

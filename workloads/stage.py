@@ -1,0 +1,31 @@
+"""Preprocessing Job: stage the run's model and prompt data on the shared file system.
+
+Idempotent: ``snapshot_download`` skips files already complete, so re-running the Job after a
+partial download (or for a new run on the same model) only fetches what is missing. A Hugging Face
+token, if the model is gated, comes from the optional Secret ``hf-token`` (key ``token``).
+"""
+
+import os
+import sys
+
+from huggingface_hub import snapshot_download
+
+MODEL, MODEL_DIR = os.environ["MODEL"], os.environ["MODEL_DIR"]
+DATASET, DATA_DIR = os.environ["DATASET"], os.environ["DATA_DIR"]
+PROMPT_FILE = os.environ["PROMPT_FILE"]
+TOKEN = os.environ.get("HF_TOKEN") or None
+
+
+def main() -> int:
+    snapshot_download(MODEL, local_dir=MODEL_DIR, token=TOKEN)
+    snapshot_download(DATASET, repo_type="dataset", local_dir=DATA_DIR, token=TOKEN)
+    prompts = os.path.join(DATA_DIR, PROMPT_FILE)
+    if not os.path.isfile(prompts):
+        print(f"prompt file {prompts} is not in dataset {DATASET}", file=sys.stderr)
+        return 1
+    print(f"staged {MODEL} -> {MODEL_DIR}, {DATASET} -> {DATA_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

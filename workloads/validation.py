@@ -1,0 +1,121 @@
+"""Checks that need both halves of a stack: the pools (platform) and the workloads settings.
+
+Each raises ``ValueError("<fieldPath>: <problem>; allowed: ...")`` so ``load_stack`` reports it as
+``stack 'x': invalid configuration\\n  workloads.<path>: ...`` like every other config error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from components.config import CapacityType, Role
+
+from .argv import MODEL_PRESETS
+from .layout import DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, resolve_deepep
+from .settings import DeepEPVersion, GinBackend, version_tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from program import ProgramConfig
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def validate(cfg: "ProgramConfig") -> None:
+    w = cfg.workloads
+    names = {p.name: p for p in cfg.pools}
+    allowed_pools = ", ".join(names)
+
+    # Pools named by the workloads exist and suit their role.
+    head = w.ray.head_pool
+    if head is not None:
+        if head not in names:
+            raise ValueError(f"workloads.ray.headPool: no pool {head!r}; allowed: {allowed_pools}")
+        pool = names[head]
+        if pool.instance.is_gpu or pool.capacity.type is CapacityType.SPOT:
+            ok = ", ".join(p.name for p in cfg.pools
+                           if not p.instance.is_gpu and p.capacity.type is not CapacityType.SPOT)
+            raise ValueError(f"workloads.ray.headPool: the Ray head stays off GPU and Spot nodes, "
+                             f"{head!r} is {pool.instance_type} {pool.capacity.type}; allowed: {ok}")
+    elif cfg.pool(Role.CPU) is not None and cfg.pool(Role.CPU).capacity.type is CapacityType.SPOT:
+        raise ValueError("workloads.ray.headPool: the cpu pool is Spot and the Ray head must not be; "
+                         "allowed: a non-Spot CPU pool name")
+    r = w.reward
+    if r.pool is not None and r.pool not in names:
+        raise ValueError(f"workloads.reward.pool: no pool {r.pool!r}; allowed: {allowed_pools}")
+    if r.enabled and r.pool is None and cfg.pool(Role.REWARD) is None and cfg.pool(Role.CPU) is None:
+        raise ValueError("workloads.reward.enabled: no reward or cpu pool to run the service on; "
+                         "allowed: false, or add a pool with role reward")
+    if r.gpus:
+        pool = names.get(r.pool) if r.pool else cfg.pool(Role.REWARD)
+        if pool is None or pool.instance.gpus < r.gpus:
+            have = f"{pool.name} has {pool.instance.gpus} GPUs" if pool else "there is no reward pool"
+            raise ValueError(f"workloads.reward.gpus: {r.gpus} GPUs per replica but {have}; allowed: 0 (CPU "
+                             f"service) or up to the reward pool's GPUs per node")
+    for pool_name, n in w.efa_devices.items():
+        pool = names.get(pool_name)
+        if pool is None or not pool.efa_devices:
+            efa = ", ".join(p.name for p in cfg.pools if p.efa_devices)
+            raise ValueError(f"workloads.efaDevices: {pool_name!r} is not an EFA pool; allowed: {efa}")
+        if n > pool.efa_devices:
+            raise ValueError(f"workloads.efaDevices.{pool_name}: {n} exceeds the {pool.efa_devices} EFA "
+                             f"interfaces of {pool.instance_type}; allowed: 1..{pool.efa_devices}")
+
+    run = w.run
+    if run.model_args is None and run.model not in MODEL_PRESETS:
+        raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
+                         f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
+
+    train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+    for pool in (train, rollout):
+        if pool.nodes.desired < 1:
+            raise ValueError(f"workloads.run: pool {pool.name!r} has 0 desired nodes; a run needs at least "
+                             f"one {pool.role.value} node (pools[{pool.name}].nodes.desired >= 1)")
+
+    # Megatron parallelism over the actor world (the training pool).
+    par = run.parallel
+    gpus = train.instance.gpus
+    world = train.nodes.desired * gpus
+    if gpus % par.tensor:
+        raise ValueError(f"workloads.run.parallel.tensor: {par.tensor} does not divide the {gpus} GPUs of a "
+                         f"{train.instance_type} (tensor parallelism stays inside a node); allowed: {_divisors(gpus)}")
+    model_parallel = par.tensor * par.pipeline * par.context
+    if world % model_parallel:
+        raise ValueError(f"workloads.run.parallel: tensor x pipeline x context = {model_parallel} does not "
+                         f"divide the actor world of {world} GPUs; allowed: products dividing {world}")
+    expert_parallel = par.expert * par.expert_tensor * par.pipeline
+    if world % expert_parallel:
+        raise ValueError(f"workloads.run.parallel.expert: expert x expertTensor x pipeline = {expert_parallel} "
+                         f"does not divide the actor world of {world} GPUs; allowed: products dividing {world}")
+    data_parallel = world // model_parallel
+    if run.grpo.global_batch_size % data_parallel:
+        raise ValueError(f"workloads.run.grpo.globalBatchSize: {run.grpo.global_batch_size} is not a multiple of "
+                         f"the data-parallel size {data_parallel} ({world} GPUs / {model_parallel})")
+
+    # SGLang engines over the rollout pool.
+    per_engine = run.rollout.nodes_per_engine
+    if rollout.nodes.desired % per_engine:
+        raise ValueError(f"workloads.run.rollout.nodesPerEngine: {per_engine} does not divide the "
+                         f"{rollout.nodes.desired} rollout nodes; allowed: {_divisors(rollout.nodes.desired)}")
+
+    # DeepEP needs Hopper or newer, RDMA between nodes, and for V2 a recent NCCL / EFA installer.
+    deepep = resolve_deepep(cfg)
+    soft = cfg.versions.software
+    if deepep.enabled:
+        old = [p for p in gpu_pools(cfg) if p.instance.gpu_model not in SM90_GPUS]
+        if old:
+            raise ValueError(f"workloads.run.deepep.version: DeepEP needs Hopper (SM90) or newer GPUs, pool "
+                             f"{old[0].name!r} has {old[0].instance.gpu_model}; allowed: off")
+        no_rdma = [p for p in gpu_pools(cfg) if not p.efa_devices and p.nodes.desired > 1]
+        if no_rdma:
+            raise ValueError(f"workloads.run.deepep.version: DeepEP between nodes needs RDMA, pool "
+                             f"{no_rdma[0].name!r} has EFA off; allowed: off, or EFA on the pool")
+    if deepep.version is DeepEPVersion.V2 and version_tuple(soft.nccl) < DEEPEP_V2_MIN_NCCL:
+        raise ValueError(f"workloads.run.deepep.version: DeepEP V2 needs NCCL >= 2.30.4, versions.software.nccl "
+                         f"is {soft.nccl}; allowed: v1, off")
+    if (run.deepep.gin_backend is GinBackend.GPU
+            and version_tuple(soft.efa_installer) < GIN_GPU_MIN_EFA_INSTALLER):
+        raise ValueError(f"workloads.run.deepep.ginBackend: the GPU-initiated EFA backend needs EFA installer "
+                         f">= 1.50 in the image, versions.software.efaInstaller is {soft.efa_installer}; "
+                         f"allowed: proxy, auto")
