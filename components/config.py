@@ -66,6 +66,13 @@ class Taint(_Model):
     effect: str = "NoSchedule"
 
 
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}$")
+LABEL_VALUE = re.compile(rf"^({_LABEL_NAME})?$")
+"""Kubernetes label syntax: optional DNS-subdomain prefix, name and value of at most 63 characters."""
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
 GPU_TAINT = Taint(key="nvidia.com/gpu", value="true")
 SPOT_TAINT = Taint(key=f"{LABEL_PREFIX}/spot", value="true")
 
@@ -130,6 +137,17 @@ class Pool(_Model):
     """Pods per node. Above the catalog's VPC CNI limit this turns on prefix delegation."""
     root_volume_gib: int = Field(200, ge=20, le=16384)
     labels: dict[str, str] = {}
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if key.startswith(f"{LABEL_PREFIX}/"):
+                raise ValueError(f"{key!r}: {LABEL_PREFIX}/ labels are set from the pool's role and name")
+            if not LABEL_KEY.fullmatch(key) or not LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"{key!r}: {value!r} is not a valid Kubernetes label (key [prefix/]name, "
+                                 f"name and value up to 63 of A-Z a-z 0-9 - _ .)")
+        return labels
 
     @field_validator("instance_type")
     @classmethod
@@ -229,13 +247,19 @@ class NetworkSettings(_Model):
             raise ValueError(f"{cidr}: a VPC CIDR block must be /16 to /24")
         return cidr
 
+    @model_validator(mode="after")
+    def _disjoint(self) -> "NetworkSettings":
+        if self.efa_cidr and ipaddress.IPv4Network(self.efa_cidr).overlaps(ipaddress.IPv4Network(self.vpc_cidr)):
+            raise ValueError(f"efaCidr: {self.efa_cidr} overlaps vpcCidr {self.vpc_cidr}; a secondary block must not")
+        return self
+
 
 class CheckpointSettings(_Model):
     retain_on_destroy: bool = True
     """``pulumi destroy`` leaves the bucket and its data in place unless a stack opts out."""
     noncurrent_version_days: int = Field(30, ge=1, le=3650)
-    namespace: str = "rl"
-    service_account: str = "checkpoint-writer"
+    namespace: str = Field("rl", pattern=DNS_LABEL)
+    service_account: str = Field("checkpoint-writer", pattern=DNS_SUBDOMAIN)
 
 
 class StackConfig(_Model):
@@ -316,7 +340,7 @@ def _where(raw: Mapping[str, Any], loc: tuple) -> str:
     parts: list[str] = []
     node: Any = raw
     for key in loc:
-        if isinstance(key, int):
+        if isinstance(key, int) and isinstance(node, list):
             name = node[key].get("name") if isinstance(node, list) and isinstance(node[key], Mapping) else None
             parts[-1] += f"[{name or key}]"
             node = node[key] if isinstance(node, list) else None

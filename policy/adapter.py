@@ -214,17 +214,22 @@ def evaluate(graph: mocks.Graph, policies: Iterable = ALL, *, preview: bool = Fa
     """Every violation ``policies`` report on ``graph``: resource policies on each custom
     resource's inputs, stack policies once on all outputs."""
     wire = Wire(graph, preview=preview, region=region)
+    policies = list(policies)
     found: list[Violation] = []
     with stack_config(platform_config):
-        for policy in policies:
-            if isinstance(policy, ResourceValidationPolicy):
-                for r in graph.resources:
-                    if r.custom:
-                        policy.validate(resource_args(wire, r), lambda m, u=None, r=r, p=policy:
-                                        found.append(Violation(p.name, r.urn, m)))
-            elif isinstance(policy, StackValidationPolicy):
-                policy.validate(stack_args(wire), lambda m, u=None, p=policy:
-                                found.append(Violation(p.name, u or "", m)))
+        if any(isinstance(p, ResourceValidationPolicy) for p in policies):
+            for r in graph.resources:
+                if not r.custom:
+                    continue
+                args = resource_args(wire, r)
+                for policy in policies:
+                    if isinstance(policy, ResourceValidationPolicy):
+                        policy.validate(args, lambda m, u=None, r=r, p=policy: found.append(Violation(p.name, r.urn, m)))
+        if any(isinstance(p, StackValidationPolicy) for p in policies):
+            args = stack_args(wire)
+            for policy in policies:
+                if isinstance(policy, StackValidationPolicy):
+                    policy.validate(args, lambda m, u=None, p=policy: found.append(Violation(p.name, u or "", m)))
     return found
 
 

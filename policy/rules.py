@@ -31,7 +31,7 @@ from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidation
 from pulumi_policy.proxy import UnknownValueError
 
 from components.catalog import CATALOG
-from components.config import CONFIG_KEY, ROLE_LABEL, Role
+from components.config import CONFIG_KEY, ROLE_LABEL, CheckpointSettings, Role
 from components.iam import POD_IDENTITY_PRINCIPAL
 from components.rules import efa_interface_problems
 from components.stackfile import PROJECT
@@ -551,8 +551,15 @@ def stack_platform_config() -> Mapping | None:
 
 
 def stack_opts_out_of_retention() -> bool:
-    """True only when the stack file says ``checkpoints.retainOnDestroy: false`` (e.g. dev)."""
-    return dig(stack_platform_config(), "checkpoints", "retainOnDestroy") is False
+    """True only when the stack file's ``checkpoints`` say ``retainOnDestroy: false`` (e.g. dev), read
+    with the platform's own schema; anything unreadable keeps the bucket."""
+    checkpoints = dig(stack_platform_config(), "checkpoints")
+    if not isinstance(checkpoints, Mapping):
+        return False
+    try:
+        return CheckpointSettings.model_validate(checkpoints).retain_on_destroy is False
+    except ValueError:
+        return False
 
 
 def check_bucket_kept(res: Resource) -> list[str]:
