@@ -280,7 +280,45 @@ def _checkpoints(data, doc):
     }
 
 
+WORKLOAD_FIELDS = {
+    ("run", "parallel", "tensor"): [1, 2, 4, 8, 16, 0],
+    ("run", "parallel", "expert"): [1, 8, 16, 64, 128, 7],
+    ("run", "parallel", "pipeline"): [1, 2, 4, 3],
+    ("run", "rollout", "nodesPerEngine"): [1, 2, 4, 32, 33],
+    ("run", "grpo", "rolloutBatchSize"): [1, 32, 1000, 0],
+    ("run", "grpo", "globalBatchSize"): [1, 7, 256, 4096],
+    ("run", "deepep", "version"): [None, "v1", "v2", "v3"],
+    ("run", "name"): ["grpo", "GRPO", "a" * 64, ""],
+    ("run", "model"): ["Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "no-slash", "a/b/c"],
+    ("run", "rayJob"): [True, False],
+    ("run", "extraArgs"): [[], ["--foo"], ["--foo", "x" * 300]],
+    ("ray", "headPool"): [None, "cpu", "system", "train", "nope"],
+    ("ray", "gpuShmGib"): [1, 256, 4096],
+    ("reward", "enabled"): [None, True, False],
+    ("reward", "pool"): [None, "reward", "cpu", "train", "nope"],
+    ("reward", "gpus"): [0, 1, 4, 8],
+    ("reward", "replicas"): [1, 2, 1000],
+    ("reward", "port"): [1023, 1024, 8000, 65535, 65536],
+    ("storage", "capacityGib"): [1199, 1200, 2400, 3600, 4800, 10**9],
+    ("storage", "throughputPerTib"): [125, 250, 300, 1000],
+    ("efaDevices",): [{}, {"train": 15}, {"rollout": 0}, {"cpu": 1}, {"train": 99}],
+}
+
+
+def _workloads(data, doc):
+    """Valid-looking values for the program's ``workloads:`` section (ProgramConfig)."""
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(sorted(WORKLOAD_FIELDS)))
+        node = doc.setdefault("workloads", {})
+        for key in path[:-1]:
+            node = node.setdefault(key, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node[path[-1]] = data.draw(st.one_of(st.sampled_from(WORKLOAD_FIELDS[path]), ADVERSARIAL))
+
+
 VALID_LOOKING = [_nodes, _network, _capacity, _pool_shape, _pools_list, _zones, _cluster, _checkpoints]
+if _model() is not None and "workloads" in _model().model_fields:
+    VALID_LOOKING.append(_workloads)
 
 
 def _document(data, *, hostile: bool) -> tuple[str, Any]:
