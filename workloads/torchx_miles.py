@@ -1,0 +1,120 @@
+"""TorchX component: submit a stack's Miles GRPO run as one gang-scheduled Volcano Job.
+
+The Job brings up its own Ray cluster with the same groups as the stack's RayCluster (head on the
+head pool, one trainer pod per training node, one rollout pod per rollout node, buffer and
+preprocessing pods), each pod with the same resources, environment and placement, then the head
+submits the same Miles argv as the stack's RayJob (``workloads.argv.miles_argv``).
+
+Command line (Volcano and the ``miles`` queue are installed by the stack):
+
+    torchx run --scheduler kubernetes --workspace "" \\
+        --scheduler_args namespace=rl,queue=miles,reserved_millicpu=0,reserved_memmb=0 \\
+        workloads/torchx_miles.py:miles_grpo --stack p5en-prod
+
+``reserved_millicpu=0,reserved_memmb=0`` keep requests equal to limits as in the RayCluster
+(TorchX otherwise requests 100m CPU and 1024 MB less than the limits).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING
+
+from torchx import specs
+from torchx.specs.overlays import JOIN, set_overlay
+
+from components.config import Role
+
+from . import layout as L
+from .argv import miles_argv
+from .env import runtime_env
+from .manifests import FSX_CLAIM, entrypoint_resources, placement, pod_env, security_context, shm_volume
+from .resources import EFA, HUGEPAGES, MI
+
+if TYPE_CHECKING:  # pragma: no cover
+    from program import ProgramConfig
+
+HEAD_ROLE = "head"
+DRIVER_ARG0 = "miles-driver"
+RAY_PORT = 6379
+
+
+def _start_flags(g: L.Group, head: bool = False) -> list[str]:
+    flags = [f"--num-cpus={0 if head else g.cpu}", f"--num-gpus={g.gpus}",
+             f"--object-store-memory={g.object_store_bytes}"]
+    if g.ray_resources:
+        flags.append(f"--resources={shlex.quote(json.dumps(g.ray_resources))}")
+    return flags
+
+
+def head_script(cfg: "ProgramConfig") -> str:
+    """Start the head, wait for every GPU of the run, submit the argv given as "$@"."""
+    head = L.ray_head(cfg)
+    gpus = sum(g.gpus * g.replicas for g in L.ray_workers(cfg))
+    runtime = json.dumps({"env_vars": runtime_env(cfg.pool(Role.TRAIN))}, sort_keys=True)
+    wait = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
+            "print(int(ray.cluster_resources().get('GPU', 0)))")
+    return "\n".join([
+        "set -euo pipefail",
+        f"ray start --head --port={RAY_PORT} --dashboard-host=0.0.0.0 {' '.join(_start_flags(head, True))}",
+        f'until [ "$(python3 -c {shlex.quote(wait)})" -ge {gpus} ]; do sleep 10; done',
+        "ray job submit --address=http://127.0.0.1:8265"
+        f" --runtime-env-json={shlex.quote(runtime)}"
+        f" --entrypoint-resources={shlex.quote(json.dumps(entrypoint_resources()))} -- \"$@\"",
+    ])
+
+
+def worker_script(g: L.Group) -> str:
+    """Join the head (its host from the env var Volcano sets, named by ``$1``) and block."""
+    return "\n".join([
+        "set -euo pipefail",
+        'HEAD="${!1%%,*}"',
+        f'until ray health-check --address="$HEAD:{RAY_PORT}" >/dev/null 2>&1; do sleep 5; done',
+        f'exec ray start --address="$HEAD:{RAY_PORT}" {" ".join(_start_flags(g))} --block',
+    ])
+
+
+def resource(g: L.Group) -> specs.Resource:
+    devices = {}
+    if g.efa:
+        devices[EFA] = g.efa
+    if g.hugepages_mi:
+        devices[HUGEPAGES] = g.hugepages_mi * MI
+    return specs.Resource(cpu=g.cpu, gpu=g.gpus, memMB=g.memory_g * 1000, devices=devices)
+
+
+def _role(cfg: "ProgramConfig", g: L.Group, args: list[str], name: str) -> specs.Role:
+    image = cfg.versions.software.image
+    role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
+                      resource=resource(g), env=pod_env(cfg, g),
+                      mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=L.paths(cfg).mount)])
+    spec = {**placement(g.pool), "serviceAccountName": cfg.checkpoints.service_account,
+            JOIN("volumes", on="name"): [shm_volume(g)]}
+    sc = security_context(g)
+    if sc:
+        # One container per pod; its name varies per replica, its image does not.
+        spec[JOIN("containers", on="image")] = [{"image": image, "securityContext": sc}]
+    set_overlay(role, "kubernetes", "V1Pod", {"spec": spec})
+    return role
+
+
+def appdef(cfg: "ProgramConfig") -> specs.AppDef:
+    """The AppDef of ``cfg``'s run: head first (its host is every worker's rank-0 address)."""
+    head = L.ray_head(cfg)
+    roles = [_role(cfg, head, ["-c", head_script(cfg), DRIVER_ARG0, *miles_argv(cfg)], HEAD_ROLE)]
+    for g in L.ray_workers(cfg):
+        if g.replicas:
+            roles.append(_role(cfg, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name))
+    return specs.AppDef(name=cfg.workloads.run.name, roles=roles)
+
+
+def miles_grpo(stack: str = "p5en-prod") -> specs.AppDef:
+    """Miles GRPO run of a stack, as its stack file declares it (same argv as its RayJob).
+
+    Args:
+        stack: stack name; its file is stacks/Pulumi.<stack>.yaml
+    """
+    from components.stackfile import read_stack
+    from program import ProgramConfig
+    return appdef(read_stack(stack, model=ProgramConfig))
