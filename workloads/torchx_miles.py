@@ -15,7 +15,6 @@ Command line (Volcano and the ``miles`` queue are installed by the stack):
 (TorchX otherwise requests 100m CPU and 1024 MB less than the limits).
 """
 
-from __future__ import annotations
 
 import json
 import shlex

@@ -1,0 +1,460 @@
+"""Workloads as the program registers them: every Kubernetes object against the official schema of
+the pinned Kubernetes version, every custom resource against its CRD, the reference shape of
+p5en-prod, environment per family and DeepEP mode, the checkpoint path to S3, reward and Job."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import shlex
+from pathlib import Path
+from urllib.parse import urlparse
+
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import ROOT, STACKS, graph_of, load
+
+from components import mocks
+from components.config import POOL_LABEL, Role, StackConfigError, load_stack
+from components.stackfile import raw_stack
+from program import ProgramConfig
+from workloads import layout as L
+from workloads import manifests as M
+from workloads.crds import crd_schema, validate
+from workloads.flagcheck import argv_pairs
+from workloads.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
+
+SCHEMAS = ROOT.parent / "shared" / "schemas"
+CRDS = {
+    ("ray.io/v1", "RayCluster"): ("kuberay/ray.io_rayclusters.yaml", "v1"),
+    ("ray.io/v1", "RayJob"): ("kuberay/ray.io_rayjobs.yaml", "v1"),
+    ("scheduling.volcano.sh/v1beta1", "Queue"): ("volcano/scheduling.volcano.sh_queues.yaml", "v1beta1"),
+    ("batch.volcano.sh/v1alpha1", "Job"): ("volcano/batch.volcano.sh_jobs.yaml", "v1alpha1"),
+}
+HELM = "kubernetes:helm.sh/v3:Release"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+
+
+# --- helpers shared by the workload tests --------------------------------------------------------
+
+def merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in override.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def variant(stack: str, override: dict) -> ProgramConfig:
+    return load_stack(stack, merge(raw_stack(stack), override), model=ProgramConfig)
+
+
+@functools.cache
+def _variant_graph(stack: str, override_json: str) -> mocks.Graph:
+    cfg = variant(stack, json.loads(override_json))
+    import program
+    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
+
+
+def variant_graph(stack: str, override: dict) -> mocks.Graph:
+    return _variant_graph(stack, json.dumps(override, sort_keys=True))
+
+
+RAYJOB = {"workloads": {"run": {"rayJob": True}}}
+
+
+@functools.cache
+def schema(api_version: str, kind: str) -> dict:
+    path, version = CRDS[(api_version, kind)]
+    return crd_schema(SCHEMAS / path, version)
+
+
+def k8s_version(cfg) -> str:
+    return f"{cfg.versions.kubernetes}.0"
+
+
+def is_core_object(r: mocks.Registered) -> bool:
+    group = r.type.split(":")[1]
+    return r.custom and r.type.startswith("kubernetes:") and r.type != HELM and (
+        group.startswith("core/") or "." not in group.split("/")[0])
+
+
+def is_custom_resource(r: mocks.Registered) -> bool:
+    return r.custom and r.type.startswith("kubernetes:") and r.type != HELM and not is_core_object(r)
+
+
+def obj_of(r: mocks.Registered) -> dict:
+    return dict(r.inputs)
+
+
+def custom_objects(graph: mocks.Graph, kind: str) -> list[dict]:
+    return [obj_of(r) for r in graph.resources if is_custom_resource(r) and r.inputs.get("kind") == kind]
+
+
+def one(graph: mocks.Graph, kind: str) -> dict:
+    found = [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind]
+    assert len(found) == 1, (kind, len(found))
+    return found[0]
+
+
+def pod_templates_of(obj: dict) -> list[tuple[str, dict]]:
+    """(where, pod template) of every pod template inside a custom resource."""
+    spec = obj["spec"]
+    if obj["kind"] == "RayCluster":
+        return [("head", spec["headGroupSpec"]["template"])] + [
+            (g["groupName"], g["template"]) for g in spec["workerGroupSpecs"]]
+    if obj["kind"] == "RayJob":
+        return [("submitter", spec["submitterPodTemplate"])] if "submitterPodTemplate" in spec else []
+    if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh"):
+        return [(t["name"], t["template"]) for t in spec["tasks"]]
+    return []
+
+
+def validate_pod_template(template: dict, version: str) -> None:
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                                  "template": template}, version, strict=True)
+
+
+def validate_custom(obj: dict, version: str) -> None:
+    errors = validate(obj, schema(obj["apiVersion"], obj["kind"]))
+    assert errors == [], f"{obj['kind']} {obj['metadata'].get('name')}: {errors}"
+    for where, template in pod_templates_of(obj):
+        validate_pod_template(template, version)
+
+
+def groups(raycluster: dict) -> dict[str, dict]:
+    spec = raycluster["spec"]
+    return {"head": spec["headGroupSpec"], **{g["groupName"]: g for g in spec["workerGroupSpecs"]}}
+
+
+def container(template: dict) -> dict:
+    (c,) = template["spec"]["containers"]
+    return c
+
+
+def env_of(c: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def recorded_argv(graph: mocks.Graph) -> list[str]:
+    return shlex.split(one(graph, "RayJob")["spec"]["entrypoint"])
+
+
+def flag_values(argv: list[str]) -> dict[str, list[str]]:
+    return {f: v for f, v in argv_pairs(argv)}
+
+
+def expected_tolerations(pool) -> list[dict]:
+    return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in pool.taints]
+
+
+# --- every object against its schema ------------------------------------------------------------
+
+def test_every_kubernetes_object_validates_against_the_pinned_kubernetes_schema(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    objects = [obj_of(r) for r in graph.resources if is_core_object(r)]
+    kinds = {o["kind"] for o in objects}
+    assert {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Job"} <= kinds
+    assert ({"Deployment", "Service", "PodDisruptionBudget"} <= kinds) == (L.reward_group(cfg) is not None)
+    for obj in objects:
+        kubernetes_validate.validate(obj, k8s_version(cfg), strict=True)
+
+
+def test_strict_validation_catches_a_misspelt_field():
+    cfg = load("p5en-prod")
+    bad = M.reward_deployment(cfg)
+    bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, k8s_version(cfg), strict=True)
+    rc = M.raycluster(cfg)
+    rc["spec"]["workerGroupSpecs"][0]["replica"] = 3
+    assert validate(rc, schema("ray.io/v1", "RayCluster")) == [".spec.workerGroupSpecs[0].replica: unknown field"]
+
+
+def test_every_custom_resource_validates_against_its_crd(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    crs = [obj_of(r) for r in graph.resources if is_custom_resource(r)]
+    assert sorted(o["kind"] for o in crs) == ["Queue", "RayCluster"]
+    for obj in crs:
+        validate_custom(obj, k8s_version(cfg))
+
+
+@pytest.mark.parametrize("stack", ["p5en-prod", "p4d"])
+def test_the_opt_in_rayjob_validates_against_its_crd(stack):
+    cfg, graph = variant(stack, RAYJOB), variant_graph(stack, RAYJOB)
+    (job,) = custom_objects(graph, "RayJob")
+    validate_custom(job, k8s_version(cfg))
+    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": L.RAY_CLUSTER}
+    assert json.loads(job["spec"]["entrypointResources"]) == {L.GPU_NODE_RESOURCE: 0.001}
+    assert custom_objects(graph_of(stack), "RayJob") == []  # opt-in: not in the stock stack
+
+
+# --- the Ray cluster ----------------------------------------------------------------------------
+
+def test_p5en_prod_reference_shape_and_argv():
+    """The issue's figures: 16 trainer pods x 8 GPUs, 32 rollout pods x 8 GPUs (256), 16 EFA each."""
+    cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
+    g = groups(one(graph, "RayCluster"))
+    assert (g["trainer"]["replicas"], g["rollout"]["replicas"]) == (16, 32)
+    for name in ("trainer", "rollout"):
+        res = container(g[name]["template"])["resources"]
+        assert res["requests"] == res["limits"]
+        assert res["limits"][GPU] == "8" and res["limits"][EFA] == "16"
+    rollout_gpus = g["rollout"]["replicas"] * int(container(g["rollout"]["template"])["resources"]["limits"][GPU])
+    assert rollout_gpus == 256
+    argv = flag_values(recorded_argv(graph))
+    assert argv["--actor-num-nodes"] == ["16"] and argv["--actor-num-gpus-per-node"] == ["8"]
+    assert argv["--rollout-num-gpus"] == ["256"] and argv["--num-gpus-per-node"] == ["8"]
+    assert argv["--rollout-num-gpus-per-engine"] == ["8"] and argv["--sglang-ep-size"] == ["8"]
+    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and "--moe-enable-deepep" in argv
+    assert argv["--moe-token-dispatcher-type"] == ["flex"]
+    assert "--use-fault-tolerance" not in argv  # rollout pool is an ODCR, not Spot
+    assert cfg.pool(Role.ROLLOUT).capacity.type.value == "ODCR"
+
+
+def test_argv_layout_follows_the_pools(stack):
+    cfg = load(stack)
+    train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+    g = groups(M.raycluster(cfg))
+    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    assert int(argv["--actor-num-nodes"][0]) == g["trainer"]["replicas"] == train.nodes.desired
+    assert int(argv["--actor-num-gpus-per-node"][0]) == train.instance.gpus
+    assert int(argv["--rollout-num-gpus"][0]) == g["rollout"]["replicas"] * rollout.instance.gpus
+    engine = int(argv["--rollout-num-gpus-per-engine"][0])
+    assert engine == cfg.workloads.run.rollout.nodes_per_engine * rollout.instance.gpus
+    assert int(argv["--rollout-num-gpus"][0]) % engine == 0
+    assert ("--use-fault-tolerance" in argv) == (rollout.capacity.type.value == "SPOT")
+
+
+def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    g = groups(one(graph, "RayCluster"))
+    pools = {"head": L.head_pool(cfg), "trainer": cfg.pool(Role.TRAIN), "rollout": cfg.pool(Role.ROLLOUT)}
+    if cfg.pool(Role.MEMORY):
+        pools["buffer"] = cfg.pool(Role.MEMORY)
+    if cfg.pool(Role.CPU):
+        pools["preprocess"] = cfg.pool(Role.CPU)
+    assert set(g) == set(pools)
+    templates = {n: grp["template"] for n, grp in g.items()}
+    if L.reward_group(cfg):
+        pools["reward"] = L.reward_group(cfg).pool
+        templates["reward"] = one(graph, "Deployment")["spec"]["template"]
+    pools["stage"] = L.preprocess_job(cfg).pool
+    templates["stage"] = one(graph, "Job")["spec"]["template"]
+    for name, pool in pools.items():
+        spec = templates[name]["spec"]
+        assert spec["nodeSelector"] == {POOL_LABEL: pool.name}, name
+        assert pool.node_labels[POOL_LABEL] == pool.name
+        assert spec.get("tolerations", []) == expected_tolerations(pool), name
+    assert not L.head_pool(cfg).instance.is_gpu and L.head_pool(cfg).capacity.type.value != "SPOT"
+
+
+def test_gpu_pods_take_the_whole_node(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    g = groups(one(graph, "RayCluster"))
+    deepep = L.resolve_deepep(cfg)
+    for name, role in (("trainer", Role.TRAIN), ("rollout", Role.ROLLOUT)):
+        pool, template = cfg.pool(role), g[name]["template"]
+        c = container(template)
+        req = effective_requests(c["resources"])
+        alloc = allocatable(pool, cfg.workloads.efa_devices)
+        assert req[GPU] == pool.instance.gpus
+        assert req.get(EFA, 0) == pool.efa_devices  # every EFA device the node advertises
+        assert (req.get(HUGEPAGES, 0) > 0) == (pool.efa_devices > 0)
+        assert req["cpu"] <= alloc.millicpu / 1000 and req["memory"] <= alloc.memory
+        assert req["memory"] >= 0.95 * alloc.memory and req["cpu"] >= 0.95 * alloc.millicpu / 1000
+        assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        (shm,) = [v for v in template["spec"]["volumes"] if v["name"] == M.SHM_VOLUME]
+        assert shm["emptyDir"]["medium"] == "Memory"
+        assert parse_quantity(shm["emptyDir"]["sizeLimit"]) < parse_quantity(c["resources"]["limits"]["memory"])
+        params = g[name]["rayStartParams"]
+        assert params["num-gpus"] == str(pool.instance.gpus)
+        assert int(params["object-store-memory"]) <= parse_quantity(shm["emptyDir"]["sizeLimit"])
+        env = env_of(c)
+        if pool.efa_devices:
+            assert env["FI_PROVIDER"] == "efa" and env["NCCL_NET_PLUGIN"] == "ofi"
+            assert ("NCCL_GIN_TYPE" in env) == (deepep.version.value == "v2")
+    # The driver's entrypoint resource exists only on training nodes (never Spot).
+    assert "gpu_node" in g["trainer"]["rayStartParams"]["resources"]
+    assert "gpu_node" not in g["rollout"]["rayStartParams"]["resources"]
+    assert g["head"]["rayStartParams"]["num-gpus"] == "0"
+
+
+def _gpu_env(cfg) -> dict[str, str]:
+    return env_of(container(groups(M.raycluster(cfg))["trainer"]["template"]))
+
+
+def test_environment_by_family_and_deepep_mode():
+    v2 = _gpu_env(load("p5en-prod"))  # H200, EFA installer 1.49: DeepEP V2 on the GIN proxy backend
+    assert (v2["NCCL_GIN_TYPE"], v2["NCCL_GIN_ENABLE"], v2["NCCL_CUMEM_ENABLE"]) == ("2", "1", "1")
+    assert v2["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric" and v2["NVSHMEM_LIBFABRIC_PROVIDER"] == "efa"
+    assert v2["NCCL_NVLS_ENABLE"] == "1"
+    gda = _gpu_env(variant("p5en-prod", {"versions": {"software": {"efaInstaller": "1.50.0"}}}))
+    assert gda["NCCL_GIN_TYPE"] == "5"  # the one-line override: GPU-initiated EFA backend
+    v1 = _gpu_env(variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}}}}))
+    assert "NCCL_GIN_TYPE" not in v1 and v1["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric"
+    a100 = load("p4d")  # A100: DeepEP (SM90+) off by default
+    env = _gpu_env(a100)
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_NVLS_ENABLE"] == "0"
+    assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in env)
+    argv = flag_values(M.rayjob(a100)["spec"]["entrypoint"].split())
+    assert argv["--moe-token-dispatcher-type"] == ["alltoall"] and "--sglang-moe-a2a-backend" not in argv
+    assert "--use-fault-tolerance" in argv  # p4d's rollout pool is Spot
+
+
+@pytest.mark.parametrize("override, field", [
+    ({"workloads": {"run": {"deepep": {"version": "v2"}}}}, "workloads.run.deepep.version"),
+    ({"workloads": {"run": {"entryPoint": "train_rl.py"}}}, "workloads.run.entryPoint"),
+    ({"workloads": {"run": {"parallel": {"tensor": 3}}}}, "workloads.run.parallel.tensor"),
+    ({"workloads": {"ray": {"headPool": "train"}}}, "workloads.ray.headPool"),
+    ({"workloads": {"run": {"colour": "blue"}}}, "workloads.run.colour"),
+    ({"workloads": {"run": {"model": "org/unknown-moe"}}}, "workloads.run.modelArgs"),
+    ({"workloads": {"efaDevices": {"train": 5}}}, "workloads.efaDevices.train"),
+])
+def test_inconsistent_workloads_fail_like_every_config_error(override, field):
+    with pytest.raises(StackConfigError) as err:
+        variant("p4d", override)
+    first, second = str(err.value).splitlines()[:2]
+    assert first == "stack 'p4d': invalid configuration"
+    assert second.startswith(f"  {field}: "), second
+
+
+def test_gpu_initiated_gin_needs_the_newer_efa_installer():
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.ginBackend: .*1\.50"):
+        variant("p5en-prod", {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}})
+    cfg = variant("p5en-prod", {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}},
+                                "versions": {"software": {"efaInstaller": "1.50.0"}}})
+    assert _gpu_env(cfg)["NCCL_GIN_TYPE"] == "5"
+
+
+def test_software_stack_is_one_place_and_overridable():
+    cfg = variant("p5en-prod", {"versions": {"software": {"image": "registry.example/miles:efa"}}})
+    images = {container(t)["image"] for _, t in pod_templates_of(M.raycluster(cfg))}
+    images |= {container(M.stage_template(cfg))["image"], container(M.reward_template(cfg))["image"]}
+    assert images == {"registry.example/miles:efa"}
+    assert M.raycluster(cfg)["spec"]["rayVersion"] == cfg.versions.software.ray
+
+
+# --- operators, provider, ordering ---------------------------------------------------------------
+
+def test_operators_pinned_on_the_cluster_provider(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    releases = {r.inputs["name"]: r for r in graph.of_type(HELM)}
+    charts = cfg.versions.charts
+    for name, chart in (("kuberay-operator", charts.kuberay_operator), ("volcano", charts.volcano),
+                        ("aws-fsx-csi-driver", charts.fsx_csi_driver)):
+        r = releases[name]
+        assert (r.inputs["chart"], r.inputs["version"], r.inputs["repositoryOpts"]["repo"]) == (
+            chart.chart, chart.version, chart.repo)
+    assert charts.kuberay_operator.version == "1.7.0"  # the CRDs in ../shared/schemas/kuberay
+    assert releases["kuberay-operator"].inputs["values"]["nodeSelector"] == {POOL_LABEL: cfg.pool(Role.SYSTEM).name}
+    (provider,) = [r for r in graph.resources if r.type == K8S_PROVIDER]
+    workload_k8s = [r for r in graph.resources if r.type.startswith("kubernetes:")]
+    assert workload_k8s and all(r.provider == provider.urn for r in workload_k8s)
+    (rc,) = [r for r in graph.resources if is_custom_resource(r) and r.inputs["kind"] == "RayCluster"]
+    needs = {releases["kuberay-operator"].urn, releases["nvidia-device-plugin"].urn,
+             releases["aws-efa-k8s-device-plugin"].urn}
+    assert needs <= set(rc.dependencies)
+    node_groups = {r.inputs["nodeGroupName"]: r.urn for r in graph.of_type("aws:eks/nodeGroup:NodeGroup")}
+    for role in (Role.TRAIN, Role.ROLLOUT):
+        assert node_groups[f"{cfg.cluster_name}-{cfg.pool(role).name}"] in rc.dependencies
+
+
+# --- checkpoints reach S3 ------------------------------------------------------------------------
+
+def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    (fs,) = graph.of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    (dra,) = graph.of_type("aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation")
+    (bucket,) = graph.of_type("aws:s3/bucket:Bucket")
+    node_subnet = graph.named("aws:ec2/subnet:Subnet", f"{cfg.cluster_name}-nodes")
+    assert fs.inputs["deploymentType"] == "PERSISTENT_2" and fs.inputs["subnetIds"] == node_subnet.outputs["id"]
+    assert fs.inputs["storageCapacity"] == cfg.workloads.storage.capacity_gib
+    assert dra.inputs["fileSystemId"] == fs.outputs["id"]
+    assert dra.inputs["dataRepositoryPath"] == f"s3://{bucket.outputs['bucket']}/{L.CHECKPOINT_DIR}/"
+    for policy in ("autoExportPolicy", "autoImportPolicy"):
+        assert sorted(dra.inputs["s3"][policy]["events"]) == ["CHANGED", "DELETED", "NEW"]
+    # Lustre ports from the file system itself and from the nodes' cluster security group.
+    (sg,) = [r for r in graph.of_type("aws:ec2/securityGroup:SecurityGroup") if r.urn in fs.dependencies]
+    cluster_sg = graph.of_type("aws:eks/cluster:Cluster")[0].outputs["vpcConfig"]["clusterSecurityGroupId"]
+    rules = graph.of_type("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule")
+    into_fsx = {(r.inputs["fromPort"], r.inputs["toPort"], r.inputs["referencedSecurityGroupId"])
+                for r in rules if r.inputs["securityGroupId"] == sg.outputs["id"]}
+    assert into_fsx == {(988, 988, sg.outputs["id"]), (1018, 1023, sg.outputs["id"]), (988, 988, cluster_sg),
+                        (1018, 1023, cluster_sg)}
+    # Miles saves under the association's directory; every Ray pod and the Job mount the claim there.
+    p = L.paths(cfg)
+    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    assert argv["--save"] == argv["--load"] == [p.checkpoints]
+    assert p.checkpoints.startswith(f"{p.mount}{dra.inputs['fileSystemPath']}/")
+    pv, pvc = one(graph, "PersistentVolume"), one(graph, "PersistentVolumeClaim")
+    assert pv["spec"]["csi"]["volumeHandle"] == fs.outputs["id"]
+    assert pv["spec"]["csi"]["volumeAttributes"] == {"dnsname": fs.outputs["dnsName"],
+                                                     "mountname": fs.outputs["mountName"]}
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pv["spec"]["accessModes"] == ["ReadWriteMany"]
+    templates = [t for _, t in pod_templates_of(one(graph, "RayCluster"))] + [one(graph, "Job")["spec"]["template"]]
+    for t in templates:
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in t["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v}
+        assert {m["mountPath"] for m in container(t)["volumeMounts"] if m["name"] in claims} == {p.mount}
+        assert set(claims.values()) == {pvc["metadata"]["name"]}
+
+
+# --- reward service and preprocessing Job ----------------------------------------------------------
+
+def test_reward_service_is_spot_tolerant_and_is_what_miles_calls():
+    cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
+    dep, svc, pdb = one(graph, "Deployment"), one(graph, "Service"), one(graph, "PodDisruptionBudget")
+    reward = cfg.pool(Role.REWARD)
+    assert reward.capacity.type.value == "SPOT"
+    spec = dep["spec"]
+    assert spec["replicas"] >= 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"] == spec["selector"]
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {POOL_LABEL: reward.name}
+    assert pod["tolerations"] == expected_tolerations(reward)  # GPU and Spot taints of the g6e pool
+    c = container(spec["template"])
+    assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(c)
+    url = urlparse(flag_values(recorded_argv(graph))["--rm-url"][0])
+    assert url.hostname == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc.cluster.local"
+    assert url.port == svc["spec"]["ports"][0]["port"] == c["ports"][0]["containerPort"]
+    assert svc["spec"]["selector"] == spec["selector"]["matchLabels"]
+    # The default server's source is shipped in the ConfigMap the pod mounts.
+    cm = one(graph, "ConfigMap")
+    assert cm["data"]["reward-server.py"] == (ROOT / "workloads" / "reward_server.py").read_text()
+
+
+def test_without_a_reward_pool_miles_computes_rewards_in_process():
+    cfg = load("dev")
+    assert cfg.pool(Role.REWARD) is None and L.reward_group(cfg) is None
+    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    assert argv["--rm-type"] == [cfg.workloads.run.rm_type] and "--rm-url" not in argv
+
+
+def test_reward_on_gpus_by_config():
+    cfg = variant("p5en-prod", {"workloads": {"reward": {"gpus": 2}}})
+    c = container(M.reward_template(cfg))
+    assert c["resources"]["limits"][GPU] == "2"
+    with pytest.raises(StackConfigError, match="workloads.reward.gpus"):
+        variant("p5", {"workloads": {"reward": {"gpus": 1}}})  # p5's reward pool is c7i (CPU)
+
+
+def test_preprocessing_job_stages_what_the_run_reads(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    job = one(graph, "Job")
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {POOL_LABEL: L.head_pool(cfg).name}
+    env = env_of(container(job["spec"]["template"]))
+    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    assert argv["--hf-checkpoint"] == [env["MODEL_DIR"]] and env["MODEL"] == cfg.workloads.run.model
+    assert argv["--prompt-data"] == [f"{env['DATA_DIR']}/{env['PROMPT_FILE']}"]
+
+
+def test_stack_files_load_with_the_program_schema():
+    for stack in STACKS:
+        cfg = load(stack)
+        assert isinstance(cfg, ProgramConfig) and cfg.workloads == ProgramConfig.model_fields["workloads"].default
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())
+    assert "workloads" not in doc["config"]["moe-rl-platform:platform"]  # defaults derive from the pools
