@@ -1,0 +1,83 @@
+"""IaC scan of the Kubernetes objects the program emits for p5en-prod: the rendered manifests,
+the reviewed justifications file, and (where checkov is installed, see policy/scan.sh) the exact
+set of checkov findings, so a new finding or a stale justification fails."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from conftest import ROOT, graph_of
+
+from policy.render import manifests, resource_id, write
+from policy.scan import CHECK_ID, JUSTIFICATIONS, checkov_binary, compare, load_justifications, run_checkov
+
+STACK = "p5en-prod"
+
+
+def test_every_kubernetes_object_is_rendered_except_helm_releases():
+    graph = graph_of(STACK)
+    objects = [r for r in graph.resources if r.type.startswith("kubernetes:")
+               and not r.type.startswith(("kubernetes:helm.sh/", "pulumi:providers:"))]
+    rendered = manifests(graph)
+    top_level = [m for m in rendered if not (m["kind"] == "Pod" and m["apiVersion"] == "v1")]
+    assert len(top_level) == len(objects) > 0
+    for m in rendered:
+        assert m["apiVersion"] and m["kind"] and m["metadata"]["name"]
+        assert not any(isinstance(v, float) and v.is_integer() for v in _scalars(m)), resource_id(m)
+
+
+def test_ray_pod_templates_are_scanned_as_pods():
+    rendered = manifests(graph_of(STACK))
+    clusters = [m for m in rendered if m["kind"] == "RayCluster"]
+    pods = {m["metadata"]["name"]: m for m in rendered if m["kind"] == "Pod"}
+    for rc in clusters:
+        groups = ["head"] + [g["groupName"] for g in rc["spec"]["workerGroupSpecs"]]
+        for group in groups:
+            pod = pods[f"{rc['metadata']['name']}-{group}"]
+            assert pod["spec"]["containers"] and pod["metadata"]["namespace"] == rc["metadata"]["namespace"]
+
+
+def test_manifests_are_written_as_yaml(tmp_path):
+    files = write(graph_of(STACK), tmp_path)
+    assert files and all(yaml.safe_load(f.read_text())["kind"] for f in files)
+
+
+def test_justifications_are_reviewed_entries():
+    doc = yaml.safe_load(JUSTIFICATIONS.read_text())
+    assert doc["stack"] == STACK and doc["checkov"] == "3.3.30"
+    for entry in doc["justified"]:
+        assert CHECK_ID.match(entry["check"]), entry
+        assert entry["status"] in ("accepted", "fix-proposed"), entry
+        assert entry["resources"] and all(re.match(r"^[A-Za-z]+\.[a-z0-9-]+\.", r) for r in entry["resources"])
+        assert len(entry["reason"]) >= 20, entry
+        assert ("fix" in entry) == (entry["status"] == "fix-proposed"), entry
+    assert load_justifications()  # no (check, resource) justified twice
+
+
+def test_scan_finds_exactly_the_justified_findings(tmp_path):
+    binary = checkov_binary()
+    if binary is None:
+        pytest.skip("checkov is not installed: `bash policy/scan.sh --install-only` (own virtualenv)")
+    write(graph_of(STACK), tmp_path)
+    new, stale = compare(run_checkov(tmp_path, binary), load_justifications())
+    assert not new, "new checkov findings (fix them or justify them in policy/checkov-justifications.yaml):\n" + \
+        "\n".join(map(str, new))
+    assert not stale, "justified findings checkov no longer reports (delete them):\n" + "\n".join(map(str, stale))
+
+
+def _scalars(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _scalars(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _scalars(v)
+    else:
+        yield value
+
+
+def test_scan_script_pins_the_checked_version():
+    text = (ROOT / "policy" / "requirements-scan.txt").read_text()
+    assert "checkov==3.3.30" in text
