@@ -540,6 +540,46 @@ def check_pod_roles_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
                              f"it to a namespace and service account")
 
 
+ADDON_NAMESPACES = {
+    "vpc-cni": "kube-system", "aws-ebs-csi-driver": "kube-system", "aws-efs-csi-driver": "kube-system",
+    "aws-mountpoint-s3-csi-driver": "kube-system", "aws-fsx-csi-driver": "kube-system",
+    "amazon-cloudwatch-observability": "amazon-cloudwatch", "adot": "opentelemetry-operator-system",
+}
+"""Where the EKS add-ons that take pod identity associations run their service accounts."""
+
+
+def _cluster_key(stack: Stack, res: Resource) -> str:
+    value = res.props.get("clusterName")
+    if isinstance(value, str):
+        return value
+    clusters, _ = stack.refs(res, "clusterName", "aws:eks/cluster:Cluster")
+    return clusters[0].props.get("name", clusters[0].urn) if clusters else "?"
+
+
+def check_pod_identity_unique(stack: Stack) -> Iterator[tuple[str, str]]:
+    """One Pod Identity association per service account: EKS refuses a second one for the same
+    cluster, namespace and service account (ResourceInUseException "Association already exists"),
+    including one an EKS add-on creates from its ``podIdentityAssociations``."""
+    seen: dict[tuple, str] = {}
+    for addon in stack.of_type(ADDON):
+        name = addon.props.get("addonName")
+        for assoc in as_list(addon.props.get("podIdentityAssociations")):
+            sa = assoc.get("serviceAccount") if isinstance(assoc, Mapping) else None
+            if isinstance(sa, str) and isinstance(name, str):
+                seen[(_cluster_key(stack, addon), ADDON_NAMESPACES.get(name, "*"), sa)] = f"add-on {name}"
+    for assoc in stack.of_type(POD_IDENTITY):
+        ns, sa = assoc.props.get("namespace"), assoc.props.get("serviceAccount")
+        if not (isinstance(ns, str) and isinstance(sa, str)):
+            continue
+        cluster = _cluster_key(stack, assoc)
+        other = seen.get((cluster, ns, sa)) or seen.get((cluster, "*", sa))
+        if other:
+            yield assoc.urn, (f"{assoc.label}: {ns}/{sa} is already associated by {other}; EKS refuses a second "
+                              f"Pod Identity association for one service account")
+        else:
+            seen[(cluster, ns, sa)] = assoc.label
+
+
 # --- checkpoint bucket ---------------------------------------------------------------------------
 
 def stack_platform_config() -> Mapping | None:
@@ -652,13 +692,14 @@ def resource_policy(name: str, description: str, types: Sequence[str], check: Re
     return policy
 
 
-def stack_policy(name: str, description: str, check: StackCheck) -> StackValidationPolicy:
+def stack_policy(name: str, description: str, check: StackCheck,
+                 enforcement: EnforcementLevel = EnforcementLevel.MANDATORY) -> StackValidationPolicy:
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
         for urn, message in check(Stack.from_args(args)):
             report_violation(message, urn)
 
     policy = StackValidationPolicy(name=name, description=description, validate=validate,
-                                   enforcement_level=EnforcementLevel.MANDATORY)
+                                   enforcement_level=enforcement)
     policy.check = check  # type: ignore[attr-defined]
     return policy
 
@@ -697,10 +738,15 @@ ALL: list = [
     stack_policy("pod-roles-scoped",
                  "IAM roles for pods are bound to named namespaces and service accounts.",
                  check_pod_roles_scoped),
+    stack_policy("pod-identity-unique",
+                 "One EKS Pod Identity association per service account (add-on associations included).",
+                 check_pod_identity_unique, enforcement=EnforcementLevel.ADVISORY),
     resource_policy("s3-access-scoped-to-bucket",
                     "IAM permissions for S3 name the bucket, never Resource \"*\".",
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
 ]
-"""Every policy of the pack, all mandatory."""
+"""Every policy of the pack: all mandatory except pod-identity-unique, advisory until the platform
+stops associating the VPC CNI and CloudWatch service accounts twice (see its test)."""
+MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]
 
 POLICIES = {p.name: p for p in ALL}

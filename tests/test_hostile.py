@@ -29,7 +29,7 @@ from components.config import POOL_LABEL, ROLE_LABEL, StackConfigError, load_sta
 from components.rules import check_recorded_graph
 from components.stackfile import raw_stack
 from policy.adapter import evaluate
-from policy.rules import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
+from policy.rules import LAUNCH_TEMPLATE, MANDATORY, NODE_GROUP, SUBNET
 
 SCALE = float(os.environ.get("HOSTILE_SCALE", "1"))
 """Multiplies every example count; CI runs 1, a deeper local run e.g. HOSTILE_SCALE=8."""
@@ -102,7 +102,7 @@ def build_or_fail(stack: str, raw: Any, cfg) -> None:
         assert ng.inputs["labels"][POOL_LABEL] == pool.name, ng.inputs["labels"]
     _subnets_sound(graph)
     assert [str(v) for v in check_recorded_graph(cfg, graph)] == []
-    assert evaluate(graph, platform_config=raw, region=cfg.region) == []
+    assert evaluate(graph, MANDATORY, platform_config=raw, region=cfg.region) == []
 
 
 # --- strategies ----------------------------------------------------------------------------------
