@@ -79,13 +79,17 @@ def load_justifications(path: Path = JUSTIFICATIONS) -> dict[Finding, str]:
 def scan(stack: str, binary: str, keep: Path | None = None) -> list[Finding]:
     """Render ``stack``'s Kubernetes objects and return checkov's findings."""
     sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import graph_of  # the same recorded graph the tests use
-
+    import program
+    from components import mocks
+    from components.stackfile import read_stack
     from policy.render import write
+
+    model = getattr(program, "ProgramConfig", None)
+    cfg = read_stack(stack, model=model) if model else read_stack(stack)
+    graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
     with tempfile.TemporaryDirectory(prefix=f"k8s-{stack}-") as tmp:
         directory = keep or Path(tmp)
-        write(graph_of(stack), directory)
+        write(graph, directory)
         return run_checkov(directory, binary)
 
 
