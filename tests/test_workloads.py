@@ -458,3 +458,17 @@ def test_stack_files_load_with_the_program_schema():
         assert isinstance(cfg, ProgramConfig) and cfg.workloads == ProgramConfig.model_fields["workloads"].default
     doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())
     assert "workloads" not in doc["config"]["moe-rl-platform:platform"]  # defaults derive from the pools
+
+
+def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():
+    idle = {"pools": [dict(p, nodes={"min": 0, "desired": 0, "max": 1}) if p["role"] == "train" else p
+                      for p in raw_stack("dev")["pools"]]}
+    cfg = load_stack("dev", merge(raw_stack("dev"), idle), model=ProgramConfig)
+    import program
+    graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
+    assert groups(one(graph, "RayCluster"))["trainer"]["replicas"] == 0
+    assert custom_objects(graph, "RayJob") == []
+    with pytest.raises(ValueError, match="0 desired nodes"):
+        M.rayjob(cfg)
+    with pytest.raises(StackConfigError, match=r"workloads.run.rayJob: pool 'train' has 0 desired nodes"):
+        load_stack("dev", merge(merge(raw_stack("dev"), idle), RAYJOB), model=ProgramConfig)

@@ -74,6 +74,10 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     """``python3 /root/miles/<entry point> <flags>``: the one command both submit paths run."""
     run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
     p, lay, deepep = paths(cfg), layout(cfg), resolve_deepep(cfg)
+    if not lay["actor_num_nodes"] or not lay["rollout_num_gpus"]:
+        idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
+        raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
+                         f"scale them up (pools[].nodes.desired) before starting a run")
     a: list[str] = ["python3", f"{MILES_DIR}/{run.entry_point.value}"]
 
     def f(flag: str, *values: object) -> None:

@@ -68,10 +68,12 @@ def validate(cfg: "ProgramConfig") -> None:
                          f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
 
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
-    for pool in (train, rollout):
-        if pool.nodes.desired < 1:
-            raise ValueError(f"workloads.run: pool {pool.name!r} has 0 desired nodes; a run needs at least "
-                             f"one {pool.role.value} node (pools[{pool.name}].nodes.desired >= 1)")
+    idle = [p for p in (train, rollout) if p.nodes.desired < 1]
+    if idle and run.ray_job:
+        raise ValueError(f"workloads.run.rayJob: pool {idle[0].name!r} has 0 desired nodes and a run needs at "
+                         f"least one {idle[0].role.value} node; allowed: false while the pool is scaled to zero")
+    if idle:
+        return  # GPU pools scaled to zero: the Ray groups have no pods and no run is declared
 
     # Megatron parallelism over the actor world (the training pool).
     par = run.parallel
