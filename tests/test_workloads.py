@@ -445,7 +445,7 @@ def test_preprocessing_job_stages_what_the_run_reads(stack):
     job = one(graph, "Job")
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     pod = job["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {POOL_LABEL: L.head_pool(cfg).name}
+    assert pod["nodeSelector"] == {POOL_LABEL: (cfg.pool(Role.CPU) or L.head_pool(cfg)).name}
     env = env_of(container(job["spec"]["template"]))
     argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
     assert argv["--hf-checkpoint"] == [env["MODEL_DIR"]] and env["MODEL"] == cfg.workloads.run.model

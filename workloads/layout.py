@@ -176,7 +176,7 @@ def preprocess_job(cfg: "ProgramConfig") -> Group | None:
     s = cfg.workloads.preprocess
     if not s.enabled:
         return None
-    return Group(name="stage", pool=head_pool(cfg), replicas=1, cpu=s.cpu,
+    return Group(name="stage", pool=cfg.pool(Role.CPU) or head_pool(cfg), replicas=1, cpu=s.cpu,
                  memory_g=s.memory_gib * GI // 1000 ** 3)
 
 
