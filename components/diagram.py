@@ -18,6 +18,9 @@ from .mocks import Graph
 from .recorded import (ADDON, BUCKET, HELM_RELEASE, NAT_GATEWAY, SECURITY_GROUP, pool_resources,
                        resource_id, short_name, subnets_by_id, vpc_blocks)
 
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
+LUSTRE_LINK = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+
 FONT = 11
 CHAR = 6.8
 LINE = 15
@@ -156,7 +159,18 @@ def architecture_svg(plan, graph: Graph) -> str:
     node_subnet_ids = sorted({r.subnet_ids[0] for r in single})
     row_y = vpc_top + 40
     content: list[str] = []
-    node_w = _row_width(single_boxes) + 2 * PAD
+    storage_boxes = []
+    for fs in graph.of_type(LUSTRE):
+        ids = fs.inputs.get("subnetIds")
+        if set([ids] if isinstance(ids, str) else ids or []) & set(node_subnet_ids):
+            exports = [a.inputs.get("dataRepositoryPath", "") for a in graph.of_type(LUSTRE_LINK)
+                       if a.inputs.get("fileSystemId") == resource_id(fs)]
+            storage_boxes.append(Box(
+                [f"FSx for Lustre {short_name(cfg, fs.name)}",
+                 f"{int(fs.inputs.get('storageCapacity', 0)):,} GiB {fs.inputs.get('deploymentType', '')}".rstrip()]
+                + [f"syncs {e}" for e in exports], stroke=COLORS["aws_stroke"], fill=COLORS["aws"]))
+    row = single_boxes + storage_boxes
+    node_w = _row_width(row) + 2 * PAD
     efa_pools = [r for r in single if r.pool.efa_enabled]
     efa_sg = [g for g in graph.of_type(SECURITY_GROUP)
               if any(resource_id(g) in i.get("securityGroups", []) for r in efa_pools for i in r.interfaces)]
@@ -168,16 +182,16 @@ def architecture_svg(plan, graph: Graph) -> str:
                   f"{', '.join(short_name(cfg, g.name) for g in efa_sg) or 'none'} admits all traffic to/from itself")
         node_w = max(node_w, len(fabric) * CHAR + 2 * PAD)
     node_h = 0.0
-    if single_boxes:
+    if row:
         title = " + ".join(subnet_label(s) for s in node_subnet_ids)
         names = [short_name(cfg, subnets[s].name) for s in node_subnet_ids]
         title_line = f"subnet {title} - {budget(names[0])}" if names else "subnet"
         node_w = max(node_w, len(title_line) * CHAR + 2 * PAD)
-        h = _row(single_boxes, inner_x + 16 + PAD, row_y + 26)
+        h = _row(row, inner_x + 16 + PAD, row_y + 26)
         node_h = 26 + h + (34 if fabric else 8)
         content.append(_rect(inner_x + 16, row_y, node_w, node_h, COLORS["efa"], COLORS["nodes"]))
         content.append(_text(inner_x + 16 + PAD, row_y + 17, title_line, bold=True))
-        for b in single_boxes:
+        for b in row:
             content += _draw(b)
         if fabric:
             fy = row_y + 26 + h + 14
