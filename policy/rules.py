@@ -307,6 +307,12 @@ def check_efa_single_az(stack: Stack) -> Iterator[tuple[str, str]]:
         zones = {dig(s.props, "availabilityZone") or dig(s.props, "availabilityZoneId") for s in subnets}
         if UNKNOWN in zones:
             continue
+        unplaced = [s.name for s in subnets if not isinstance(dig(s.props, "availabilityZone")
+                                                              or dig(s.props, "availabilityZoneId"), str)]
+        if unplaced:
+            yield ng.urn, (f"{ng.label}: {why} node group uses subnet(s) {', '.join(unplaced)} without an "
+                           f"availabilityZone (AWS would pick one); pin the zone")
+            continue
         if len(zones) > 1:
             yield ng.urn, (f"{ng.label}: {why} node group spans zones {', '.join(sorted(map(str, zones)))} "
                            f"(subnets {', '.join(s.name for s in subnets)}); it must use one zone")

@@ -495,3 +495,47 @@ def test_efa_layout_rule_agrees_with_the_component_for_every_efa_type():
         for wrong in (legacy, extra, [interfaces[0]] + interfaces[2:]):
             res.props["networkInterfaces"] = wrong
             assert rules.check_efa_layout(res) or len(interfaces) == 2 and wrong == [interfaces[0]], it.name
+
+
+# --- the checks never crash on what CrossGuard may hand them -----------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=200,
+                suppress_health_check=list(HealthCheck))
+KEYS = st.sampled_from(["networkInterfaces", "instanceType", "metadataOptions", "placement", "labels",
+                        "capacityType", "launchTemplate", "subnetIds", "availabilityZone", "ingress", "egress",
+                        "cidrIpv4", "cidrBlocks", "type", "protocol", "self", "policy", "assumeRolePolicy",
+                        "inlinePolicies", "policyArn", "namespace", "serviceAccount", "roleArn", "bucket",
+                        "versioningConfiguration", "rules", "forceDestroy", "podIdentityAssociations",
+                        "capacityReservationSpecification", "instanceMarketOptions", "securityGroupId",
+                        "referencedSecurityGroupId", "ipProtocol", "clusterName", "addonName", "id", "arn", "name"])
+VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 40), st.floats(allow_nan=False), st.text(max_size=12),
+              st.just(rules.UNKNOWN), st.sampled_from(["0.0.0.0/0", "::/0", "efa-only", "efa", "required", "train",
+                                                       "p5en.48xlarge", "SPOT", "spot", "-1", "ingress", "Enabled",
+                                                       '{"Statement": [{"Effect": "Allow", "Action": "s3:*", '
+                                                       '"Resource": "*"}]}', "rl.platform/role"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.one_of(KEYS, st.text(max_size=6)),
+                                                                         inner, max_size=4)),
+    max_leaves=12)
+TYPES = [LT, NG, rules.SUBNET, rules.SECURITY_GROUP, rules.INGRESS_RULE, rules.EGRESS_RULE, rules.LEGACY_RULE,
+         rules.BUCKET, rules.BUCKET_VERSIONING, rules.BUCKET_POLICY, rules.BUCKET_PUBLIC_ACCESS, rules.ROLE,
+         rules.ROLE_POLICY, rules.ROLE_POLICY_ATTACHMENT, rules.POD_IDENTITY, rules.ADDON]
+RESOURCES = st.lists(st.builds(lambda t, n, props: rules.Resource(t, f"r{n}", f"urn:{t}::r{n}", props),
+                               st.sampled_from(TYPES), st.integers(0, 5), st.dictionaries(KEYS, VALUES, max_size=6)),
+                     max_size=8)
+
+
+@FUZZ
+@given(RESOURCES)
+def test_checks_never_raise_on_odd_properties(resources):
+    stack = rules.Stack(resources)
+    for policy in ALL:
+        if isinstance(policy, pulumi_policy.StackValidationPolicy):
+            list(policy.check(stack))
+        else:
+            for res in resources:
+                if res.type in policy.resource_types:
+                    assert all(isinstance(m, str) for m in policy.check(res))
