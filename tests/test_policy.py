@@ -502,7 +502,7 @@ def test_efa_layout_rule_agrees_with_the_component_for_every_efa_type():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=200,
+FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=150,
                 suppress_health_check=list(HealthCheck))
 KEYS = st.sampled_from(["networkInterfaces", "instanceType", "metadataOptions", "placement", "labels",
                         "capacityType", "launchTemplate", "subnetIds", "availabilityZone", "ingress", "egress",
