@@ -90,7 +90,7 @@ class Cluster(pulumi.ComponentResource):
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child)
         addons = cfg.versions.addons
         cni_role = PodRole(f"{name}-vpc-cni", self.name, "kube-system", "aws-node",
-                           managed_policies=["AmazonEKS_CNI_Policy"], opts=child)
+                           managed_policies=["AmazonEKS_CNI_Policy"], by_addon=True, opts=child)
         self.node_addons = [
             self._addon("eks-pod-identity-agent", addons.pod_identity_agent),
             self._addon("kube-proxy", addons.kube_proxy),
@@ -122,7 +122,7 @@ class Cluster(pulumi.ComponentResource):
         addons = self._cfg.versions.addons
         name = self._pulumi_name()
         cloudwatch = PodRole(f"{name}-cloudwatch", self.name, "amazon-cloudwatch", "cloudwatch-agent",
-                             managed_policies=["CloudWatchAgentServerPolicy"],
+                             managed_policies=["CloudWatchAgentServerPolicy"], by_addon=True,
                              opts=pulumi.ResourceOptions(parent=self))
         return [
             self._addon("coredns", addons.coredns, depends_on=after),

@@ -36,11 +36,15 @@ def service_role(name: str, service: str, managed_policies: Sequence[str], paren
 
 
 class PodRole(pulumi.ComponentResource):
-    """An IAM role that only ``namespace/service_account`` pods of ``cluster_name`` can assume."""
+    """An IAM role that only ``namespace/service_account`` pods of ``cluster_name`` can assume.
+
+    ``by_addon``: an EKS add-on creates the association itself (its ``podIdentityAssociations``);
+    a second association for the same service account would be refused by EKS.
+    """
 
     def __init__(self, name: str, cluster_name: pulumi.Input[str], namespace: str,
                  service_account: str, managed_policies: Sequence[str] = (),
-                 inline_policy: pulumi.Input[str] | None = None,
+                 inline_policy: pulumi.Input[str] | None = None, by_addon: bool = False,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:iam:PodRole", name, None, opts)
         # Pod Identity needs TagSession as well as AssumeRole.
@@ -49,7 +53,7 @@ class PodRole(pulumi.ComponentResource):
         if inline_policy is not None:
             aws.iam.RolePolicy(name, role=self.role.id, policy=inline_policy,
                                opts=pulumi.ResourceOptions(parent=self))
-        self.association = aws.eks.PodIdentityAssociation(
+        self.association = None if by_addon else aws.eks.PodIdentityAssociation(
             name, cluster_name=cluster_name, namespace=namespace, service_account=service_account,
             role_arn=self.role.arn, opts=pulumi.ResourceOptions(parent=self))
         self.arn = self.role.arn

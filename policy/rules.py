@@ -746,13 +746,12 @@ ALL: list = [
                  check_pod_roles_scoped),
     stack_policy("pod-identity-unique",
                  "One EKS Pod Identity association per service account (add-on associations included).",
-                 check_pod_identity_unique, enforcement=EnforcementLevel.ADVISORY),
+                 check_pod_identity_unique),
     resource_policy("s3-access-scoped-to-bucket",
                     "IAM permissions for S3 name the bucket, never Resource \"*\".",
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
 ]
-"""Every policy of the pack: all mandatory except pod-identity-unique, advisory until the platform
-stops associating the VPC CNI and CloudWatch service accounts twice (see its test)."""
+"""Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]
 
 POLICIES = {p.name: p for p in ALL}

@@ -23,10 +23,6 @@ from policy import rules
 from policy.adapter import Wire, analyze, evaluate, resource_args, stack_args
 from policy.rules import ALL, MANDATORY, POLICIES
 
-KNOWN_DUPLICATE_ASSOCIATIONS = {"vpc-cni", "cloudwatch"}
-"""Service accounts the platform currently associates twice (add-on and PodRole): the advisory
-pod-identity-unique policy reports them until components/cluster.py keeps only one."""
-
 LT = rules.LAUNCH_TEMPLATE
 NG = rules.NODE_GROUP
 
@@ -74,14 +70,9 @@ def test_entry_point_does_nothing_but_build_the_pack():
 
 def test_policies_are_unique_mandatory_and_described():
     assert len(POLICIES) == len(ALL) == 12
-    assert [p.name for p in ALL if p not in MANDATORY] == ["pod-identity-unique"]
+    assert MANDATORY == ALL
     for policy in ALL:
         assert policy.description.endswith(".")
-
-
-def test_advisory_pod_identity_policy_reports_only_the_known_duplicates(stack):
-    found = _run(stack, policies=[POLICIES["pod-identity-unique"]])
-    assert {v.name.removeprefix(f"rl-{stack}-") for v in found} <= KNOWN_DUPLICATE_ASSOCIATIONS, found
 
 
 def test_pack_metadata():
