@@ -116,7 +116,7 @@ def report(runs: int) -> str:
              f"- Machine: {m['nproc']} CPUs ({m['cpu']}), {m['system']}, Python {m['python']}.",
              f"- Method: each figure is the median of {runs} fresh processes (`python -m plan ...`, imports "
              "included), timed with `time.perf_counter` around `subprocess.run`; the test suite is "
-             f"timed the same way (`python -m pytest -q`, median of {max(3, runs // 2)} runs).",
+             f"timed the same way (`python -m pytest`, the README command, median of {max(3, runs // 2)} runs).",
              f"- Date: {time.strftime('%Y-%m-%d')}.", ""]
 
     lines += ["## Plan wall time per stack", "", "| stack | resources | median s | runs (s) | exit |",
@@ -176,7 +176,7 @@ def report(runs: int) -> str:
     for label, paths in (("`python -m pytest` (whole suite)", []),
                          ("plan tests (`tests/test_plan*.py`)", ["tests/test_plan.py", "tests/test_plan_rules.py",
                                                                  "tests/test_plan_deploy_order.py"])):
-        median, times, last = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *paths],
+        median, times, last = timed([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths],
                                     suite_runs, ok_codes=(0, 1))
         result = (last.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
         lines.append(f"| {label} | {median:.2f} | {', '.join(f'{t:.2f}' for t in times)} | {result} |")
