@@ -1,11 +1,13 @@
 """Every flag of the generated Miles argv exists in the pinned releases: Miles' own flags and the
 Megatron flags its examples use (../shared/schemas/miles), and each ``--sglang-*`` flag in SGLang's
-ServerArgs, read statically from the pinned SGLang wheel (CI downloads it; see .ci/run)."""
+ServerArgs, read statically from the pinned SGLang wheel (downloaded once into a cache)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,21 +35,31 @@ def miles() -> MilesFlags:
     return miles_flags(MILES_FLAGS)
 
 
+WHEEL_CACHE = Path(os.environ.get("SGLANG_WHEEL_DIR") or
+                   Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "moe-rl-platform" / "wheels")
+
+
 @functools.cache
-def sglang_wheel() -> Path | None:
-    directory = os.environ.get("SGLANG_WHEEL_DIR")
-    if not directory:
-        return None
-    found = sorted(Path(directory).glob(f"sglang-{SoftwareStack().sglang}-*.whl"))
-    return found[0] if found else None
+def sglang_wheel() -> tuple[Path | None, str]:
+    """The pinned SGLang wheel (not installed, no dependencies), downloaded once into a cache."""
+    pattern = f"sglang-{SoftwareStack().sglang}-*.whl"
+    if not sorted(WHEEL_CACHE.glob(pattern)):
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "-d", str(WHEEL_CACHE),
+             f"sglang=={SoftwareStack().sglang}"], capture_output=True, text=True, timeout=600)
+        if done.returncode:
+            return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "pip download failed"
+    found = sorted(WHEEL_CACHE.glob(pattern))
+    return (found[0], "") if found else (None, f"no {pattern} in {WHEEL_CACHE}")
 
 
 @functools.cache
 def sglang():
-    wheel = sglang_wheel()
+    wheel, why = sglang_wheel()
     if wheel is None:
-        pytest.skip(f"no sglang=={SoftwareStack().sglang} wheel in $SGLANG_WHEEL_DIR "
-                    f"({os.environ.get('SGLANG_WHEEL_DIR', 'unset')}); .ci/run downloads it")
+        pytest.skip(f"sglang=={SoftwareStack().sglang} wheel unavailable (no package registry?): {why}")
     return sglang_flags_from_wheel(wheel)
 
 
