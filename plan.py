@@ -145,6 +145,8 @@ def render_text(plan) -> str:
         for st, delay in sorted(plan.inherited, key=lambda x: -x[1]):
             out.append(f"    {st.type} {st.name}: starts {_duration(delay)} after its inputs are ready"
                        + ("; on the critical path" if st.urn in on_path else ""))
+        if plan.unheld_seconds < s.critical_seconds:
+            out.append(f"  without these holds the critical path would be {_duration(plan.unheld_seconds)}")
     out.append("")
 
     out += _violation_lines(plan.violations)

@@ -167,9 +167,14 @@ def report(runs: int) -> str:
               "Modelled from the typical create times in `components/create_times.py` (not measured "
               "against AWS) over the recorded dependency graph:", "",
               f"- critical path: {_duration(s['criticalPathSeconds'])} "
-              f"({' -> '.join(p['name'] for p in s['criticalPath'])})",
+              f"({' -> '.join(p['type'].rsplit(':', 1)[1] + ' ' + p['name'] for p in s['criticalPath'])})",
               f"- fully serial (`pulumi up --parallel 1`): {_duration(s['serialSeconds'])}",
-              f"- ratio: {s['parallelism']:.2f}x; {base['resources']['custom']} resources.", ""]
+              f"- ratio: {s['parallelism']:.2f}x; {base['resources']['custom']} resources.",
+              f"- held back by a component's depends_on rather than their own inputs: "
+              + (", ".join(f"{h['type'].rsplit(':', 1)[1]} {h['name']} (+{_duration(h['delaySeconds'])})"
+                           for h in s["heldByComponentDependsOn"]) or "none")
+              + f"; without those holds the critical path would be "
+                f"{_duration(s['criticalPathSecondsWithoutComponentHolds'])}.", ""]
 
     suite_runs = max(3, runs // 2)
     lines += ["## Test suite", "", "| suite | median s | runs (s) | result |", "|---|---:|---|---|"]

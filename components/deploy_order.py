@@ -79,9 +79,12 @@ class Schedule:
         return self.serial_seconds / self.critical_seconds if self.critical_seconds else 1.0
 
 
-def waits(resource: Registered, by_urn: dict[str, Registered]) -> list[tuple[str, str]]:
-    """What ``resource`` waits on before its create starts, as (urn, reason)."""
-    out = [(d, DEPENDENCY) for d in resource.dependencies if d in by_urn]
+def waits(resource: Registered, by_urn: dict[str, Registered],
+          component_depends_on: bool = True) -> list[tuple[str, str]]:
+    """What ``resource`` waits on before its create starts, as (urn, reason). Without
+    ``component_depends_on``, a local component's own dependencies are left out (what-if)."""
+    held = resource.custom or component_depends_on
+    out = [(d, DEPENDENCY) for d in resource.dependencies if d in by_urn] if held else []
     if resource.provider in by_urn:
         out.append((resource.provider, PROVIDER))
     if resource.parent in by_urn:
@@ -89,8 +92,10 @@ def waits(resource: Registered, by_urn: dict[str, Registered]) -> list[tuple[str
     return out
 
 
-def schedule(graph: Graph, seconds: Callable[[Registered], float] | None = None) -> Schedule:
-    """Earliest start of every registered resource under unbounded parallelism."""
+def schedule(graph: Graph, seconds: Callable[[Registered], float] | None = None,
+             component_depends_on: bool = True) -> Schedule:
+    """Earliest start of every registered resource under unbounded parallelism; with
+    ``component_depends_on=False``, as if no component held its children back."""
     seconds = seconds or (lambda r: create_seconds(r.type, r.inputs, r.custom))
     by_urn = graph.by_urn()
     steps: dict[str, Step] = {}
@@ -102,7 +107,8 @@ def schedule(graph: Graph, seconds: Callable[[Registered], float] | None = None)
                 stack.pop()
                 continue
             resource = by_urn[urn]
-            pending = [w for w, _ in waits(resource, by_urn) if w not in steps]
+            ready = waits(resource, by_urn, component_depends_on)
+            pending = [w for w, _ in ready if w not in steps]
             if pending:
                 if any(p in stack for p in pending):
                     raise ValueError(f"dependency cycle through {resource.type} {resource.name}")
@@ -110,7 +116,6 @@ def schedule(graph: Graph, seconds: Callable[[Registered], float] | None = None)
                 continue
             stack.pop()
             start, waits_on, reason = 0.0, "", ""
-            ready = waits(resource, by_urn)
             if ready:  # the latest finish sets the start; on a tie, own needs before the parent's
                 waits_on, reason = max(ready, key=lambda w: (steps[w[0]].finish, w[1] != PARENT, w[0]))
                 start = steps[waits_on].finish

@@ -136,6 +136,8 @@ class Plan:
     components: int
     schedule: Schedule
     inherited: list[tuple[Any, float]]
+    unheld_seconds: float
+    """The critical path if no component's depends_on held its children back."""
     violations: list[Violation] = field(default_factory=list)
 
     @property
@@ -165,6 +167,7 @@ class Plan:
                                   "seconds": p.step.seconds, "via": p.via} for p in s.path],
                 "heldByComponentDependsOn": [{"type": st.type, "name": st.name, "delaySeconds": d}
                                              for st, d in self.inherited],
+                "criticalPathSecondsWithoutComponentHolds": self.unheld_seconds,
             },
             "violations": [v.to_json() for v in self.violations],
             "ok": self.ok,
@@ -186,4 +189,5 @@ def make_plan(cfg: StackConfig, graph: Graph, placements: Sequence[Any] | None =
         placements=None if placements is None else list(placements), placements_note=placements_note,
         resource_counts=dict(Counter(r.type for r in graph.resources if r.custom)),
         components=sum(1 for r in graph.resources if not r.custom),
-        schedule=sched, inherited=inherited_waits(graph, sched), violations=violations)
+        schedule=sched, inherited=inherited_waits(graph, sched),
+        unheld_seconds=schedule(graph, component_depends_on=False).critical_seconds, violations=violations)

@@ -72,6 +72,9 @@ def test_model_matches_the_sdk_ordering():
     assert sched.serial_seconds == 103.0 and sched.critical_seconds == 101.0
     held = {s.name: delay for s, delay in inherited_waits(graph, sched)}
     assert held == {"group-child": 100.0}
+    unheld = schedule(graph, seconds=lambda r: 100.0 if r.name == "slow" else float(r.custom),
+                      component_depends_on=False)
+    assert {s.name: s.start for s in unheld.steps.values()}["group-child"] == 0.0
 
 
 def test_every_aws_type_has_a_create_time():
