@@ -92,6 +92,8 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--load", p.checkpoints)
     f("--save", p.checkpoints)
     f("--save-interval", run.save_interval)
+    # A checkpoint on demand: the Capacity Block end CronJob (or an operator) creates this file.
+    f("--save-trigger-sentinel", p.save_trigger)
     # Data and reward.
     f("--prompt-data", p.data)
     f("--input-key", run.input_key)

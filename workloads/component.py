@@ -1,14 +1,18 @@
 """Workloads: the Kubernetes side of a stack, registered from the rendered manifests.
 
 KubeRay operator and Volcano (Helm, pinned) on the system pool; the checkpoint file system
-(FSx for Lustre linked to the bucket) and its static PV/PVC; the RayCluster; the optional RayJob;
-the reward service (Deployment, Service, PodDisruptionBudget); the preprocessing Job. Every object
-goes through the cluster's provider and waits for what it needs (CRDs, device plugins, the pool's
-nodes, the file system's association).
+(FSx for Lustre linked to the bucket) and its static PV/PVC; the namespace's NetworkPolicies
+(default deny plus one per workload); the RayCluster and the PodDisruptionBudgets that keep
+voluntary evictions off its head, trainer (and non-Spot rollout) pods; the optional RayJob; the
+reward service (Deployment, Service, PodDisruptionBudget); the preprocessing Job; with a Capacity
+Block end time, the CronJob that asks Miles for a checkpoint before the block's nodes drain. Every
+object goes through the cluster's provider and waits for what it needs (CRDs, device plugins, the
+pool's nodes, the file system's association).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Sequence
 
 import pulumi
@@ -35,6 +39,8 @@ TYPED = {
     "Deployment": k8s.apps.v1.Deployment,
     "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
     "Job": k8s.batch.v1.Job,
+    "CronJob": k8s.batch.v1.CronJob,
+    "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
 }
 
 
@@ -66,6 +72,7 @@ class Workloads(pulumi.ComponentResource):
                                      M.fsx_csi_values(), after=[system])
 
         ns = self._object(M.namespace(cfg), after=[system])
+        self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(cfg)]
         sa = self._object(M.service_account(cfg), after=[ns])
         scripts = self._object(M.scripts_configmap(cfg), after=[ns])
         fs = self.storage
@@ -75,6 +82,7 @@ class Workloads(pulumi.ComponentResource):
 
         gpu_groups = [node_group[cfg.pool(r).name] for r in (Role.TRAIN, Role.ROLLOUT)]
         self.raycluster = self._custom(M.raycluster(cfg), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
+        self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(cfg)]
         self.queue = self._custom(M.volcano_queue(cfg), after=[self.volcano])
         self.rayjob = (self._custom(M.rayjob(cfg), after=[self.raycluster])
                        if cfg.workloads.run.ray_job else None)
@@ -89,6 +97,15 @@ class Workloads(pulumi.ComponentResource):
         job = L.preprocess_job(cfg)
         self.stage = (self._object(M.preprocess_job(cfg), after=[pvc, scripts, sa, node_group[job.pool.name]])
                       if job else None)
+        end = L.capacity_block_end(cfg)
+        self.checkpoint_trigger = None
+        if end is not None:
+            self.checkpoint_trigger = self._object(M.checkpoint_trigger_cronjob(cfg),
+                                                   after=[pvc, node_group[L.utility_pool(cfg).name]])
+            if end.trigger <= datetime.now(timezone.utc):
+                pulumi.log.warn(f"the Capacity Block of pool(s) {', '.join(end.pools)} ends {end.end:%Y-%m-%d %H:%M} "
+                                f"UTC: its checkpoint trigger ({end.trigger:%Y-%m-%d %H:%M} UTC) is already past; "
+                                f"set capacity.endTime of the new block")
         self.register_outputs({"rayCluster": L.RAY_CLUSTER, "fileSystemId": fs.id})
 
     def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:

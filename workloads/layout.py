@@ -8,12 +8,13 @@ the schedulability check all read these answers, so they cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from components.config import CapacityType, Pool, Role
 
 from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
-from .settings import DeepEPVersion, GinBackend, version_tuple
+from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend, version_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from program import ProgramConfig
@@ -187,6 +188,12 @@ class Paths:
     data: str
     checkpoints: str
 
+    @property
+    def save_trigger(self) -> str:
+        """Miles' ``--save-trigger-sentinel``: when this file exists after a training step, Miles saves
+        a checkpoint at once (synchronously) and removes it (train.py / train_async.py, v0.1.0)."""
+        return f"{self.checkpoints}/{SAVE_TRIGGER}"
+
 
 def paths(cfg: "ProgramConfig") -> Paths:
     """Where Miles reads and writes, all on the shared FSx for Lustre file system."""
@@ -200,3 +207,51 @@ def paths(cfg: "ProgramConfig") -> Paths:
 
 CHECKPOINT_DIR = "checkpoints"
 """Directory on the file system linked to the bucket's ``checkpoints/`` prefix (auto export/import)."""
+SAVE_TRIGGER = "SAVE_NOW"
+
+
+def utility_pool(cfg: "ProgramConfig") -> Pool:
+    """Where small jobs run (staging, the Capacity Block end trigger): the cpu pool, else the head's."""
+    return cfg.pool(Role.CPU) or head_pool(cfg)
+
+
+@dataclass(frozen=True)
+class CapacityBlockEnd:
+    """When to ask Miles for a checkpoint before a Capacity Block under a GPU pool ends."""
+
+    pools: tuple[str, ...]
+    """GPU pools whose block ends at ``end`` (the earliest end among them)."""
+    end: datetime
+    trigger: datetime
+    """``end`` minus the lead, in UTC, on a whole minute (a cron schedule has no seconds)."""
+    drain: datetime
+    """When EKS starts scaling the block's node group to zero (40 minutes before ``end``)."""
+
+
+def capacity_block_end(cfg: "ProgramConfig") -> CapacityBlockEnd | None:
+    """The earliest Capacity Block end of the training and rollout pools, or None when no GPU pool
+    is a Capacity Block with ``capacity.endTime`` or no run can be running (a GPU pool at zero)."""
+    ends = [(p.capacity.end_time.astimezone(timezone.utc), p.name) for p in gpu_pools(cfg)
+            if p.capacity.type is CapacityType.CAPACITY_BLOCK and p.capacity.end_time is not None]
+    if not ends or any(p.nodes.desired < 1 for p in gpu_pools(cfg)):
+        return None
+    end = min(e for e, _ in ends)
+    lead = timedelta(minutes=cfg.workloads.capacity_block_end.lead_minutes)
+    trigger = (end - lead).replace(second=0, microsecond=0)
+    return CapacityBlockEnd(pools=tuple(n for e, n in ends if e == end), end=end, trigger=trigger,
+                            drain=end - timedelta(minutes=CAPACITY_BLOCK_DRAIN_MINUTES))
+
+
+def images(cfg: "ProgramConfig") -> dict[str, str]:
+    """Every image reference the workloads run, by the config field that sets it."""
+    soft, w = cfg.versions.software, cfg.workloads
+    out = {"versions.software.image": soft.image}
+    if soft.reward_image and reward_enabled(cfg):
+        out["versions.software.rewardImage"] = soft.reward_image
+    if capacity_block_end(cfg) is not None:
+        out["workloads.images.checkpointTrigger"] = w.images.checkpoint_trigger
+    return out
+
+
+def pinned_by_digest(image: str) -> bool:
+    return IMAGE_DIGEST.search(image) is not None

@@ -23,8 +23,11 @@ ARGS = SimpleNamespace(rm_type=RM_TYPE, custom_rm_path=None)
 
 async def reward(request: web.Request) -> web.Response:
     body = await request.json()
+    # The attributes Miles v0.1.0's async_rm reads: reward_spec (per-sample override, none here)
+    # and tokens (only for the deterministic_random rule).
     sample = SimpleNamespace(prompt=body.get("prompt"), response=body.get("response") or "",
-                             label=body.get("label"), metadata=body.get("metadata") or {})
+                             label=body.get("label"), metadata=body.get("metadata") or {},
+                             reward_spec=None, tokens=body.get("tokens") or [])
     return web.json_response(await async_rm(ARGS, sample))
 
 

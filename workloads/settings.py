@@ -190,12 +190,57 @@ class StorageSettings(_Model):
         return gib
 
 
+IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+"""An image reference pinned by content: ``name[:tag]@sha256:<64 hex>``."""
+
+
+class ImageSettings(_Model):
+    """Images the workloads reference besides ``versions.software.image`` / ``rewardImage``."""
+
+    require_digest: bool = False
+    """Refuse every image reference of the workloads that is not pinned by ``@sha256:`` digest
+    (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``)."""
+    checkpoint_trigger: str = Field("public.ecr.aws/docker/library/busybox:1.37.0", pattern=r"^\S+$")
+    """Small image with a POSIX shell, ``date``, ``mkdir`` and ``touch``: the Capacity Block end
+    CronJob. Not the training image, which is tens of GB and would have to be pulled first."""
+
+
+CAPACITY_BLOCK_DRAIN_MINUTES = 40
+"""EKS scales a Capacity Block's managed node group to zero this long before the block ends."""
+
+
+class CapacityBlockEndSettings(_Model):
+    """Checkpoint a run before the Capacity Block under its GPU pools ends (``capacity.endTime``).
+
+    A CronJob creates ``<checkpoint dir>/SAVE_NOW`` ``leadMinutes`` before the earliest end time;
+    Miles (``--save-trigger-sentinel``) checks that file once per rollout step, after training, then
+    saves synchronously and removes it. The drain starts 40 minutes before the end, so the lead
+    must cover 40 minutes plus ``checkpointMinutes``: the longest a step plus a save can take.
+    """
+
+    lead_minutes: int = Field(90, ge=1, le=24 * 60)
+    checkpoint_minutes: int = Field(30, ge=1)
+    """Longest time from the sentinel appearing to a complete checkpoint on FSx: one rollout step
+    (generation + training; the sentinel is read once per step) plus one synchronous save."""
+
+    @model_validator(mode="after")
+    def _lead_covers_drain_and_checkpoint(self) -> "CapacityBlockEndSettings":
+        floor = CAPACITY_BLOCK_DRAIN_MINUTES + self.checkpoint_minutes
+        if self.lead_minutes <= floor:
+            raise ValueError(f"leadMinutes: {self.lead_minutes} leaves no margin: EKS drains a Capacity Block "
+                             f"{CAPACITY_BLOCK_DRAIN_MINUTES} minutes before its end and a step plus a save take "
+                             f"up to checkpointMinutes = {self.checkpoint_minutes}; allowed: > {floor}")
+        return self
+
+
 class WorkloadSettings(_Model):
     run: RunSpec = RunSpec()
     ray: RaySettings = RaySettings()
     reward: RewardSettings = RewardSettings()
     preprocess: PreprocessSettings = PreprocessSettings()
     storage: StorageSettings = StorageSettings()
+    images: ImageSettings = ImageSettings()
+    capacity_block_end: CapacityBlockEndSettings = CapacityBlockEndSettings()
     efa_devices: dict[str, int] = {}
     """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
     have been seen advertising 15, not 16). Pods request exactly this many."""

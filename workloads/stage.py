@@ -2,7 +2,8 @@
 
 Idempotent: ``snapshot_download`` skips files already complete, so re-running the Job after a
 partial download (or for a new run on the same model) only fetches what is missing. A Hugging Face
-token, if the model is gated, comes from the optional Secret ``hf-token`` (key ``token``).
+token, if the model is gated, comes from the optional Secret ``hf-token`` (key ``token``), mounted
+as a file (``HF_TOKEN_FILE``) rather than passed in the environment.
 """
 
 import os
@@ -13,7 +14,17 @@ from huggingface_hub import snapshot_download
 MODEL, MODEL_DIR = os.environ["MODEL"], os.environ["MODEL_DIR"]
 DATASET, DATA_DIR = os.environ["DATASET"], os.environ["DATA_DIR"]
 PROMPT_FILE = os.environ["PROMPT_FILE"]
-TOKEN = os.environ.get("HF_TOKEN") or None
+
+
+def _token() -> str | None:
+    path = os.environ.get("HF_TOKEN_FILE", "")
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return os.environ.get("HF_TOKEN") or None
+
+
+TOKEN = _token()
 
 
 def main() -> int:

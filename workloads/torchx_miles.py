@@ -28,7 +28,8 @@ from components.config import Role
 from . import layout as L
 from .argv import miles_argv
 from .env import runtime_env
-from .manifests import FSX_CLAIM, entrypoint_resources, placement, pod_env, security_context, shm_volume
+from .manifests import (FSX_CLAIM, RAY_PODS, entrypoint_resources, placement, pod_env, pod_security_context,
+                        security_context, shm_volume)
 from .resources import EFA, HUGEPAGES, MI
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,12 +90,12 @@ def _role(cfg: "ProgramConfig", g: L.Group, args: list[str], name: str) -> specs
                       resource=resource(g), env=pod_env(cfg, g),
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=L.paths(cfg).mount)])
     spec = {**placement(g.pool), "serviceAccountName": cfg.checkpoints.service_account,
-            JOIN("volumes", on="name"): [shm_volume(g)]}
-    sc = security_context(g)
-    if sc:
-        # One container per pod; its name varies per replica, its image does not.
-        spec[JOIN("containers", on="image")] = [{"image": image, "securityContext": sc}]
-    set_overlay(role, "kubernetes", "V1Pod", {"spec": spec})
+            "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
+            # One container per pod; its name varies per replica, its image does not.
+            JOIN("containers", on="image"): [{"image": image, "securityContext": security_context(g)}]}
+    # The stack's Ray NetworkPolicy selects these labels: the pods of one TorchX run talk to each
+    # other (and to the reward service) like the RayCluster's.
+    set_overlay(role, "kubernetes", "V1Pod", {"metadata": {"labels": dict(RAY_PODS)}, "spec": spec})
     return role
 
 

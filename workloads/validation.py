@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from components.config import CapacityType, Role
 
 from .argv import MODEL_PRESETS
-from .layout import DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, resolve_deepep
+from .layout import (DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, images, pinned_by_digest,
+                     resolve_deepep)
 from .settings import DeepEPVersion, GinBackend, version_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,6 +21,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+DIGEST_FORM = "<name>[:<tag>]@sha256:<64 lowercase hex digits>"
+
+
+def validate_images(cfg: "ProgramConfig") -> None:
+    """A digest, where given, is well-formed; with ``workloads.images.requireDigest`` every image the
+    workloads run must carry one (a tag can be moved to other content, a digest cannot)."""
+    require = cfg.workloads.images.require_digest
+    for field, image in images(cfg).items():
+        if "@" in image and not pinned_by_digest(image):
+            raise ValueError(f"{field}: {image!r} has a malformed digest; allowed: {DIGEST_FORM}")
+        if require and not pinned_by_digest(image):
+            raise ValueError(f"{field}: {image!r} is not pinned by digest and workloads.images.requireDigest "
+                             f"is on; allowed: {DIGEST_FORM}")
 
 
 def validate(cfg: "ProgramConfig") -> None:
@@ -61,6 +77,8 @@ def validate(cfg: "ProgramConfig") -> None:
         if n > pool.efa_devices:
             raise ValueError(f"workloads.efaDevices.{pool_name}: {n} exceeds the {pool.efa_devices} EFA "
                              f"interfaces of {pool.instance_type}; allowed: 1..{pool.efa_devices}")
+
+    validate_images(cfg)
 
     run = w.run
     if run.model_args is None and run.model not in MODEL_PRESETS:
