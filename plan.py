@@ -201,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_VIOLATIONS
     sys.stdout.write(render_text(plan))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(plan.to_json(), indent=2) + "\n")
     if args.diagram:
         from components.diagram import architecture_svg
