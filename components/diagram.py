@@ -172,7 +172,7 @@ def architecture_svg(plan, graph: Graph) -> str:
     row = single_boxes + storage_boxes
     node_w = _row_width(row) + 2 * PAD
     efa_pools = [r for r in single if r.pool.efa_enabled]
-    efa_sg = [g for g in graph.of_type(SECURITY_GROUP)
+    efa_sg = [g for g in sorted(graph.of_type(SECURITY_GROUP), key=lambda g: g.name)
               if any(resource_id(g) in i.get("securityGroups", []) for r in efa_pools for i in r.interfaces)]
     fabric = ""
     if efa_pools:

@@ -189,5 +189,5 @@ def make_plan(cfg: StackConfig, graph: Graph, placements: Sequence[Any] | None =
         placements=None if placements is None else list(placements), placements_note=placements_note,
         resource_counts=dict(Counter(r.type for r in graph.resources if r.custom)),
         components=sum(1 for r in graph.resources if not r.custom),
-        schedule=sched, inherited=inherited_waits(graph, sched),
+        schedule=sched, inherited=sorted(inherited_waits(graph, sched), key=lambda h: (h[0].type, h[0].name)),
         unheld_seconds=schedule(graph, component_depends_on=False).critical_seconds, violations=violations)

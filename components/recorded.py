@@ -97,8 +97,14 @@ def pool_resources(cfg: StackConfig, graph: Graph) -> list[PoolResources]:
     return out
 
 
+def subnets_in_address_order(graph: Graph) -> list[Registered]:
+    """Recorded subnets by CIDR (registration order varies from run to run)."""
+    return sorted(graph.of_type(SUBNET), key=lambda s: (ipaddress.IPv4Network(s.inputs.get("cidrBlock", "0.0.0.0/32")),
+                                                        s.name))
+
+
 def subnets_by_id(graph: Graph) -> dict[str, Registered]:
-    return {resource_id(s): s for s in graph.of_type(SUBNET)}
+    return {resource_id(s): s for s in subnets_in_address_order(graph)}
 
 
 def vpc_blocks(graph: Graph) -> list[str]:
@@ -150,7 +156,7 @@ def subnet_budgets(cfg: StackConfig, graph: Graph) -> list[SubnetBudget]:
     delegated = prefix_delegation_enabled(graph)
     pools = pool_resources(cfg, graph)
     out = []
-    for subnet in graph.of_type(SUBNET):
+    for subnet in subnets_in_address_order(graph):
         sid = resource_id(subnet)
         users = [r for r in pools if sid in r.subnet_ids]
         demand = sum(int(r.scaling.get("maxSize", r.pool.nodes.max)) * node_ip_demand(r.pool, delegated)
