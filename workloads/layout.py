@@ -236,10 +236,16 @@ def capacity_block_end(cfg: "ProgramConfig") -> CapacityBlockEnd | None:
     if not ends or any(p.nodes.desired < 1 for p in gpu_pools(cfg)):
         return None
     end = min(e for e, _ in ends)
+    pools = tuple(n for e, n in ends if e == end)
     lead = timedelta(minutes=cfg.workloads.capacity_block_end.lead_minutes)
-    trigger = (end - lead).replace(second=0, microsecond=0)
-    return CapacityBlockEnd(pools=tuple(n for e, n in ends if e == end), end=end, trigger=trigger,
-                            drain=end - timedelta(minutes=CAPACITY_BLOCK_DRAIN_MINUTES))
+    try:
+        trigger = (end - lead).replace(second=0, microsecond=0)
+        drain = end - timedelta(minutes=CAPACITY_BLOCK_DRAIN_MINUTES)
+        trigger.timestamp()
+    except (OverflowError, ValueError):
+        raise ValueError(f"pools[{pools[0]}].capacity.endTime: {end.isoformat()} minus the checkpoint lead is "
+                         f"outside the calendar; allowed: the block's real end time") from None
+    return CapacityBlockEnd(pools=pools, end=end, trigger=trigger, drain=drain)
 
 
 def images(cfg: "ProgramConfig") -> dict[str, str]:
