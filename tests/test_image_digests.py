@@ -1,0 +1,66 @@
+"""Images pinned by digest: ``workloads.images.requireDigest: true`` refuses, as a config error
+naming the field, every image reference the workloads run without ``@sha256:<digest>``; with
+digests the whole graph carries them; the default (version tags) keeps working."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import load
+from test_workloads import merge, variant, variant_graph
+from test_workloads_security import pod_specs, registered_objects, with_end_time
+
+from components.config import StackConfigError
+from workloads import layout as L
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+MILES = f"registry.example/miles-efa:v0.1.0-efa1.49@{DIGEST}"
+REWARD = f"registry.example/reward@{DIGEST}"
+BUSYBOX = f"public.ecr.aws/docker/library/busybox:1.37.0@{DIGEST}"
+REQUIRE = {"workloads": {"images": {"requireDigest": True}}}
+
+
+def pinned(override: dict) -> dict:
+    return merge(override, REQUIRE)
+
+
+def refused(override: dict, stack: str = "p5en-prod") -> str:
+    with pytest.raises(StackConfigError) as err:
+        variant(stack, override)
+    first, second = str(err.value).splitlines()[:2]
+    assert first == f"stack {stack!r}: invalid configuration"
+    return second
+
+
+def test_tags_are_the_default_and_still_work():
+    cfg = load("p5en-prod")
+    assert cfg.workloads.images.require_digest is False
+    assert not any(L.pinned_by_digest(i) for i in L.images(cfg).values())
+
+
+def test_require_digest_refuses_a_tag_naming_the_field():
+    line = refused(REQUIRE)
+    assert line.startswith("  versions.software.image: 'radixark/miles:v0.1.0' is not pinned by digest"), line
+    assert "requireDigest" in line and "@sha256:" in line
+
+
+def test_require_digest_names_each_image_field():
+    line = refused(pinned({"versions": {"software": {"image": MILES, "rewardImage": "registry.example/reward:1"}}}))
+    assert line.startswith("  versions.software.rewardImage: "), line
+    line = refused(pinned(with_end_time(extra={"versions": {"software": {"image": MILES}}})))
+    assert line.startswith("  workloads.images.checkpointTrigger: "), line
+
+
+def test_a_malformed_digest_is_refused_even_without_the_option():
+    line = refused({"versions": {"software": {"image": "radixark/miles@sha256:abc"}}})
+    assert line.startswith("  versions.software.image: ") and "malformed digest" in line, line
+
+
+def test_with_digests_every_registered_container_is_pinned():
+    override = pinned(with_end_time(extra={"versions": {"software": {"image": MILES, "rewardImage": REWARD}},
+                                           "workloads": {"images": {"checkpointTrigger": BUSYBOX},
+                                                         "run": {"rayJob": True}}}))
+    cfg = variant("p5en-prod", override)
+    assert cfg.workloads.images.require_digest and set(L.images(cfg).values()) == {MILES, REWARD, BUSYBOX}
+    images = {c["image"] for obj in registered_objects(variant_graph("p5en-prod", override))
+              for _, pod in pod_specs(obj) for c in pod["containers"]}
+    assert images == {MILES, REWARD, BUSYBOX}
