@@ -424,12 +424,18 @@ def ray_pdbs(cfg: "ProgramConfig") -> list[dict]:
 
 # --- network policies --------------------------------------------------------------------------
 
-KUBE_DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+def _kube_dns() -> dict:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+
+
 POD_IDENTITY_AGENT = "169.254.170.23/32"
 """EKS Pod Identity agent (hostNetwork DaemonSet, link-local address, port 80)."""
 ANYWHERE = "0.0.0.0/0"
-ALL_TCP = [{"protocol": "TCP"}]
+
+
+def _all_tcp() -> list[dict]:
+    return [{"protocol": "TCP"}]  # a port entry without a port: every TCP port
 
 
 def _tcp(port: int) -> list[dict]:
@@ -467,10 +473,10 @@ def network_policies(cfg: "ProgramConfig") -> list[dict]:
     out = [
         network_policy(cfg, "default-deny", None, "nothing: every pod of the namespace starts isolated"),
         network_policy(cfg, "allow-dns", None, "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
-                       egress=[{"to": [KUBE_DNS], "ports": [{"protocol": "UDP", "port": 53},
+                       egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
                                                             {"protocol": "TCP", "port": 53}]}]),
     ]
-    ray_egress = [{"to": [_pods(RAY_PODS)], "ports": ALL_TCP},
+    ray_egress = [{"to": [_pods(RAY_PODS)], "ports": _all_tcp()},
                   {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
                   {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]
     reward = L.reward_group(cfg)
@@ -482,7 +488,7 @@ def network_policies(cfg: "ProgramConfig") -> list[dict]:
         "agent, NCCL/Gloo bootstrap and socket traffic, torch TCPStore, SGLang engine and router HTTP ports "
         "(all but GCS and dashboard chosen at run time); Ray pods -> reward service; Ray pods -> HTTPS 443 "
         "(S3 through the gateway endpoint, Hugging Face) and the Pod Identity agent 169.254.170.23:80",
-        ingress=[{"from": [_pods(RAY_PODS)], "ports": ALL_TCP}], egress=ray_egress))
+        ingress=[{"from": [_pods(RAY_PODS)], "ports": _all_tcp()}], egress=ray_egress))
     out.append(network_policy(
         cfg, "ray-head", head,
         f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the RayJob submitter and the KubeRay operator "
