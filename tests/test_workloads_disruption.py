@@ -197,3 +197,41 @@ def test_the_trigger_creates_the_sentinel_only_in_its_window(tmp_path):
         assert sentinel.exists() == fires, (now, done.stdout)
         if sentinel.exists():
             sentinel.unlink()
+
+
+# --- the reward server against Miles' reward function -------------------------------------------------------
+
+def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
+    """Miles v0.1.0's ``async_rm`` (miles/rollout/rm_hub/__init__.py) reads ``sample.reward_spec``
+    first (per-sample override), then response, label, metadata, and tokens for one rule."""
+    import asyncio
+    import importlib
+    import sys
+    import types
+
+    seen = {}
+
+    async def async_rm(args, sample):  # the attribute reads of Miles' async_rm and _resolve_reward_config
+        spec = sample.reward_spec
+        seen.update(spec=spec, response=sample.response, label=sample.label, metadata=sample.metadata,
+                    tokens=sample.tokens, rm_type=args.rm_type, custom=args.custom_rm_path)
+        return 1.0
+
+    rm_hub = types.ModuleType("miles.rollout.rm_hub")
+    rm_hub.async_rm = async_rm
+    for name, module in (("miles", types.ModuleType("miles")), ("miles.rollout", types.ModuleType("miles.rollout")),
+                         ("miles.rollout.rm_hub", rm_hub)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv("RM_TYPE", "dapo")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "workloads"))
+    monkeypatch.delitem(sys.modules, "reward_server", raising=False)
+    server = importlib.import_module("reward_server")
+
+    class Request:
+        async def json(self):
+            return {"prompt": "1+1?", "response": "\\boxed{2}", "label": "2"}
+
+    reply = asyncio.run(server.reward(Request()))
+    assert json.loads(reply.body) == 1.0
+    assert seen == {"spec": None, "response": "\\boxed{2}", "label": "2", "metadata": {}, "tokens": [],
+                    "rm_type": "dapo", "custom": None}
