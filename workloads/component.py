@@ -61,7 +61,7 @@ class Workloads(pulumi.ComponentResource):
             subnet_id=platform.network.node_subnet_id, vpc_id=platform.network.vpc.id,
             node_security_group_id=platform.cluster.security_group_id, bucket=platform.checkpoints.name,
             export_dir=L.CHECKPOINT_DIR, retain=cfg.checkpoints.retain_on_destroy,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[system]))
+            opts=pulumi.ResourceOptions(parent=self))
 
         charts = cfg.versions.charts
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE,
