@@ -204,7 +204,6 @@ def test_the_trigger_creates_the_sentinel_only_in_its_window(tmp_path):
 def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
     """Miles v0.1.0's ``async_rm`` (miles/rollout/rm_hub/__init__.py) reads ``sample.reward_spec``
     first (per-sample override), then response, label, metadata, and tokens for one rule."""
-    import asyncio
     import importlib
     import sys
     import types
@@ -231,7 +230,11 @@ def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
         async def json(self):
             return {"prompt": "1+1?", "response": "\\boxed{2}", "label": "2"}
 
-    reply = asyncio.run(server.reward(Request()))
+    # Driven without an event loop (nothing here really waits): asyncio.run would leave the main
+    # thread without a current loop, which the Pulumi mocks of later tests expect.
+    with pytest.raises(StopIteration) as done:
+        server.reward(Request()).send(None)
+    reply = done.value.value
     assert json.loads(reply.body) == 1.0
     assert seen == {"spec": None, "response": "\\boxed{2}", "label": "2", "metadata": {}, "tokens": [],
                     "rm_type": "dapo", "custom": None}
