@@ -60,13 +60,13 @@ class Cluster(pulumi.ComponentResource):
         self._cfg = cfg
         key = aws.kms.Key(f"{name}-secrets", description=f"EKS secrets encryption for {name}",
                           enable_key_rotation=True, deletion_window_in_days=30, opts=child)
-        role = service_role(f"{name}-control-plane", "eks.amazonaws.com", ["AmazonEKSClusterPolicy"], self)
+        control_plane = service_role(f"{name}-control-plane", "eks.amazonaws.com", ["AmazonEKSClusterPolicy"], self)
         settings = cfg.cluster
         self.eks = aws.eks.Cluster(
             name,
             name=name,
             version=cfg.versions.kubernetes,
-            role_arn=role.arn,
+            role_arn=control_plane.role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
                 subnet_ids=list(subnet_ids), endpoint_private_access=True,
                 endpoint_public_access=settings.endpoint_public_access,
@@ -77,7 +77,7 @@ class Cluster(pulumi.ComponentResource):
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=settings.log_types,
             bootstrap_self_managed_addons=False,
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments),
         )
         self.name = self.eks.name
         self.security_group_id = self.eks.vpc_config.cluster_security_group_id

@@ -7,7 +7,7 @@ namespace/service account their PodIdentityAssociation names; nothing here grant
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -23,16 +23,22 @@ def trust_policy(service: str, actions: Sequence[str] = ("sts:AssumeRole",)) -> 
     })
 
 
+class ServiceRole(NamedTuple):
+    role: aws.iam.Role
+    attachments: list[aws.iam.RolePolicyAttachment]
+    """Whatever uses the role depends on these, so it is created after and deleted before them."""
+
+
 def service_role(name: str, service: str, managed_policies: Sequence[str], parent: pulumi.Resource,
-                 actions: Sequence[str] = ("sts:AssumeRole",)) -> aws.iam.Role:
+                 actions: Sequence[str] = ("sts:AssumeRole",)) -> ServiceRole:
     """A role for ``service`` with the named AWS managed policies attached."""
     role = aws.iam.Role(name, assume_role_policy=trust_policy(service, actions),
                         opts=pulumi.ResourceOptions(parent=parent))
-    for policy in managed_policies:
-        aws.iam.RolePolicyAttachment(f"{name}-{policy.split('/')[-1]}", role=role.name,
-                                     policy_arn=MANAGED + policy,
-                                     opts=pulumi.ResourceOptions(parent=role))
-    return role
+    attachments = [aws.iam.RolePolicyAttachment(f"{name}-{policy.split('/')[-1]}", role=role.name,
+                                                policy_arn=MANAGED + policy,
+                                                opts=pulumi.ResourceOptions(parent=role))
+                   for policy in managed_policies]
+    return ServiceRole(role, attachments)
 
 
 class PodRole(pulumi.ComponentResource):
@@ -49,7 +55,7 @@ class PodRole(pulumi.ComponentResource):
         super().__init__("rlplatform:iam:PodRole", name, None, opts)
         # Pod Identity needs TagSession as well as AssumeRole.
         self.role = service_role(name, POD_IDENTITY_PRINCIPAL, managed_policies, self,
-                                 actions=("sts:AssumeRole", "sts:TagSession"))
+                                 actions=("sts:AssumeRole", "sts:TagSession")).role
         if inline_policy is not None:
             aws.iam.RolePolicy(name, role=self.role.id, policy=inline_policy,
                                opts=pulumi.ResourceOptions(parent=self))

@@ -8,6 +8,7 @@ versions), so the program runs exactly as under ``pulumi up`` up to the provider
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -122,6 +123,17 @@ class _RecordingMonitor(_mocks.MockMonitor):
         return response
 
 
+def _ensure_event_loop() -> None:
+    """The mock engine runs on the thread's event loop; ``asyncio.run`` elsewhere (a test, a gRPC
+    client) leaves the main thread without one."""
+    try:
+        closed = asyncio.get_event_loop_policy().get_event_loop().is_closed()
+    except RuntimeError:
+        closed = True
+    if closed:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "moe-rl-platform",
         preview: bool = False, graph: Graph | None = None) -> Graph:
     """Run ``program`` under fresh mocks; return every resource it registered (into ``graph``
@@ -130,6 +142,7 @@ def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "
     Errors raised inside ``apply`` callbacks propagate, so a broken program fails here.
     """
     graph = Graph() if graph is None else graph
+    _ensure_event_loop()
     mocks = _Mocks(region)
     _settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview,

@@ -142,10 +142,13 @@ class Network(pulumi.ComponentResource):
                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
         public_rt = self._route_table(f"{name}-public", gateway_id=igw.id)
         private_rt = self._route_table(f"{name}-private", nat_gateway_id=nat.id)
-        for s in plan:
+        associations = [
             aws.ec2.RouteTableAssociation(f"{name}-{s.name}", subnet_id=self.subnets[s.name].id,
                                           route_table_id=(public_rt if s.public else private_rt).id,
                                           opts=child)
+            for s in plan]
+        self.egress = [nat, private_rt, *associations]
+        """Nodes need these to pull images and reach AWS APIs: node groups wait for them."""
         aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, vpc_endpoint_type="Gateway",
                             service_name=f"com.amazonaws.{cfg.region}.s3",
                             route_table_ids=[private_rt.id], tags=tags, opts=child)

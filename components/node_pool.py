@@ -76,8 +76,8 @@ class NodePool(pulumi.ComponentResource):
     def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
                  node_role_arn: pulumi.Input[str], net: PoolNetwork,
                  after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
-        """``after``: what the node group must wait for (e.g. the VPC CNI add-on); a component's
-        own depends_on does not hold back its children."""
+        """``after``: what the node group must wait for (VPC CNI add-on, node role policies, NAT
+        egress); stated on the node group itself so the dependency is explicit in the graph."""
         super().__init__("rlplatform:nodes:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.placement_group = (

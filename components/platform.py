@@ -40,8 +40,9 @@ class Platform(pulumi.ComponentResource):
                           spread_subnet_ids=self.network.private_subnet_ids,
                           cluster_security_group_id=self.cluster.security_group_id,
                           efa_security_group_id=efa_sg.id)
-        self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.arn, net,
-                                       after=self.cluster.node_addons, opts=child)
+        after = [*self.cluster.node_addons, *node_role.attachments, *self.network.egress]
+        self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.role.arn, net,
+                                       after=after, opts=child)
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])

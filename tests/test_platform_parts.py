@@ -221,3 +221,18 @@ def test_node_role_has_no_admin(stack):
     node_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-node")
     attached = {a.inputs["policyArn"].rsplit("/", 1)[-1] for a in graph.children(node_role)}
     assert attached == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"}
+
+
+def test_create_and_delete_order_of_roles_and_egress(stack):
+    """The cluster waits for its role's policies and node groups for theirs and for NAT egress,
+    so creates never race them and deletes remove the users first."""
+    cfg = load(stack)
+    graph = graph_of(stack)
+    eks = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name)
+    cp_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-control-plane")
+    assert {a.urn for a in graph.children(cp_role)} <= set(eks.dependencies)
+    node_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-node")
+    nat = graph.named("aws:ec2/natGateway:NatGateway", f"{cfg.cluster_name}-nat")
+    for ng in graph.of_type("aws:eks/nodeGroup:NodeGroup"):
+        assert {a.urn for a in graph.children(node_role)} <= set(ng.dependencies)
+        assert nat.urn in ng.dependencies
