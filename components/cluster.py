@@ -28,9 +28,10 @@ ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPoli
 
 
 def vpc_cni_configuration(cfg: StackConfig) -> str:
-    """VPC CNI settings: prefix delegation only when a pool asks for more pods than IPs allow."""
+    """VPC CNI settings: NetworkPolicy enforcement on (the workloads' namespace is default-deny),
+    prefix delegation only when a pool asks for more pods than IPs allow."""
     env = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"} if prefix_delegation(cfg) else {}
-    return json.dumps({"env": env})
+    return json.dumps({"enableNetworkPolicy": "true", "env": env})
 
 
 def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],

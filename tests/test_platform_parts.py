@@ -86,8 +86,9 @@ def test_addons_pinned_and_ordered(stack):
     assert {n: a.inputs["addonVersion"] for n, a in addons.items()} == expected
     cni = addons["vpc-cni"]
     assert cni.inputs["podIdentityAssociations"][0]["serviceAccount"] == "aws-node"
-    assert json.loads(cni.inputs["configurationValues"])["env"].get("ENABLE_PREFIX_DELEGATION") == (
-        "true" if prefix_delegation(cfg) else None)
+    cni_config = json.loads(cni.inputs["configurationValues"])
+    assert cni_config["env"].get("ENABLE_PREFIX_DELEGATION") == ("true" if prefix_delegation(cfg) else None)
+    assert cni_config["enableNetworkPolicy"] == "true"
     system_ng = graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-system")
     for needs_nodes in ("coredns", "eks-node-monitoring-agent", "amazon-cloudwatch-observability"):
         assert system_ng.urn in addons[needs_nodes].dependencies
