@@ -170,7 +170,7 @@ def report(runs: int) -> str:
               f"({' -> '.join(p['type'].rsplit(':', 1)[1] + ' ' + p['name'] for p in s['criticalPath'])})",
               f"- fully serial (`pulumi up --parallel 1`): {_duration(s['serialSeconds'])}",
               f"- ratio: {s['parallelism']:.2f}x; {base['resources']['custom']} resources.",
-              f"- held back by a component's depends_on rather than their own inputs: "
+              "- held back by a component's depends_on rather than their own inputs: "
               + (", ".join(f"{h['type'].rsplit(':', 1)[1]} {h['name']} (+{_duration(h['delaySeconds'])})"
                            for h in s["heldByComponentDependsOn"]) or "none")
               + f"; without those holds the critical path would be "

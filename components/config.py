@@ -16,11 +16,12 @@ from enum import StrEnum
 from typing import Any, Mapping
 
 import pulumi
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (Field, ValidationError, field_validator,
                       model_validator)
 from pydantic.alias_generators import to_camel
 
 from .catalog import CATALOG, InstanceType
+from .schema import SchemaModel
 from .versions import Versions
 
 CONFIG_KEY = "platform"
@@ -30,10 +31,6 @@ LABEL_PREFIX = "rl.platform"
 ROLE_LABEL = f"{LABEL_PREFIX}/role"
 POOL_LABEL = f"{LABEL_PREFIX}/pool"
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
-                              frozen=True)
 
 
 class Role(StrEnum):
@@ -60,7 +57,7 @@ class CapacityType(StrEnum):
 RESERVED = frozenset({CapacityType.CAPACITY_BLOCK, CapacityType.ODCR})
 
 
-class Taint(_Model):
+class Taint(SchemaModel):
     key: str
     value: str
     effect: str = "NoSchedule"
@@ -77,7 +74,7 @@ GPU_TAINT = Taint(key="nvidia.com/gpu", value="true")
 SPOT_TAINT = Taint(key=f"{LABEL_PREFIX}/spot", value="true")
 
 
-class Capacity(_Model):
+class Capacity(SchemaModel):
     """How a pool's nodes are bought."""
 
     type: CapacityType = CapacityType.ON_DEMAND
@@ -104,7 +101,7 @@ class Capacity(_Model):
         return self
 
 
-class NodeCounts(_Model):
+class NodeCounts(SchemaModel):
     min: int = Field(ge=0)
     desired: int = Field(ge=0)
     max: int = Field(ge=1, le=1000)
@@ -123,7 +120,7 @@ class NodeCounts(_Model):
         return self
 
 
-class Pool(_Model):
+class Pool(SchemaModel):
     """One managed node group: a role, an instance type from the catalog, a size, a capacity mode."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,23}$")
@@ -220,7 +217,7 @@ class Pool(_Model):
         return labels
 
 
-class ClusterSettings(_Model):
+class ClusterSettings(SchemaModel):
     endpoint_public_access: bool = True
     public_access_cidrs: list[str] = ["0.0.0.0/0"]
     admin_role_arns: list[str] = []
@@ -235,7 +232,7 @@ class ClusterSettings(_Model):
         return cidrs
 
 
-class NetworkSettings(_Model):
+class NetworkSettings(SchemaModel):
     vpc_cidr: str = "10.0.0.0/16"
     efa_cidr: str | None = None
     """Optional secondary VPC CIDR that holds only the single-AZ EFA node subnet (large stacks)."""
@@ -254,7 +251,7 @@ class NetworkSettings(_Model):
         return self
 
 
-class CheckpointSettings(_Model):
+class CheckpointSettings(SchemaModel):
     retain_on_destroy: bool = True
     """``pulumi destroy`` leaves the bucket and its data in place unless a stack opts out."""
     noncurrent_version_days: int = Field(30, ge=1, le=3650)
@@ -262,7 +259,7 @@ class CheckpointSettings(_Model):
     service_account: str = Field("checkpoint-writer", pattern=DNS_SUBDOMAIN)
 
 
-class StackConfig(_Model):
+class StackConfig(SchemaModel):
     stack: str = ""
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     availability_zone: str

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
+
+from .schema import SchemaModel
 
 
-class _Pinned(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
-                              frozen=True)
 
-
-class Addons(_Pinned):
+class Addons(SchemaModel):
     """EKS managed add-on versions (``aws eks describe-addon-versions``)."""
 
     vpc_cni: str = "v1.21.1-eksbuild.5"
@@ -36,13 +33,13 @@ class Addons(_Pinned):
         return version
 
 
-class Chart(_Pinned):
+class Chart(SchemaModel):
     chart: str
     version: str
     repo: str
 
 
-class Charts(_Pinned):
+class Charts(SchemaModel):
     efa_device_plugin: Chart = Chart(chart="aws-efa-k8s-device-plugin", version="v0.5.30",
                                      repo="https://aws.github.io/eks-charts")
     nvidia_device_plugin: Chart = Chart(chart="nvidia-device-plugin", version="0.20.0",
@@ -57,7 +54,7 @@ class Charts(_Pinned):
     """FSx for Lustre CSI driver 1.9.0, node plugin only: mounts the checkpoint file system (static PV)."""
 
 
-class SoftwareStack(_Pinned):
+class SoftwareStack(SchemaModel):
     """The GPU software set the workloads are generated for, and the images that carry it.
 
     Reference set: CUDA 13.0, PyTorch 2.12, NCCL 2.31, EFA installer 1.49, DeepEP 2.0, SGLang 0.5.17,
@@ -88,7 +85,7 @@ class SoftwareStack(_Pinned):
     """Image of the reward service; default: ``image``."""
 
 
-class Versions(_Pinned):
+class Versions(SchemaModel):
     kubernetes: str = Field("1.35", pattern=r"^1\.\d+$")
     addons: Addons = Addons()
     charts: Charts = Charts()

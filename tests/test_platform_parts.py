@@ -110,7 +110,6 @@ def test_vpc_cni_older_than_efa_only_support_is_refused():
 
 
 def test_node_groups_repair_and_update_one_at_a_time(stack):
-    cfg = load(stack)
     for ng in graph_of(stack).of_type("aws:eks/nodeGroup:NodeGroup"):
         assert ng.inputs["nodeRepairConfig"] == {"enabled": True}
         assert ng.inputs["updateConfig"] == {"maxUnavailable": 1}

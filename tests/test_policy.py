@@ -13,7 +13,7 @@ from typing import Callable
 import pulumi_policy
 import pytest
 from pulumi_policy.proxy import UnknownValueError
-from conftest import ROOT, STACKS, graph_of, load
+from conftest import ROOT, graph_of, load
 
 from components import mocks
 from components.efa import efa_layout

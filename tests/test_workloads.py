@@ -8,7 +8,6 @@ import copy
 import functools
 import json
 import shlex
-from pathlib import Path
 from urllib.parse import urlparse
 
 import kubernetes_validate

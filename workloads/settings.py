@@ -15,16 +15,13 @@ import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
+
+from components.schema import SchemaModel
 
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 QUANTITY = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
-                              frozen=True)
 
 
 class EntryPoint(StrEnum):
@@ -52,7 +49,7 @@ class GinBackend(StrEnum):
     """NCCL GIN type 5 (EFA GDA): needs EFA installer >= 1.50 and host EFA driver >= 3.3.0."""
 
 
-class DeepEPSettings(_Model):
+class DeepEPSettings(SchemaModel):
     version: DeepEPVersion | None = None
     """Default: v2 when the GPU pools are Hopper or newer (DeepEP needs SM90), off on A100."""
     gin_backend: GinBackend = GinBackend.AUTO
@@ -60,7 +57,7 @@ class DeepEPSettings(_Model):
     """``--sglang-deepep-mode``: auto = low_latency for decode, normal for prefill."""
 
 
-class ParallelSettings(_Model):
+class ParallelSettings(SchemaModel):
     """Megatron parallelism of the actor (training) world; the world size comes from the train pool."""
 
     tensor: int = Field(4, ge=1)
@@ -71,7 +68,7 @@ class ParallelSettings(_Model):
     sequence_parallel: bool = True
 
 
-class RolloutSettings(_Model):
+class RolloutSettings(SchemaModel):
     nodes_per_engine: int = Field(1, ge=1)
     """Nodes one SGLang engine spans; its TP = EP = nodes x GPUs per rollout node."""
     dp_attention: bool = True
@@ -79,7 +76,7 @@ class RolloutSettings(_Model):
     mem_fraction_static: float = Field(0.7, gt=0, lt=1)
 
 
-class GrpoSettings(_Model):
+class GrpoSettings(SchemaModel):
     """GRPO settings (defaults: Miles v0.1.0's scripts/run_qwen3_30b_a3b.py recipe)."""
 
     num_rollout: int = Field(3000, ge=1)
@@ -105,7 +102,7 @@ class GrpoSettings(_Model):
         return self
 
 
-class RunSpec(_Model):
+class RunSpec(SchemaModel):
     """One Miles GRPO run: model, data, algorithm, parallelism. Paths are derived (see ``paths``)."""
 
     name: str = Field("grpo", pattern=K8S_NAME)
@@ -141,7 +138,7 @@ class RunSpec(_Model):
         return args
 
 
-class RaySettings(_Model):
+class RaySettings(SchemaModel):
     head_pool: str | None = None
     """Pool of the Ray head. Default: the cpu pool. Never a GPU or Spot pool."""
     head_cpu: int = Field(8, ge=1)
@@ -154,7 +151,7 @@ class RaySettings(_Model):
     """Share of a cpu-pool node one preprocessing Ray worker takes (the head and Job share the pool)."""
 
 
-class RewardSettings(_Model):
+class RewardSettings(SchemaModel):
     enabled: bool | None = None
     """Default: on when the stack has a reward pool."""
     pool: str | None = None
@@ -169,13 +166,13 @@ class RewardSettings(_Model):
     """Default: the rule-based server shipped in workloads/reward_server.py (ConfigMap)."""
 
 
-class PreprocessSettings(_Model):
+class PreprocessSettings(SchemaModel):
     enabled: bool = True
     cpu: int = Field(2, ge=1)
     memory_gib: int = Field(8, ge=1)
 
 
-class StorageSettings(_Model):
+class StorageSettings(SchemaModel):
     """FSx for Lustre file system that holds models, data and checkpoints; checkpoints sync to S3."""
 
     capacity_gib: int = Field(4800, ge=1200)
@@ -194,7 +191,7 @@ IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 """An image reference pinned by content: ``name[:tag]@sha256:<64 hex>``."""
 
 
-class ImageSettings(_Model):
+class ImageSettings(SchemaModel):
     """Images the workloads reference besides ``versions.software.image`` / ``rewardImage``."""
 
     require_digest: bool = False
@@ -209,7 +206,7 @@ CAPACITY_BLOCK_DRAIN_MINUTES = 40
 """EKS scales a Capacity Block's managed node group to zero this long before the block ends."""
 
 
-class CapacityBlockEndSettings(_Model):
+class CapacityBlockEndSettings(SchemaModel):
     """Checkpoint a run before the Capacity Block under its GPU pools ends (``capacity.endTime``).
 
     A CronJob creates ``<checkpoint dir>/SAVE_NOW`` ``leadMinutes`` before the earliest end time;
@@ -233,7 +230,7 @@ class CapacityBlockEndSettings(_Model):
         return self
 
 
-class WorkloadSettings(_Model):
+class WorkloadSettings(SchemaModel):
     run: RunSpec = RunSpec()
     ray: RaySettings = RaySettings()
     reward: RewardSettings = RewardSettings()
