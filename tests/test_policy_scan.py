@@ -11,6 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT, graph_of
 
+from policy.rules import leaves
 from policy.render import manifests, resource_id, write
 from policy.scan import CHECK_ID, JUSTIFICATIONS, checkov_binary, compare, load_justifications, run_checkov
 
@@ -26,7 +27,7 @@ def test_every_kubernetes_object_is_rendered_except_helm_releases():
     assert len(top_level) == len(objects) > 0
     for m in rendered:
         assert m["apiVersion"] and m["kind"] and m["metadata"]["name"]
-        assert not any(isinstance(v, float) and v.is_integer() for v in _scalars(m)), resource_id(m)
+        assert not any(isinstance(v, float) and v.is_integer() for v in leaves(m)), resource_id(m)
 
 
 def test_ray_pod_templates_are_scanned_as_pods():
@@ -79,17 +80,6 @@ def test_scan_finds_exactly_the_justified_findings(tmp_path):
     assert not new, "new checkov findings (fix them or justify them in policy/checkov-justifications.yaml):\n" + \
         "\n".join(map(str, new))
     assert not stale, "justified findings checkov no longer reports (delete them):\n" + "\n".join(map(str, stale))
-
-
-def _scalars(value):
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _scalars(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _scalars(v)
-    else:
-        yield value
 
 
 def test_scan_script_pins_the_checked_version():
