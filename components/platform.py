@@ -1,7 +1,8 @@
 """Platform: the whole AWS side of a stack as one typed dependency graph.
 
 Network -> cluster (control plane, pre-node add-ons) -> EFA security group and node role -> one
-NodePool per pool -> CoreDNS and the device plugins -> checkpoint bucket. Everything is derived
+NodePool per pool -> add-ons that need nodes (CoreDNS, node monitoring, CloudWatch) and the device
+plugins; the checkpoint bucket in parallel. Everything is derived
 from one validated StackConfig; nothing is registered for a config that does not validate.
 """
 
@@ -32,8 +33,7 @@ class Platform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.config = cfg
         self.network = Network(name, cfg, subnets, opts=child)
-        self.cluster = Cluster(name, cfg, [self.network.subnets["private-a"].id,
-                                           self.network.subnets["private-b"].id], opts=child)
+        self.cluster = Cluster(name, cfg, self.network.private_subnet_ids, opts=child)
         efa_sg = EfaSecurityGroup(f"{name}-efa", self.network.vpc.id, opts=child)
         node_role = service_role(f"{name}-node", "ec2.amazonaws.com", NODE_POLICIES, self)
         net = PoolNetwork(node_subnet_id=self.network.node_subnet_id,
