@@ -2,7 +2,7 @@
 
 import pulumi
 
-from components.config import CONFIG_KEY, load_stack
+from stackconfig.stack import CONFIG_KEY, load_stack
 from program import ProgramConfig, build
 
 build(load_stack(pulumi.get_stack(), pulumi.Config().get_object(CONFIG_KEY), model=ProgramConfig))

@@ -3,23 +3,9 @@
 from __future__ import annotations
 
 import pulumi
-from pydantic import model_validator
-
-from components import Platform, StackConfig
-from components.config import Role, StackConfigError
-from workloads.settings import WorkloadSettings
-
-
-class ProgramConfig(StackConfig):
-    """The stack schema of this program: the platform's, plus ``workloads:``."""
-
-    workloads: WorkloadSettings = WorkloadSettings()
-
-    @model_validator(mode="after")
-    def _workloads_fit_the_pools(self) -> "ProgramConfig":
-        from workloads.validation import validate
-        validate(self)
-        return self
+from components import Platform
+from stackconfig.stack import Role, StackConfig, StackConfigError
+from workloads.stack import ProgramConfig
 
 
 def as_program_config(cfg: StackConfig) -> ProgramConfig:

@@ -1,8 +1,8 @@
-"""Reusable Pulumi components for MoE RL post-training on AWS (EKS + EFA + S3 checkpoints)."""
+"""Deployable Pulumi components for MoE RL post-training on AWS (EKS + EFA + S3 checkpoints).
 
-from .catalog import CATALOG, InstanceType, instance
-from .config import Pool, Role, StackConfig, StackConfigError, load_stack
+``Platform`` composes them for a whole stack; each one is usable alone (see ``multilang`` for the
+typed components other languages and other programs attach to their own clusters)."""
+
 from .platform import Platform
 
-__all__ = ["CATALOG", "InstanceType", "instance", "Pool", "Role", "StackConfig", "StackConfigError",
-           "load_stack", "Platform"]
+__all__ = ["Platform"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from .config import CheckpointSettings
+from stackconfig.stack import CheckpointSettings
 from .iam import PodRole, policy_document
 
 

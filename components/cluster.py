@@ -20,7 +20,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from .config import StackConfig
+from stackconfig.stack import StackConfig
 from .iam import PodRole, service_role
 from .network import prefix_delegation
 

@@ -13,9 +13,9 @@ from typing import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .catalog import EFA_TYPES
-from .config import StackConfig, Taint
-from .versions import Chart
+from catalog import EFA_TYPES
+from stackconfig.stack import StackConfig, Taint
+from stackconfig.versions import Chart
 
 NAMESPACE = "kube-system"
 

@@ -19,7 +19,7 @@ from typing import NamedTuple, Sequence
 import pulumi
 import pulumi_aws as aws
 
-from .catalog import InstanceType
+from catalog import InstanceType
 
 PRIMARY = "interface"
 EFA_ONLY = "efa-only"

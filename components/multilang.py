@@ -15,7 +15,7 @@ import pulumi
 from pydantic import ValidationError
 
 from .checkpoints import CheckpointBucket
-from .config import CheckpointSettings, Pool
+from stackconfig.stack import CheckpointSettings, Pool
 from .efa import EfaSecurityGroup
 from .node_pool import NodePool, PoolNetwork
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from .config import Pool, StackConfig, StackConfigError
+from stackconfig.stack import Pool, StackConfig, StackConfigError
 
 AWS_RESERVED_PER_SUBNET = 5
 MIN_PRIVATE_PREFIX = 24

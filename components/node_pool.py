@@ -23,7 +23,7 @@ from typing import Sequence
 import pulumi
 import pulumi_aws as aws
 
-from .config import CapacityType, Pool
+from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
 from .network import pods_per_node
 

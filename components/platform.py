@@ -12,7 +12,7 @@ import pulumi
 
 from .checkpoints import CheckpointBucket
 from .cluster import Cluster
-from .config import Role, StackConfig
+from stackconfig.stack import Role, StackConfig
 from .device_plugins import DevicePlugins
 from .efa import EfaSecurityGroup
 from .iam import service_role

@@ -4,7 +4,7 @@ The engine hands CrossGuard each resource's properties as a protobuf Struct (eve
 float, secrets and unknowns as signature objects/sentinels); pulumi_policy 1.21 turns that into
 ``ResourceValidationArgs`` (inputs, options, provider) per resource and one
 ``StackValidationArgs`` (outputs, parent, dependencies, property dependencies) per stack. The
-functions here build those objects the same way from ``components.mocks.Graph`` records, so the
+functions here build those objects the same way from ``analysis.mocks.Graph`` records, so the
 policies are tested on exactly what they would receive.
 
 ``preview=True`` reproduces a preview of a stack that does not exist yet: every value the
@@ -34,9 +34,9 @@ from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from components import mocks
-from components.config import CONFIG_KEY
-from components.stackfile import PROJECT
+from analysis import mocks
+from stackconfig.stack import CONFIG_KEY
+from stackconfig.files import PROJECT
 
 from .rules import ALL, PACK_NAME
 

@@ -1,6 +1,6 @@
 """Render the Kubernetes objects a stack's program registers as YAML manifests for the IaC scan.
 
-Objects come from the recorded graph (``components.mocks``): every ``kubernetes:*`` resource except
+Objects come from the recorded graph (``analysis.mocks``): every ``kubernetes:*`` resource except
 Helm releases (their charts are third-party and pinned in ``components/versions.py``) and
 providers, with the inputs the program gave them, which for these resources are the manifest
 (apiVersion, kind, metadata, spec/data). Numbers come back from the engine as floats; integral
@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import yaml
 
-from components.mocks import Graph
+from analysis.mocks import Graph
 
 SKIPPED_PREFIXES = ("kubernetes:helm.sh/", "pulumi:providers:")
 SECRET_SIG = "4dabf18193072939515e22adb298388d"

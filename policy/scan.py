@@ -80,8 +80,8 @@ def scan(stack: str, binary: str, keep: Path | None = None) -> list[Finding]:
     """Render ``stack``'s Kubernetes objects and return checkov's findings."""
     sys.path.insert(0, str(ROOT))
     import program
-    from components import mocks
-    from components.stackfile import read_stack
+    from analysis import mocks
+    from stackconfig.files import read_stack
     from policy.render import write
 
     model = getattr(program, "ProgramConfig", None)

@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components import mocks  # noqa: E402
-from components.stackfile import read_stack, stack_names  # noqa: E402
+from analysis import mocks  # noqa: E402
+from stackconfig.files import read_stack, stack_names  # noqa: E402
 
 STACKS = stack_names()
 

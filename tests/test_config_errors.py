@@ -8,8 +8,8 @@ import yaml
 from conftest import ROOT
 
 import program
-from components import mocks
-from components.config import StackConfigError, load_stack
+from analysis import mocks
+from stackconfig.stack import StackConfigError, load_stack
 
 
 def _raw():

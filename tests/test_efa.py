@@ -3,8 +3,8 @@
 import pytest
 from conftest import graph_of, load
 
-from components.catalog import CATALOG
-from components.config import Role
+from catalog import CATALOG
+from stackconfig.stack import Role
 
 # EFA interface counts per family as AWS publishes them (EfaInfo.MaximumEfaInterfaces),
 # stated independently of the catalog so a catalog error fails here.

@@ -23,13 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import program
-from components import mocks
-from components.catalog import CATALOG
-from components.config import POOL_LABEL, ROLE_LABEL, StackConfigError, load_stack
-from components.rules import check_recorded_graph
-from components.stackfile import raw_stack
+from analysis import mocks
+from catalog import CATALOG
+from stackconfig.stack import POOL_LABEL, ROLE_LABEL, StackConfigError, load_stack
+from analysis.rules.plan import check_recorded_graph
+from stackconfig.files import raw_stack
 from policy.adapter import evaluate
-from policy.rules import LAUNCH_TEMPLATE, MANDATORY, NODE_GROUP, SUBNET
+from analysis.rules.view import LAUNCH_TEMPLATE, NODE_GROUP, SUBNET
+from policy.rules import MANDATORY
 
 SCALE = float(os.environ.get("HOSTILE_SCALE", "1"))
 """Multiplies every example count; CI runs 1, a deeper local run e.g. HOSTILE_SCALE=8."""

@@ -9,7 +9,7 @@ from conftest import load
 from test_workloads import merge, variant, variant_graph
 from test_workloads_security import pod_specs, registered_objects, with_end_time
 
-from components.config import StackConfigError
+from stackconfig.stack import StackConfigError
 from workloads import layout as L
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4

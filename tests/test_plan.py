@@ -11,12 +11,12 @@ import pytest
 import yaml
 from conftest import ROOT, graph_of, load
 
-import plan as plan_cli
-from components.catalog import CATALOG
-from components.config import Role
+from analysis import plan as plan_cli
+from catalog import CATALOG
+from stackconfig.stack import Role
 from components.network import pool_ip_demand, prefix_delegation
-from components.planning import make_plan
-from components.stackfile import PROJECT
+from analysis.planning import make_plan
+from stackconfig.files import PROJECT
 
 
 def _plan(stack):
@@ -166,7 +166,7 @@ def test_program_dropping_an_efa_interface_fails_the_plan(monkeypatch, capsys):
 
 
 def test_command_runs_as_a_module_without_traceback():
-    bad = subprocess.run([sys.executable, "-m", "plan", "no-such-stack"], cwd=ROOT, capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "analysis.plan", "no-such-stack"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == plan_cli.EXIT_INVALID
     assert "no stack file" in bad.stderr and "Traceback" not in bad.stderr

@@ -7,8 +7,8 @@ import time
 import pulumi
 from conftest import STACKS, graph_of
 
-from components import create_times, mocks
-from components.deploy_order import DEPENDENCY, PARENT, PROVIDER, inherited_waits, schedule
+from analysis import create_times, mocks
+from analysis.deploy_order import DEPENDENCY, PARENT, PROVIDER, inherited_waits, schedule
 
 SLOW = 0.3
 

@@ -6,11 +6,11 @@ import copy
 import pytest
 from conftest import graph_of, load
 
-from components import rules
-from components.catalog import CATALOG
-from components.recorded import (EGRESS_RULE, LAUNCH_TEMPLATE, PLACEMENT_GROUP, SUBNET, pool_resources,
+from analysis.rules import plan as rules
+from catalog import CATALOG
+from analysis.recorded import (EGRESS_RULE, LAUNCH_TEMPLATE, PLACEMENT_GROUP, SUBNET, pool_resources,
                                  subnet_budgets)
-from components.mocks import Registered
+from analysis.mocks import Registered
 
 STACK = "p5en-prod"
 

@@ -8,12 +8,12 @@ import pytest
 import yaml
 from conftest import ROOT, graph_of, load
 
-from components.catalog import EFA_TYPES
-from components import mocks
-from components.config import load_stack
+from catalog import EFA_TYPES
+from analysis import mocks
+from stackconfig.stack import load_stack
 from components.network import node_ip_demand, plan_subnets, prefix_delegation
 from components.node_pool import node_config
-from components.versions import Versions
+from stackconfig.versions import Versions
 
 
 def test_subnets_hold_every_pool_at_max_size(stack):

@@ -15,16 +15,17 @@ import pytest
 from pulumi_policy.proxy import UnknownValueError
 from conftest import ROOT, graph_of, load
 
-from components import mocks
+from analysis import mocks
 from components.efa import efa_layout
-from components.catalog import CATALOG
-from components.stackfile import raw_stack
-from policy import rules
+from catalog import CATALOG
+from stackconfig.files import raw_stack
+from analysis.rules import fabric, view
+from policy import rules as pack
 from policy.adapter import Wire, analyze, evaluate, resource_args, stack_args
 from policy.rules import ALL, MANDATORY, POLICIES
 
-LT = rules.LAUNCH_TEMPLATE
-NG = rules.NODE_GROUP
+LT = view.LAUNCH_TEMPLATE
+NG = view.NODE_GROUP
 
 
 def _run(stack: str, graph: mocks.Graph | None = None, *, policies=MANDATORY, preview=False, raw=None,
@@ -58,7 +59,7 @@ def test_pack_entry_point_builds_the_pack_from_all_policies(monkeypatch):
     monkeypatch.setattr(pulumi_policy, "PolicyPack", lambda **kw: built.append(kw))
     runpy.run_path(str(ROOT / "policy" / "__main__.py"), run_name="__main__")
     assert len(built) == 1
-    assert built[0]["policies"] is ALL and built[0]["name"] == rules.PACK_NAME
+    assert built[0]["policies"] is ALL and built[0]["name"] == pack.PACK_NAME
     assert built[0]["enforcement_level"] is pulumi_policy.EnforcementLevel.MANDATORY
 
 
@@ -108,7 +109,7 @@ def test_retain_on_delete_is_not_visible_to_policies():
     from pulumi.runtime.proto import analyzer_pb2
     fields = {f.name for f in analyzer_pb2.AnalyzerResourceOptions.DESCRIPTOR.fields}
     assert "protect" in fields and not any("retain" in f.lower() for f in fields)
-    assert graph_of("p5en-prod").named(rules.BUCKET, "rl-p5en-prod-checkpoints").retain_on_delete
+    assert graph_of("p5en-prod").named(view.BUCKET, "rl-p5en-prod-checkpoints").retain_on_delete
 
 
 # --- broken graphs -------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ def _efa_on_wrong_type(g):
 def _subnet_on_efa_interface(g):
     lt = g.named(LT, "rl-p4d-train")
     ifaces = copy.deepcopy(lt.inputs["networkInterfaces"])
-    node_subnet = g.named(rules.SUBNET, "rl-p4d-nodes")
+    node_subnet = g.named(view.SUBNET, "rl-p4d-nodes")
     ifaces[2]["subnetId"] = _id(node_subnet)
     _set(lt, "networkInterfaces", ifaces, node_subnet)
     return LT, lt.name
@@ -197,15 +198,15 @@ def _subnet_on_efa_interface(g):
 
 def _rollout_in_second_zone(g):
     ng = g.named(NG, "rl-p5en-prod-rollout")
-    other = g.named(rules.SUBNET, "rl-p5en-prod-private-b")
-    ng.dependencies.remove(g.named(rules.SUBNET, "rl-p5en-prod-nodes").urn)
+    other = g.named(view.SUBNET, "rl-p5en-prod-private-b")
+    ng.dependencies.remove(g.named(view.SUBNET, "rl-p5en-prod-nodes").urn)
     _set(ng, "subnetIds", [_id(other)], other)
     return NG, ng.name
 
 
 def _train_spans_zones(g):
     ng = g.named(NG, "rl-p5-train")
-    other = g.named(rules.SUBNET, "rl-p5-private-b")
+    other = g.named(view.SUBNET, "rl-p5-private-b")
     _set(ng, "subnetIds", ng.inputs["subnetIds"] + [_id(other)], other)
     return NG, ng.name
 
@@ -217,17 +218,17 @@ def _efa_pool_on_foreign_subnet(g):
 
 
 def _drop_efa_egress(g):
-    _drop(g, rules.EGRESS_RULE, "rl-p5en-prod-efa-self-out")
+    _drop(g, view.EGRESS_RULE, "rl-p5en-prod-efa-self-out")
     return LT, "rl-p5en-prod-train"
 
 
 def _drop_efa_ingress(g):
-    _drop(g, rules.INGRESS_RULE, "rl-p6-b200-efa-self-in")
+    _drop(g, view.INGRESS_RULE, "rl-p6-b200-efa-self-in")
     return LT, "rl-p6-b200-rollout"
 
 
 def _egress_to_world_not_self(g):
-    rule = g.named(rules.EGRESS_RULE, "rl-p4de-efa-self-out")
+    rule = g.named(view.EGRESS_RULE, "rl-p4de-efa-self-out")
     del rule.inputs["referencedSecurityGroupId"], rule.outputs["referencedSecurityGroupId"]
     _set(rule, "cidrIpv4", "0.0.0.0/0")
     return LT, "rl-p4de-train"
@@ -239,7 +240,7 @@ def _efa_group_off_interfaces(g):
     for i in ifaces:
         i["securityGroups"] = i["securityGroups"][:1]
     _set(lt, "networkInterfaces", ifaces)
-    lt.dependencies.remove(g.named(rules.SECURITY_GROUP, "rl-p5e-efa").urn)
+    lt.dependencies.remove(g.named(view.SECURITY_GROUP, "rl-p5e-efa").urn)
     return LT, lt.name
 
 
@@ -281,118 +282,118 @@ def _no_metadata_options(g):
 
 
 def _world_ingress_rule(g):
-    sg = g.named(rules.SECURITY_GROUP, "rl-p5en-prod-efa")
-    _add(g, rules.INGRESS_RULE, "ssh-from-anywhere", {"securityGroupId": _id(sg), "ipProtocol": "tcp",
+    sg = g.named(view.SECURITY_GROUP, "rl-p5en-prod-efa")
+    _add(g, view.INGRESS_RULE, "ssh-from-anywhere", {"securityGroupId": _id(sg), "ipProtocol": "tcp",
                                                       "fromPort": 22, "toPort": 22, "cidrIpv4": "0.0.0.0/0"}, sg)
-    return rules.INGRESS_RULE, "ssh-from-anywhere"
+    return view.INGRESS_RULE, "ssh-from-anywhere"
 
 
 def _world_inline_ipv6(g):
-    sg = g.named(rules.SECURITY_GROUP, "rl-p5-efa")
+    sg = g.named(view.SECURITY_GROUP, "rl-p5-efa")
     _set(sg, "ingress", [{"protocol": "tcp", "fromPort": 443, "toPort": 443, "ipv6CidrBlocks": ["::/0"]}])
-    return rules.SECURITY_GROUP, sg.name
+    return view.SECURITY_GROUP, sg.name
 
 
 def _world_legacy_rule(g):
-    sg = g.named(rules.SECURITY_GROUP, "rl-dev-efa")
-    _add(g, rules.LEGACY_RULE, "legacy-open", {"type": "ingress", "securityGroupId": _id(sg), "protocol": "-1",
+    sg = g.named(view.SECURITY_GROUP, "rl-dev-efa")
+    _add(g, view.LEGACY_RULE, "legacy-open", {"type": "ingress", "securityGroupId": _id(sg), "protocol": "-1",
                                                "fromPort": 0, "toPort": 0, "cidrBlocks": ["10.0.0.0/8", "0.0.0.0/0"]}, sg)
-    return rules.LEGACY_RULE, "legacy-open"
+    return view.LEGACY_RULE, "legacy-open"
 
 
 def _drop_versioning(g):
-    _drop(g, rules.BUCKET_VERSIONING, "rl-p5en-prod-checkpoints")
-    return rules.BUCKET, "rl-p5en-prod-checkpoints"
+    _drop(g, view.BUCKET_VERSIONING, "rl-p5en-prod-checkpoints")
+    return view.BUCKET, "rl-p5en-prod-checkpoints"
 
 
 def _suspend_versioning(g):
-    v = g.named(rules.BUCKET_VERSIONING, "rl-p4d-checkpoints")
+    v = g.named(view.BUCKET_VERSIONING, "rl-p4d-checkpoints")
     _set(v, "versioningConfiguration", {"status": "Suspended"})
-    return rules.BUCKET, "rl-p4d-checkpoints"
+    return view.BUCKET, "rl-p4d-checkpoints"
 
 
 def _sse_s3_only(g):
-    enc = g.named(rules.BUCKET_ENCRYPTION, "rl-p5-checkpoints")
+    enc = g.named(view.BUCKET_ENCRYPTION, "rl-p5-checkpoints")
     _set(enc, "rules", [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}])
-    return rules.BUCKET, "rl-p5-checkpoints"
+    return view.BUCKET, "rl-p5-checkpoints"
 
 
 def _public_policy_allowed(g):
-    pab = g.named(rules.BUCKET_PUBLIC_ACCESS, "rl-p6-b300-checkpoints")
+    pab = g.named(view.BUCKET_PUBLIC_ACCESS, "rl-p6-b300-checkpoints")
     _set(pab, "blockPublicPolicy", False)
-    return rules.BUCKET, "rl-p6-b300-checkpoints"
+    return view.BUCKET, "rl-p6-b300-checkpoints"
 
 
 def _drop_tls_policy(g):
-    _drop(g, rules.BUCKET_POLICY, "rl-p5e-checkpoints")
-    return rules.BUCKET, "rl-p5e-checkpoints"
+    _drop(g, view.BUCKET_POLICY, "rl-p5e-checkpoints")
+    return view.BUCKET, "rl-p5e-checkpoints"
 
 
 def _tls_policy_on_objects_only(g):
-    pol = g.named(rules.BUCKET_POLICY, "rl-p4de-checkpoints")
+    pol = g.named(view.BUCKET_POLICY, "rl-p4de-checkpoints")
     _set(pol, "policy", pol.inputs["policy"].replace('"arn:aws:s3:::rl-p4de-checkpoints", ', ""))
-    return rules.BUCKET, "rl-p4de-checkpoints"
+    return view.BUCKET, "rl-p4de-checkpoints"
 
 
 def _acls_enabled(g):
-    own = g.named(rules.BUCKET_OWNERSHIP, "rl-dev-checkpoints")
+    own = g.named(view.BUCKET_OWNERSHIP, "rl-dev-checkpoints")
     _set(own, "rule", {"objectOwnership": "ObjectWriter"})
-    return rules.BUCKET, "rl-dev-checkpoints"
+    return view.BUCKET, "rl-dev-checkpoints"
 
 
 def _force_destroy(g):
-    b = g.named(rules.BUCKET, "rl-p5en-prod-checkpoints")
+    b = g.named(view.BUCKET, "rl-p5en-prod-checkpoints")
     _set(b, "forceDestroy", True)
-    return rules.BUCKET, b.name
+    return view.BUCKET, b.name
 
 
 def _dev_without_opt_out(g):
-    return rules.BUCKET, "rl-dev-checkpoints"
+    return view.BUCKET, "rl-dev-checkpoints"
 
 
 def _drop_writer_association(g):
-    _drop(g, rules.POD_IDENTITY, "rl-p5en-prod-checkpoints-writer")
-    return rules.ROLE, "rl-p5en-prod-checkpoints-writer"
+    _drop(g, view.POD_IDENTITY, "rl-p5en-prod-checkpoints-writer")
+    return view.ROLE, "rl-p5en-prod-checkpoints-writer"
 
 
 def _wildcard_service_account(g):
-    a = g.named(rules.POD_IDENTITY, "rl-p5-checkpoints-writer")
+    a = g.named(view.POD_IDENTITY, "rl-p5-checkpoints-writer")
     _set(a, "serviceAccount", "*")
-    return rules.POD_IDENTITY, a.name
+    return view.POD_IDENTITY, a.name
 
 
 def _irsa_without_sub(g):
-    _add(g, rules.ROLE, "irsa-any-pod", {"assumeRolePolicy": (
+    _add(g, view.ROLE, "irsa-any-pod", {"assumeRolePolicy": (
         '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRoleWithWebIdentity", '
         '"Principal": {"Federated": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/X"}, '
         '"Condition": {"StringLike": {"oidc.eks.us-east-1.amazonaws.com/id/X:sub": "system:serviceaccount:*"}}}]}')})
-    return rules.ROLE, "irsa-any-pod"
+    return view.ROLE, "irsa-any-pod"
 
 
 def _writer_associated_twice(g):
-    first = g.named(rules.POD_IDENTITY, "rl-p5-checkpoints-writer")
-    _add(g, rules.POD_IDENTITY, "writer-again", copy.deepcopy(first.inputs),
+    first = g.named(view.POD_IDENTITY, "rl-p5-checkpoints-writer")
+    _add(g, view.POD_IDENTITY, "writer-again", copy.deepcopy(first.inputs),
          *[g.by_urn()[u] for u in first.dependencies])
-    return rules.POD_IDENTITY, "writer-again"
+    return view.POD_IDENTITY, "writer-again"
 
 
 def _writer_on_every_bucket(g):
-    pol = g.named(rules.ROLE_POLICY, "rl-p5en-prod-checkpoints-writer")
+    pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-checkpoints-writer")
     _set(pol, "policy", pol.inputs["policy"].replace('"arn:aws:s3:::rl-p5en-prod-checkpoints/*"', '"*"'))
-    return rules.ROLE_POLICY, pol.name
+    return view.ROLE_POLICY, pol.name
 
 
 def _writer_on_wildcard_bucket(g):
-    pol = g.named(rules.ROLE_POLICY, "rl-p6-b200-checkpoints-writer")
+    pol = g.named(view.ROLE_POLICY, "rl-p6-b200-checkpoints-writer")
     _set(pol, "policy", pol.inputs["policy"].replace('"arn:aws:s3:::rl-p6-b200-checkpoints"', '"arn:aws:s3:::rl-*"'))
-    return rules.ROLE_POLICY, pol.name
+    return view.ROLE_POLICY, pol.name
 
 
 def _s3_full_access(g):
-    role = g.named(rules.ROLE, "rl-p5en-prod-node")
-    _add(g, rules.ROLE_POLICY_ATTACHMENT, "node-s3", {"role": role.outputs["name"],
+    role = g.named(view.ROLE, "rl-p5en-prod-node")
+    _add(g, view.ROLE_POLICY_ATTACHMENT, "node-s3", {"role": role.outputs["name"],
                                                       "policyArn": "arn:aws:iam::aws:policy/AmazonS3FullAccess"}, role)
-    return rules.ROLE_POLICY_ATTACHMENT, "node-s3"
+    return view.ROLE_POLICY_ATTACHMENT, "node-s3"
 
 
 BREAKS = [
@@ -479,13 +480,13 @@ def test_efa_layout_rule_agrees_with_the_component_for_every_efa_type():
     for it in (t for t in CATALOG.values() if t.has_efa):
         interfaces = [{"networkCardIndex": float(i.card), "deviceIndex": float(i.device), "interfaceType": i.kind,
                        "securityGroups": ["sg-a"]} for i in efa_layout(it)]
-        res = rules.Resource(LT, "lt", "urn:lt", {"instanceType": it.name, "networkInterfaces": interfaces})
-        assert rules.check_efa_layout(res) == [], it.name
+        res = view.Resource(LT, "lt", "urn:lt", {"instanceType": it.name, "networkInterfaces": interfaces})
+        assert fabric.check_efa_layout(res) == [], it.name
         legacy = [{**interfaces[0], "interfaceType": "efa"}] + interfaces[1:]
         extra = interfaces + [{**interfaces[-1], "networkCardIndex": interfaces[-1]["networkCardIndex"] + 1}]
         for wrong in (legacy, extra, [interfaces[0]] + interfaces[2:]):
             res.props["networkInterfaces"] = wrong
-            assert rules.check_efa_layout(res) or len(interfaces) == 2 and wrong == [interfaces[0]], it.name
+            assert fabric.check_efa_layout(res) or len(interfaces) == 2 and wrong == [interfaces[0]], it.name
 
 
 # --- the checks never crash on what CrossGuard may hand them -----------------------------------------
@@ -504,17 +505,17 @@ KEYS = st.sampled_from(["networkInterfaces", "instanceType", "metadataOptions", 
                         "referencedSecurityGroupId", "ipProtocol", "clusterName", "addonName", "id", "arn", "name"])
 VALUES = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-5, 40), st.floats(allow_nan=False), st.text(max_size=12),
-              st.just(rules.UNKNOWN), st.sampled_from(["0.0.0.0/0", "::/0", "efa-only", "efa", "required", "train",
+              st.just(view.UNKNOWN), st.sampled_from(["0.0.0.0/0", "::/0", "efa-only", "efa", "required", "train",
                                                        "p5en.48xlarge", "SPOT", "spot", "-1", "ingress", "Enabled",
                                                        '{"Statement": [{"Effect": "Allow", "Action": "s3:*", '
                                                        '"Resource": "*"}]}', "rl.platform/role"])),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.one_of(KEYS, st.text(max_size=6)),
                                                                          inner, max_size=4)),
     max_leaves=12)
-TYPES = [LT, NG, rules.SUBNET, rules.SECURITY_GROUP, rules.INGRESS_RULE, rules.EGRESS_RULE, rules.LEGACY_RULE,
-         rules.BUCKET, rules.BUCKET_VERSIONING, rules.BUCKET_POLICY, rules.BUCKET_PUBLIC_ACCESS, rules.ROLE,
-         rules.ROLE_POLICY, rules.ROLE_POLICY_ATTACHMENT, rules.POD_IDENTITY, rules.ADDON]
-RESOURCES = st.lists(st.builds(lambda t, n, props: rules.Resource(t, f"r{n}", f"urn:{t}::r{n}", props),
+TYPES = [LT, NG, view.SUBNET, view.SECURITY_GROUP, view.INGRESS_RULE, view.EGRESS_RULE, view.LEGACY_RULE,
+         view.BUCKET, view.BUCKET_VERSIONING, view.BUCKET_POLICY, view.BUCKET_PUBLIC_ACCESS, view.ROLE,
+         view.ROLE_POLICY, view.ROLE_POLICY_ATTACHMENT, view.POD_IDENTITY, view.ADDON]
+RESOURCES = st.lists(st.builds(lambda t, n, props: view.Resource(t, f"r{n}", f"urn:{t}::r{n}", props),
                                st.sampled_from(TYPES), st.integers(0, 5), st.dictionaries(KEYS, VALUES, max_size=6)),
                      max_size=8)
 
@@ -522,7 +523,7 @@ RESOURCES = st.lists(st.builds(lambda t, n, props: rules.Resource(t, f"r{n}", f"
 @FUZZ
 @given(RESOURCES)
 def test_checks_never_raise_on_odd_properties(resources):
-    stack = rules.Stack(resources)
+    stack = view.Stack(resources)
     for policy in ALL:
         if isinstance(policy, pulumi_policy.StackValidationPolicy):
             list(policy.check(stack))

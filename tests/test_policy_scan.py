@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT, graph_of
 
-from policy.rules import leaves
+from analysis.rules.view import leaves
 from policy.render import manifests, resource_id, write
 from policy.scan import CHECK_ID, JUSTIFICATIONS, checkov_binary, compare, load_justifications, run_checkov
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from pulumi.provider.experimental.component import ComponentProvider
 
-from components import mocks
+from analysis import mocks
 from components.multilang import COMPONENTS, PACKAGE, GpuNodePool
 
 

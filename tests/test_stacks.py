@@ -2,7 +2,7 @@
 
 from conftest import STACKS, graph_of, load
 
-from components.config import Role
+from stackconfig.stack import Role
 
 FAMILIES = {"p4d", "p4de", "p5", "p5e", "p5en-prod", "p6-b200", "p6-b300", "dev"}
 

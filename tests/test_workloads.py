@@ -15,9 +15,9 @@ import pytest
 import yaml
 from conftest import ROOT, STACKS, graph_of, load
 
-from components import mocks
-from components.config import POOL_LABEL, Role, StackConfigError, load_stack
-from components.stackfile import raw_stack
+from analysis import mocks
+from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
+from stackconfig.files import raw_stack
 from program import ProgramConfig
 from workloads import layout as L
 from workloads import manifests as M

@@ -18,7 +18,7 @@ from conftest import STACKS, graph_of, load
 from test_workloads import SCHEMAS, groups, k8s_version, obj_of, variant, variant_graph
 from test_workloads_security import with_end_time
 
-from components.config import POOL_LABEL, Role, StackConfigError
+from stackconfig.stack import POOL_LABEL, Role, StackConfigError
 from workloads import layout as L
 from workloads import manifests as M
 from workloads.argv import miles_argv

@@ -14,7 +14,7 @@ import pytest
 from conftest import STACKS, load
 from test_workloads import SCHEMAS, variant
 
-from components.versions import SoftwareStack
+from stackconfig.versions import SoftwareStack
 from workloads.argv import miles_argv
 from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, sglang_flags_from_wheel
 

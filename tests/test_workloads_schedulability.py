@@ -10,8 +10,8 @@ from conftest import load
 from test_workloads import container, variant
 
 import program
-from components import mocks
-from components.config import Role, StackConfigError
+from analysis import mocks
+from stackconfig.stack import Role, StackConfigError
 from workloads import layout as L
 from workloads import manifests as M
 from workloads.resources import (EFA, GPU, HUGEPAGES, DAEMONSET_RESERVE_MI, DAEMONSET_RESERVE_MILLICPU, MI,

@@ -16,8 +16,8 @@ import pytest
 from conftest import STACKS, graph_of, load
 from test_workloads import HELM, RAYJOB, merge, variant, variant_graph
 
-from components import mocks
-from components.stackfile import raw_stack
+from analysis import mocks
+from stackconfig.files import raw_stack
 from workloads import layout as L
 from workloads import manifests as M
 from workloads.resources import EFA, GPU

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from components.config import Role
+from stackconfig.stack import Role
 
 from .layout import deepep_flags_needed, is_spot, paths, resolve_deepep, reward_enabled
 from .settings import DeepEPVersion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 MILES_DIR = "/root/miles"
 REWARD_SERVICE = "reward"

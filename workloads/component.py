@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import Role
+from stackconfig.stack import Role
 from components.fsx import CheckpointFileSystem
 from components.platform import Platform
-from components.versions import Chart
+from stackconfig.versions import Chart
 
 from . import layout as L
 from . import manifests as M
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,

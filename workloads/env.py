@@ -7,7 +7,7 @@ Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker).
 
 from __future__ import annotations
 
-from components.config import Pool
+from stackconfig.stack import Pool
 
 from .layout import GIN_TYPE, DeepEP
 from .settings import DeepEPVersion

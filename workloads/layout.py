@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from components.config import CapacityType, Pool, Role
+from stackconfig.stack import CapacityType, Pool, Role
 
 from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
 from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend, version_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 SM90_GPUS = frozenset({"H100", "H200", "B200", "B300"})
 """GPU models DeepEP supports (Hopper SM90 or newer; DeepEP's README requirement)."""

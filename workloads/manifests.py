@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from components.config import POOL_LABEL, Pool, Role
+from stackconfig.stack import POOL_LABEL, Pool, Role
 
 from . import layout as L
 from .argv import REWARD_SERVICE, miles_argv
@@ -36,7 +36,7 @@ from .resources import EFA, GPU, GI, HUGEPAGES
 from .settings import CAPACITY_BLOCK_DRAIN_MINUTES
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 PART_OF = "moe-rl-platform"
 FSX_CLAIM = "fsx"

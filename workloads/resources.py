@@ -25,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from components.config import Pool
+from stackconfig.stack import Pool
 from components.network import pods_per_node
 
 MI = 1024 ** 2

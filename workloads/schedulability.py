@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from components.config import Pool
+from stackconfig.stack import Pool
 
 from .manifests import pod_templates
 from .resources import EFA, GPU, HUGEPAGES, MI, allocatable, effective_requests, parse_quantity, usable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 RESOURCES = ("cpu", "memory", GPU, EFA, HUGEPAGES)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from torchx import specs
 from torchx.specs.overlays import JOIN, set_overlay
 
-from components.config import Role
+from stackconfig.stack import Role
 
 from . import layout as L
 from .argv import miles_argv
@@ -33,7 +33,7 @@ from .manifests import (FSX_CLAIM, RAY_PODS, entrypoint_resources, placement, po
 from .resources import EFA, HUGEPAGES, MI
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 HEAD_ROLE = "head"
 DRIVER_ARG0 = "miles-driver"
@@ -115,6 +115,6 @@ def miles_grpo(stack: str = "p5en-prod") -> specs.AppDef:
     Args:
         stack: stack name; its file is stacks/Pulumi.<stack>.yaml
     """
-    from components.stackfile import read_stack
-    from program import ProgramConfig
+    from stackconfig.files import read_stack
+    from workloads.stack import ProgramConfig
     return appdef(read_stack(stack, model=ProgramConfig))

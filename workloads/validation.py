@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from components.config import CapacityType, Role
+from stackconfig.stack import CapacityType, Role
 
 from .argv import MODEL_PRESETS
 from .layout import (DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, images, pinned_by_digest,
@@ -16,7 +16,7 @@ from .layout import (DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, g
 from .settings import DeepEPVersion, GinBackend, version_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from program import ProgramConfig
+    from .stack import ProgramConfig
 
 
 def _divisors(n: int) -> str:

@@ -10,7 +10,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from .schema import SchemaModel
+from .base import SchemaModel
 
 
 

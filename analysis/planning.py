@@ -15,12 +15,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from .catalog import CATALOG
-from .config import CapacityType, StackConfig
+from catalog import CATALOG
+from stackconfig.stack import CapacityType, StackConfig
 from .deploy_order import Schedule, inherited_waits, schedule
 from .mocks import Graph
 from .recorded import PoolResources, SubnetBudget, pool_resources, prefix_delegation_enabled, subnet_budgets
-from .rules import Violation, check_placements, check_recorded_graph
+from analysis.rules.plan import Violation, check_placements, check_recorded_graph
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import ipaddress
 import json
 from dataclasses import dataclass
 
-from .config import POOL_LABEL, Pool, StackConfig
+from stackconfig.stack import POOL_LABEL, Pool, StackConfig
 from .mocks import Graph, Registered
-from .network import AWS_RESERVED_PER_SUBNET, node_ip_demand
+from components.network import AWS_RESERVED_PER_SUBNET, node_ip_demand
 
 CLUSTER = "aws:eks/cluster:Cluster"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

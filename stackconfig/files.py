@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import CONFIG_KEY, StackConfig, StackConfigError, load_stack
+from .stack import CONFIG_KEY, StackConfig, StackConfigError, load_stack
 
 PROJECT = "moe-rl-platform"
 ROOT = Path(__file__).resolve().parent.parent

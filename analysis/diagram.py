@@ -110,7 +110,7 @@ def _row_width(boxes: list[Box]) -> float:
 
 
 def architecture_svg(plan, graph: Graph) -> str:
-    """The SVG document for ``plan`` (``components.planning.Plan``) and its recorded ``graph``."""
+    """The SVG document for ``plan`` (``analysis.planning.Plan``) and its recorded ``graph``."""
     cfg = plan.config
     figures = {f.name: f for f in plan.pools}
     placements = plan.placements or []

@@ -20,8 +20,8 @@ from pydantic import (Field, ValidationError, field_validator,
                       model_validator)
 from pydantic.alias_generators import to_camel
 
-from .catalog import CATALOG, InstanceType
-from .schema import SchemaModel
+from catalog import CATALOG, InstanceType
+from .base import SchemaModel
 from .versions import Versions
 
 CONFIG_KEY = "platform"

@@ -1,4 +1,4 @@
-"""Offline plan of a stack: ``python -m plan <stack> [--json FILE] [--diagram FILE.svg]``.
+"""Offline plan of a stack: ``python -m analysis.plan <stack> [--json FILE] [--diagram FILE.svg]``.
 
 Runs the real program for the stack under Pulumi's mock engine (no Pulumi CLI, no AWS
 credentials, no network) and prints, per pool, instance type, capacity, nodes, GPUs, EFA
@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from components.config import StackConfig, StackConfigError
-from components.stackfile import STACKS_DIR, read_stack
+from stackconfig.stack import StackConfig, StackConfigError
+from stackconfig.files import STACKS_DIR, read_stack
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_INVALID = 0, 1, 2
 
@@ -39,7 +39,7 @@ def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
 def record(cfg: StackConfig):
     """Run the program for ``cfg`` under mocks; return the graph it registered."""
     import program
-    from components import mocks
+    from analysis import mocks
     return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=cfg.stack)
 
 
@@ -54,7 +54,7 @@ class WorkloadsDoNotFit(Exception):
 def plan_stack(stack: str, directory: Path = STACKS_DIR):
     """Validate, record and judge one stack. Raises StackConfigError for an invalid config and
     WorkloadsDoNotFit when the program refuses to build because pods cannot be placed."""
-    from components.planning import make_plan
+    from analysis.planning import make_plan
     cfg = read_stack(stack, directory, model=config_model())
     placements, note = workload_placements(cfg)
     try:
@@ -173,7 +173,7 @@ def _violation_lines(violations: Sequence[Any]) -> list[str]:
 
 def render_refusal(refused: WorkloadsDoNotFit) -> str:
     """What can be shown when the program registers nothing: where each pod lands, and why not."""
-    from components.rules import check_placements
+    from analysis.rules.plan import check_placements
     cfg = refused.cfg
     out = [f"Plan for stack {cfg.stack}: region {cfg.region}, zone {cfg.availability_zone}, "
            f"cluster {cfg.cluster_name}",
@@ -184,7 +184,7 @@ def render_refusal(refused: WorkloadsDoNotFit) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m plan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
     parser.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(plan.to_json(), indent=2) + "\n")
     if args.diagram:
-        from components.diagram import architecture_svg
+        from analysis.diagram import architecture_svg
         args.diagram.parent.mkdir(parents=True, exist_ok=True)
         args.diagram.write_text(architecture_svg(plan, graph))
     return EXIT_OK if plan.ok else EXIT_VIOLATIONS

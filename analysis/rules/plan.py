@@ -13,11 +13,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .catalog import CATALOG, InstanceType
-from .config import CapacityType, StackConfig
-from .efa import EFA_ONLY, efa_layout
-from .mocks import Graph
-from .recorded import (CLUSTER, EGRESS_RULE, INGRESS_RULE, PoolResources, SubnetBudget,
+from catalog import CATALOG, InstanceType
+from stackconfig.stack import CapacityType, StackConfig
+from components.efa import EFA_ONLY, efa_layout
+from analysis.mocks import Graph
+from analysis.recorded import (CLUSTER, EGRESS_RULE, INGRESS_RULE, PoolResources, SubnetBudget,
                        cluster_security_group_id, pool_resources, short_name, subnet_budgets,
                        subnets_by_id, vpc_blocks)
 
