@@ -21,17 +21,10 @@ from stackconfig.files import raw_stack
 from program import ProgramConfig
 from workloads import layout as L
 from workloads import manifests as M
-from workloads.crds import crd_schema, validate
+from workloads.crds import SCHEMAS, crd_schema, validate
 from workloads.flagcheck import argv_pairs
 from workloads.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
 
-SCHEMAS = ROOT.parent / "shared" / "schemas"
-CRDS = {
-    ("ray.io/v1", "RayCluster"): ("kuberay/ray.io_rayclusters.yaml", "v1"),
-    ("ray.io/v1", "RayJob"): ("kuberay/ray.io_rayjobs.yaml", "v1"),
-    ("scheduling.volcano.sh/v1beta1", "Queue"): ("volcano/scheduling.volcano.sh_queues.yaml", "v1beta1"),
-    ("batch.volcano.sh/v1alpha1", "Job"): ("volcano/batch.volcano.sh_jobs.yaml", "v1alpha1"),
-}
 HELM = "kubernetes:helm.sh/v3:Release"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
 
@@ -65,8 +58,7 @@ RAYJOB = {"workloads": {"run": {"rayJob": True}}}
 
 @functools.cache
 def schema(api_version: str, kind: str) -> dict:
-    path, version = CRDS[(api_version, kind)]
-    return crd_schema(SCHEMAS / path, version)
+    return crd_schema(api_version, kind)
 
 
 def k8s_version(cfg) -> str:
@@ -352,7 +344,7 @@ def test_operators_pinned_on_the_cluster_provider(stack):
         r = releases[name]
         assert (r.inputs["chart"], r.inputs["version"], r.inputs["repositoryOpts"]["repo"]) == (
             chart.chart, chart.version, chart.repo)
-    assert charts.kuberay_operator.version == "1.7.0"  # the CRDs in ../shared/schemas/kuberay
+    assert charts.kuberay_operator.version == "1.7.0"  # the CRDs in schemas/crds/ray.io_*.json
     assert releases["kuberay-operator"].inputs["values"]["nodeSelector"] == {POOL_LABEL: cfg.pool(Role.SYSTEM).name}
     (provider,) = [r for r in graph.resources if r.type == K8S_PROVIDER]
     workload_k8s = [r for r in graph.resources if r.type.startswith("kubernetes:")]

@@ -22,6 +22,7 @@ from stackconfig.stack import POOL_LABEL, Role, StackConfigError
 from workloads import layout as L
 from workloads import manifests as M
 from workloads.argv import miles_argv
+from workloads.crds import crd_schema
 from workloads.flagcheck import argv_pairs
 from workloads.schedulability import check
 
@@ -41,8 +42,7 @@ def test_kuberay_label_keys():
     CRD's clusterSelector uses the first one."""
     assert (M.RAY_CLUSTER_LABEL, M.RAY_NODE_TYPE_LABEL, M.RAY_GROUP_LABEL, M.RAY_HEAD_GROUP) == (
         "ray.io/cluster", "ray.io/node-type", "ray.io/group", "headgroup")
-    crd = (SCHEMAS / "kuberay" / "ray.io_rayjobs.yaml").read_text()
-    assert "clusterSelector" in crd
+    assert "clusterSelector" in crd_schema("ray.io/v1", "RayJob")["properties"]["spec"]["properties"]
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -4,6 +4,9 @@
 reject unknown fields (the API server prunes them silently, which is worse), so ``unknown_fields``
 also reports every field the schema does not declare, as ``kubectl --validate=strict`` would;
 ``x-kubernetes-preserve-unknown-fields`` and ``additionalProperties`` are honoured.
+
+The schemas are the structural part of the pinned upstream CRDs, kept in ``schemas/crds`` with their
+origin (``scripts/vendor_schemas.py`` regenerates them).
 """
 
 from __future__ import annotations
@@ -11,16 +14,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import json
+
 import jsonschema
-import yaml
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+CRD_FILES = {
+    ("ray.io/v1", "RayCluster"): "ray.io_rayclusters.json",
+    ("ray.io/v1", "RayJob"): "ray.io_rayjobs.json",
+    ("scheduling.volcano.sh/v1beta1", "Queue"): "scheduling.volcano.sh_queues.json",
+    ("batch.volcano.sh/v1alpha1", "Job"): "batch.volcano.sh_jobs.json",
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.json",
+}
+"""(apiVersion, kind) -> the vendored CRD file in ``schemas/crds``."""
 
 
-def crd_schema(path: Path, version: str) -> dict:
-    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    for v in crd["spec"]["versions"]:
-        if v["name"] == version:
-            return v["schema"]["openAPIV3Schema"]
-    raise KeyError(f"{path.name} has no version {version}")
+def crd_document(api_version: str, kind: str) -> dict:
+    return json.loads((SCHEMAS / "crds" / CRD_FILES[(api_version, kind)]).read_text())
+
+
+def crd_schema(api_version: str, kind: str) -> dict:
+    """The ``openAPIV3Schema`` of ``kind`` at the version ``api_version`` names."""
+    doc = crd_document(api_version, kind)
+    version = api_version.rsplit("/", 1)[1]
+    try:
+        return doc["versions"][version]
+    except KeyError:
+        raise KeyError(f"{CRD_FILES[(api_version, kind)]} serves no version {version}") from None
 
 
 def unknown_fields(obj: Any, schema: dict, where: str = "") -> list[str]:
