@@ -81,6 +81,8 @@ def pool_figures(res: PoolResources) -> PoolFigures:
     basis = "stack" if pool.capacity.hourly_price else "on-demand"
     if pool.capacity.type is CapacityType.SPOT and not pool.capacity.hourly_price:
         basis = "on-demand (no Spot price set)"
+    if not price:
+        basis = "none: no catalog price; set capacity.hourlyPrice (counted as $0)"
     return PoolFigures(
         name=pool.name, role=pool.role.value, instance_type=res.instance_type,
         capacity=res.capacity_mode or pool.capacity.type.value,

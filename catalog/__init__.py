@@ -3,15 +3,25 @@
 One row per type, one place per fact. Launch templates, subnet sizing, device-plugin coverage,
 pod resource requests and the cost figures of the plan all derive from these rows.
 
-Sources: EC2 DescribeInstanceTypes (as republished in the Karpenter instance-type reference),
-the EC2 accelerated-computing and EFA user guides, the VPC CNI max-pods table, and public
-us-east-1 on-demand prices (p6-b300: us-west-2, the first region listing it). Prices are
-defaults; a stack overrides them per pool with ``capacity.hourlyPrice``.
+The rows are generated from public instance data (``data/ec2-instance-types.json``, written by
+``scripts/generate_catalog.py`` from Karpenter's DescribeInstanceTypes reference, its VPC limits and
+price tables, and amazon-eks-ami's instance info; the file records each source's commit and blob).
+``hand_checked.GPU_FAMILIES`` overrides them where it is more precise (EFA card layout, EFA
+generation and bandwidth, disks per instance). Prices are optional: us-east-1 on-demand where the
+data has one, else none (a stack sets ``capacity.hourlyPrice``; the plan says when it has none).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .hand_checked import GPU_FAMILIES
+
+DATA = Path(__file__).resolve().parent / "data" / "ec2-instance-types.json"
+MIB_PER_GIB = 1024
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,7 @@ class InstanceType:
     max_pods: int
     """Pods per node with the VPC CNI on network card 0, without prefix delegation."""
     on_demand_hourly_usd: float | None
+    arch: str = "amd64"
     gpus: int = 0
     gpu_model: str = ""
     gpu_memory_gib: int = 0
@@ -30,9 +41,12 @@ class InstanceType:
     """DescribeInstanceTypes EfaInfo.MaximumEfaInterfaces: one EFA per network card up to this."""
     card0_takes_efa: bool = True
     efa_generation: int = 0
-    efa_gbps: int = 0
+    efa_gbps: float = 0
     nvme_disks: int = 0
     nvme_disk_gb: int = 0
+    nvme_total_gb: int = 0
+    hand_checked: bool = False
+    """The family's EFA card layout and disks were checked by hand (``hand_checked``)."""
 
     @property
     def has_efa(self) -> bool:
@@ -47,64 +61,44 @@ class InstanceType:
         return self.name.split(".")[0]
 
     @property
-    def nvme_total_gb(self) -> int:
-        return self.nvme_disks * self.nvme_disk_gb
+    def efa_layout_known(self) -> bool:
+        """Which cards carry EFA is certain: one EFA on the one card, one per card on every card,
+        or a hand-checked layout. The public data does not say which card lacks EFA otherwise."""
+        return self.hand_checked or self.efa_max in (0, self.network_cards) or self.network_cards == 1
 
 
-_P_SERIES = dict(vcpu=192, memory_gib=2048, gpus=8, nvme_disks=8, nvme_disk_gb=3840)
+def _row(name: str, r: dict) -> InstanceType:
+    return InstanceType(
+        name=name, vcpu=r["vcpu"], memory_gib=r["memory_mib"] // MIB_PER_GIB, max_pods=r["max_pods"],
+        on_demand_hourly_usd=r["on_demand_usd_per_hour_us_east_1"], arch=r["arch"], gpus=r["gpus"] or 0,
+        gpu_model=r["gpu_model"] or "", gpu_memory_gib=(r["gpu_memory_mib"] or 0) // MIB_PER_GIB,
+        network_cards=r["network_cards"] or 1, efa_max=r["efa_max"] or 0,
+        efa_gbps=(r["network_baseline_gbps"] or 0) if r["efa_max"] else 0, nvme_total_gb=r["nvme_total_gb"] or 0)
 
-CATALOG: dict[str, InstanceType] = {
-    t.name: t
-    for t in (
-        # GPU training / rollout families (EFA).
-        InstanceType("p4d.24xlarge", vcpu=96, memory_gib=1152, gpus=8, gpu_model="A100",
-                     gpu_memory_gib=40, network_cards=4, efa_max=4, efa_generation=1,
-                     efa_gbps=400, nvme_disks=8, nvme_disk_gb=1000, max_pods=737,
-                     on_demand_hourly_usd=21.96),
-        InstanceType("p4de.24xlarge", vcpu=96, memory_gib=1152, gpus=8, gpu_model="A100",
-                     gpu_memory_gib=80, network_cards=4, efa_max=4, efa_generation=1,
-                     efa_gbps=400, nvme_disks=8, nvme_disk_gb=1000, max_pods=737,
-                     on_demand_hourly_usd=27.45),
-        InstanceType("p5.48xlarge", **_P_SERIES, gpu_model="H100", gpu_memory_gib=80,
-                     network_cards=32, efa_max=32, efa_generation=2, efa_gbps=3200,
-                     max_pods=100, on_demand_hourly_usd=55.04),
-        InstanceType("p5e.48xlarge", **_P_SERIES, gpu_model="H200", gpu_memory_gib=141,
-                     network_cards=32, efa_max=32, efa_generation=2, efa_gbps=3200,
-                     max_pods=100, on_demand_hourly_usd=None),
-        InstanceType("p5en.48xlarge", **_P_SERIES, gpu_model="H200", gpu_memory_gib=141,
-                     network_cards=16, efa_max=16, efa_generation=3, efa_gbps=3200,
-                     max_pods=198, on_demand_hourly_usd=63.30),
-        InstanceType("p6-b200.48xlarge", **_P_SERIES, gpu_model="B200", gpu_memory_gib=179,
-                     network_cards=8, efa_max=8, efa_generation=4, efa_gbps=3200,
-                     max_pods=198, on_demand_hourly_usd=113.93),
-        InstanceType("p6-b300.48xlarge", vcpu=192, memory_gib=4096, gpus=8, gpu_model="B300",
-                     gpu_memory_gib=268, network_cards=17, efa_max=16, card0_takes_efa=False,
-                     efa_generation=4, efa_gbps=6400, nvme_disks=8, nvme_disk_gb=3840,
-                     max_pods=198, on_demand_hourly_usd=142.42),
-        # GPU reward models.
-        InstanceType("g6e.12xlarge", vcpu=48, memory_gib=384, gpus=4, gpu_model="L40S",
-                     gpu_memory_gib=48, efa_max=1, efa_gbps=100, nvme_disks=2,
-                     nvme_disk_gb=1900, max_pods=234,
-                     on_demand_hourly_usd=10.49),
-        # CPU pools: system add-ons, preprocessing, Ray head, memory-optimised buffers.
-        InstanceType("m7i.xlarge", vcpu=4, memory_gib=16, max_pods=58,
-                     on_demand_hourly_usd=0.2016),
-        InstanceType("m7i.4xlarge", vcpu=16, memory_gib=64, max_pods=234,
-                     on_demand_hourly_usd=0.8064),
-        InstanceType("c7i.16xlarge", vcpu=64, memory_gib=128, max_pods=737,
-                     on_demand_hourly_usd=2.856),
-        InstanceType("r7i.16xlarge", vcpu=64, memory_gib=512, max_pods=737,
-                     on_demand_hourly_usd=4.2336),
-    )
-}
 
+def load(path: Path = DATA) -> dict[str, InstanceType]:
+    rows = json.loads(path.read_text())["instance_types"]
+    catalog = {name: _row(name, r) for name, r in rows.items()}
+    for name, facts in GPU_FAMILIES.items():
+        catalog[name] = replace(catalog[name], hand_checked=True, **facts)
+    return catalog
+
+
+CATALOG: dict[str, InstanceType] = load()
 EFA_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.has_efa)
 GPU_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.is_gpu)
 
 
+def not_in_catalog(name: str) -> str:
+    """The message for a type the catalog lacks, with the nearest names."""
+    near = difflib.get_close_matches(name, CATALOG, n=5, cutoff=0.6)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    return f"{name!r} is not in the instance catalog ({len(CATALOG)} current-generation types){hint}"
+
+
 def instance(name: str) -> InstanceType:
-    """The catalog row for ``name``; KeyError names the allowed types."""
+    """The catalog row for ``name``; KeyError names the nearest types."""
     try:
         return CATALOG[name]
     except KeyError:
-        raise KeyError(f"{name!r} is not in the instance catalog; allowed: {', '.join(CATALOG)}") from None
+        raise KeyError(not_in_catalog(name)) from None

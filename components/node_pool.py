@@ -33,7 +33,9 @@ EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
 
 
 def ami_type(pool: Pool) -> str:
-    return "AL2023_x86_64_NVIDIA" if pool.instance.is_gpu else "AL2023_x86_64_STANDARD"
+    """EKS AMI types (NodeGroup amiType): AL2023, NVIDIA variant on GPU types, by architecture."""
+    arch = {"amd64": "x86_64", "arm64": "ARM_64"}[pool.instance.arch]
+    return f"AL2023_{arch}_{'NVIDIA' if pool.instance.is_gpu else 'STANDARD'}"
 
 
 def node_config(pool: Pool) -> str:

@@ -20,7 +20,7 @@ from pydantic import (Field, ValidationError, field_validator,
                       model_validator)
 from pydantic.alias_generators import to_camel
 
-from catalog import CATALOG, InstanceType
+from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SchemaModel
 from .versions import Versions
 
@@ -150,15 +150,21 @@ class Pool(SchemaModel):
     @classmethod
     def _in_catalog(cls, name: str) -> str:
         if name not in CATALOG:
-            raise ValueError(f"{name!r} is not in the instance catalog; allowed: {', '.join(CATALOG)}")
+            raise ValueError(not_in_catalog(name))
         return name
 
     @model_validator(mode="after")
     def _invariants(self) -> "Pool":
         it = self.instance
         if self.efa and not it.has_efa:
-            allowed = ", ".join(n for n, t in CATALOG.items() if t.has_efa)
-            raise ValueError(f"efa: {it.name} has no EFA; EFA types: {allowed}")
+            allowed = ", ".join(n for n in GPU_TYPES if CATALOG[n].efa_max > 1)
+            raise ValueError(f"efa: {it.name} has no EFA; multi-EFA GPU types: {allowed}")
+        if self.efa_enabled and not it.efa_layout_known:
+            raise ValueError(f"efa: which network cards of {it.name} carry EFA is not known to the catalog "
+                             f"(catalog/hand_checked.py); set efa: false or add the type's layout there")
+        if it.arch != "amd64" and self.role is not Role.SYSTEM:
+            raise ValueError(f"instanceType: {it.name} is {it.arch}; role {self.role} runs the workloads' amd64 "
+                             f"images, so only the system pool may use {it.arch} types")
         if self.role in GPU_ROLES and not it.is_gpu:
             raise ValueError(f"instanceType: role {self.role} needs a GPU type, not {it.name}")
         if self.role in CPU_ROLES and it.is_gpu:
@@ -168,8 +174,6 @@ class Pool(SchemaModel):
             raise ValueError(f"capacity.type: SPOT is not allowed for the training pool; allowed: {allowed}")
         if self.capacity.type is CapacityType.CAPACITY_BLOCK and not it.is_gpu:
             raise ValueError(f"capacity.type: Capacity Blocks are sold for GPU types only, not {it.name}")
-        if self.capacity.hourly_price is None and it.on_demand_hourly_usd is None:
-            raise ValueError(f"capacity.hourlyPrice: required, the catalog lists no on-demand price for {it.name}")
         return self
 
     @property
@@ -199,7 +203,8 @@ class Pool(SchemaModel):
         return self.efa_enabled and not self.reserved
 
     @property
-    def hourly_price(self) -> float:
+    def hourly_price(self) -> float | None:
+        """USD per node-hour: the stack's, else the catalog's on-demand price, else unknown (None)."""
         return self.capacity.hourly_price or self.instance.on_demand_hourly_usd
 
     @property

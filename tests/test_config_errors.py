@@ -64,8 +64,8 @@ def _vpc_too_small(raw):
 CASES = [
     (_unknown_key, "pools[train].efaa", "unknown key"),
     (_impossible_counts, "pools[cpu].nodes", "min <= desired <= max"),
-    (_not_in_catalog, "pools[rollout].instanceType", "allowed: p4d.24xlarge"),
-    (_efa_without_efa, "pools[cpu].efa", "EFA types: p4d.24xlarge"),
+    (_not_in_catalog, "pools[rollout].instanceType", "did you mean p5.48xlarge"),
+    (_efa_without_efa, "pools[cpu].efa", "p5en.48xlarge, p6-b200.48xlarge"),
     (_spot_training, "pools[train].capacity.type", "allowed: ON_DEMAND, CAPACITY_BLOCK, ODCR"),
     (_reservation_without_reserved_type, "pools[cpu].capacity.reservationId",
      "only allowed with type CAPACITY_BLOCK or ODCR"),
