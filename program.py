@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pulumi
+
 from components import Platform
-from stackconfig.stack import Role, StackConfig, StackConfigError
+from stackconfig.stack import StackConfig, StackConfigError
+from workloads.component import Workloads
+from workloads.model import WorkloadModel, derive
+from workloads.schedulability import check, unschedulable
 from workloads.stack import ProgramConfig
 
 
@@ -14,29 +18,28 @@ def as_program_config(cfg: StackConfig) -> ProgramConfig:
     return ProgramConfig.model_validate(cfg.model_dump())
 
 
-def check_schedulable(cfg: ProgramConfig) -> None:
+def check_schedulable(model: WorkloadModel) -> None:
     """Fail, naming pod, pool and resource, when any workload pod would stay Pending."""
-    from workloads.schedulability import check, unschedulable
-    problems = unschedulable(check(cfg))
+    problems = unschedulable(check(model))
     if problems:
-        raise StackConfigError(f"stack {cfg.stack!r}: workloads do not fit their pools\n"
+        raise StackConfigError(f"stack {model.stack!r}: workloads do not fit their pools\n"
                                + "\n".join(f"  {p}" for p in problems))
 
 
 def build(cfg: StackConfig) -> Platform:
-    from workloads.component import Workloads
-    from workloads.layout import is_spot
+    """Validate, derive the workload model once, prove it schedules, then register everything."""
     cfg = as_program_config(cfg)
-    check_schedulable(cfg)  # before any resource is registered
+    model = derive(cfg)
+    check_schedulable(model)  # before any resource is registered
     platform = Platform(cfg)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
-    workloads = Workloads(cfg, platform)
+    workloads = Workloads(model, platform)
     pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                  "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "
                                               f"svc/miles-head-svc 8265:8265"})
     pulumi.export("checkpointFileSystem", workloads.storage.id)
-    if is_spot(cfg.pool(Role.ROLLOUT)):
+    if model.rollout_spot:
         pulumi.log.warn("the rollout pool is Spot: Miles v0.1.0 orders its GPU placement group by node IP "
                         "and gives the first GPUs to the actor, so training actors may land on Spot nodes; "
                         "--use-fault-tolerance only restarts rollout engines")

@@ -9,15 +9,23 @@ versions), so the program runs exactly as under ``pulumi up`` up to the provider
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pulumi
 from pulumi.runtime import mocks as _mocks
+from pulumi.runtime import rpc as _rpc
 from pulumi.runtime import settings as _settings
 
 ACCOUNT = "123456789012"
+REMOTE_CHILDREN = {"eks:index:Cluster": {"eksCluster": "aws:eks/cluster:Cluster"}}
+"""Outputs of remote (multi-language) components that reference a resource created inside them.
+Nothing inside a remote component runs offline, so the monitor registers the child under the
+component (its state is the output ``computed_outputs`` gives, named ``<component>-<output>``) and
+returns a reference to it: ``cluster.eks_cluster.name`` resolves as under ``pulumi up``. The child
+is not recorded in the graph (the program did not register it)."""
 
 
 @dataclass
@@ -87,7 +95,26 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
         out["principalArn"] = inputs.get("principalArn")
     elif type_ == "aws:fsx/lustreFileSystem:LustreFileSystem":
         out.update(dnsName=f"{name}-id.fsx.{region}.amazonaws.com", mountName="abcdefgh")
+    elif type_ == "eks:index:Cluster":  # pulumi-eks (remote): the outputs programs read, see REMOTE_CHILDREN
+        eks = computed_outputs("aws:eks/cluster:Cluster", f"{name}-eksCluster", {
+            "name": inputs.get("name") or f"{name}-eksCluster",
+            "accessConfig": {"authenticationMode": inputs.get("authenticationMode", "CONFIG_MAP")}}, region)
+        # pulumi-eks's own cluster group, or the EKS-created one with skipDefaultSecurityGroups
+        own_sg = None if inputs.get("skipDefaultSecurityGroups") else f"sg-{name}-eksClusterSecurityGroup"
+        out.update(eksCluster=eks, clusterSecurityGroupId=own_sg or eks["vpcConfig"]["clusterSecurityGroupId"],
+                   kubeconfigJson=json.dumps(_kubeconfig(eks)))
     return out
+
+
+def _kubeconfig(eks: dict) -> dict:
+    """The kubeconfig pulumi-eks generates for a cluster (token from ``aws eks get-token``)."""
+    return {"apiVersion": "v1", "kind": "Config", "current-context": "aws",
+            "clusters": [{"name": "kubernetes", "cluster": {
+                "server": eks["endpoint"], "certificate-authority-data": eks["certificateAuthority"]["data"]}}],
+            "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+            "users": [{"name": "aws", "user": {"exec": {
+                "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                "args": ["eks", "get-token", "--cluster-name", eks["name"], "--output", "json"]}}}]}
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -110,6 +137,8 @@ class _RecordingMonitor(_mocks.MockMonitor):
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
+        for output, child_type in REMOTE_CHILDREN.get(request.type, {}).items():
+            self._reference_child(request.name, response, output, child_type)
         if request.type != "pulumi:pulumi:Stack":
             inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
             state = self.resources[response.urn].state if response.urn in self.resources else {}
@@ -121,6 +150,15 @@ class _RecordingMonitor(_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect),
                     provider=request.provider.rsplit("::", 1)[0] if request.provider else ""))
         return response
+
+    def _reference_child(self, name: str, response, output: str, child_type: str) -> None:
+        """Register ``output`` of a remote component as its child; answer a reference to it."""
+        state = self.resources[response.urn].state
+        child = state[output]
+        urn = self.make_urn(response.urn, child_type, f"{name}-{output}")
+        self.resources[urn] = self.ResourceRegistration(urn, child["id"], child)
+        state[output] = {_rpc._special_sig_key: _rpc._special_resource_sig, "urn": urn, "id": child["id"]}
+        response.object[output] = state[output]
 
 
 def _ensure_event_loop() -> None:

@@ -28,12 +28,10 @@ def config_model() -> type[StackConfig]:
 
 
 def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
-    """The workloads' schedulability check, or (None, why) when that module is not there."""
-    try:
-        from workloads.schedulability import check
-    except ImportError as err:
-        return None, f"not available ({err})"
-    return list(check(cfg)), ""
+    """The workloads' schedulability check on the workload model derived from ``cfg``."""
+    from workloads.model import derive
+    from workloads.schedulability import check
+    return list(check(derive(cfg))), ""
 
 
 def record(cfg: StackConfig):

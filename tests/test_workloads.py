@@ -19,8 +19,9 @@ from analysis import mocks
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
 from stackconfig.files import raw_stack
 from program import ProgramConfig
+from workloads.model import derive
 from workloads import layout as L
-from workloads import manifests as M
+from workloads import render as M
 from workloads.crds import SCHEMAS, crd_schema, validate
 from workloads.flagcheck import argv_pairs
 from workloads.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
@@ -160,11 +161,11 @@ def test_every_kubernetes_object_validates_against_the_pinned_kubernetes_schema(
 
 def test_strict_validation_catches_a_misspelt_field():
     cfg = load("p5en-prod")
-    bad = M.reward_deployment(cfg)
+    bad = M.reward_deployment(derive(cfg))
     bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, k8s_version(cfg), strict=True)
-    rc = M.raycluster(cfg)
+    rc = M.raycluster(derive(cfg))
     rc["spec"]["workerGroupSpecs"][0]["replica"] = 3
     assert validate(rc, schema("ray.io/v1", "RayCluster")) == [".spec.workerGroupSpecs[0].replica: unknown field"]
 
@@ -213,8 +214,8 @@ def test_p5en_prod_reference_shape_and_argv():
 def test_argv_layout_follows_the_pools(stack):
     cfg = load(stack)
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
-    g = groups(M.raycluster(cfg))
-    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    g = groups(M.raycluster(derive(cfg)))
+    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
     assert int(argv["--actor-num-nodes"][0]) == g["trainer"]["replicas"] == train.nodes.desired
     assert int(argv["--actor-num-gpus-per-node"][0]) == train.instance.gpus
     assert int(argv["--rollout-num-gpus"][0]) == g["rollout"]["replicas"] * rollout.instance.gpus
@@ -279,7 +280,7 @@ def test_gpu_pods_take_the_whole_node(stack):
 
 
 def _gpu_env(cfg) -> dict[str, str]:
-    return env_of(container(groups(M.raycluster(cfg))["trainer"]["template"]))
+    return env_of(container(groups(M.raycluster(derive(cfg)))["trainer"]["template"]))
 
 
 def test_environment_by_family_and_deepep_mode():
@@ -295,7 +296,7 @@ def test_environment_by_family_and_deepep_mode():
     env = _gpu_env(a100)
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_NVLS_ENABLE"] == "0"
     assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in env)
-    argv = flag_values(M.rayjob(a100)["spec"]["entrypoint"].split())
+    argv = flag_values(M.rayjob(derive(a100))["spec"]["entrypoint"].split())
     assert argv["--moe-token-dispatcher-type"] == ["alltoall"] and "--sglang-moe-a2a-backend" not in argv
     assert "--use-fault-tolerance" in argv  # p4d's rollout pool is Spot
 
@@ -327,10 +328,10 @@ def test_gpu_initiated_gin_needs_the_newer_efa_installer():
 
 def test_software_stack_is_one_place_and_overridable():
     cfg = variant("p5en-prod", {"versions": {"software": {"image": "registry.example/miles:efa"}}})
-    images = {container(t)["image"] for _, t in pod_templates_of(M.raycluster(cfg))}
-    images |= {container(M.stage_template(cfg))["image"], container(M.reward_template(cfg))["image"]}
+    images = {container(t)["image"] for _, t in pod_templates_of(M.raycluster(derive(cfg)))}
+    images |= {container(M.stage_template(derive(cfg)))["image"], container(M.reward_template(derive(cfg)))["image"]}
     assert images == {"registry.example/miles:efa"}
-    assert M.raycluster(cfg)["spec"]["rayVersion"] == cfg.versions.software.ray
+    assert M.raycluster(derive(cfg))["spec"]["rayVersion"] == cfg.versions.software.ray
 
 
 # --- operators, provider, ordering ---------------------------------------------------------------
@@ -382,7 +383,7 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
                         (1018, 1023, cluster_sg)}
     # Miles saves under the association's directory; every Ray pod and the Job mount the claim there.
     p = L.paths(cfg)
-    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
     assert argv["--save"] == argv["--load"] == [p.checkpoints]
     assert p.checkpoints.startswith(f"{p.mount}{dra.inputs['fileSystemPath']}/")
     pv, pvc = one(graph, "PersistentVolume"), one(graph, "PersistentVolumeClaim")
@@ -427,13 +428,13 @@ def test_reward_service_is_spot_tolerant_and_is_what_miles_calls():
 def test_without_a_reward_pool_miles_computes_rewards_in_process():
     cfg = load("dev")
     assert cfg.pool(Role.REWARD) is None and L.reward_group(cfg) is None
-    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
     assert argv["--rm-type"] == [cfg.workloads.run.rm_type] and "--rm-url" not in argv
 
 
 def test_reward_on_gpus_by_config():
     cfg = variant("p5en-prod", {"workloads": {"reward": {"gpus": 2}}})
-    c = container(M.reward_template(cfg))
+    c = container(M.reward_template(derive(cfg)))
     assert c["resources"]["limits"][GPU] == "2"
     with pytest.raises(StackConfigError, match="workloads.reward.gpus"):
         variant("p5", {"workloads": {"reward": {"gpus": 1}}})  # p5's reward pool is c7i (CPU)
@@ -446,7 +447,7 @@ def test_preprocessing_job_stages_what_the_run_reads(stack):
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: (cfg.pool(Role.CPU) or L.head_pool(cfg)).name}
     env = env_of(container(job["spec"]["template"]))
-    argv = flag_values(M.rayjob(cfg)["spec"]["entrypoint"].split())
+    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
     assert argv["--hf-checkpoint"] == [env["MODEL_DIR"]] and env["MODEL"] == cfg.workloads.run.model
     assert argv["--prompt-data"] == [f"{env['DATA_DIR']}/{env['PROMPT_FILE']}"]
 
@@ -468,6 +469,6 @@ def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():
     assert groups(one(graph, "RayCluster"))["trainer"]["replicas"] == 0
     assert custom_objects(graph, "RayJob") == []
     with pytest.raises(ValueError, match="0 desired nodes"):
-        M.rayjob(cfg)
+        M.rayjob(derive(cfg))
     with pytest.raises(StackConfigError, match=r"workloads.run.rayJob: pool 'train' has 0 desired nodes"):
         load_stack("dev", merge(merge(raw_stack("dev"), idle), RAYJOB), model=ProgramConfig)

@@ -19,8 +19,9 @@ from test_workloads import SCHEMAS, groups, k8s_version, obj_of, variant, varian
 from test_workloads_security import with_end_time
 
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError
+from workloads.model import derive
 from workloads import layout as L
-from workloads import manifests as M
+from workloads import render as M
 from workloads.argv import miles_argv
 from workloads.crds import crd_schema
 from workloads.flagcheck import argv_pairs
@@ -57,10 +58,10 @@ def test_budgets_protect_head_trainers_and_reserved_rollout(stack):
         assert pdb["spec"]["maxUnavailable"] == 0 and "minAvailable" not in pdb["spec"]
         kubernetes_validate.validate(pdb, k8s_version(cfg), strict=True)
     # Each budget selects exactly its group's pods as KubeRay labels them, and no other pod.
-    rc_groups = groups(M.raycluster(cfg))
+    rc_groups = groups(M.raycluster(derive(cfg)))
     for name, pdb in pdbs.items():
         selector = pdb["spec"]["selector"]["matchLabels"]
-        picked = {g for g in rc_groups if selector.items() <= M.ray_pod_labels(cfg, g).items()}
+        picked = {g for g in rc_groups if selector.items() <= M.ray_pod_labels(derive(cfg), g).items()}
         if name.startswith("ray-"):
             assert picked == {name.removeprefix("ray-")}, (name, picked)
         else:
@@ -71,12 +72,12 @@ def test_budgets_protect_head_trainers_and_reserved_rollout(stack):
 
 def test_kuberay_pod_labels_extend_the_template():
     cfg = load("p5en-prod")
-    head = M.ray_pod_labels(cfg, "head")
+    head = M.ray_pod_labels(derive(cfg), "head")
     assert head[M.RAY_NODE_TYPE_LABEL] == "head" and head[M.RAY_GROUP_LABEL] == "headgroup"
-    trainer = M.ray_pod_labels(cfg, "trainer")
+    trainer = M.ray_pod_labels(derive(cfg), "trainer")
     assert (trainer[M.RAY_NODE_TYPE_LABEL], trainer[M.RAY_GROUP_LABEL], trainer[M.RAY_CLUSTER_LABEL]) == (
         "worker", "trainer", L.RAY_CLUSTER)
-    assert groups(M.raycluster(cfg))["trainer"]["template"]["metadata"]["labels"].items() <= trainer.items()
+    assert groups(M.raycluster(derive(cfg)))["trainer"]["template"]["metadata"]["labels"].items() <= trainer.items()
 
 
 # --- the sentinel flag ------------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ def test_every_argv_carries_the_sentinel_in_the_checkpoint_directory(stack):
 # --- the Capacity Block end CronJob --------------------------------------------------------------------------
 
 def cronjob(cfg) -> dict:
-    return M.checkpoint_trigger_cronjob(cfg)
+    return M.checkpoint_trigger_cronjob(derive(cfg))
 
 
 @pytest.mark.parametrize("end, schedule", [
@@ -161,7 +162,7 @@ def test_a_lead_that_does_not_cover_drain_and_checkpoint_is_refused(settings):
 
 def test_the_trigger_pod_fits_the_cpu_pool():
     cfg = variant("p5en-prod", with_end_time())
-    (placement,) = [p for p in check(cfg) if p.pod == M.CHECKPOINT_TRIGGER]
+    (placement,) = [p for p in check(derive(cfg)) if p.pod == M.CHECKPOINT_TRIGGER]
     assert placement.fits and placement.pool == cfg.pool(Role.CPU).name
 
 
@@ -186,7 +187,7 @@ def run_trigger(script: str, now: datetime, tmp_path: Path) -> subprocess.Comple
 def test_the_trigger_creates_the_sentinel_only_in_its_window(tmp_path):
     mount = tmp_path / "fsx"
     cfg = variant("p5en-prod", with_end_time(extra={"workloads": {"storage": {"mountPath": str(mount)}}}))
-    script, sentinel = M.trigger_script(cfg), Path(L.paths(cfg).save_trigger)
+    script, sentinel = M.trigger_script(derive(cfg)), Path(L.paths(cfg).save_trigger)
     end = datetime(2026, 12, 14, 11, 30, tzinfo=timezone.utc)
     for now, fires in [(end - timedelta(minutes=90), True), (end - timedelta(minutes=93), True),
                        (end - timedelta(minutes=41), True), (end - timedelta(minutes=96), False),

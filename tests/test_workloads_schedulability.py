@@ -12,8 +12,9 @@ from test_workloads import container, variant
 import program
 from analysis import mocks
 from stackconfig.stack import Role, StackConfigError
+from workloads.model import derive
 from workloads import layout as L
-from workloads import manifests as M
+from workloads import render as M
 from workloads.resources import (EFA, GPU, HUGEPAGES, DAEMONSET_RESERVE_MI, DAEMONSET_RESERVE_MILLICPU, MI,
                                  allocatable, kube_reserved_millicpu, pods_per_node)
 from workloads.schedulability import _template_problems, check, node_capacity
@@ -28,7 +29,7 @@ def build_error(cfg) -> tuple[str, mocks.Graph]:
 
 def test_every_pod_template_of_every_stack_fits(stack):
     cfg = load(stack)
-    placements = check(cfg)
+    placements = check(derive(cfg))
     assert {p.pod for p in placements} >= {"ray-head", "ray-trainer", "ray-rollout", "stage"}
     assert [p.problems for p in placements if not p.fits] == []
     by_pod = {p.pod: p for p in placements}
@@ -49,7 +50,7 @@ def test_allocatable_follows_the_documented_model():
     reserved = (255 + 11 * pods_per_node(pool) + 100) * MI
     assert alloc.memory == int(it.memory_gib * 1024 ** 3 * 0.925) - reserved - alloc.hugepages
     assert allocatable(cfg.pool(Role.CPU)).hugepages == 0  # no EFA, no pre-allocated huge pages
-    cap = node_capacity(cfg, pool)
+    cap = node_capacity(derive(cfg), pool)
     assert cap["cpu"] == alloc.millicpu - DAEMONSET_RESERVE_MILLICPU
     assert cap["memory"] == alloc.memory - DAEMONSET_RESERVE_MI * MI
 
@@ -71,7 +72,7 @@ def test_a_pod_larger_than_a_node_fails_the_build_before_any_registration(overri
 def test_pods_that_fit_alone_but_not_together_are_reported():
     # dev's cpu pool: one m7i.4xlarge for the head, a preprocessing worker and the Job.
     cfg = variant("dev", {"workloads": {"ray": {"preprocessNodeFraction": 0.6}}})
-    bad = [p for p in check(cfg) if not p.fits]
+    bad = [p for p in check(derive(cfg)) if not p.fits]
     assert bad and all(p.pool == "cpu" for p in bad)
     assert any("do not fit on the 1 desired nodes of pool cpu" in m for p in bad for m in p.problems)
     message, graph = build_error(cfg)
@@ -80,19 +81,19 @@ def test_pods_that_fit_alone_but_not_together_are_reported():
 
 def test_shm_outside_the_memory_limit_is_reported():
     cfg = variant("p5en-prod", {"workloads": {"ray": {"gpuShmGib": 4096}}})
-    bad = {p.pod: p for p in check(cfg) if not p.fits}
+    bad = {p.pod: p for p in check(derive(cfg)) if not p.fits}
     assert set(bad) == {"ray-trainer", "ray-rollout"}
     assert any("/dev/shm" in m and "pool train" in m for m in bad["ray-trainer"].problems)
 
 
 def _trainer(cfg) -> dict:
-    return M.ray_pod_template(cfg, L.worker(cfg, "trainer"))
+    return M.ray_pod_template(derive(cfg), L.worker(cfg, "trainer"))
 
 
 def test_missing_toleration_wrong_selector_and_too_many_devices_are_named():
     cfg = load("p5en-prod")
     pool = cfg.pool(Role.TRAIN)
-    cap = node_capacity(cfg, pool)
+    cap = node_capacity(derive(cfg), pool)
     assert _template_problems("ray-trainer", pool, _trainer(cfg), cap) == []
 
     t = _trainer(cfg)
@@ -119,8 +120,8 @@ def test_fewer_advertised_efa_devices_are_requested_exactly():
     cfg = variant("p5en-prod", {"workloads": {"efaDevices": {"train": 15, "rollout": 15}}})
     res = container(_trainer(cfg))["resources"]
     assert res["limits"][EFA] == "15"
-    assert all(p.fits for p in check(cfg))
+    assert all(p.fits for p in check(derive(cfg)))
     default = load("p5en-prod")
-    t = copy.deepcopy(M.ray_pod_template(default, L.worker(default, "trainer")))  # 16 devices
-    (problem,) = _template_problems("ray-trainer", cfg.pool(Role.TRAIN), t, node_capacity(cfg, cfg.pool(Role.TRAIN)))
+    t = copy.deepcopy(M.ray_pod_template(derive(default), L.worker(default, "trainer")))  # 16 devices
+    (problem,) = _template_problems("ray-trainer", cfg.pool(Role.TRAIN), t, node_capacity(derive(cfg), cfg.pool(Role.TRAIN)))
     assert "16 vpc.amazonaws.com/efa" in problem and "15 vpc.amazonaws.com/efa" in problem

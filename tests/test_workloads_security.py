@@ -18,8 +18,9 @@ from test_workloads import HELM, RAYJOB, merge, variant, variant_graph
 
 from analysis import mocks
 from stackconfig.files import raw_stack
+from workloads.model import derive
 from workloads import layout as L
-from workloads import manifests as M
+from workloads import render as M
 from workloads.resources import EFA, GPU
 
 END = "2026-12-14T11:30:00Z"
@@ -117,7 +118,7 @@ def test_no_registered_pod_is_privileged_or_reaches_the_host(name):
 
 def test_the_check_catches_each_kind_of_host_access():
     cfg = load("p5en-prod")
-    clean = M.ray_pod_template(cfg, L.worker(cfg, "trainer"))["spec"]
+    clean = M.ray_pod_template(derive(cfg), L.worker(cfg, "trainer"))["spec"]
     assert host_access("trainer", clean) == []
     cases = [
         lambda s: s.update(hostNetwork=True),
@@ -136,7 +137,7 @@ def test_the_check_catches_each_kind_of_host_access():
         spec = copy.deepcopy(clean)
         mutate(spec)
         assert host_access("trainer", spec), mutate
-    cpu = copy.deepcopy(M.stage_template(cfg)["spec"])
+    cpu = copy.deepcopy(M.stage_template(derive(cfg))["spec"])
     cpu["containers"][0]["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
     assert host_access("stage", cpu)  # IPC_LOCK only where GPUs/EFA are requested
 
@@ -207,8 +208,8 @@ def test_every_container_has_requests_limits_and_a_pull_policy():
 
 def test_containers_without_miles_code_have_a_read_only_root_and_no_token():
     cfg = variant("p5en-prod", EVERYTHING)
-    templates = {"reward": M.reward_template(cfg), "stage": M.stage_template(cfg),
-                 "submitter": M.submitter_template(cfg), "trigger": M.trigger_template(cfg)}
+    templates = {"reward": M.reward_template(derive(cfg)), "stage": M.stage_template(derive(cfg)),
+                 "submitter": M.submitter_template(derive(cfg)), "trigger": M.trigger_template(derive(cfg))}
     for name, t in templates.items():
         spec = t["spec"]
         (c,) = spec["containers"]
@@ -297,12 +298,12 @@ S3, HF, POD_IDENTITY, IMDS = "52.216.8.1", "18.239.50.3", "169.254.170.23", "169
 
 def cluster_pods(cfg) -> dict[str, Pod]:
     ns = cfg.checkpoints.namespace
-    pods = {g: Pod(f"ray-{g}", ns, M.ray_pod_labels(cfg, g)) for g in ["head"] + [w.name for w in L.ray_workers(cfg)]}
+    pods = {g: Pod(f"ray-{g}", ns, M.ray_pod_labels(derive(cfg), g)) for g in ["head"] + [w.name for w in L.ray_workers(cfg)]}
     pods["torchx"] = Pod("torchx-worker", ns, {**M.RAY_PODS, "app.kubernetes.io/managed-by": "torchx.pytorch.org"})
-    pods["reward"] = Pod("reward", ns, M.reward_template(cfg)["metadata"]["labels"])
-    pods["stage"] = Pod("stage", ns, M.stage_template(cfg)["metadata"]["labels"])
-    pods["submitter"] = Pod("submitter", ns, M.submitter_template(cfg)["metadata"]["labels"])
-    pods["trigger"] = Pod("trigger", ns, M.trigger_template(cfg)["metadata"]["labels"])
+    pods["reward"] = Pod("reward", ns, M.reward_template(derive(cfg))["metadata"]["labels"])
+    pods["stage"] = Pod("stage", ns, M.stage_template(derive(cfg))["metadata"]["labels"])
+    pods["submitter"] = Pod("submitter", ns, M.submitter_template(derive(cfg))["metadata"]["labels"])
+    pods["trigger"] = Pod("trigger", ns, M.trigger_template(derive(cfg))["metadata"]["labels"])
     pods["debug"] = Pod("debug", ns, {"run": "debug"})
     pods["other-ns"] = Pod("intruder", "default", dict(M.RAY_PODS))  # same labels, another namespace
     pods["dns"] = Pod("coredns", "kube-system", {"k8s-app": "kube-dns"})
@@ -312,7 +313,7 @@ def cluster_pods(cfg) -> dict[str, Pod]:
 
 def test_network_policies_allow_what_the_run_needs_and_nothing_else():
     cfg = variant("p5en-prod", EVERYTHING)
-    policies = M.network_policies(cfg)
+    policies = M.network_policies(derive(cfg))
     P = cluster_pods(cfg)
     reward = cfg.workloads.reward.port
     ray = ["head", "trainer", "rollout", "buffer", "preprocess", "torchx"]
@@ -350,7 +351,7 @@ def test_every_pod_is_isolated_and_named_by_a_policy(stack):
     policies = [o for o in registered_objects(graph) if o["kind"] == "NetworkPolicy"]
     deny = next(p for p in policies if p["metadata"]["name"] == "default-deny")
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    for name, pool, template, _ in M.pod_templates(cfg):
+    for name, pool, template, _ in M.pod_templates(derive(cfg)):
         labels = template["metadata"]["labels"]
         own = [p for p in policies if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)]
         assert own, name

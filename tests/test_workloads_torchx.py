@@ -11,8 +11,9 @@ from conftest import ROOT
 from test_workloads import (RAYJOB, container, env_of, groups, k8s_version, one, recorded_argv, validate_custom,
                             variant, variant_graph)
 
+from workloads.model import derive
 from workloads import layout as L
-from workloads.manifests import VOLCANO_QUEUE
+from workloads.render.common import VOLCANO_QUEUE
 from workloads.resources import effective_requests, parse_quantity
 from workloads.torchx_miles import DRIVER_ARG0, HEAD_ROLE, appdef
 
@@ -36,7 +37,7 @@ def volcano_job(stack: str) -> dict:
     cfg = variant(stack, RAYJOB)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        info = get_runner().dryrun(appdef(cfg), "kubernetes", cfg=scheduler_cfg(cfg), workspace=None)
+        info = get_runner().dryrun(appdef(derive(cfg)), "kubernetes", cfg=scheduler_cfg(cfg), workspace=None)
     return serialize(info.request.resource)
 
 

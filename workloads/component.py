@@ -13,21 +13,18 @@ pool's nodes, the file system's association).
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stackconfig.stack import Role
 from components.fsx import CheckpointFileSystem
 from components.platform import Platform
 from stackconfig.versions import Chart
 
 from . import layout as L
-from . import manifests as M
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+from . import render as M
+from .model import WorkloadModel
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,
@@ -47,61 +44,61 @@ TYPED = {
 class Workloads(pulumi.ComponentResource):
     """Operators, storage, Ray cluster, optional RayJob, reward service and preprocessing Job."""
 
-    def __init__(self, cfg: "ProgramConfig", platform: Platform, opts: pulumi.ResourceOptions | None = None):
-        name = f"{cfg.cluster_name}-workloads"
+    def __init__(self, m: WorkloadModel, platform: Platform, opts: pulumi.ResourceOptions | None = None):
+        name = f"{m.cluster_name}-workloads"
         super().__init__("rlplatform:workloads:Workloads", name, None, opts)
         self._provider = platform.cluster.provider
         node_group = {p: platform.pools[p].node_group for p in platform.pools}
-        system = node_group[cfg.pool(Role.SYSTEM).name]
+        system = node_group[m.system_pool.name]
         plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
 
         self.storage = CheckpointFileSystem(
-            f"{cfg.cluster_name}-fsx", capacity_gib=cfg.workloads.storage.capacity_gib,
-            throughput_per_tib=cfg.workloads.storage.throughput_per_tib,
+            f"{m.cluster_name}-fsx", capacity_gib=m.settings.storage.capacity_gib,
+            throughput_per_tib=m.settings.storage.throughput_per_tib,
             subnet_id=platform.network.node_subnet_id, vpc_id=platform.network.vpc.id,
             node_security_group_id=platform.cluster.security_group_id, bucket=platform.checkpoints.name,
-            export_dir=L.CHECKPOINT_DIR, retain=cfg.checkpoints.retain_on_destroy,
+            export_dir=L.CHECKPOINT_DIR, retain=m.retain_storage,
             opts=pulumi.ResourceOptions(parent=self))
 
-        charts = cfg.versions.charts
+        charts = m.charts
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE,
-                                     M.kuberay_values(cfg), after=[system])
-        self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(cfg),
+                                     M.kuberay_values(m), after=[system])
+        self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
                                      M.fsx_csi_values(), after=[system])
 
-        ns = self._object(M.namespace(cfg), after=[system])
-        self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(cfg)]
-        sa = self._object(M.service_account(cfg), after=[ns])
-        scripts = self._object(M.scripts_configmap(cfg), after=[ns])
+        ns = self._object(M.namespace(m), after=[system])
+        self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(m)]
+        sa = self._object(M.service_account(m), after=[ns])
+        scripts = self._object(M.scripts_configmap(m), after=[ns])
         fs = self.storage
-        pv = self._object(M.fsx_pv(cfg, fs.id, fs.dns_name, fs.mount_name),
+        pv = self._object(M.fsx_pv(m, fs.id, fs.dns_name, fs.mount_name),
                           after=[self.fsx_csi, fs.association])
-        pvc = self._object(M.fsx_pvc(cfg), after=[ns, pv])
+        pvc = self._object(M.fsx_pvc(m), after=[ns, pv])
 
-        gpu_groups = [node_group[cfg.pool(r).name] for r in (Role.TRAIN, Role.ROLLOUT)]
-        self.raycluster = self._custom(M.raycluster(cfg), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
-        self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(cfg)]
-        self.queue = self._custom(M.volcano_queue(cfg), after=[self.volcano])
-        self.rayjob = (self._custom(M.rayjob(cfg), after=[self.raycluster])
-                       if cfg.workloads.run.ray_job else None)
+        gpu_groups = [node_group[p.name] for p in m.gpu_pools]
+        self.raycluster = self._custom(M.raycluster(m), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
+        self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)]
+        self.queue = self._custom(M.volcano_queue(m), after=[self.volcano])
+        self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
+                       if m.ray_job else None)
 
-        reward = L.reward_group(cfg)
+        reward = m.reward
         self.reward = None
         if reward is not None:
             after = [scripts, ns, node_group[reward.pool.name], *(plugins if reward.gpus else [])]
-            self.reward = self._object(M.reward_deployment(cfg), after=after)
-            self._object(M.reward_service(cfg), after=[ns])
-            self._object(M.reward_pdb(cfg), after=[ns])
-        job = L.preprocess_job(cfg)
-        self.stage = (self._object(M.preprocess_job(cfg), after=[pvc, scripts, sa, node_group[job.pool.name]])
+            self.reward = self._object(M.reward_deployment(m), after=after)
+            self._object(M.reward_service(m), after=[ns])
+            self._object(M.reward_pdb(m), after=[ns])
+        job = m.stage
+        self.stage = (self._object(M.preprocess_job(m), after=[pvc, scripts, sa, node_group[job.pool.name]])
                       if job else None)
-        end = L.capacity_block_end(cfg)
+        end = m.block_end
         self.checkpoint_trigger = None
         if end is not None:
-            self.checkpoint_trigger = self._object(M.checkpoint_trigger_cronjob(cfg),
-                                                   after=[pvc, node_group[L.utility_pool(cfg).name]])
+            self.checkpoint_trigger = self._object(M.checkpoint_trigger_cronjob(m),
+                                                   after=[pvc, node_group[m.utility_pool.name]])
             if end.trigger <= datetime.now(timezone.utc):
                 pulumi.log.warn(f"the Capacity Block of pool(s) {', '.join(end.pools)} ends {end.end:%Y-%m-%d %H:%M} "
                                 f"UTC: its checkpoint trigger ({end.trigger:%Y-%m-%d %H:%M} UTC) is already past; "

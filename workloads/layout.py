@@ -49,6 +49,8 @@ class Group:
     shm_bytes: int = 0
     ray_resources: dict[str, float] = field(default_factory=dict)
     ipc_lock: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    """The pod's environment (EFA, NCCL, DeepEP on GPU groups)."""
 
     @property
     def memory_bytes(self) -> int:

@@ -1,6 +1,6 @@
 """Proof that every workload pod fits its pool: run before anything is registered.
 
-``check(cfg)`` reads the pod templates the program emits (``manifests.pod_templates``) and checks,
+``check(model)`` reads the pod templates the program emits (``render.pod_templates``) and checks,
 per template, against one node of the pool its node selector picks (allocatable from
 ``resources.allocatable``, minus the DaemonSet reserve):
 
@@ -15,15 +15,12 @@ onto the pool's desired node count. A pod that cannot is reported with the pool 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from stackconfig.stack import Pool
 
-from .manifests import pod_templates
+from .model import WorkloadModel
+from .render import pod_templates
 from .resources import EFA, GPU, HUGEPAGES, MI, allocatable, effective_requests, parse_quantity, usable
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
 
 RESOURCES = ("cpu", "memory", GPU, EFA, HUGEPAGES)
 
@@ -63,9 +60,9 @@ def _memory_limit(template: dict) -> float:
                for c in template["spec"]["containers"])
 
 
-def _pool_of(cfg: "ProgramConfig", template: dict) -> list[Pool]:
+def _pool_of(m: WorkloadModel, template: dict) -> list[Pool]:
     selector = template["spec"].get("nodeSelector") or {}
-    return [p for p in cfg.pools if all(p.node_labels.get(k) == v for k, v in selector.items())]
+    return [p for p in m.pools if all(p.node_labels.get(k) == v for k, v in selector.items())]
 
 
 def _template_problems(name: str, pool: Pool, template: dict, capacity: dict[str, float]) -> list[str]:
@@ -100,8 +97,8 @@ def _template_problems(name: str, pool: Pool, template: dict, capacity: dict[str
     return problems
 
 
-def node_capacity(cfg: "ProgramConfig", pool: Pool) -> dict[str, float]:
-    alloc = allocatable(pool, cfg.workloads.efa_devices)
+def node_capacity(m: WorkloadModel, pool: Pool) -> dict[str, float]:
+    alloc = allocatable(pool, m.settings.efa_devices)
     mcpu, mem = usable(alloc)
     return {"cpu": mcpu, "memory": mem, GPU: alloc.gpus, EFA: alloc.efa, HUGEPAGES: alloc.hugepages}
 
@@ -123,26 +120,26 @@ def _pack(pool: Pool, pods: list[tuple[str, dict[str, float]]], capacity: dict[s
     return left
 
 
-def check(cfg: "ProgramConfig") -> list[Placement]:
+def check(m: WorkloadModel) -> list[Placement]:
     """One Placement per pod template; ``fits`` is False with the reasons when it would stay Pending."""
     placements: list[Placement] = []
     per_pool: dict[str, list[tuple[str, dict[str, float]]]] = {}
-    for name, pool, template, replicas in pod_templates(cfg):
-        matches = _pool_of(cfg, template)
+    for name, pool, template, replicas in pod_templates(m):
+        matches = _pool_of(m, template)
         target = matches[0] if len(matches) == 1 else pool
         problems = []
         if len(matches) != 1:
             problems.append(f"pod {name}: node selector matches {len(matches)} pools, expected pool {pool.name}")
-        capacity = node_capacity(cfg, target)
+        capacity = node_capacity(m, target)
         problems += _template_problems(name, target, template, capacity)
         req = pod_requests(template)
         placements.append(Placement(name, target.name, not problems, problems, replicas, req))
         if not problems:
             per_pool.setdefault(target.name, []).extend((f"{name}", req) for _ in range(replicas))
-    by_name = {p.name: p for p in cfg.pools}
+    by_name = {p.name: p for p in m.pools}
     for pool_name, pods in per_pool.items():
         pool = by_name[pool_name]
-        left = _pack(pool, pods, node_capacity(cfg, pool))
+        left = _pack(pool, pods, node_capacity(m, pool))
         for p in placements:
             n = left.count(p.pod)
             if p.pool == pool_name and n:
@@ -150,9 +147,9 @@ def check(cfg: "ProgramConfig") -> list[Placement]:
                 p.problems.append(
                     f"pod {p.pod}: {n} of {p.replicas} replicas do not fit on the {pool.nodes.desired} desired "
                     f"nodes of pool {pool_name} ({pool.instance_type}) next to the other workload pods "
-                    f"(cpu/memory/GPU/EFA per node: {_fmt('cpu', node_capacity(cfg, pool)['cpu'])}, "
-                    f"{node_capacity(cfg, pool)['memory'] / MI / 1024:.1f} GiB, "
-                    f"{node_capacity(cfg, pool)[GPU]:g} GPU, {node_capacity(cfg, pool)[EFA]:g} EFA)")
+                    f"(cpu/memory/GPU/EFA per node: {_fmt('cpu', node_capacity(m, pool)['cpu'])}, "
+                    f"{node_capacity(m, pool)['memory'] / MI / 1024:.1f} GiB, "
+                    f"{node_capacity(m, pool)[GPU]:g} GPU, {node_capacity(m, pool)[EFA]:g} EFA)")
     return placements
 
 

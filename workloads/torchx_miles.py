@@ -18,22 +18,14 @@ Command line (Volcano and the ``miles`` queue are installed by the stack):
 
 import json
 import shlex
-from typing import TYPE_CHECKING
-
 from torchx import specs
 from torchx.specs.overlays import JOIN, set_overlay
 
-from stackconfig.stack import Role
-
 from . import layout as L
-from .argv import miles_argv
-from .env import runtime_env
-from .manifests import (FSX_CLAIM, RAY_PODS, entrypoint_resources, placement, pod_env, pod_security_context,
-                        security_context, shm_volume)
+from .model import WorkloadModel
+from .render.common import FSX_CLAIM, RAY_PODS, placement, pod_security_context, security_context, shm_volume
+from .render.ray import entrypoint_resources
 from .resources import EFA, HUGEPAGES, MI
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
 
 HEAD_ROLE = "head"
 DRIVER_ARG0 = "miles-driver"
@@ -48,11 +40,11 @@ def _start_flags(g: L.Group, head: bool = False) -> list[str]:
     return flags
 
 
-def head_script(cfg: "ProgramConfig") -> str:
+def head_script(m: WorkloadModel) -> str:
     """Start the head, wait for every GPU of the run, submit the argv given as "$@"."""
-    head = L.ray_head(cfg)
-    gpus = sum(g.gpus * g.replicas for g in L.ray_workers(cfg))
-    runtime = json.dumps({"env_vars": runtime_env(cfg.pool(Role.TRAIN))}, sort_keys=True)
+    head = m.head
+    gpus = sum(g.gpus * g.replicas for g in m.workers)
+    runtime = json.dumps({"env_vars": dict(m.runtime_env)}, sort_keys=True)
     wait = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
             "print(int(ray.cluster_resources().get('GPU', 0)))")
     return "\n".join([
@@ -84,12 +76,12 @@ def resource(g: L.Group) -> specs.Resource:
     return specs.Resource(cpu=g.cpu, gpu=g.gpus, memMB=g.memory_g * 1000, devices=devices)
 
 
-def _role(cfg: "ProgramConfig", g: L.Group, args: list[str], name: str) -> specs.Role:
-    image = cfg.versions.software.image
+def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str) -> specs.Role:
+    image = m.software.image
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
-                      resource=resource(g), env=pod_env(cfg, g),
-                      mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=L.paths(cfg).mount)])
-    spec = {**placement(g.pool), "serviceAccountName": cfg.checkpoints.service_account,
+                      resource=resource(g), env=g.env,
+                      mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
+    spec = {**placement(g.pool), "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
             # One container per pod; its name varies per replica, its image does not.
             JOIN("containers", on="image"): [{"image": image, "securityContext": security_context(g)}]}
@@ -99,14 +91,14 @@ def _role(cfg: "ProgramConfig", g: L.Group, args: list[str], name: str) -> specs
     return role
 
 
-def appdef(cfg: "ProgramConfig") -> specs.AppDef:
-    """The AppDef of ``cfg``'s run: head first (its host is every worker's rank-0 address)."""
-    head = L.ray_head(cfg)
-    roles = [_role(cfg, head, ["-c", head_script(cfg), DRIVER_ARG0, *miles_argv(cfg)], HEAD_ROLE)]
-    for g in L.ray_workers(cfg):
+def appdef(m: WorkloadModel) -> specs.AppDef:
+    """The AppDef of the model's run: head first (its host is every worker's rank-0 address)."""
+    head = m.head
+    roles = [_role(m, head, ["-c", head_script(m), DRIVER_ARG0, *m.run_argv()], HEAD_ROLE)]
+    for g in m.workers:
         if g.replicas:
-            roles.append(_role(cfg, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name))
-    return specs.AppDef(name=cfg.workloads.run.name, roles=roles)
+            roles.append(_role(m, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name))
+    return specs.AppDef(name=m.settings.run.name, roles=roles)
 
 
 def miles_grpo(stack: str = "p5en-prod") -> specs.AppDef:
@@ -117,4 +109,5 @@ def miles_grpo(stack: str = "p5en-prod") -> specs.AppDef:
     """
     from stackconfig.files import read_stack
     from workloads.stack import ProgramConfig
-    return appdef(read_stack(stack, model=ProgramConfig))
+    from workloads.model import derive
+    return appdef(derive(read_stack(stack, model=ProgramConfig)))

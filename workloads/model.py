@@ -1,0 +1,101 @@
+"""The workload model: every pod the workloads run, derived once from the stack config.
+
+``derive(cfg)`` answers, in one pass, which pool each group lands on and how big its pods are,
+each GPU group's EFA/NCCL/DeepEP environment, the DeepEP mode, the paths on the file system, the
+Miles argv, the images and the Capacity Block end (the derivations live in ``layout``, ``argv``
+and ``env``). Renderers (``render``), the schedulability proof, the TorchX component and the
+program read this model; none of them goes back to the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Mapping
+
+from stackconfig.stack import Pool, Role
+from stackconfig.versions import Charts, SoftwareStack
+
+from . import layout as L
+from .argv import miles_argv
+from .env import gpu_env, runtime_env
+from .settings import WorkloadSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .stack import ProgramConfig
+
+
+@dataclass(frozen=True)
+class WorkloadModel:
+    stack: str
+    cluster_name: str
+    namespace: str
+    service_account: str
+    retain_storage: bool
+    settings: WorkloadSettings
+    software: SoftwareStack
+    charts: Charts
+    system_pool: Pool
+    head_pool: Pool
+    utility_pool: Pool
+    """Where small jobs run (staging, the Capacity Block end trigger)."""
+    pools: tuple[Pool, ...]
+    gpu_pools: tuple[Pool, ...]
+    head: L.Group
+    workers: tuple[L.Group, ...]
+    """Trainer and rollout groups (one pod per node), then buffer and preprocessing groups."""
+    reward: L.Group | None
+    stage: L.Group | None
+    deepep: L.DeepEP
+    paths: L.Paths
+    block_end: L.CapacityBlockEnd | None
+    argv: tuple[str, ...] | None
+    """The Miles command line; None when no run can start (a GPU pool has no desired nodes)."""
+    no_run: str | None
+    """Why ``argv`` is None."""
+    runtime_env: Mapping[str, str]
+    """``env_vars`` of the Ray job (what Miles' launcher passes to every Ray worker)."""
+    rollout_spot: bool
+    images: Mapping[str, str]
+    """Every image reference the workloads run, by the config field that sets it."""
+
+    def worker(self, name: str) -> L.Group:
+        return next(g for g in self.workers if g.name == name)
+
+    @property
+    def ray_job(self) -> bool:
+        return self.settings.run.ray_job
+
+    def run_argv(self) -> tuple[str, ...]:
+        """The argv of the run; ValueError (naming the idle pools) when no run can start."""
+        if self.argv is None:
+            raise ValueError(self.no_run)
+        return self.argv
+
+
+def _with_env(g: L.Group, deepep: L.DeepEP) -> L.Group:
+    if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
+        return replace(g, env=gpu_env(g.pool, g.efa, deepep))
+    return g
+
+
+def _argv(cfg: "ProgramConfig") -> tuple[tuple[str, ...] | None, str | None]:
+    try:
+        return tuple(miles_argv(cfg)), None
+    except ValueError as idle:
+        return None, str(idle)
+
+
+def derive(cfg: "ProgramConfig") -> WorkloadModel:
+    deepep = L.resolve_deepep(cfg)
+    argv, no_run = _argv(cfg)
+    return WorkloadModel(
+        stack=cfg.stack, cluster_name=cfg.cluster_name, namespace=cfg.checkpoints.namespace,
+        service_account=cfg.checkpoints.service_account, retain_storage=cfg.checkpoints.retain_on_destroy,
+        settings=cfg.workloads, software=cfg.versions.software, charts=cfg.versions.charts,
+        system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
+        pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep) for g in L.ray_workers(cfg)),
+        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
+        block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
+        runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
+        images=L.images(cfg))

@@ -1,0 +1,87 @@
+"""Capacity Block end: a CronJob that asks Miles for a checkpoint before the block's nodes drain."""
+
+from __future__ import annotations
+
+import shlex
+
+from ..model import WorkloadModel
+from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from .common import (
+    FSX_VOLUME,
+    fsx_volume,
+    labels,
+    meta,
+    placement,
+    pod_security_context,
+    security_context,
+)
+
+# --- Capacity Block end --------------------------------------------------------------------------
+
+CHECKPOINT_TRIGGER = "checkpoint-before-block-end"
+TRIGGER_EARLY_SECONDS = 300
+"""The guard accepts a start up to five minutes before the scheduled minute (clock skew)."""
+
+
+def _utc(t) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def trigger_script(m: WorkloadModel) -> str:
+    """Create the sentinel once: only between the scheduled time and the start of the drain. A cron
+    schedule names no year, so the same minute comes back every year; the guard makes it a no-op."""
+    end, p = m.block_end, m.paths
+    start = int(end.trigger.timestamp()) - TRIGGER_EARLY_SECONDS
+    stop = int(end.drain.timestamp())
+    return "\n".join([
+        "set -eu",
+        'now="$(date -u +%s)"',
+        f'if [ "$now" -lt {start} ] || [ "$now" -ge {stop} ]; then',
+        f'  echo "not between {_utc(end.trigger)} and the drain at {_utc(end.drain)} (Capacity Block of '
+        f'{", ".join(end.pools)} ends {_utc(end.end)}): nothing to do"',
+        "  exit 0",
+        "fi",
+        f"mkdir -p {shlex.quote(p.checkpoints)}",
+        f"touch {shlex.quote(p.save_trigger)}",
+        f'echo "created {p.save_trigger}: Miles saves a checkpoint after its current step"',
+    ])
+
+
+def trigger_template(m: WorkloadModel) -> dict:
+    p = m.paths
+    c = {"name": "trigger", "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
+         "command": ["/bin/sh", "-c", trigger_script(m)],
+         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+         # Root: the checkpoint directory belongs to root (Miles runs as root); no capability at all.
+         "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": p.mount}]}
+    spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
+            **placement(m.utility_pool)}
+    return {"metadata": {"labels": labels(CHECKPOINT_TRIGGER)}, "spec": spec}
+
+
+def checkpoint_trigger_cronjob(m: WorkloadModel) -> dict:
+    """Ask Miles for a checkpoint ``leadMinutes`` before the earliest Capacity Block end of the GPU
+    pools: a CronJob (cpu pool) on that UTC minute, day and month that creates the sentinel file."""
+    end = m.block_end
+    t = end.trigger
+    lead = m.settings.capacity_block_end.lead_minutes
+    md = meta(m, CHECKPOINT_TRIGGER)
+    md["annotations"] = {"rl.platform/capacity-block-end": _utc(end.end),
+                        "rl.platform/capacity-block-pools": ",".join(end.pools)}
+    return {
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": md,
+        "spec": {
+            "schedule": f"{t.minute} {t.hour} {t.day} {t.month} *",
+            "timeZone": "Etc/UTC",
+            # Never start once the drain has begun: the nodes are going.
+            "startingDeadlineSeconds": (lead - CAPACITY_BLOCK_DRAIN_MINUTES) * 60,
+            "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {"metadata": {"labels": labels(CHECKPOINT_TRIGGER)},
+                            "spec": {"backoffLimit": 3, "activeDeadlineSeconds": 600,
+                                     "template": trigger_template(m)}},
+        },
+    }

@@ -1,0 +1,116 @@
+"""Shared pieces of every rendered object: labels, metadata, placement on a pool, container
+resources, volumes and the hardening every pod and container gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from stackconfig.stack import POOL_LABEL, Pool
+
+from .. import layout as L
+from ..model import WorkloadModel
+from ..resources import EFA, GI, GPU, HUGEPAGES
+
+PART_OF = "moe-rl-platform"
+FSX_CLAIM = "fsx"
+FSX_VOLUME = "fsx"
+SHM_VOLUME = "dshm"
+SCRIPTS = "workload-scripts"
+KUBERAY_NAMESPACE = "kuberay-system"
+VOLCANO_NAMESPACE = "volcano-system"
+VOLCANO_QUEUE = "miles"
+HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
+DASHBOARD_PORT = HEAD_PORTS["dashboard"]
+HERE = Path(__file__).resolve().parent.parent
+TMP_VOLUME = "tmp"
+HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+
+# KubeRay's pod labels (ray-operator/controllers/ray/utils/constant.go, v1.7.0): set by the
+# operator on every pod of a RayCluster, not overridable from the template.
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+"""``head`` or ``worker``."""
+RAY_GROUP_LABEL = "ray.io/group"
+"""The worker group's ``groupName``; ``headgroup`` on the head."""
+RAY_HEAD_GROUP = "headgroup"
+
+COMPONENT_LABEL = "app.kubernetes.io/component"
+RAY_COMPONENT = "ray"
+RAY_PODS = {"app.kubernetes.io/part-of": PART_OF, COMPONENT_LABEL: RAY_COMPONENT}
+"""Every Ray pod of the stack, KubeRay's or TorchX's: one trust domain (same image, same service
+account), the selector of the Ray NetworkPolicy."""
+
+
+def labels(component: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": component, "app.kubernetes.io/part-of": PART_OF}
+
+
+def ray_labels(component: str) -> dict[str, str]:
+    return {**labels(component), **RAY_PODS}
+
+
+def meta(m: WorkloadModel, name: str, component: str | None = None) -> dict:
+    return {"name": name, "namespace": m.namespace, "labels": labels(component or name)}
+
+
+def tolerations(pool: Pool) -> list[dict]:
+    """Exactly the pool's taints, nothing more."""
+    return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in pool.taints]
+
+
+def placement(pool: Pool) -> dict:
+    spec: dict[str, Any] = {"nodeSelector": {POOL_LABEL: pool.name}}
+    if pool.taints:
+        spec["tolerations"] = tolerations(pool)
+    return spec
+
+
+def env_list(env: dict[str, str]) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def container_resources(g: L.Group) -> dict:
+    """requests == limits: whole cores, decimal gigabytes, all GPUs, all EFA, huge pages."""
+    r: dict[str, str] = {"cpu": str(g.cpu), "memory": f"{g.memory_g}G"}
+    if g.gpus:
+        r[GPU] = str(g.gpus)
+    if g.efa:
+        r[EFA] = str(g.efa)
+    if g.hugepages_mi:
+        r[HUGEPAGES] = f"{g.hugepages_mi}Mi"
+    return {"requests": dict(r), "limits": dict(r)}
+
+
+def shm_volume(g: L.Group) -> dict:
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{g.shm_bytes // GI}Gi"}}
+
+
+def fsx_volume() -> dict:
+    return {"name": FSX_VOLUME, "persistentVolumeClaim": {"claimName": FSX_CLAIM}}
+
+
+def pod_security_context() -> dict:
+    """Every pod: the container runtime's default seccomp profile."""
+    return {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def security_context(g: L.Group | None = None, read_only: bool = False) -> dict:
+    """No privilege escalation and no capabilities, except IPC_LOCK on EFA/GPU pods (libfabric and
+    NCCL pin host and GPU memory for RDMA). ``read_only``: read-only root filesystem."""
+    caps: dict[str, list[str]] = {"drop": ["ALL"]}
+    if g is not None and g.ipc_lock:
+        caps["add"] = ["IPC_LOCK"]
+    sc: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": caps}
+    if read_only:
+        sc["readOnlyRootFilesystem"] = True
+    return sc
+
+
+def tmp_volume(size: str = "1Gi") -> dict:
+    """Writable /tmp (and $HOME) of a container with a read-only root filesystem."""
+    return {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": size}}
+
+
+TMP_MOUNT = {"name": TMP_VOLUME, "mountPath": "/tmp"}
+TMP_HOME_ENV = {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}

@@ -1,0 +1,105 @@
+"""The namespace's NetworkPolicies: default deny, then per workload exactly what the run needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..argv import REWARD_SERVICE
+from ..model import WorkloadModel
+from .block_end import CHECKPOINT_TRIGGER
+from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_PODS, labels, meta
+from .ray import SUBMITTER
+
+# --- network policies --------------------------------------------------------------------------
+
+def _kube_dns() -> dict:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+
+
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+"""EKS Pod Identity agent (hostNetwork DaemonSet, link-local address, port 80)."""
+ANYWHERE = "0.0.0.0/0"
+
+
+def _all_tcp() -> list[dict]:
+    return [{"protocol": "TCP"}]  # a port entry without a port: every TCP port
+
+
+def _tcp(port: int) -> list[dict]:
+    return [{"protocol": "TCP", "port": port}]
+
+
+def _pods(selector: dict[str, str]) -> dict:
+    return {"podSelector": {"matchLabels": dict(selector)}}
+
+
+def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None, why: str,
+                   ingress: list[dict] | None = None, egress: list[dict] | None = None) -> dict:
+    """One policy for the pods ``selector`` picks (None: every pod of the namespace). It isolates
+    both directions, so what it does not allow (and no other policy allows) is denied."""
+    md = meta(m, name, "network-policy")
+    md["annotations"] = {"rl.platform/allows": why}
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": dict(selector)} if selector else {},
+                            "policyTypes": ["Ingress", "Egress"]}
+    if ingress:
+        spec["ingress"] = ingress
+    if egress:
+        spec["egress"] = egress
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": md, "spec": spec}
+
+
+def network_policies(m: WorkloadModel) -> list[dict]:
+    """Default deny for the namespace, then per workload exactly what the run needs.
+
+    Not subject to these policies, by construction: EFA/RDMA traffic (SRD on the EFA devices, not
+    through the pod's IP stack), the FSx for Lustre mount (the node's kernel client mounts it for the
+    CSI driver), and the kubelet's probes (the VPC CNI's policy agent always admits the node's own IP).
+    They take effect once the VPC CNI enforces NetworkPolicies (``enableNetworkPolicy``).
+    """
+    head = labels("ray-head")
+    out = [
+        network_policy(m, "default-deny", None, "nothing: every pod of the namespace starts isolated"),
+        network_policy(m, "allow-dns", None, "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
+                       egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
+                                                            {"protocol": "TCP", "port": 53}]}]),
+    ]
+    ray_egress = [{"to": [_pods(RAY_PODS)], "ports": _all_tcp()},
+                  {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+                  {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]
+    reward = m.reward
+    if reward is not None:
+        ray_egress.insert(1, {"to": [_pods(labels(REWARD_SERVICE))], "ports": _tcp(m.settings.reward.port)})
+    out.append(network_policy(
+        m, "ray", RAY_PODS,
+        "Ray pods <-> Ray pods on every TCP port: GCS 6379, raylet, object manager, worker ports, dashboard "
+        "agent, NCCL/Gloo bootstrap and socket traffic, torch TCPStore, SGLang engine and router HTTP ports "
+        "(all but GCS and dashboard chosen at run time); Ray pods -> reward service; Ray pods -> HTTPS 443 "
+        "(S3 through the gateway endpoint, Hugging Face) and the Pod Identity agent 169.254.170.23:80",
+        ingress=[{"from": [_pods(RAY_PODS)], "ports": _all_tcp()}], egress=ray_egress))
+    out.append(network_policy(
+        m, "ray-head", head,
+        f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the RayJob submitter and the KubeRay operator "
+        f"(namespace {KUBERAY_NAMESPACE}, polls RayJob status); nothing else outside the Ray pods",
+        ingress=[{"from": [_pods(labels(SUBMITTER)),
+                           {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": KUBERAY_NAMESPACE}}}],
+                  "ports": _tcp(DASHBOARD_PORT)}]))
+    if m.settings.run.ray_job:
+        out.append(network_policy(m, SUBMITTER, labels(SUBMITTER),
+                                  f"RayJob submitter -> Ray head {DASHBOARD_PORT}/TCP (ray job submit/logs)",
+                                  egress=[{"to": [_pods(head)], "ports": _tcp(DASHBOARD_PORT)}]))
+    if reward is not None:
+        out.append(network_policy(m, REWARD_SERVICE, labels(REWARD_SERVICE),
+                                  f"reward service {m.settings.reward.port}/TCP <- Ray pods (Miles' --rm-url); "
+                                  f"no egress",
+                                  ingress=[{"from": [_pods(RAY_PODS)], "ports": _tcp(m.settings.reward.port)}]))
+    if m.stage is not None:
+        out.append(network_policy(m, "stage", labels("stage"),
+                                  "staging Job -> HTTPS 443 (Hugging Face, S3) and the Pod Identity agent; "
+                                  "no ingress",
+                                  egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+                                          {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]))
+    if m.block_end is not None:
+        out.append(network_policy(m, CHECKPOINT_TRIGGER, labels(CHECKPOINT_TRIGGER),
+                                  "nothing: the trigger only writes a file on the FSx volume"))
+    return out

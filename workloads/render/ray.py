@@ -1,0 +1,170 @@
+"""The Ray side: the RayCluster (head and worker groups), the opt-in RayJob and its submitter, and the
+PodDisruptionBudgets that keep voluntary evictions off the head, the trainers and reserved rollout pods."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import yaml
+
+from .. import layout as L
+from ..model import WorkloadModel
+from .common import (
+    FSX_VOLUME,
+    HEAD_PORTS,
+    RAY_CLUSTER_LABEL,
+    RAY_GROUP_LABEL,
+    RAY_HEAD_GROUP,
+    RAY_NODE_TYPE_LABEL,
+    SHM_VOLUME,
+    TMP_HOME_ENV,
+    TMP_MOUNT,
+    container_resources,
+    env_list,
+    fsx_volume,
+    labels,
+    meta,
+    placement,
+    pod_security_context,
+    ray_labels,
+    security_context,
+    shm_volume,
+    tmp_volume,
+)
+
+# --- Ray -------------------------------------------------------------------------------------
+
+def ray_start_params(g: L.Group, head: bool = False) -> dict[str, str]:
+    params = {"num-cpus": "0" if head else str(g.cpu), "num-gpus": str(g.gpus),
+              "object-store-memory": str(g.object_store_bytes)}
+    if head:
+        params["dashboard-host"] = "0.0.0.0"
+    if g.ray_resources:
+        # KubeRay passes the value to `ray start --resources` through a shell: quoted JSON.
+        params["resources"] = '"' + json.dumps(g.ray_resources).replace('"', '\\"') + '"'
+    return params
+
+
+def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
+    c: dict[str, Any] = {
+        "name": "ray-head" if head else "ray-worker",
+        "image": m.software.image,
+        "imagePullPolicy": "IfNotPresent",
+        "resources": container_resources(g),
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+                         {"name": FSX_VOLUME, "mountPath": m.paths.mount}],
+        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
+    }
+    env = g.env
+    if env:
+        c["env"] = env_list(env)
+    if head:
+        c["ports"] = [{"name": n, "containerPort": p} for n, p in HEAD_PORTS.items()]
+    # Runs as the image's user (root): see the Ray entries of policy/checkov-justifications.yaml.
+    c["securityContext"] = security_context(g)
+    spec = {"serviceAccountName": m.service_account, "securityContext": pod_security_context(),
+            "containers": [c], "volumes": [shm_volume(g), fsx_volume()], **placement(g.pool)}
+    return {"metadata": {"labels": ray_labels("ray-head" if head else f"ray-{g.name}")}, "spec": spec}
+
+
+def raycluster(m: WorkloadModel) -> dict:
+    head = m.head
+    workers = []
+    for g in m.workers:
+        workers.append({
+            "groupName": g.name, "replicas": g.replicas, "minReplicas": g.replicas,
+            "maxReplicas": g.replicas, "rayStartParams": ray_start_params(g),
+            "template": ray_pod_template(m, g),
+        })
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": meta(m, L.RAY_CLUSTER, "ray"),
+        "spec": {
+            "rayVersion": m.software.ray,
+            "enableInTreeAutoscaling": False,
+            "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": ray_start_params(head, head=True),
+                              "template": ray_pod_template(m, head, head=True)},
+            "workerGroupSpecs": workers,
+        },
+    }
+
+
+def entrypoint_resources() -> dict[str, float]:
+    """Miles' driver needs libcuda: a sliver of the training nodes' custom resource."""
+    return {L.GPU_NODE_RESOURCE: 0.001}
+
+
+SUBMITTER = "ray-job-submitter"
+
+
+def submitter_template(m: WorkloadModel) -> dict:
+    """KubeRay fills in the command (``ray job submit`` to the head's dashboard port); it needs no
+    Kubernetes API access and writes only under /tmp."""
+    pool = m.head_pool
+    c = {"name": SUBMITTER, "image": m.software.image, "imagePullPolicy": "IfNotPresent",
+         "env": env_list(TMP_HOME_ENV),
+         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
+         "securityContext": security_context(read_only=True), "volumeMounts": [TMP_MOUNT]}
+    return {"metadata": {"labels": labels(SUBMITTER)},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "securityContext": pod_security_context(), "containers": [c], "volumes": [tmp_volume()],
+                     **placement(pool)}}
+
+
+def rayjob(m: WorkloadModel) -> dict:
+    """The Miles run as a RayJob on the long-lived RayCluster (same argv as the TorchX component)."""
+    run = m.settings.run
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": meta(m, run.name, "miles-run"),
+        "spec": {
+            "clusterSelector": {"ray.io/cluster": L.RAY_CLUSTER},
+            "entrypoint": shlex.join(m.run_argv()),
+            "entrypointResources": json.dumps(entrypoint_resources()),
+            "runtimeEnvYAML": yaml.safe_dump({"env_vars": m.runtime_env}, sort_keys=True),
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": False,
+            "backoffLimit": 0,
+            "submitterPodTemplate": submitter_template(m),
+        },
+    }
+
+
+# --- disruption budgets of the run ----------------------------------------------------------
+
+def ray_pod_labels(m: WorkloadModel, group: str) -> dict[str, str]:
+    """The labels KubeRay puts on a pod of ``group`` ("head" or a worker groupName): the template's
+    plus its own three (labelPod in ray-operator/controllers/ray/common/pod.go, v1.7.0)."""
+    head = group == "head"
+    template = ray_pod_template(m, m.head if head else m.worker(group), head=head)
+    return {**template["metadata"]["labels"], RAY_CLUSTER_LABEL: L.RAY_CLUSTER,
+            RAY_NODE_TYPE_LABEL: "head" if head else "worker", RAY_GROUP_LABEL: RAY_HEAD_GROUP if head else group}
+
+
+def protected_ray_groups(m: WorkloadModel) -> list[str]:
+    """Ray groups whose pods a voluntary eviction must never take: the head (the driver and every
+    actor die with it), the trainers (one lost rank stops the NCCL world), and the rollout engines
+    unless the rollout pool is Spot (there Miles' --use-fault-tolerance restarts a lost engine, and
+    a budget would only hold up the rebalance drain of a node that is going away anyway)."""
+    groups = ["head", "trainer"]
+    if not m.rollout_spot:
+        groups.append("rollout")
+    return groups
+
+
+def ray_pdb(m: WorkloadModel, group: str) -> dict:
+    """maxUnavailable 0: a node group update, an EKS/Karpenter consolidation or ``kubectl drain``
+    waits instead of evicting the pod. Deleting the pod (KubeRay, an operator) is not an eviction."""
+    head = group == "head"
+    selector = {RAY_CLUSTER_LABEL: L.RAY_CLUSTER, RAY_NODE_TYPE_LABEL: "head" if head else "worker"}
+    if not head:
+        selector[RAY_GROUP_LABEL] = group
+    name = f"ray-{group}"
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(m, name, "ray"),
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": selector}}}
+
+
+def ray_pdbs(m: WorkloadModel) -> list[dict]:
+    return [ray_pdb(m, g) for g in protected_ray_groups(m)]
