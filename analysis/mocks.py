@@ -101,16 +101,16 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
             "accessConfig": {"authenticationMode": inputs.get("authenticationMode", "CONFIG_MAP")}}, region)
         # pulumi-eks's own cluster group, or the EKS-created one with skipDefaultSecurityGroups
         own_sg = None if inputs.get("skipDefaultSecurityGroups") else f"sg-{name}-eksClusterSecurityGroup"
-        out.update(eksCluster=eks, clusterSecurityGroupId=own_sg or eks["vpcConfig"]["clusterSecurityGroupId"],
-                   kubeconfigJson=json.dumps(_kubeconfig(eks)))
+        out.update(eksCluster=eks, kubeconfigJson=json.dumps(_kubeconfig(eks)),
+                   clusterSecurityGroupId=own_sg or eks["vpcConfig"]["clusterSecurityGroupId"])
     return out
 
 
 def _kubeconfig(eks: dict) -> dict:
     """The kubeconfig pulumi-eks generates for a cluster (token from ``aws eks get-token``)."""
     return {"apiVersion": "v1", "kind": "Config", "current-context": "aws",
-            "clusters": [{"name": "kubernetes", "cluster": {
-                "server": eks["endpoint"], "certificate-authority-data": eks["certificateAuthority"]["data"]}}],
+            "clusters": [{"name": "kubernetes", "cluster": {"server": eks["endpoint"],
+                          "certificate-authority-data": eks["certificateAuthority"]["data"]}}],
             "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
             "users": [{"name": "aws", "user": {"exec": {
                 "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",

@@ -3,7 +3,11 @@
 Guarantees: both tolerate exactly the taints our GPU pools carry (derived from the pools, so a
 new taint cannot leave GPUs or EFA devices unadvertised); the EFA plugin's supported types cover
 every EFA type in the catalog; the NVIDIA plugin selects nodes by the ``nvidia.com/gpu.present``
-label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepEP).
+label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepEP). They take the
+pools and chart pins, not a whole stack, so a program that owns its cluster (pulumi-eks, say) can
+install them for the pools it attaches. Both are DaemonSet-only charts: they are installed without
+``atomic`` (which waits for every pod) and without waiting, since GPU nodes join over many minutes
+and a DaemonSet pod appears only once its node has joined.
 """
 
 from __future__ import annotations
@@ -14,36 +18,40 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from catalog import EFA_TYPES
-from stackconfig.stack import StackConfig, Taint
-from stackconfig.versions import Chart
+from stackconfig.stack import Pool, Taint
+from stackconfig.versions import Chart, Charts
 
 NAMESPACE = "kube-system"
 
 
-def gpu_tolerations(cfg: StackConfig) -> list[dict]:
-    """One toleration per distinct taint on a GPU pool, in a stable order."""
-    taints: dict[tuple, Taint] = {}
-    for pool in cfg.pools:
-        if pool.instance.is_gpu:
-            for t in pool.taints:
-                taints[(t.key, t.value, t.effect)] = t
-    return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
-            for t in sorted(taints.values(), key=lambda t: (t.key, t.value, t.effect))]
+def gpu_taints(pools: Sequence[Pool]) -> list[Taint]:
+    """Every distinct taint on a GPU pool, in a stable order."""
+    taints = {(t.key, t.value, t.effect): t for p in pools if p.instance.is_gpu for t in p.taints}
+    return [taints[k] for k in sorted(taints)]
 
 
-def efa_plugin_values(cfg: StackConfig) -> dict:
+def tolerations(taints: Sequence[Taint]) -> list[dict]:
+    return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in taints]
+
+
+def efa_plugin_values(taints: Sequence[Taint]) -> dict:
     return {
-        "tolerations": gpu_tolerations(cfg),
+        "tolerations": tolerations(taints),
         "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"],
                                     "values": list(EFA_TYPES)},
     }
 
 
-def nvidia_plugin_values(cfg: StackConfig) -> dict:
+def nvidia_plugin_values(taints: Sequence[Taint]) -> dict:
+    """``mofedEnabled: false`` pinned: EFA is not Mellanox OFED, and the EKS EFA setup needs no MOFED
+    (nvidia-device-plugin 0.20.0 values.yaml: ``mofedEnabled: null``, so off unless a default
+    changes). ``gdrcopyEnabled`` only exposes /dev/gdrdrv to the containers; the gdrdrv kernel module
+    itself must be on the host."""
     return {
-        "tolerations": gpu_tolerations(cfg),
+        "tolerations": tolerations(taints),
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "gdrcopyEnabled": True,
+        "mofedEnabled": False,
     }
 
 
@@ -52,18 +60,17 @@ def _release(name: str, chart: Chart, values: dict, provider: k8s.Provider,
     return k8s.helm.v3.Release(
         name, name=name, chart=chart.chart, version=chart.version, namespace=NAMESPACE,
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo), values=values,
-        atomic=True, opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(after)))
+        atomic=False, skip_await=True, opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=list(after)))
 
 
 class DevicePlugins(pulumi.ComponentResource):
     """Helm releases of the NVIDIA and EFA device plugins."""
 
-    def __init__(self, name: str, cfg: StackConfig, provider: k8s.Provider,
+    def __init__(self, name: str, taints: Sequence[Taint], charts: Charts, provider: k8s.Provider,
                  after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:k8s:DevicePlugins", name, None, opts)
-        charts = cfg.versions.charts
         self.nvidia = _release("nvidia-device-plugin", charts.nvidia_device_plugin,
-                               nvidia_plugin_values(cfg), provider, self, after)
+                               nvidia_plugin_values(taints), provider, self, after)
         self.efa = _release("aws-efa-k8s-device-plugin", charts.efa_device_plugin,
-                            efa_plugin_values(cfg), provider, self, after)
+                            efa_plugin_values(taints), provider, self, after)
         self.register_outputs({})

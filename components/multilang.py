@@ -6,7 +6,9 @@ Each wraps a Python component of this package and keeps its guarantees:
   capacity mode, taints and labels (``NodePool``), validated by the same schema as stack files;
 - ``EfaPeerSecurityGroup``: the all-traffic self-referencing EFA group (``EfaSecurityGroup``);
 - ``CheckpointStore``: the versioned, encrypted, TLS-only bucket and its writer role
-  (``CheckpointBucket``).
+  (``CheckpointBucket``);
+- ``GpuDevicePlugins``: the pinned NVIDIA and EFA device plugins tolerating the GPU pools' taints
+  (``DevicePlugins``), on a cluster given by its kubeconfig.
 """
 
 from typing import NotRequired, Optional, TypedDict
@@ -14,8 +16,13 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 from pydantic import ValidationError
 
+import pulumi_kubernetes as k8s
+
+from stackconfig.stack import GPU_TAINT, SPOT_TAINT, CheckpointSettings, Pool
+from stackconfig.versions import Charts
+
 from .checkpoints import CheckpointBucket
-from stackconfig.stack import CheckpointSettings, Pool
+from .device_plugins import DevicePlugins
 from .efa import EfaSecurityGroup
 from .node_pool import NodePool, PoolNetwork
 
@@ -126,4 +133,22 @@ class CheckpointStore(pulumi.ComponentResource):
                                "writerRoleArn": self.writer_role_arn})
 
 
-COMPONENTS = [GpuNodePool, EfaPeerSecurityGroup, CheckpointStore]
+class GpuDevicePluginsArgs(TypedDict):
+    kubeconfig: pulumi.Input[str]
+    """Kubeconfig (JSON or YAML) of the cluster the GPU pools joined."""
+    spot_gpu_pools: NotRequired[bool]
+    """Tolerate the Spot taint too (a GPU pool with capacity type SPOT)."""
+
+
+class GpuDevicePlugins(pulumi.ComponentResource):
+    """NVIDIA and EFA device plugins (Helm, pinned), tolerating the GPU pools' taints."""
+
+    def __init__(self, name: str, args: GpuDevicePluginsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(f"{PACKAGE}:index:GpuDevicePlugins", name, {}, opts)
+        provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=pulumi.ResourceOptions(parent=self))
+        taints = [GPU_TAINT, SPOT_TAINT] if args.get("spot_gpu_pools") else [GPU_TAINT]
+        DevicePlugins(name, taints, Charts(), provider, opts=pulumi.ResourceOptions(parent=self))
+        self.register_outputs({})
+
+
+COMPONENTS = [GpuNodePool, EfaPeerSecurityGroup, CheckpointStore, GpuDevicePlugins]

@@ -13,7 +13,7 @@ import pulumi
 from .checkpoints import CheckpointBucket
 from .cluster import Cluster
 from stackconfig.stack import Role, StackConfig
-from .device_plugins import DevicePlugins
+from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
 from .iam import service_role
 from .network import Network, plan_subnets
@@ -46,7 +46,7 @@ class Platform(pulumi.ComponentResource):
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])
-        self.device_plugins = DevicePlugins(f"{name}-device-plugins", cfg, self.cluster.provider,
+        self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts, self.cluster.provider,
                                             after=[system], opts=child)
         self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
                                             opts=child)

@@ -1,4 +1,4 @@
-"""Regenerate ``schemas/``: the structural part of upstream CRDs and the Miles flag list, as data.
+"""Regenerate ``workloads/schemas/``: the structural part of upstream CRDs and the Miles flag list, as data.
 
 Each output keeps what validation needs (types, enums, required fields, patterns, formats, list and
 map markers) and drops all prose (``description``). It records where it came from: repository,
@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "schemas"
+OUT = ROOT / "workloads" / "schemas"
 
 KUBERAY = ("ray-project/kuberay", "v1.7.0", "59d663aeec13760646da3db9c1cf8cfe883e30b7")
 VOLCANO = ("volcano-sh/volcano", "v1.15.1", "0a56ed331897f5455916a44d3075671376d731d6")

@@ -14,7 +14,8 @@ from .stack import CONFIG_KEY, StackConfig, StackConfigError, load_stack
 
 PROJECT = "moe-rl-platform"
 ROOT = Path(__file__).resolve().parent.parent
-STACKS_DIR = ROOT / "stacks"
+STACKS_DIR = Path("stacks") if Path("stacks").is_dir() else ROOT / "stacks"
+"""The current folder's ``stacks/`` (a checkout or a consumer project), else the repository's own."""
 
 
 def stack_names(directory: Path = STACKS_DIR) -> list[str]:

@@ -46,7 +46,7 @@ class Charts(SchemaModel):
                                         repo="https://nvidia.github.io/k8s-device-plugin")
     kuberay_operator: Chart = Chart(chart="kuberay-operator", version="1.7.0",
                                     repo="https://ray-project.github.io/kuberay-helm/")
-    """Ships the RayCluster/RayJob/RayService CRDs of KubeRay v1.7.0 (structure kept in schemas/crds)."""
+    """Ships the RayCluster/RayJob/RayService CRDs of KubeRay v1.7.0 (structure kept in workloads/schemas/crds)."""
     volcano: Chart = Chart(chart="volcano", version="1.15.1", repo="https://volcano-sh.github.io/helm-charts")
     """Gang scheduler the TorchX ``kubernetes`` scheduler submits to (batch.volcano.sh/v1alpha1 Job)."""
     fsx_csi_driver: Chart = Chart(chart="aws-fsx-csi-driver", version="1.17.0",

@@ -333,19 +333,19 @@ def _document(data, *, hostile: bool) -> tuple[str, Any]:
 
 # --- the properties --------------------------------------------------------------------------
 
-@settings(HOSTILE, max_examples=int(800 * SCALE))
+@settings(HOSTILE, max_examples=int(400 * SCALE))
 @given(stack=STACK_NAMES, raw=st.one_of(JSON, st.dictionaries(st.text(max_size=20), JSON, max_size=8)))
 def test_random_documents_validate_or_fail_cleanly(stack, raw):
     validate_or_fail(stack, raw)
 
 
-@settings(HOSTILE, max_examples=int(800 * SCALE))
+@settings(HOSTILE, max_examples=int(400 * SCALE))
 @given(data=st.data())
 def test_mutated_stack_files_validate_or_fail_cleanly(data):
     validate_or_fail(*_document(data, hostile=True))
 
 
-@settings(HOSTILE, max_examples=int(200 * SCALE))
+@settings(HOSTILE, max_examples=int(80 * SCALE))
 @given(data=st.data())
 def test_valid_looking_configs_build_a_valid_graph_or_fail_before_registering(data):
     stack, raw = _document(data, hostile=False)

@@ -236,3 +236,14 @@ def test_create_and_delete_order_of_roles_and_egress(stack):
     for ng in graph.of_type("aws:eks/nodeGroup:NodeGroup"):
         assert {a.urn for a in graph.children(node_role)} <= set(ng.dependencies)
         assert nat.urn in ng.dependencies
+
+
+def test_device_plugins_do_not_wait_for_gpu_nodes_and_pin_mofed_off():
+    """DaemonSet-only charts: ``atomic`` would make Helm wait for a pod on every GPU node while 48
+    nodes are still joining (and roll back at the timeout); the NVIDIA plugin's MOFED support stays
+    off explicitly (EFA is not Mellanox OFED; chart 0.20.0 defaults it to null)."""
+    graph = graph_of("p5en-prod")
+    releases = {r.inputs["chart"]: r.inputs for r in graph.resources if r.type == "kubernetes:helm.sh/v3:Release"}
+    for chart in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin"):
+        assert releases[chart].get("atomic") is False and releases[chart]["skipAwait"] is True, chart
+    assert releases["nvidia-device-plugin"]["values"]["mofedEnabled"] is False

@@ -9,14 +9,13 @@ the aws.eks.Cluster it would create, so the example reads ``eks_cluster.name`` a
 import runpy
 
 import pulumi
+import pulumi_eks  # noqa: F401  (in requirements.txt: the example must run, not be skipped)
 import pytest
 from conftest import ROOT
 
 from analysis import mocks
 from components.multilang import PACKAGE
 from stackconfig.versions import Versions
-
-pytest.importorskip("pulumi_eks", reason="pulumi-eks is only needed by examples/pulumi_eks")
 
 REGION = "us-east-1"
 EXAMPLE = ROOT / "examples" / "pulumi_eks" / "__main__.py"
@@ -36,7 +35,8 @@ def cluster(graph):
 @pytest.fixture(scope="module")
 def eks_cluster(cluster) -> dict:
     """State of the aws.eks.Cluster inside the pulumi-eks component, as the mocks answered it."""
-    assert cluster.outputs["eksCluster"]["urn"].endswith("eks:index:Cluster$aws:eks/cluster:Cluster::rl-eksCluster")
+    urn = cluster.outputs["eksCluster"]["urn"]
+    assert urn.endswith("eks:index:Cluster$aws:eks/cluster:Cluster::rl-eksCluster")
     return mocks.computed_outputs("eks:index:Cluster", "rl", cluster.inputs, REGION)["eksCluster"]
 
 
@@ -55,7 +55,7 @@ def test_pulumi_eks_cluster_uses_api_auth_without_default_node_group(graph, clus
     assert "nodeGroupOptions" not in cluster.inputs and "instanceRoles" not in cluster.inputs
     assert cluster.inputs["accessEntries"] == {
         "gpu-nodes": {"principalArn": role.outputs["arn"], "type": "EC2_LINUX"}}
-    assert cluster.inputs["vpcCniOptions"]["addonVersion"] == Versions().addons.vpc_cni  # validated >= 1.18.5
+    assert cluster.inputs["vpcCniOptions"]["addonVersion"] == Versions().addons.vpc_cni  # >= 1.18.5
     assert len(cluster.inputs["privateSubnetIds"]) == 2
     assert _resources_in(cluster.inputs) == [], "pass plain outputs, not Resource objects, to a remote component"
 
@@ -78,7 +78,8 @@ def test_train_pool_has_the_p5en_efa_layout_with_the_eks_cluster_group(graph, ek
 
 def test_node_groups_join_the_eks_cluster_after_role_and_egress(graph, cluster, eks_cluster):
     role_arn = graph.named("aws:iam/role:Role", "gpu-nodes").outputs["arn"]
-    subnet = {n: graph.named("aws:ec2/subnet:Subnet", n).outputs["id"] for n in ("efa", "spread-a", "spread-b")}
+    subnet = {n: graph.named("aws:ec2/subnet:Subnet", n).outputs["id"]
+              for n in ("efa", "spread-a", "spread-b")}
     must_exist = {r.urn for r in graph.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
     must_exist |= {graph.named("aws:ec2/routeTableAssociation:RouteTableAssociation", n).urn for n in subnet}
     assert len(must_exist) == 6
@@ -98,7 +99,8 @@ def test_checkpoint_store_pod_identity_targets_the_eks_cluster(graph, cluster, e
     assert assoc.inputs["clusterName"] == eks_cluster["name"] and cluster.urn in assoc.dependencies
     assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("rl", "checkpoint-writer")
     agent = graph.named("aws:eks/addon:Addon", "pod-identity-agent")
-    assert (agent.inputs["addonName"], agent.inputs["clusterName"]) == ("eks-pod-identity-agent", eks_cluster["name"])
+    assert (agent.inputs["addonName"], agent.inputs["clusterName"]) == (
+        "eks-pod-identity-agent", eks_cluster["name"])
 
 
 def test_mocks_answer_pulumi_eks_own_group_unless_default_groups_are_skipped():
@@ -108,3 +110,17 @@ def test_mocks_answer_pulumi_eks_own_group_unless_default_groups_are_skipped():
     assert out["clusterSecurityGroupId"] != out["eksCluster"]["vpcConfig"]["clusterSecurityGroupId"]
     out = mocks.computed_outputs("eks:index:Cluster", "c", {"skipDefaultSecurityGroups": True}, REGION)
     assert out["clusterSecurityGroupId"] == out["eksCluster"]["vpcConfig"]["clusterSecurityGroupId"]
+
+
+def test_device_plugins_go_to_the_eks_cluster_and_tolerate_the_gpu_taint(graph):
+    plugins = graph.named(f"{PACKAGE}:index:GpuDevicePlugins", "rl-device-plugins")
+    (provider,) = graph.children(plugins, "pulumi:providers:kubernetes")
+    releases = {r.inputs["chart"]: r for r in graph.resources if r.type == "kubernetes:helm.sh/v3:Release"}
+    assert set(releases) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
+    charts = Versions().charts
+    for release in releases.values():
+        assert release.provider.startswith(provider.urn)
+        assert release.inputs["values"]["tolerations"] == [
+            {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+        assert release.inputs["version"] in (charts.nvidia_device_plugin.version, charts.efa_device_plugin.version)
+    assert "p5en.48xlarge" in releases["aws-efa-k8s-device-plugin"].inputs["values"]["supportedInstanceLabels"]["values"]

@@ -345,7 +345,7 @@ def test_operators_pinned_on_the_cluster_provider(stack):
         r = releases[name]
         assert (r.inputs["chart"], r.inputs["version"], r.inputs["repositoryOpts"]["repo"]) == (
             chart.chart, chart.version, chart.repo)
-    assert charts.kuberay_operator.version == "1.7.0"  # the CRDs in schemas/crds/ray.io_*.json
+    assert charts.kuberay_operator.version == "1.7.0"  # the CRDs in workloads/schemas/crds/ray.io_*.json
     assert releases["kuberay-operator"].inputs["values"]["nodeSelector"] == {POOL_LABEL: cfg.pool(Role.SYSTEM).name}
     (provider,) = [r for r in graph.resources if r.type == K8S_PROVIDER]
     workload_k8s = [r for r in graph.resources if r.type.startswith("kubernetes:")]

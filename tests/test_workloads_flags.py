@@ -1,5 +1,5 @@
 """Every flag of the generated Miles argv exists in the pinned releases: Miles' own flags and the
-Megatron flags its examples use (schemas/miles), and each ``--sglang-*`` flag in SGLang's
+Megatron flags its examples use (workloads/schemas/miles), and each ``--sglang-*`` flag in SGLang's
 ServerArgs, read statically from the pinned SGLang wheel (downloaded once into a cache)."""
 
 from __future__ import annotations

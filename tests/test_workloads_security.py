@@ -162,7 +162,7 @@ HOST_ACCESS_RELEASES = {
 from its chart's defaults or from our values."""
 PLUGIN_VALUES = {
     "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels"},
-    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled"},
+    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled"},
     "aws-fsx-csi-driver": {"nodeComponentOnly", "node"},
 }
 """The only values we pass them: placement and device coverage. In particular nothing that widens

@@ -5,7 +5,7 @@ reject unknown fields (the API server prunes them silently, which is worse), so 
 also reports every field the schema does not declare, as ``kubectl --validate=strict`` would;
 ``x-kubernetes-preserve-unknown-fields`` and ``additionalProperties`` are honoured.
 
-The schemas are the structural part of the pinned upstream CRDs, kept in ``schemas/crds`` with their
+The schemas are the structural part of the pinned upstream CRDs, kept in ``workloads/schemas/crds`` with their
 origin (``scripts/vendor_schemas.py`` regenerates them).
 """
 
@@ -18,7 +18,7 @@ import json
 
 import jsonschema
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
 CRD_FILES = {
     ("ray.io/v1", "RayCluster"): "ray.io_rayclusters.json",
     ("ray.io/v1", "RayJob"): "ray.io_rayjobs.json",
@@ -26,7 +26,7 @@ CRD_FILES = {
     ("batch.volcano.sh/v1alpha1", "Job"): "batch.volcano.sh_jobs.json",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.json",
 }
-"""(apiVersion, kind) -> the vendored CRD file in ``schemas/crds``."""
+"""(apiVersion, kind) -> the vendored CRD file in ``workloads/schemas/crds``."""
 
 
 def crd_document(api_version: str, kind: str) -> dict:

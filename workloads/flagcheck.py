@@ -5,7 +5,7 @@
   ``A[T, Arg(...)]`` annotations: ``--<field-name-with-dashes>``, ``cli_name`` and ``aliases``,
   nothing for ``no_cli=True`` or for fields without help/Arg) and registers the rest with literal
   ``parser.add_argument("--x", ...)`` calls; both styles are read, with the literal ``choices``.
-- Miles: the flag list of the pinned release (``schemas/miles/<tag>-flags.json``, vendored with its origin):
+- Miles: the flag list of the pinned release (``workloads/schemas/miles/<tag>-flags.json``, vendored with its origin):
   Miles' own flags, the Megatron flags its examples use, and the ``--sglang-`` passthrough rule
   (every ServerArgs flag as ``--sglang-<flag>`` except the fields Miles sets itself).
 """
