@@ -114,3 +114,7 @@ def tmp_volume(size: str = "1Gi") -> dict:
 
 TMP_MOUNT = {"name": TMP_VOLUME, "mountPath": "/tmp"}
 TMP_HOME_ENV = {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def scripts_volume() -> dict:
+    return {"name": "scripts", "configMap": {"name": SCRIPTS}}

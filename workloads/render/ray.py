@@ -23,6 +23,7 @@ from .common import (
     TMP_MOUNT,
     container_resources,
     env_list,
+    scripts_volume,
     fsx_volume,
     labels,
     meta,
@@ -47,6 +48,26 @@ def ray_start_params(g: L.Group, head: bool = False) -> dict[str, str]:
     return params
 
 
+def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
+    """What this group's pods assume of their node, for ``workloads/preflight.py``."""
+    args = ["--gpus", str(g.gpus), "--efa", str(g.efa), "--nccl", m.software.nccl,
+            "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
+    if g.efa and "NCCL_GIN_TYPE" in g.env:
+        args.append("--gin")
+    return args
+
+
+def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
+    """Init container with the main container's image, resources, env and mounts (the kubelet hands
+    the init container's devices on to the main container): the pod starts Ray only on a node whose
+    GPUs, EFA devices, NCCL plugin, GDRCopy, memlock, huge pages and /dev/shm match the group."""
+    return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
+            "command": ["python3", "/opt/scripts/preflight.py", *preflight_args(m, g)],
+            "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+            "resources": main["resources"], "securityContext": main["securityContext"],
+            "volumeMounts": [*main["volumeMounts"], {"name": "scripts", "mountPath": "/opt/scripts", "readOnly": True}]}
+
+
 def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     c: dict[str, Any] = {
         "name": "ray-head" if head else "ray-worker",
@@ -66,6 +87,9 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     c["securityContext"] = security_context(g)
     spec = {"serviceAccountName": m.service_account, "securityContext": pod_security_context(),
             "containers": [c], "volumes": [shm_volume(g), fsx_volume()], **placement(g.pool)}
+    if g.gpus:
+        spec["initContainers"] = [preflight_container(m, g, c)]
+        spec["volumes"].append(scripts_volume())
     return {"metadata": {"labels": ray_labels("ray-head" if head else f"ray-{g.name}")}, "spec": spec}
 
 

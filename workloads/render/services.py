@@ -8,6 +8,7 @@ from typing import Any
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
 from .common import (
+    scripts_volume,
     FSX_CLAIM,
     FSX_VOLUME,
     HERE,
@@ -68,11 +69,10 @@ def service_account(m: WorkloadModel) -> dict:
 def scripts_configmap(m: WorkloadModel) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(m, SCRIPTS),
             "data": {"reward-server.py": (HERE / "reward_server.py").read_text(),
-                     "stage.py": (HERE / "stage.py").read_text()}}
+                     "stage.py": (HERE / "stage.py").read_text(),
+                     "preflight.py": (HERE / "preflight.py").read_text()}}
 
 
-def scripts_volume() -> dict:
-    return {"name": "scripts", "configMap": {"name": SCRIPTS}}
 
 
 # --- reward service --------------------------------------------------------------------------
