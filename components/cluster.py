@@ -78,6 +78,8 @@ class Cluster(pulumi.ComponentResource):
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=settings.log_types,
             bootstrap_self_managed_addons=False,
+            upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=settings.support_type),
+            deletion_protection=settings.deletion_protection,
             opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments),
         )
         self.name = self.eks.name

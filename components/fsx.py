@@ -37,25 +37,29 @@ class CheckpointFileSystem(pulumi.ComponentResource):
             name, vpc_id=vpc_id, description="FSx for Lustre: Lustre from the nodes and the file servers",
             tags={"Name": name}, opts=child)
         sg = self.security_group.id
+        rules: list[pulumi.Resource] = []
         for low, high in LUSTRE_PORTS:
             ports = f"{low}" if low == high else f"{low}-{high}"
             for source, ref in (("self", sg), ("nodes", node_security_group_id)):
-                aws.vpc.SecurityGroupIngressRule(
+                rules.append(aws.vpc.SecurityGroupIngressRule(
                     f"{name}-{source}-{ports}", security_group_id=sg, ip_protocol="tcp", from_port=low,
                     to_port=high, referenced_security_group_id=ref, description=f"Lustre {ports} from {source}",
-                    opts=child)
+                    opts=child))
             # Lustre servers also connect back to clients.
-            aws.vpc.SecurityGroupIngressRule(
+            rules.append(aws.vpc.SecurityGroupIngressRule(
                 f"{name}-to-nodes-{ports}", security_group_id=node_security_group_id, ip_protocol="tcp",
                 from_port=low, to_port=high, referenced_security_group_id=sg,
-                description=f"Lustre {ports} from FSx", opts=child)
-        aws.vpc.SecurityGroupEgressRule(f"{name}-out", security_group_id=sg, ip_protocol="-1",
-                                        cidr_ipv4="0.0.0.0/0", description="FSx replies and S3", opts=child)
+                description=f"Lustre {ports} from FSx", opts=child))
+        rules.append(aws.vpc.SecurityGroupEgressRule(f"{name}-out", security_group_id=sg, ip_protocol="-1",
+                                                     cidr_ipv4="0.0.0.0/0", description="FSx replies and S3",
+                                                     opts=child))
+        # FSx validates the group's Lustre rules when the file system is created and fails with
+        # InvalidNetworkSettings if they are not there yet (aws-parallelcluster#6181): wait for them.
         self.file_system = aws.fsx.LustreFileSystem(
             name, storage_capacity=capacity_gib, subnet_ids=subnet_id, deployment_type="PERSISTENT_2",
             per_unit_storage_throughput=throughput_per_tib, file_system_type_version="2.15",
             data_compression_type="LZ4", security_group_ids=[sg], skip_final_backup=not retain,
-            tags={"Name": name}, opts=child)
+            tags={"Name": name}, opts=pulumi.ResourceOptions(parent=self, depends_on=rules))
         self.association = aws.fsx.DataRepositoryAssociation(
             name, file_system_id=self.file_system.id, file_system_path=f"/{export_dir}",
             data_repository_path=pulumi.Output.concat("s3://", bucket, f"/{export_dir}/"),

@@ -58,6 +58,15 @@ def user_data(pool: Pool) -> str:
     return base64.b64encode(mime.encode()).decode()
 
 
+def update_config(pool: Pool) -> aws.eks.NodeGroupUpdateConfigArgs:
+    """Reserved pools are sized to their reservation: the DEFAULT strategy launches new nodes first,
+    which a full Capacity Block or ODCR cannot hold; MINIMAL terminates old nodes first and never
+    exceeds the group's size (EKS managed node group update behaviour). Others surge one at a time."""
+    if pool.reserved:
+        return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1, update_strategy="MINIMAL")
+    return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1)
+
+
 def node_group_capacity_type(pool: Pool) -> str:
     return {CapacityType.ODCR: "ON_DEMAND"}.get(pool.capacity.type, pool.capacity.type.value)
 
@@ -98,7 +107,7 @@ class NodePool(pulumi.ComponentResource):
             capacity_type=node_group_capacity_type(pool),
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=pool.nodes.min, desired_size=pool.nodes.desired, max_size=pool.nodes.max),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            update_config=update_config(pool),
             node_repair_config=aws.eks.NodeGroupNodeRepairConfigArgs(enabled=True),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),

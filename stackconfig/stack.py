@@ -228,6 +228,11 @@ class ClusterSettings(SchemaModel):
     admin_role_arns: list[str] = []
     """IAM roles granted cluster-admin through EKS access entries."""
     log_types: list[str] = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    deletion_protection: bool = True
+    """EKS refuses to delete the cluster until this is turned off (a stack opts out, e.g. dev)."""
+    support_type: str = Field("STANDARD", pattern="^(STANDARD|EXTENDED)$")
+    """EKS upgrade policy. An API-created cluster defaults to EXTENDED support (billed extra once its
+    version leaves standard support); STANDARD upgrades it automatically at the end instead."""
 
     @field_validator("public_access_cidrs")
     @classmethod

@@ -110,9 +110,30 @@ def test_vpc_cni_older_than_efa_only_support_is_refused():
 
 
 def test_node_groups_repair_and_update_one_at_a_time(stack):
+    """Reserved pools update with MINIMAL (terminate first, never above the group's size: a full
+    Capacity Block or ODCR has no room for the surge node DEFAULT launches first)."""
+    reserved = {p.name for p in load(stack).pools if p.reserved}
     for ng in graph_of(stack).of_type("aws:eks/nodeGroup:NodeGroup"):
         assert ng.inputs["nodeRepairConfig"] == {"enabled": True}
-        assert ng.inputs["updateConfig"] == {"maxUnavailable": 1}
+        pool = ng.inputs["labels"]["rl.platform/pool"]
+        want = {"maxUnavailable": 1, **({"updateStrategy": "MINIMAL"} if pool in reserved else {})}
+        assert ng.inputs["updateConfig"] == want, pool
+
+
+def test_cluster_is_on_standard_support_and_protected_unless_the_stack_opts_out(stack):
+    (eks,) = graph_of(stack).of_type("aws:eks/cluster:Cluster")
+    assert eks.inputs["upgradePolicy"] == {"supportType": "STANDARD"}
+    assert eks.inputs["deletionProtection"] is (stack != "dev")
+
+
+def test_fsx_waits_for_its_security_group_rules():
+    """FSx validates the Lustre ports (988, 1018-1023) at create time (aws-parallelcluster#6181)."""
+    graph = graph_of("p5en-prod")
+    (fs,) = graph.of_type("aws:fsx/lustreFileSystem:LustreFileSystem")
+    rules = [r.urn for r in graph.resources if r.type in ("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                                                          "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule")
+             and "-fsx-" in r.name]
+    assert len(rules) == 7 and set(rules) <= set(fs.dependencies)
 
 
 def test_endpoint_private_only_and_allow_list():

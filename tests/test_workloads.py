@@ -401,19 +401,21 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
 
 # --- reward service and preprocessing Job ----------------------------------------------------------
 
-def test_reward_service_is_spot_tolerant_and_is_what_miles_calls():
+def test_reward_service_is_on_demand_and_is_what_miles_calls():
+    """On-demand in the reference stack: Miles' remote reward call is one POST without retry
+    (rollout/rm_hub), so a reclaimed reward node would fail rollouts."""
     cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
     dep, svc = one(graph, "Deployment"), one(graph, "Service")
     (pdb,) = [obj_of(r) for r in graph.resources if r.inputs.get("kind") == "PodDisruptionBudget"
               and r.inputs["metadata"]["name"] == "reward"]
     reward = cfg.pool(Role.REWARD)
-    assert reward.capacity.type.value == "SPOT"
+    assert reward.capacity.type.value == "ON_DEMAND"
     spec = dep["spec"]
     assert spec["replicas"] >= 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert pdb["spec"]["maxUnavailable"] == 1 and pdb["spec"]["selector"] == spec["selector"]
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: reward.name}
-    assert pod["tolerations"] == expected_tolerations(reward)  # GPU and Spot taints of the g6e pool
+    assert pod["tolerations"] == expected_tolerations(reward)  # the GPU taint of the g6e pool
     c = container(spec["template"])
     assert {"readinessProbe", "livenessProbe", "startupProbe"} <= set(c)
     url = urlparse(flag_values(recorded_argv(graph))["--rm-url"][0])

@@ -163,7 +163,7 @@ from its chart's defaults or from our values."""
 PLUGIN_VALUES = {
     "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels"},
     "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled"},
-    "aws-fsx-csi-driver": {"nodeComponentOnly", "node"},
+    "aws-fsx-csi-driver": {"nodeComponentOnly", "controller", "node"},
 }
 """The only values we pass them: placement and device coverage. In particular nothing that widens
 their access (NVIDIA: compatWithCPUManager or a MIG strategy make it privileged / CAP_SYS_ADMIN;
@@ -380,3 +380,12 @@ def test_the_evaluator_follows_kubernetes_semantics():
     assert allowed([deny, allow_in, allow_out], a, b, 80)
     assert not allowed([deny, allow_in, allow_out], a, b, 81)
     assert not allowed([deny, allow_in, allow_out], Pod("a", "other", {"app": "a"}), b, 80)
+
+
+def test_fsx_csi_controller_runs_no_pod():
+    """Chart 1.17.0 renders the controller Deployment even with nodeComponentOnly; with no replicas
+    and no service account it runs nothing privileged and holds no credentials."""
+    from workloads.render import fsx_csi_values
+    values = fsx_csi_values()
+    assert values["controller"] == {"replicaCount": 0, "serviceAccount": {"create": False}}
+    assert values["nodeComponentOnly"] is True

@@ -115,7 +115,10 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--global-batch-size", grpo.global_batch_size)
     f("--balance-data")
     f("--advantage-estimator", "grpo")
-    f("--use-kl-loss")
+    if grpo.kl_loss_coef > 0:
+        # With --use-kl-loss Miles loads --ref-load and runs the reference forward pass even at
+        # coefficient 0; without it no reference model is built.
+        f("--use-kl-loss")
     f("--kl-loss-coef", grpo.kl_loss_coef)
     f("--kl-loss-type", grpo.kl_loss_type)
     f("--entropy-coef", grpo.entropy_coef)

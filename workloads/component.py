@@ -66,7 +66,7 @@ class Workloads(pulumi.ComponentResource):
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
-                                     M.fsx_csi_values(), after=[system])
+                                     M.fsx_csi_values(), after=[system], daemonset_only=True)
 
         ns = self._object(M.namespace(m), after=[system])
         self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(m)]
@@ -109,11 +109,13 @@ class Workloads(pulumi.ComponentResource):
         return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))
 
     def _release(self, name: str, chart: Chart, namespace: str, values: dict,
-                 after: Sequence[pulumi.Resource]) -> k8s.helm.v3.Release:
+                 after: Sequence[pulumi.Resource], daemonset_only: bool = False) -> k8s.helm.v3.Release:
+        """Operators install atomically; a DaemonSet-only chart does not wait for pods on nodes that
+        are still joining (Helm's wait would hold, then roll back, while GPU pools scale up)."""
         return k8s.helm.v3.Release(
             name, name=name, chart=chart.chart, version=chart.version, namespace=namespace,
             create_namespace=True, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
-            values=values, atomic=True, opts=self._opts(after))
+            values=values, atomic=not daemonset_only, skip_await=daemonset_only, opts=self._opts(after))
 
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
         cls = TYPED[obj["kind"]]

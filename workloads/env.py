@@ -22,8 +22,9 @@ EFA_ENV = {
     "RDMAV_FORK_SAFE": "1",
     # The short name: a full path to the plugin silently falls back to TCP sockets.
     "NCCL_NET_PLUGIN": "ofi",
-    "NCCL_PROTO": "Simple",
 }
+"""No NCCL_PROTO=Simple: only aws-ofi-nccl 1.5.0 and older need it (its README); the image carries a
+newer one, where LL/LL128 are safe and faster for small messages."""
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN"}
 
 
