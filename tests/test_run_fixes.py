@@ -34,3 +34,11 @@ def test_capacity_block_pool_can_scale_to_zero():
         for p in load(stack).pools:
             if p.capacity.type.value == "CAPACITY_BLOCK":
                 assert p.nodes.min == 0 and p.nodes.desired == p.nodes.max
+
+
+def test_rollout_memory_fraction_is_left_to_sglang_unless_set():
+    """Dedicated rollout GPUs: SGLang sizes its static memory itself (0.7 is the colocated value)."""
+    assert "--sglang-mem-fraction-static" not in _argv()
+    from test_workloads import variant
+    argv = list(derive(variant("p5en-prod", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.85}}}})).argv)
+    assert argv[argv.index("--sglang-mem-fraction-static") + 1] == "0.85"

@@ -163,7 +163,8 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--rollout-num-gpus-per-engine", lay["rollout_num_gpus_per_engine"])
     # SGLang engines: expert parallel over the whole engine, DeepEP all-to-all.
     engine = lay["rollout_num_gpus_per_engine"]
-    f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
+    if run.rollout.mem_fraction_static is not None:
+        f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
     f("--sglang-ep-size", engine)
     if deepep.version is not DeepEPVersion.OFF:
         f("--sglang-moe-a2a-backend", "deepep")

@@ -73,7 +73,9 @@ class RolloutSettings(SchemaModel):
     """Nodes one SGLang engine spans; its TP = EP = nodes x GPUs per rollout node."""
     dp_attention: bool = True
     """``--sglang-enable-dp-attention`` with DP = engine size (MoE with DeepEP)."""
-    mem_fraction_static: float = Field(0.7, gt=0, lt=1)
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    """SGLang's static memory fraction. Default: not passed, so SGLang sizes it itself (Miles leaves it
+    unset too); 0.7 is the colocated value, wrong for the dedicated rollout GPUs here."""
 
 
 class GrpoSettings(SchemaModel):
