@@ -35,9 +35,11 @@ def build(cfg: StackConfig) -> Platform:
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     workloads = Workloads(model, platform)
-    pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
-                                 "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "
-                                              f"svc/miles-head-svc 8265:8265"})
+    if model.raycluster:
+        pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
+                                     "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "
+                                                  f"svc/miles-head-svc 8265:8265"})
+    pulumi.export("submission", model.settings.submit.value)
     pulumi.export("checkpointFileSystem", workloads.storage.id)
     if model.rollout_spot:
         pulumi.log.warn("the rollout pool is Spot: Miles v0.1.0 orders its GPU placement group by node IP "

@@ -16,6 +16,13 @@ from components.node_pool import node_config
 from stackconfig.versions import Versions
 
 
+
+def platform_part(stack: str) -> dict:
+    """A stack file's platform section alone (the platform schema knows no ``workloads:``)."""
+    raw = yaml.safe_load(open(ROOT / f"stacks/Pulumi.{stack}.yaml"))["config"]["moe-rl-platform:platform"]
+    raw.pop("workloads", None)
+    return raw
+
 def test_subnets_hold_every_pool_at_max_size(stack):
     cfg = load(stack)
     plan = {s.name: s for s in plan_subnets(cfg)}
@@ -49,7 +56,7 @@ def test_efa_cidr_moves_the_node_subnet():
 
 
 def test_prefix_delegation_when_pods_exceed_card0():
-    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    raw = platform_part("p5")
     cfg = load_stack("p5", raw)
     assert not prefix_delegation(cfg)
     raw["pools"][1]["maxPods"] = 150
@@ -100,7 +107,7 @@ def test_addons_pinned_and_ordered(stack):
 
 
 def test_vpc_cni_older_than_efa_only_support_is_refused():
-    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    raw = platform_part("p5")
     raw["versions"] = {"addons": {"vpcCni": "v1.18.4-eksbuild.1"}}
     with pytest.raises(Exception, match=r"versions.addons.vpcCni: .*need VPC CNI v1.18.5 or later"):
         load_stack("p5", raw)
@@ -159,7 +166,7 @@ def test_endpoint_private_only_and_allow_list():
      "endTime: only a Capacity Block has an end time, not ODCR"),
 ])
 def test_capacity_block_end_time(capacity, problem):
-    raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5.yaml"))["config"]["moe-rl-platform:platform"]
+    raw = platform_part("p5")
     raw["pools"][1]["capacity"] = capacity
     with pytest.raises(Exception, match=problem):
         load_stack("p5", raw)

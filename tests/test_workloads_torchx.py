@@ -6,7 +6,10 @@ from __future__ import annotations
 import functools
 import warnings
 
+from pathlib import Path
+
 import pytest
+import yaml
 from conftest import ROOT
 from test_workloads import (RAYJOB, container, env_of, groups, k8s_version, one, recorded_argv, validate_custom,
                             variant, variant_graph)
@@ -19,6 +22,8 @@ from workloads.torchx_miles import DRIVER_ARG0, HEAD_ROLE, appdef
 
 STACKS = ["p5en-prod", "p4d", "p6-b300"]
 
+
+TORCHX = {"workloads": {"submit": "torchx"}}
 
 def scheduler_cfg(cfg) -> dict:
     # validate_spec=False: no API server to dry-run against; reserved_*=0: requests == limits.
@@ -102,12 +107,58 @@ def test_torchx_pods_match_the_rayclusters_resources_and_placement(stack):
             assert parse_quantity(limits["hugepages-2Mi"]) > 0
 
 
-def test_the_component_runs_from_its_file_like_the_cli():
+def torchx_stack_dir(tmp_path, stack: str = "p5en-prod") -> Path:
+    """``stack``'s file changed to TorchX submission, in a folder of its own."""
+    doc = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    doc["config"]["moe-rl-platform:platform"]["workloads"] = {"submit": "torchx"}
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
+    return tmp_path
+
+
+def test_the_component_runs_from_its_file_like_the_cli(tmp_path):
     from torchx.runner import get_runner
-    cfg = variant("p5en-prod", {})
+    cfg = variant("p5en-prod", TORCHX)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = get_runner().dryrun_component(f"{ROOT / 'workloads' / 'torchx_miles.py'}:miles_grpo",
-                                             ["--stack", "p5en-prod"], "kubernetes", cfg=scheduler_cfg(cfg))
+                                             ["--stack", "p5en-prod", "--stack_dir", str(torchx_stack_dir(tmp_path))],
+                                             "kubernetes", cfg=scheduler_cfg(cfg))
     job = serialize(info.request.resource)
     assert len(job["spec"]["tasks"]) == 1 + sum(g.replicas for g in L.ray_workers(cfg))
+
+
+def test_torchx_refuses_a_stack_whose_raycluster_holds_the_gpu_nodes():
+    """Both paths take whole GPU nodes: with workloads.submit raycluster a TorchX gang stays Pending."""
+    from workloads.torchx_miles import miles_grpo
+    with pytest.raises(ValueError, match="workloads.submit is raycluster"):
+        miles_grpo("p5en-prod")
+
+
+def test_torchx_stack_registers_no_raycluster_and_its_job_pods_are_what_the_proof_counts():
+    from test_workloads import variant_graph
+    from workloads.render import pod_templates
+    graph = variant_graph("p5en-prod", TORCHX)
+    kinds = {r.inputs.get("kind") for r in graph.resources if r.type.startswith("kubernetes:")}
+    assert "RayCluster" not in kinds and "Queue" in kinds
+    assert not [r for r in graph.resources if r.inputs.get("kind") == "PodDisruptionBudget"
+                and r.inputs["metadata"]["name"].startswith("ray-")]
+    m = derive(variant("p5en-prod", TORCHX))
+    counted = {name: replicas for name, _, _, replicas in pod_templates(m)}
+    job = appdef(m)
+    assert {f"torchx-{r.name}": r.num_replicas for r in job.roles} == {
+        n: c for n, c in counted.items() if n.startswith("torchx-") and c}
+
+
+def test_a_stack_file_changed_to_torchx_plans_clean(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "analysis.plan", "p5en-prod", "--stack-dir", str(torchx_stack_dir(tmp_path))],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "torchx-trainer" in out.stdout and "ray-trainer" not in out.stdout
+
+
+def test_rayjob_with_torchx_submission_is_a_config_error():
+    from stackconfig.stack import StackConfigError
+    with pytest.raises(StackConfigError, match="workloads.run.rayJob: a RayJob runs on the stack's RayCluster"):
+        variant("p5en-prod", {"workloads": {"submit": "torchx", "run": {"rayJob": True}}})

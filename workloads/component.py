@@ -78,8 +78,9 @@ class Workloads(pulumi.ComponentResource):
         pvc = self._object(M.fsx_pvc(m), after=[ns, pv])
 
         gpu_groups = [node_group[p.name] for p in m.gpu_pools]
-        self.raycluster = self._custom(M.raycluster(m), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
-        self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)]
+        self.raycluster = (self._custom(M.raycluster(m), after=[self.kuberay, pvc, sa, *plugins, *gpu_groups])
+                           if m.raycluster else None)
+        self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)] if m.raycluster else []
         self.queue = self._custom(M.volcano_queue(m), after=[self.volcano])
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)

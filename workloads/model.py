@@ -18,7 +18,7 @@ from stackconfig.versions import Charts, SoftwareStack
 from . import layout as L
 from .argv import miles_argv
 from .env import gpu_env, runtime_env
-from .settings import WorkloadSettings
+from .settings import Submission, WorkloadSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -64,6 +64,11 @@ class WorkloadModel:
     @property
     def ray_job(self) -> bool:
         return self.settings.run.ray_job
+
+    @property
+    def raycluster(self) -> bool:
+        """The stack keeps a long-lived RayCluster (else TorchX jobs bring their own Ray clusters)."""
+        return self.settings.submit is Submission.RAYCLUSTER
 
     def run_argv(self) -> tuple[str, ...]:
         """The argv of the run; ValueError (naming the idle pools) when no run can start."""

@@ -232,7 +232,16 @@ class CapacityBlockEndSettings(SchemaModel):
         return self
 
 
+class Submission(StrEnum):
+    RAYCLUSTER = "raycluster"
+    """A long-lived RayCluster holds the GPU nodes; runs are RayJobs (or ``ray job submit``) on it."""
+    TORCHX = "torchx"
+    """No RayCluster: each run is a TorchX Volcano Job that brings up its own Ray cluster."""
+
+
 class WorkloadSettings(SchemaModel):
+    submit: Submission = Submission.RAYCLUSTER
+    """How runs reach the GPU nodes. The two never coexist: both take whole GPU nodes."""
     run: RunSpec = RunSpec()
     ray: RaySettings = RaySettings()
     reward: RewardSettings = RewardSettings()

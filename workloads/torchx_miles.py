@@ -101,13 +101,20 @@ def appdef(m: WorkloadModel) -> specs.AppDef:
     return specs.AppDef(name=m.settings.run.name, roles=roles)
 
 
-def miles_grpo(stack: str = "p5en-prod") -> specs.AppDef:
-    """Miles GRPO run of a stack, as its stack file declares it (same argv as its RayJob).
+def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks") -> specs.AppDef:
+    """Miles GRPO run of a stack, as its stack file declares it (same argv as a RayJob would run).
 
     Args:
-        stack: stack name; its file is stacks/Pulumi.<stack>.yaml
+        stack: stack name; its file is <stack_dir>/Pulumi.<stack>.yaml, with workloads.submit: torchx
+        stack_dir: folder of the stack files
     """
+    from pathlib import Path
+
     from stackconfig.files import read_stack
-    from workloads.stack import ProgramConfig
     from workloads.model import derive
-    return appdef(derive(read_stack(stack, model=ProgramConfig)))
+    from workloads.stack import ProgramConfig
+    model = derive(read_stack(stack, Path(stack_dir), model=ProgramConfig))
+    if model.raycluster:
+        raise ValueError(f"stack {stack!r}: workloads.submit is raycluster, so its RayCluster holds every GPU node "
+                         f"and a TorchX job would stay Pending; set workloads.submit: torchx and pulumi up first")
+    return appdef(model)

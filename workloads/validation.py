@@ -13,7 +13,7 @@ from stackconfig.stack import CapacityType, Role
 from .argv import MODEL_PRESETS
 from .layout import (DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, images, pinned_by_digest,
                      resolve_deepep)
-from .settings import DeepEPVersion, GinBackend, version_tuple
+from .settings import DeepEPVersion, GinBackend, Submission, version_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -84,6 +84,10 @@ def validate(cfg: "ProgramConfig") -> None:
     if run.model_args is None and run.model not in MODEL_PRESETS:
         raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
                          f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
+
+    if run.ray_job and w.submit is not Submission.RAYCLUSTER:
+        raise ValueError("workloads.run.rayJob: a RayJob runs on the stack's RayCluster, and workloads.submit is "
+                         "torchx (no RayCluster); allowed: rayJob false, or submit raycluster")
 
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
     idle = [p for p in (train, rollout) if p.nodes.desired < 1]

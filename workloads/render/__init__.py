@@ -48,10 +48,12 @@ __all__ = [
 # --- everything ------------------------------------------------------------------------------
 
 def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
-    """(name, pool, pod template, replicas) of every pod the workloads create."""
-    out = [("ray-head", m.head_pool, ray_pod_template(m, m.head, head=True), 1)]
+    """(name, pool, pod template, replicas) of every pod that claims a node: the RayCluster's, or
+    with TorchX submission the run's Volcano Job (same groups, same requests: ``torchx_miles``)."""
+    prefix = "ray" if m.raycluster else "torchx"
+    out = [(f"{prefix}-head", m.head_pool, ray_pod_template(m, m.head, head=True), 1)]
     for g in m.workers:
-        out.append((f"ray-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
+        out.append((f"{prefix}-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
     if m.settings.run.ray_job:
         out.append(("ray-job-submitter", m.head_pool, submitter_template(m), 1))
     if m.reward:
@@ -66,7 +68,7 @@ def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
 def k8s_objects(m: WorkloadModel, fs: tuple[Any, Any, Any] = ("fs-0", "fs-0.fsx", "mount")) -> list[dict]:
     """Every core Kubernetes object, in creation order (CRs and Helm values apart)."""
     objs = [namespace(m), *network_policies(m), service_account(m), scripts_configmap(m),
-            fsx_pv(m, *fs), fsx_pvc(m), *ray_pdbs(m)]
+            fsx_pv(m, *fs), fsx_pvc(m), *(ray_pdbs(m) if m.raycluster else [])]
     if m.reward:
         objs += [reward_deployment(m), reward_service(m), reward_pdb(m)]
     if m.stage:
@@ -77,7 +79,8 @@ def k8s_objects(m: WorkloadModel, fs: tuple[Any, Any, Any] = ("fs-0", "fs-0.fsx"
 
 
 def custom_resources(m: WorkloadModel) -> list[dict]:
-    crs = [raycluster(m), volcano_queue(m)]
+    crs = [raycluster(m)] if m.raycluster else []
+    crs.append(volcano_queue(m))
     if m.settings.run.ray_job:
         crs.append(rayjob(m))
     return crs
