@@ -16,9 +16,9 @@ from test_workloads import SCHEMAS, variant
 
 from stackconfig.versions import SoftwareStack
 from workloads.argv import miles_argv
-from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, sglang_flags_from_wheel
+from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
 
-MILES_FLAGS = SCHEMAS / "miles" / f"v{SoftwareStack().miles}-flags.json"
+MILES_FLAGS = miles_flags_file(SCHEMAS, SoftwareStack().miles)
 VARIANTS = [
     ("p5en-prod", {}),
     ("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}}),

@@ -144,3 +144,12 @@ def argv_pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
         elif out:
             out[-1][1].append(tok)
     return out
+
+
+def miles_flags_file(schemas: Path, commit: str) -> Path:
+    """The vendored flag list of Miles at ``commit`` (``scripts/extract_flags.py``)."""
+    return schemas / "miles" / f"{commit[:12]}-flags.json"
+
+
+def megatron_flags_file(schemas: Path, commit: str) -> Path:
+    return schemas / "megatron" / f"{commit[:12]}-flags.json"
