@@ -57,26 +57,31 @@ class Charts(SchemaModel):
 class SoftwareStack(SchemaModel):
     """The GPU software set the workloads are generated for, and the images that carry it.
 
-    Reference set: CUDA 13.0, PyTorch 2.12, NCCL 2.31, EFA installer 1.49, DeepEP 2.0, SGLang 0.5.17,
-    Miles 0.1.0. Two of its facts pull against each other, and the defaults below resolve them:
-    - DeepEP V2's GPU-initiated EFA backend (NCCL GIN type 5) needs EFA installer >= 1.50; with 1.49
-      DeepEP V2 runs on NCCL's CPU-proxy GIN backend (type 2). The default keeps 1.49 (proxy); setting
-      ``efaInstaller: "1.50.0"`` (and an image built with it) switches to the GPU-initiated backend.
-    - Miles v0.1.0's release image carries SGLang from Miles' ``sglang-miles`` branch (0.5.16 line).
-      The default image is that release; every ``--sglang-*`` flag the workloads generate is checked
-      against SGLang ``sglang``'s own ServerArgs (the pinned wheel) and against the flags Miles v0.1.0's
-      examples pass, so the same argv runs on either. An upstream 0.5.17 build is a one-line ``image``.
-    The Miles release image has no EFA userspace (libfabric, aws-ofi-nccl): for EFA, build
-    ``workloads/image/Dockerfile`` (EFA installer ``efaInstaller`` on top of ``image``) and set ``image``.
+    The set ``workloads/image/Dockerfile`` builds (its ARGs carry the same pins), and why it differs
+    from the earlier seed (SGLang 0.5.17, Miles 0.1.0, DeepEP 2.0, EFA installer 1.49):
+    - SGLang 0.5.19: the first release with ``--moe-a2a-backend deepep_v2`` (DeepEP's ElasticBuffer,
+      sgl-project/sglang #35634); 0.5.17 only drives the legacy ``deep_ep.Buffer``.
+    - Miles 49cac7b5 (radixark/miles #2682): resume restores the rollout counter; v0.1.0 restarts it.
+    - DeepEP dd758caf (v2.1.0): ElasticBuffer (#605) and running on a newer NCCL than it was built with.
+    - EFA installer 1.50.0: aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated);
+      NCCL 2.31.2, the version aws-ofi-nccl's GIN support is tested with.
+    - PyTorch 2.13: what SGLang 0.5.19 is built against.
+    The Miles release image (``radixark/miles:v0.1.0``, the default ``image`` until you push the
+    recipe's build) has no EFA userspace: the GPU pods' preflight refuses it on EFA pools.
     """
 
     cuda: str = "13.0"
-    pytorch: str = "2.12"
-    nccl: str = Field("2.31", pattern=r"^\d+\.\d+(\.\d+)?$")
-    efa_installer: str = Field("1.49.0", pattern=r"^\d+\.\d+(\.\d+)?$")
-    deepep: str = Field("2.0", pattern=r"^\d+\.\d+(\.\d+)?$")
-    sglang: str = Field("0.5.17", pattern=r"^\d+\.\d+\.\d+$")
-    miles: str = "0.1.0"
+    pytorch: str = "2.13"
+    nccl: str = Field("2.31.2", pattern=r"^\d+\.\d+(\.\d+)?$")
+    efa_installer: str = Field("1.50.0", pattern=r"^\d+\.\d+(\.\d+)?$")
+    deepep: str = Field("dd758caf451848bd150e1046af3d0a73e5fff38d", pattern=r"^[0-9a-f]{40}$")
+    """deepseek-ai/DeepEP commit (v2.1.0): ElasticBuffer and the legacy Buffer."""
+    sglang: str = Field("0.5.19", pattern=r"^\d+\.\d+\.\d+$")
+    miles: str = Field("49cac7b52507fe6953952c3e1d1ad05a01b144a4", pattern=r"^[0-9a-f]{40}$")
+    """radixark/miles commit: 49cac7b5 (PR #2682) resumes the rollout counter from the checkpoint; the
+    v0.1.0 tag sets start_rollout_id = 0 in bridge mode even with --load (miles/utils/arguments.py)."""
+    megatron: str = Field("37f91617b95c1ef4f01fc66210e502572ad97fda", pattern=r"^[0-9a-f]{40}$")
+    """radixark/Megatron-LM commit (the one Miles v0.1.0's release-lock.json pins; 49cac7b5 pins none)."""
     ray: str = "2.53.0"
     """Ray in the image (KubeRay ``rayVersion``); head and workers must all run the same one."""
     image: str = "radixark/miles:v0.1.0"

@@ -22,7 +22,7 @@ from program import ProgramConfig
 from workloads.model import derive
 from workloads import layout as L
 from workloads import render as M
-from workloads.crds import SCHEMAS, crd_schema, validate
+from workloads.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
 from workloads.flagcheck import argv_pairs
 from workloads.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
 
@@ -284,15 +284,15 @@ def _gpu_env(cfg) -> dict[str, str]:
 
 
 def test_environment_by_family_and_deepep_mode():
-    v2 = _gpu_env(load("p5en-prod"))  # H200, EFA installer 1.49: DeepEP V2 on the GIN proxy backend
+    v1 = _gpu_env(load("p5en-prod"))  # H200, bf16 model, one-node engines: legacy DeepEP over NVLink
+    assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in v1) and v1["NCCL_NVLS_ENABLE"] == "1"
+    fp8_v2 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"],
+                                    "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}}}
+    v2 = _gpu_env(variant("p5en-prod", fp8_v2))  # DeepEP V2 on aws-ofi-nccl's GIN, proxy by default
     assert (v2["NCCL_GIN_TYPE"], v2["NCCL_GIN_ENABLE"], v2["NCCL_CUMEM_ENABLE"]) == ("2", "1", "1")
-    assert v2["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric" and v2["NVSHMEM_LIBFABRIC_PROVIDER"] == "efa"
-    assert v2["NCCL_NVLS_ENABLE"] == "1"
-    gda = _gpu_env(variant("p5en-prod", {"versions": {"software": {"efaInstaller": "1.50.0"}}}))
-    assert gda["NCCL_GIN_TYPE"] == "5"  # the one-line override: GPU-initiated EFA backend
-    v1 = _gpu_env(variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}}}}))
-    assert "NCCL_GIN_TYPE" not in v1 and v1["NVSHMEM_REMOTE_TRANSPORT"] == "libfabric"
-    a100 = load("p4d")  # A100: DeepEP (SM90+) off by default
+    gda = _gpu_env(variant("p5en-prod", merge(fp8_v2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}})))
+    assert gda["NCCL_GIN_TYPE"] == "5"  # GPU-initiated EFA, p5en/p6 only
+    a100 = load("p4d")  # A100: DeepEP off
     env = _gpu_env(a100)
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_NVLS_ENABLE"] == "0"
     assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in env)
@@ -318,12 +318,36 @@ def test_inconsistent_workloads_fail_like_every_config_error(override, field):
     assert second.startswith(f"  {field}: "), second
 
 
-def test_gpu_initiated_gin_needs_the_newer_efa_installer():
-    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.ginBackend: .*1\.50"):
-        variant("p5en-prod", {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}})
-    cfg = variant("p5en-prod", {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}},
-                                "versions": {"software": {"efaInstaller": "1.50.0"}}})
+FP8_V2 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"],
+                                "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}}}
+
+
+def test_deepep_v2_needs_the_gin_plugin_and_gpu_initiated_needs_a_gda_family():
+    """GIN arrived in aws-ofi-nccl 1.21 (EFA installer 1.50), tested with NCCL 2.31.2; GPU-initiated
+    EFA (type 5) exists on p5en, p6-b200 and p6-b300 only."""
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*EFA installer >= 1\.50"):
+        variant("p5en-prod", merge(FP8_V2, {"versions": {"software": {"efaInstaller": "1.49.0"}}}))
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.ginBackend: .*p5en, p6-b200 and p6-b300"):
+        variant("p5e", merge(FP8_V2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}}))
+    cfg = variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}}))
     assert _gpu_env(cfg)["NCCL_GIN_TYPE"] == "5"
+
+
+def test_upstream_moe_rules_refuse_what_cannot_run_and_pick_what_can():
+    """bf16 with DeepEP V2, legacy DeepEP across EFA nodes and DeepEP on A100 are refused before
+    anything is created; the reference stack runs legacy DeepEP within a node with deep_gemm."""
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*working alternatives"):
+        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v2"}}}})
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: "):
+        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}, "rollout": {"nodesPerEngine": 2}}}})
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: "):
+        variant("p4d", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
+    argv = flag_values(list(derive(load("p5en-prod")).argv))
+    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and argv["--sglang-moe-runner-backend"] == ["deep_gemm"]
+    assert argv["--sglang-deepep-mode"] == ["normal"] and argv["--moe-token-dispatcher-type"] == ["flex"]
+    v2 = flag_values(list(derive(variant("p5en-prod", FP8_V2)).argv))
+    assert v2["--sglang-moe-a2a-backend"] == ["deepep_v2"] and v2["--sglang-deepep-v2-mode"] == ["hybrid"]
+    assert v2["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-enable-deepep" not in v2
 
 
 def test_software_stack_is_one_place_and_overridable():

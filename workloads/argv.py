@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import Role
 
-from .layout import deepep_flags_needed, is_spot, paths, resolve_deepep, reward_enabled
-from .settings import DeepEPVersion
+from .layout import is_spot, moe_backend, paths, reward_enabled
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -73,7 +72,7 @@ def layout(cfg: "ProgramConfig") -> dict[str, int]:
 def miles_argv(cfg: "ProgramConfig") -> list[str]:
     """``python3 /root/miles/<entry point> <flags>``: the one command both submit paths run."""
     run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
-    p, lay, deepep = paths(cfg), layout(cfg), resolve_deepep(cfg)
+    p, lay, moe = paths(cfg), layout(cfg), moe_backend(cfg)
     if not lay["actor_num_nodes"] or not lay["rollout_num_gpus"]:
         idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
         raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
@@ -149,12 +148,10 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--attention-softmax-in-fp32")
     f("--attention-backend", "flash")
     a.extend(model_args(cfg))
-    # Megatron's MoE token dispatcher: DeepEP (flex) overrides the model's alltoall.
-    if deepep_flags_needed(deepep):
+    # Megatron's MoE token dispatcher and SGLang's a2a backend/runner: workloads.moe_backend's rules.
+    if moe.moe_enable_deepep:
         f("--moe-enable-deepep")
-        f("--moe-token-dispatcher-type", "flex")
-    else:
-        f("--moe-token-dispatcher-type", "alltoall")
+    f("--moe-token-dispatcher-type", moe.moe_token_dispatcher_type)
     # Layout: actors on the training pool, SGLang engines on the rollout pool.
     f("--actor-num-nodes", lay["actor_num_nodes"])
     f("--actor-num-gpus-per-node", lay["actor_num_gpus_per_node"])
@@ -166,9 +163,13 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     if run.rollout.mem_fraction_static is not None:
         f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
     f("--sglang-ep-size", engine)
-    if deepep.version is not DeepEPVersion.OFF:
-        f("--sglang-moe-a2a-backend", "deepep")
-        f("--sglang-deepep-mode", deepep.sglang_mode)
+    if moe.moe_a2a_backend != "none":
+        f("--sglang-moe-a2a-backend", moe.moe_a2a_backend)
+        f("--sglang-moe-runner-backend", moe.moe_runner_backend)
+    if moe.deepep_mode:
+        f("--sglang-deepep-mode", moe.deepep_mode)
+    if moe.deepep_v2_mode:
+        f("--sglang-deepep-v2-mode", moe.deepep_v2_mode)
     if run.rollout.dp_attention and engine > 1:
         f("--sglang-enable-dp-attention")
         f("--sglang-dp-size", engine)

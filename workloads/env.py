@@ -28,19 +28,13 @@ newer one, where LL/LL128 are safe and faster for small messages."""
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN"}
 
 
-NVSHMEM_EFA_ENV = {"NVSHMEM_REMOTE_TRANSPORT": "libfabric", "NVSHMEM_LIBFABRIC_PROVIDER": "efa"}
-
-
 def deepep_env(deepep: DeepEP) -> dict[str, str]:
-    """V2: NCCL GIN (``ElasticBuffer``) AND NVSHMEM over libfabric, because SGLang 0.5.17's DeepEP
-    dispatcher still builds DeepEP's legacy ``deep_ep.Buffer`` (NVSHMEM) even with DeepEP 2.x
-    installed. NCCL_CUMEM_ENABLE is set in the pod so SGLang (which keeps a user-set value) and
-    Miles' train actors (which copy it) agree. V1: NVSHMEM over libfabric only."""
+    """V2 (SGLang ``deepep_v2``, ``ElasticBuffer``): NCCL GIN through aws-ofi-nccl's GIN plugin, type 2
+    (CPU proxy) or 5 (GPU-initiated EFA). NCCL_CUMEM_ENABLE is set in the pod so SGLang (which keeps a
+    user-set value) and Miles' train actors (which copy it) agree. V1 runs within one node in normal
+    mode over NVLink: no NVSHMEM transport to configure (its internode path needs IBGDA, not on EFA)."""
     if deepep.version is DeepEPVersion.V2:
-        return {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend],
-                "NCCL_CUMEM_ENABLE": "1", **NVSHMEM_EFA_ENV}
-    if deepep.version is DeepEPVersion.V1:
-        return dict(NVSHMEM_EFA_ENV)
+        return {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend], "NCCL_CUMEM_ENABLE": "1"}
     return {}
 
 

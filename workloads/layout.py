@@ -7,22 +7,25 @@ the schedulability check all read these answers, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from stackconfig.stack import CapacityType, Pool, Role
 
+from . import moe_backend as moe
 from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
-from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend, version_tuple
+from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
 
-SM90_GPUS = frozenset({"H100", "H200", "B200", "B300"})
-"""GPU models DeepEP supports (Hopper SM90 or newer; DeepEP's README requirement)."""
-GIN_GPU_MIN_EFA_INSTALLER = (1, 50)
-DEEPEP_V2_MIN_NCCL = (2, 30, 4)
+GIN_MIN_EFA_INSTALLER = (1, 50)
+"""EFA installer 1.50.0 ships aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated)."""
+GIN_MIN_NCCL = (2, 31, 2)
+"""The NCCL aws-ofi-nccl's GIN support is tested with (DeepEP itself needs >= 2.30.4)."""
+GDA_FAMILIES = frozenset({"p5en", "p6-b200", "p6-b300"})
+"""GPU-initiated EFA (GIN type 5): p5en, p6-b200, p6-b300 only (aws-ofi-nccl GIN docs)."""
 """DeepEP 2.x README: NCCL 2.30.4 and above."""
 GIN_TYPE = {GinBackend.PROXY: "2", GinBackend.GPU: "5"}
 
@@ -73,28 +76,58 @@ class DeepEP:
         return self.version is not DeepEPVersion.OFF
 
 
-def deepep_flags_needed(deepep: DeepEP) -> bool:
-    """Megatron's flex dispatcher with DeepEP (``--moe-enable-deepep``) whenever DeepEP is on."""
-    return deepep.enabled
-
-
 def gpu_pools(cfg: "ProgramConfig") -> list[Pool]:
     return [p for p in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if p is not None]
 
 
+def expert_precision(cfg: "ProgramConfig") -> str:
+    run = cfg.workloads.run
+    return run.expert_precision or ("fp8-blockwise" if run.model.upper().endswith("-FP8") else "bf16")
+
+
+def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
+    """The rules' view of the run: precision, engine span, DeepEP generation, GPU, SGLang."""
+    rollout = cfg.pool(Role.ROLLOUT)
+    gpu = min((p.instance.gpu_model for p in gpu_pools(cfg)), key=lambda g: moe.GPU_SM.get(g, 0))
+    return moe.case(expert_precision(cfg), cfg.workloads.run.rollout.nodes_per_engine,
+                    "none" if version is DeepEPVersion.OFF else version.value, gpu,
+                    cfg.versions.software.sglang, efa=bool(rollout.efa_devices))
+
+
+def default_deepep(cfg: "ProgramConfig") -> DeepEPVersion:
+    """v1 (within one node) where the rules accept it, else off. V2 is opt-in: it needs GDRCopy's
+    gdrdrv on the nodes even in proxy mode, which the AL2023 NVIDIA AMI does not ship."""
+    try:
+        moe.refusal(moe_case(cfg, DeepEPVersion.V1))
+        return DeepEPVersion.V1
+    except ValueError:
+        return DeepEPVersion.OFF
+
+
 def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
-    """The DeepEP mode the stack runs: explicit, or v2 on SM90+ GPUs and off on A100."""
+    """The DeepEP mode the stack runs: explicit, or the rules' default (``default_deepep``)."""
     s = cfg.workloads.run.deepep
-    sm90 = all(p.instance.gpu_model in SM90_GPUS for p in gpu_pools(cfg))
-    version = s.version or (DeepEPVersion.V2 if sm90 else DeepEPVersion.OFF)
+    version = s.version or default_deepep(cfg)
     backend = None
     if version is DeepEPVersion.V2:
         backend = s.gin_backend
         if backend is GinBackend.AUTO:
-            gpu_ok = version_tuple(cfg.versions.software.efa_installer) >= GIN_GPU_MIN_EFA_INSTALLER
-            backend = GinBackend.GPU if gpu_ok else GinBackend.PROXY
+            backend = GinBackend.PROXY  # GPU-initiated needs EFA driver >= 3.3.0 on the host (AMI: 3.1.0)
     return DeepEP(version, backend, s.sglang_mode)
 
+
+def moe_backend(cfg: "ProgramConfig") -> moe.MoEBackend:
+    """SGLang's a2a backend and runner and Megatron's dispatcher for the run (``workloads.moe_backend``).
+    Megatron's legacy DeepEP (flex) only when the expert-parallel group fits one node: across nodes its
+    internode kernels need NVSHMEM IBGDA, which EFA lacks."""
+    deepep = resolve_deepep(cfg)
+    c = moe_case(cfg, deepep.version)
+    chosen = moe.choose(c.precision, c.engine_nodes, c.deepep, c.gpu_model, c.sglang_version,
+                        deepep_mode=deepep.sglang_mode, efa=c.efa)
+    par, train = cfg.workloads.run.parallel, cfg.pool(Role.TRAIN)
+    if chosen.moe_enable_deepep and par.expert * par.expert_tensor > train.instance.gpus:
+        return replace(chosen, moe_token_dispatcher_type="alltoall", moe_enable_deepep=False)
+    return chosen
 
 def head_pool(cfg: "ProgramConfig") -> Pool:
     name = cfg.workloads.ray.head_pool

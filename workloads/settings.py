@@ -33,28 +33,32 @@ class EntryPoint(StrEnum):
 
 class DeepEPVersion(StrEnum):
     V2 = "v2"
-    """DeepEP 2.x ``ElasticBuffer`` on NCCL's GIN device API."""
+    """DeepEP 2.x ``ElasticBuffer`` on NCCL's GIN device API (SGLang ``deepep_v2``, >= 0.5.19)."""
     V1 = "v1"
-    """Legacy DeepEP over NVSHMEM with the libfabric (EFA) transport."""
+    """Legacy DeepEP ``Buffer``: within one node (NVLink); its internode kernels need NVSHMEM IBGDA,
+    which EFA does not provide, so engines using it span one node."""
     OFF = "off"
     """No DeepEP: NCCL all-to-all (SGLang ``--moe-a2a-backend none``, Megatron ``alltoall``)."""
 
 
 class GinBackend(StrEnum):
     AUTO = "auto"
-    """GPU-initiated when the image's EFA installer is >= 1.50, else the CPU proxy."""
+    """The CPU proxy: GPU-initiated EFA also needs host EFA driver >= 3.3.0, which the AL2023 NVIDIA
+    AMI does not have yet (3.1.0)."""
     PROXY = "proxy"
-    """NCCL GIN type 2: a host proxy thread drains GPU requests (works with EFA installer 1.49)."""
+    """NCCL GIN type 2: a host proxy thread drains GPU requests."""
     GPU = "gpu"
     """NCCL GIN type 5 (EFA GDA): needs EFA installer >= 1.50 and host EFA driver >= 3.3.0."""
 
 
 class DeepEPSettings(SchemaModel):
     version: DeepEPVersion | None = None
-    """Default: v2 when the GPU pools are Hopper or newer (DeepEP needs SM90), off on A100."""
+    """Default, from ``workloads.moe_backend``'s rules: off below SM90; v2 for blockwise-FP8 experts
+    with SGLang >= 0.5.19; else v1 when an engine spans one node; else off."""
     gin_backend: GinBackend = GinBackend.AUTO
-    sglang_mode: Literal["auto", "normal", "low_latency"] = "auto"
-    """``--sglang-deepep-mode``: auto = low_latency for decode, normal for prefill."""
+    sglang_mode: Literal["auto", "normal", "low_latency"] = "normal"
+    """Legacy ``--sglang-deepep-mode``. ``normal`` by default: low_latency (and auto, which picks it
+    for decode) turns on NVSHMEM IBGDA even within a node (sgl-deep-ep 0.1.2 buffers/legacy.py:105)."""
 
 
 class ParallelSettings(SchemaModel):
@@ -112,6 +116,9 @@ class RunSpec(SchemaModel):
     entry_point: EntryPoint = EntryPoint.SYNC
     model: str = Field("Qwen/Qwen3-30B-A3B", pattern=r"^[\w.-]+/[\w.-]+$")
     """Hugging Face repo id; staged on the shared file system by the preprocessing Job."""
+    expert_precision: Literal["bf16", "fp8-blockwise"] | None = None
+    """Precision of the checkpoint's expert weights. Default: fp8-blockwise for a model named *-FP8
+    (Qwen's and DeepSeek's 128x128 blockwise FP8 releases), else bf16."""
     model_args: list[str] | None = None
     """Megatron architecture flags. Default: the preset for ``model`` (from Miles' scripts/models)."""
     dataset: str = Field("zhuzilin/dapo-math-17k", pattern=r"^[\w.-]+/[\w.-]+$")

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from stackconfig.stack import CapacityType, Role
 
 from .argv import MODEL_PRESETS
-from .layout import (DEEPEP_V2_MIN_NCCL, GIN_GPU_MIN_EFA_INSTALLER, SM90_GPUS, gpu_pools, images, pinned_by_digest,
+from . import moe_backend as moe
+from .layout import (GDA_FAMILIES, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
                      resolve_deepep)
 from .settings import DeepEPVersion, GinBackend, Submission, version_tuple
 
@@ -126,20 +127,18 @@ def validate(cfg: "ProgramConfig") -> None:
     # DeepEP needs Hopper or newer, RDMA between nodes, and for V2 a recent NCCL / EFA installer.
     deepep = resolve_deepep(cfg)
     soft = cfg.versions.software
-    if deepep.enabled:
-        old = [p for p in gpu_pools(cfg) if p.instance.gpu_model not in SM90_GPUS]
-        if old:
-            raise ValueError(f"workloads.run.deepep.version: DeepEP needs Hopper (SM90) or newer GPUs, pool "
-                             f"{old[0].name!r} has {old[0].instance.gpu_model}; allowed: off")
+    moe.refusal(moe_case(cfg, deepep.version))  # upstream rules: workloads/moe_backend.py
+    if deepep.version is DeepEPVersion.V2:
         no_rdma = [p for p in gpu_pools(cfg) if not p.efa_devices and p.nodes.desired > 1]
         if no_rdma:
             raise ValueError(f"workloads.run.deepep.version: DeepEP between nodes needs RDMA, pool "
                              f"{no_rdma[0].name!r} has EFA off; allowed: off, or EFA on the pool")
-    if deepep.version is DeepEPVersion.V2 and version_tuple(soft.nccl) < DEEPEP_V2_MIN_NCCL:
-        raise ValueError(f"workloads.run.deepep.version: DeepEP V2 needs NCCL >= 2.30.4, versions.software.nccl "
-                         f"is {soft.nccl}; allowed: v1, off")
-    if (run.deepep.gin_backend is GinBackend.GPU
-            and version_tuple(soft.efa_installer) < GIN_GPU_MIN_EFA_INSTALLER):
-        raise ValueError(f"workloads.run.deepep.ginBackend: the GPU-initiated EFA backend needs EFA installer "
-                         f">= 1.50 in the image, versions.software.efaInstaller is {soft.efa_installer}; "
-                         f"allowed: proxy, auto")
+    if deepep.version is DeepEPVersion.V2:
+        if version_tuple(soft.nccl) < GIN_MIN_NCCL or version_tuple(soft.efa_installer) < GIN_MIN_EFA_INSTALLER:
+            raise ValueError(f"workloads.run.deepep.version: DeepEP V2 over EFA needs NCCL GIN through aws-ofi-nccl "
+                             f">= 1.21 (EFA installer >= 1.50) and NCCL >= 2.31.2; versions.software has "
+                             f"efaInstaller {soft.efa_installer}, nccl {soft.nccl}; allowed: v1, off")
+        old = [p for p in gpu_pools(cfg) if p.instance.family not in GDA_FAMILIES]
+        if run.deepep.gin_backend is GinBackend.GPU and old:
+            raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA runs on p5en, p6-b200 and "
+                             f"p6-b300 only, pool {old[0].name!r} is {old[0].instance_type}; allowed: proxy, auto")
