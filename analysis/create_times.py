@@ -42,6 +42,10 @@ SECONDS: dict[str, int] = {
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": 1,
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 1,
     "aws:ec2/securityGroupRule:SecurityGroupRule": 1,
+    # Image registry
+    "aws:ecr/repository:Repository": 2,
+    "aws:ecr/lifecyclePolicy:LifecyclePolicy": 1,
+    "aws:ecr/pullThroughCacheRule:PullThroughCacheRule": 1,
     # Nodes
     "aws:ec2/launchTemplate:LaunchTemplate": 2,
     "aws:ec2/placementGroup:PlacementGroup": 2,

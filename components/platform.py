@@ -2,7 +2,8 @@
 
 Network -> cluster (control plane, pre-node add-ons) -> EFA security group and node role -> one
 NodePool per pool -> add-ons that need nodes (CoreDNS, node monitoring, CloudWatch) and the device
-plugins; the checkpoint bucket in parallel. Everything is derived
+plugins; the checkpoint bucket and the image registry (ECR repository, pull-through cache rules,
+ECR interface endpoints so image pulls skip the NAT) in parallel. Everything is derived
 from one validated StackConfig; nothing is registered for a config that does not validate.
 """
 
@@ -17,6 +18,7 @@ from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
 from .iam import service_role
 from .network import Network, plan_subnets
+from .registry import ImageRegistry
 from .node_pool import NodePool, PoolNetwork
 
 NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"]
@@ -46,10 +48,14 @@ class Platform(pulumi.ComponentResource):
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])
-        self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts, self.cluster.provider,
-                                            after=[system], opts=child)
+        self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts,
+                                            self.cluster.provider, after=[system], opts=child)
         self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
                                             opts=child)
+        self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,
+                                      self.network.private_subnet_ids, self.cluster.security_group_id,
+                                      repository_name=f"{name.lower()}/workloads",  # ECR names are lowercase
+                                      puller_role_name=node_role.role.name, opts=child)
         self.register_outputs({})
 
     def outputs(self) -> dict:
@@ -59,6 +65,7 @@ class Platform(pulumi.ComponentResource):
             "kubeconfig": self.cluster.kubeconfig,
             "checkpointBucket": self.checkpoints.name,
             "checkpointWriterRoleArn": self.checkpoints.writer.arn,
+            "imageRepository": self.registry.repository_url,
             "availabilityZone": self.config.availability_zone,
             "pools": {p.name: {
                 "nodeGroup": self.pools[p.name].node_group.node_group_name,
