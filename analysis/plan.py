@@ -116,6 +116,7 @@ def render_text(plan) -> str:
     out += _table(rows, right={3, 4, 5}) + [""]
 
     out += _placement_lines(plan.placements, plan.placements_note) + [""]
+    out += run_lines(plan.config) + [""]
 
     counts = sorted(plan.resource_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     out.append(f"Resource graph: {sum(plan.resource_counts.values())} resources in {len(counts)} types, "
@@ -149,6 +150,42 @@ def render_text(plan) -> str:
 
     out += _violation_lines(plan.violations)
     return "\n".join(out) + "\n"
+
+
+def run_lines(cfg: StackConfig) -> list[str]:
+    """The run as the workload model derives it: submission, MoE path, images, checkpoints, and
+    where Miles puts its training actors."""
+    from workloads.checkpoint_budget import GB, budget
+    from workloads.layout import expert_precision, moe_backend
+    from workloads.model import derive
+    from workloads.render import pod_templates
+    m = derive(cfg)
+    out = [f"Run: submitted through {m.settings.submit.value}"]
+    if m.argv is None:
+        return out + [f"  {m.no_run}"]
+    moe = moe_backend(cfg)
+    out.append(f"  MoE all-to-all: SGLang {moe.moe_a2a_backend} / runner {moe.moe_runner_backend}"
+               f"{f' / mode {moe.deepep_mode}' if moe.deepep_mode else ''}"
+               f"{f' / v2 mode {moe.deepep_v2_mode}' if moe.deepep_v2_mode else ''}; "
+               f"Megatron {moe.moe_token_dispatcher_type}{' + DeepEP' if moe.moe_enable_deepep else ''} "
+               f"({expert_precision(cfg)} experts, {m.settings.run.rollout.nodes_per_engine} node(s) per engine)")
+    images: dict[str, list[str]] = {}
+    for name, _, template, replicas in pod_templates(m):
+        for c in template["spec"].get("initContainers", []) + template["spec"]["containers"]:
+            if replicas and name not in images.setdefault(c["image"], []):
+                images[c["image"]].append(name)
+    for image, pods in images.items():
+        pinned = "digest-pinned" if "@sha256:" in image else "NOT digest-pinned"
+        out.append(f"  image {image} ({pinned}): {', '.join(pods)}")
+    b = budget(cfg, expert_precision(cfg))
+    out.append(f"  checkpoints: {b.save_bytes / GB:,.0f} GB per save, {b.saves_kept} kept at most "
+               f"(--save-retain-interval), + model {b.hf_bytes / GB:,.0f} GB + data {b.data_bytes / GB:,.0f} GB = "
+               f"{b.need_bytes / GB:,.0f} GB of {b.usable_bytes / GB:,.0f} GB usable on FSx")
+    train = m.worker("trainer")
+    out.append(f"  training actors: Miles gives its first {train.gpus * train.replicas} GPUs (placement group "
+               f"sorted by node IP) to training; pools {', '.join(p.name for p in m.gpu_pools)} share the one "
+               f"EFA subnet, so WHICH nodes those are is not fixed by this stack (see README: actor placement)")
+    return out
 
 
 def _placement_lines(placements: list[Any] | None, note: str) -> list[str]:

@@ -21,7 +21,9 @@ import pulumi
 import pulumi_aws as aws
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
-EVENTS = ["NEW", "CHANGED", "DELETED"]
+IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
+EXPORT_EVENTS = ["NEW", "CHANGED"]
+"""Deletions on the file system (Megatron's checkpoint retention) are not exported: S3 keeps every save."""
 
 
 class CheckpointFileSystem(pulumi.ComponentResource):
@@ -65,8 +67,8 @@ class CheckpointFileSystem(pulumi.ComponentResource):
             data_repository_path=pulumi.Output.concat("s3://", bucket, f"/{export_dir}/"),
             batch_import_meta_data_on_create=True, delete_data_in_filesystem=False,
             s3=aws.fsx.DataRepositoryAssociationS3Args(
-                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=EVENTS),
-                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=EVENTS)),
+                auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=EXPORT_EVENTS),
+                auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=IMPORT_EVENTS)),
             opts=child)
         self.id = self.file_system.id
         self.dns_name = self.file_system.dns_name

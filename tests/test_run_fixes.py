@@ -42,3 +42,32 @@ def test_rollout_memory_fraction_is_left_to_sglang_unless_set():
     from test_workloads import variant
     argv = list(derive(variant("p5en-prod", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.85}}}})).argv)
     assert argv[argv.index("--sglang-mem-fraction-static") + 1] == "0.85"
+
+
+def test_checkpoints_are_retained_and_fit_the_file_system():
+    """Without retention a 3,000-rollout run saving every 20 keeps 150 saves of ~427 GB (64 TB) on a
+    4,800 GiB file system. With --save-retain-interval R Megatron deletes the previous save unless its
+    iteration is a multiple of R; Miles saves at rollout ids i with (i + 1) % interval == 0."""
+    from workloads.checkpoint_budget import budget, retain_interval
+    from workloads.layout import expert_precision
+    cfg = load("p5en-prod")
+    argv = _argv()
+    r = int(argv[argv.index("--save-retain-interval") + 1])
+    interval, rollouts = cfg.workloads.run.save_interval, cfg.workloads.run.grpo.num_rollout
+    assert r == retain_interval(cfg) and r % interval == 0  # Megatron's own constraint
+    saved = [i for i in range(rollouts) if (i + 1) % interval == 0]
+    assert len(saved) == 150 and not [i for i in saved if i > 0 and i % r == 0]  # none kept forever
+    b = budget(cfg, expert_precision(cfg))
+    assert round(b.save_bytes / 1e9) == 427 and b.saves_kept == 2 and b.fits
+    assert len(saved) * b.save_bytes > b.capacity_bytes  # what keeping every save would need
+
+
+def test_a_file_system_too_small_for_the_run_is_refused():
+    import pytest
+    from test_workloads import variant
+
+    from stackconfig.stack import StackConfigError
+    with pytest.raises(StackConfigError, match=r"workloads.storage.capacityGib: 4800 GiB .* allowed: >= 9600"):
+        variant("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-235B-A22B"}}})  # 2 x 3.3 TB saves
+    with pytest.raises(StackConfigError, match=r"workloads.run.modelParamsB: required for org/other-moe"):
+        variant("p5en-prod", {"workloads": {"run": {"model": "org/other-moe", "modelArgs": ["--num-layers", "2"]}}})

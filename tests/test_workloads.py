@@ -395,8 +395,9 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     assert fs.inputs["storageCapacity"] == cfg.workloads.storage.capacity_gib
     assert dra.inputs["fileSystemId"] == fs.outputs["id"]
     assert dra.inputs["dataRepositoryPath"] == f"s3://{bucket.outputs['bucket']}/{L.CHECKPOINT_DIR}/"
-    for policy in ("autoExportPolicy", "autoImportPolicy"):
-        assert sorted(dra.inputs["s3"][policy]["events"]) == ["CHANGED", "DELETED", "NEW"]
+    # Retention deletes old saves on the file system; the export must not delete them in S3.
+    assert sorted(dra.inputs["s3"]["autoExportPolicy"]["events"]) == ["CHANGED", "NEW"]
+    assert sorted(dra.inputs["s3"]["autoImportPolicy"]["events"]) == ["CHANGED", "DELETED", "NEW"]
     # Lustre ports from the file system itself and from the nodes' cluster security group.
     (sg,) = [r for r in graph.of_type("aws:ec2/securityGroup:SecurityGroup") if r.urn in fs.dependencies]
     cluster_sg = graph.of_type("aws:eks/cluster:Cluster")[0].outputs["vpcConfig"]["clusterSecurityGroupId"]

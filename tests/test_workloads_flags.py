@@ -23,7 +23,7 @@ VARIANTS = [
     ("p5en-prod", {}),
     ("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}}),
     ("p5en-prod", {"workloads": {"run": {"entryPoint": "train_async.py", "rollout": {"nodesPerEngine": 2}}}}),
-    ("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-235B-A22B",
+    ("p5en-prod", {"workloads": {"storage": {"capacityGib": 9600}, "run": {"model": "Qwen/Qwen3-235B-A22B",
                                          "extraArgs": ["--sglang-cuda-graph-max-bs", "256", "--save-hf",
                                                        "/mnt/fsx/hf"]}}}),
     ("p4d", {"workloads": {"run": {"deepep": {"version": "off"}, "rollout": {"dpAttention": False}}}}),

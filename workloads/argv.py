@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import Role
 
+from .checkpoint_budget import retain_interval
 from .layout import is_spot, moe_backend, paths, reward_enabled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +92,8 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--load", p.checkpoints)
     f("--save", p.checkpoints)
     f("--save-interval", run.save_interval)
+    # Keep the latest save only (workloads/checkpoint_budget.py): Megatron deletes the previous one.
+    f("--save-retain-interval", retain_interval(cfg))
     # A checkpoint on demand: the Capacity Block end CronJob (or an operator) creates this file.
     f("--save-trigger-sentinel", p.save_trigger)
     # Data and reward.

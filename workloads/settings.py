@@ -119,6 +119,8 @@ class RunSpec(SchemaModel):
     expert_precision: Literal["bf16", "fp8-blockwise"] | None = None
     """Precision of the checkpoint's expert weights. Default: fp8-blockwise for a model named *-FP8
     (Qwen's and DeepSeek's 128x128 blockwise FP8 releases), else bf16."""
+    model_params_b: float | None = Field(None, gt=0)
+    """Total parameters in billions (all experts), for the checkpoint budget; known for the presets."""
     model_args: list[str] | None = None
     """Megatron architecture flags. Default: the preset for ``model`` (from Miles' scripts/models)."""
     dataset: str = Field("zhuzilin/dapo-math-17k", pattern=r"^[\w.-]+/[\w.-]+$")
@@ -187,6 +189,8 @@ class StorageSettings(SchemaModel):
     capacity_gib: int = Field(4800, ge=1200)
     throughput_per_tib: Literal[125, 250, 500, 1000] = 250
     mount_path: str = Field("/mnt/fsx", pattern=r"^/[\w/.-]+$")
+    dataset_gib: int = Field(10, ge=1)
+    """Prompt data staged beside the model, for the capacity check."""
 
     @field_validator("capacity_gib")
     @classmethod

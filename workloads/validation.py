@@ -12,7 +12,8 @@ from stackconfig.stack import CapacityType, Role
 
 from .argv import MODEL_PRESETS
 from . import moe_backend as moe
-from .layout import (GDA_FAMILIES, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
+from .checkpoint_budget import GB, MODEL_PARAMS, budget
+from .layout import (GDA_FAMILIES, expert_precision, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
                      resolve_deepep)
 from .settings import DeepEPVersion, GinBackend, Submission, version_tuple
 
@@ -123,6 +124,17 @@ def validate(cfg: "ProgramConfig") -> None:
     if rollout.nodes.desired % per_engine:
         raise ValueError(f"workloads.run.rollout.nodesPerEngine: {per_engine} does not divide the "
                          f"{rollout.nodes.desired} rollout nodes; allowed: {_divisors(rollout.nodes.desired)}")
+
+    # Checkpoints, model and data fit the file system.
+    need = budget(cfg, expert_precision(cfg))
+    if need is None:
+        raise ValueError(f"workloads.run.modelParamsB: required for {run.model} (total parameters in billions, "
+                         f"for the checkpoint budget); known for: {', '.join(MODEL_PARAMS)}")
+    if not need.fits:
+        raise ValueError(f"workloads.storage.capacityGib: {cfg.workloads.storage.capacity_gib} GiB holds "
+                         f"{need.usable_bytes / GB:,.0f} GB usable, the run needs {need.need_bytes / GB:,.0f} GB "
+                         f"({need.saves_kept} saves x {need.save_bytes / GB:,.0f} GB + model + data); allowed: "
+                         f">= {need.min_capacity_gib()}")
 
     # DeepEP needs Hopper or newer, RDMA between nodes, and for V2 a recent NCCL / EFA installer.
     deepep = resolve_deepep(cfg)
