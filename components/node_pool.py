@@ -105,6 +105,8 @@ class NodePool(pulumi.ComponentResource):
             subnet_ids=[net.node_subnet_id] if pool.single_az else list(net.spread_subnet_ids),
             ami_type=ami_type(pool),
             capacity_type=node_group_capacity_type(pool),
+            # Several Spot types: listed on the node group, none in the launch template.
+            instance_types=pool.instance_types if pool.spot_alternatives else None,
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 min_size=pool.nodes.min, desired_size=pool.nodes.desired, max_size=pool.nodes.max),
             update_config=update_config(pool),
@@ -123,7 +125,7 @@ class NodePool(pulumi.ComponentResource):
     @staticmethod
     def _template_args(name: str, pool: Pool, net: PoolNetwork) -> dict:
         args: dict = dict(
-            instance_type=pool.instance_type,
+            instance_type=None if pool.spot_alternatives else pool.instance_type,
             user_data=user_data(pool),
             update_default_version=True,
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(

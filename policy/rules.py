@@ -27,7 +27,7 @@ from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidation
 
 from analysis.rules.data import (check_bucket_kept, check_buckets_secure, check_pod_identity_unique,
                                  check_pod_roles_scoped, check_s3_scoped)
-from analysis.rules.fabric import (check_efa_layout, check_efa_security_group, check_efa_single_az, check_imdsv2,
+from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, check_efa_single_az, check_imdsv2,
                                    check_no_placement_with_reservation, check_no_world_ingress,
                                    check_training_not_spot)
 from analysis.rules.view import (BUCKET, IAM_POLICY, INGRESS_RULE, LAUNCH_TEMPLATE, LEGACY_RULE, ROLE,
@@ -74,10 +74,11 @@ def stack_policy(name: str, description: str, check: StackCheck,
 
 
 ALL: list = [
-    resource_policy("efa-interface-layout",
-                    "EFA launch templates carry the instance type's full EFA layout (ENA primary, one "
-                    "EFA-only interface per EFA card, as many as the type's EFA maximum).",
-                    [LAUNCH_TEMPLATE], check_efa_layout),
+    stack_policy("efa-interface-layout",
+                 "EFA launch templates carry the instance type's full EFA layout (ENA primary, one "
+                 "EFA-only interface per EFA card, as many as the type's EFA maximum); a template without "
+                 "a type is checked against every type of its node groups.",
+                 check_efa_layouts),
     stack_policy("efa-single-az",
                  "Node groups with EFA interfaces (or a capacity reservation) use subnets of one "
                  "Availability Zone, and all EFA node groups share it.",

@@ -134,6 +134,10 @@ class Pool(SchemaModel):
     """Pods per node. Above the catalog's VPC CNI limit this turns on prefix delegation."""
     root_volume_gib: int = Field(200, ge=20, le=16384)
     labels: dict[str, str] = {}
+    spot_alternatives: list[str] = Field([], max_length=19)
+    """Spot only: further instance types the node group may launch (EKS recommends several Spot types
+    so one reclaimed capacity pool does not starve the group). Each must be a drop-in: same
+    architecture, GPUs, EFA layout, and at least the vCPUs and memory of ``instanceType``."""
 
     @field_validator("labels")
     @classmethod
@@ -152,6 +156,28 @@ class Pool(SchemaModel):
         if name not in CATALOG:
             raise ValueError(not_in_catalog(name))
         return name
+
+    @model_validator(mode="after")
+    def _spot_alternatives(self) -> "Pool":
+        if self.spot_alternatives and self.capacity.type is not CapacityType.SPOT:
+            raise ValueError(f"spotAlternatives: only for capacity type SPOT, not {self.capacity.type}")
+        it = self.instance
+        for name in self.spot_alternatives:
+            if name not in CATALOG:
+                raise ValueError(f"spotAlternatives: {not_in_catalog(name)}")
+            alt = CATALOG[name]
+            same = (alt.arch, alt.gpus, alt.gpu_model, alt.efa_max if self.efa_enabled else 0,
+                    alt.card0_takes_efa or not self.efa_enabled)
+            want = (it.arch, it.gpus, it.gpu_model, it.efa_max if self.efa_enabled else 0,
+                    it.card0_takes_efa or not self.efa_enabled)
+            if same != want or alt.vcpu < it.vcpu or alt.memory_gib < it.memory_gib or name == it.name:
+                raise ValueError(f"spotAlternatives: {name} is not a drop-in for {it.name} (architecture, GPUs, "
+                                 f"EFA layout equal; vCPUs and memory at least {it.vcpu} and {it.memory_gib} GiB)")
+        return self
+
+    @property
+    def instance_types(self) -> list[str]:
+        return [self.instance_type, *self.spot_alternatives]
 
     @model_validator(mode="after")
     def _invariants(self) -> "Pool":

@@ -12,6 +12,7 @@ from typing import Callable
 
 import pulumi_policy
 import pytest
+import yaml
 from pulumi_policy.proxy import UnknownValueError
 from conftest import ROOT, graph_of, load
 
@@ -531,3 +532,15 @@ def test_checks_never_raise_on_odd_properties(resources):
             for res in resources:
                 if res.type in policy.resource_types:
                     assert all(isinstance(m, str) for m in policy.check(res))
+
+
+def test_efa_layout_of_a_spot_template_is_checked_against_its_node_groups_types():
+    """p4d's Spot rollout template names no type (the node group lists p4d/p4de); the policy checks
+    the layout against each listed type and fires when one has another layout."""
+    graph = _copy("p4d")
+    raw = yaml.safe_load((ROOT / "stacks" / "Pulumi.p4d.yaml").read_text())["config"]["moe-rl-platform:platform"]
+    assert [v for v in evaluate(graph, MANDATORY, platform_config=raw) if v.policy == "efa-interface-layout"] == []
+    (ng,) = [n for n in graph.of_type(view.NODE_GROUP) if n.inputs["labels"]["rl.platform/pool"] == "rollout"]
+    _set(ng, "instanceTypes", ["p4d.24xlarge", "p5.48xlarge"])
+    fired = [v for v in evaluate(graph, MANDATORY, platform_config=raw) if v.policy == "efa-interface-layout"]
+    assert fired and all("p5.48xlarge" in v.message for v in fired)

@@ -71,3 +71,36 @@ def test_a_file_system_too_small_for_the_run_is_refused():
         variant("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-235B-A22B"}}})  # 2 x 3.3 TB saves
     with pytest.raises(StackConfigError, match=r"workloads.run.modelParamsB: required for org/other-moe"):
         variant("p5en-prod", {"workloads": {"run": {"model": "org/other-moe", "modelArgs": ["--num-layers", "2"]}}})
+
+
+def test_spot_pools_offer_several_drop_in_types():
+    """EKS recommends several instance types per Spot node group; they go on the node group and the
+    launch template names none. A type that is not a drop-in is refused."""
+    import pytest
+    from conftest import graph_of
+    from test_workloads import variant
+
+    from stackconfig.stack import StackConfigError
+    cfg = load("p4d")
+    rollout = next(p for p in cfg.pools if p.name == "rollout")
+    assert rollout.capacity.type.value == "SPOT" and rollout.instance_types == ["p4d.24xlarge", "p4de.24xlarge"]
+    graph = graph_of("p4d")
+    (ng,) = [n for n in graph.of_type("aws:eks/nodeGroup:NodeGroup") if n.inputs["labels"]["rl.platform/pool"] == "rollout"]
+    assert ng.inputs["instanceTypes"] == ["p4d.24xlarge", "p4de.24xlarge"]
+    (lt,) = [t for t in graph.of_type("aws:ec2/launchTemplate:LaunchTemplate") if t.name.endswith("-rollout")]
+    assert "instanceType" not in lt.inputs and len(lt.inputs["networkInterfaces"]) == 5  # EFA layout kept
+    with pytest.raises(StackConfigError, match=r"spotAlternatives: p5.48xlarge is not a drop-in for p4d.24xlarge"):
+        variant("p4d", {"pools": [dict(p, spotAlternatives=["p5.48xlarge"]) if p["name"] == "rollout" else p
+                                  for p in raw_pools("p4d")]})
+
+
+def test_reward_pools_are_never_spot():
+    """Miles' remote reward call is one POST without retry: a reclaimed reward node fails rollouts."""
+    from stackconfig.files import stack_names
+    for stack in stack_names():
+        assert all(p.capacity.type.value != "SPOT" for p in load(stack).pools if p.role.value == "reward"), stack
+
+
+def raw_pools(stack: str) -> list[dict]:
+    from stackconfig.files import raw_stack
+    return raw_stack(stack)["pools"]

@@ -4,7 +4,6 @@ private, TLS-only and kept on destroy."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Iterator
 

@@ -33,14 +33,34 @@ def is_reserved_template(template: Mapping) -> bool:
         None, "open", "none")
 
 
-def check_efa_layout(res: Resource) -> list[str]:
+def check_efa_layout(res: Resource, node_group_types: list | None = None) -> list[str]:
     """An EFA launch template carries exactly the interfaces ``components.efa.efa_layout`` gives its
     instance type: ENA primary at card 0/device 0, one EFA-only per EFA card, as many as the type's
-    EFA maximum; no subnet or addresses on the interfaces; groups only on the interfaces."""
+    EFA maximum; no subnet or addresses on the interfaces; groups only on the interfaces. A template
+    without an instance type (a Spot group of several types) is checked against each type of the node
+    groups that launch it."""
     props = res.props
     if not is_efa_template(props):
         return []
     instance_type = props.get("instanceType")
+    if instance_type is None and node_group_types:
+        return [m for t in node_group_types for m in _efa_layout_problems(res, t)]
+    return _efa_layout_problems(res, instance_type)
+
+
+def check_efa_layouts(stack: Stack) -> Iterator[tuple[str, str]]:
+    """``check_efa_layout`` for every launch template, with the instance types of its node groups."""
+    types: dict[str, list] = {}
+    for ng in stack.of_type(NODE_GROUP):
+        for lt in _node_group_templates(stack, ng):
+            types.setdefault(lt.urn, []).extend(as_list(ng.props.get("instanceTypes")))
+    for lt in stack.of_type(LAUNCH_TEMPLATE):
+        for message in check_efa_layout(lt, types.get(lt.urn)):
+            yield lt.urn, message
+
+
+def _efa_layout_problems(res: Resource, instance_type: Any) -> list[str]:
+    props = res.props
     if instance_type is UNKNOWN:
         return []
     instance = CATALOG.get(instance_type) if isinstance(instance_type, str) else None
