@@ -104,3 +104,19 @@ def test_reward_pools_are_never_spot():
 def raw_pools(stack: str) -> list[dict]:
     from stackconfig.files import raw_stack
     return raw_stack(stack)["pools"]
+
+
+def test_a_new_attempt_is_a_new_rayjob_resuming_from_the_same_checkpoints():
+    """KubeRay never reruns a finished RayJob; a new name makes Pulumi replace it, and both attempts
+    load and save the same directory (Miles 49cac7b5 resumes the rollout counter from it)."""
+    from test_workloads import variant
+
+    from workloads import render
+    first = derive(variant("p5en-prod", {"workloads": {"run": {"rayJob": True}}}))
+    second = derive(variant("p5en-prod", {"workloads": {"run": {"rayJob": True, "attempt": 2}}}))
+    a, b = render.rayjob(first), render.rayjob(second)
+    assert (a["metadata"]["name"], b["metadata"]["name"]) == ("grpo-1", "grpo-2")
+    argv_a, argv_b = list(first.argv), list(second.argv)
+    for flag in ("--load", "--save"):
+        assert argv_a[argv_a.index(flag) + 1] == argv_b[argv_b.index(flag) + 1]
+    assert argv_a[argv_a.index("--load") + 1] == argv_a[argv_a.index("--save") + 1]

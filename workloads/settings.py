@@ -140,6 +140,10 @@ class RunSpec(SchemaModel):
     """Further Miles/Megatron/``--sglang-*`` flags, appended last; checked against the flag lists."""
     ray_job: bool = False
     """Opt-in: declare the run as a KubeRay RayJob in the stack (else submit with TorchX)."""
+    attempt: int = Field(1, ge=1)
+    """RayJob attempt: a finished RayJob is not run again by ``pulumi up``; raising this names a new
+    RayJob (``<name>-<attempt>``), which Pulumi creates in place of the old one. Miles resumes from
+    the last complete checkpoint in ``--load`` (the same directory for every attempt)."""
 
     @field_validator("extra_args", "model_args")
     @classmethod

@@ -142,7 +142,7 @@ def rayjob(m: WorkloadModel) -> dict:
     run = m.settings.run
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
-        "metadata": meta(m, run.name, "miles-run"),
+        "metadata": meta(m, f"{run.name}-{run.attempt}", "miles-run"),
         "spec": {
             "clusterSelector": {"ray.io/cluster": L.RAY_CLUSTER},
             "entrypoint": shlex.join(m.run_argv()),
