@@ -76,3 +76,26 @@ def test_every_gpu_pod_of_the_raycluster_runs_the_preflight_first():
             assert ("--gin" in args) == (g.efa > 0 and "NCCL_GIN_TYPE" in g.env), (stack, g.name)
             assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in init["env"]
             assert "preflight.py" in render.scripts_configmap(m)["data"]
+
+
+def test_torchx_gpu_pods_run_the_same_preflight():
+    import warnings
+
+    from test_workloads import variant
+    from test_workloads_torchx import scheduler_cfg, serialize
+    from torchx.runner import get_runner
+
+    from workloads.model import derive
+    from workloads.torchx_miles import appdef
+    cfg = variant("p5en-prod", {"workloads": {"submit": "torchx"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job = serialize(get_runner().dryrun(appdef(derive(cfg)), "kubernetes", cfg=scheduler_cfg(cfg),
+                                            workspace=None).request.resource)
+    by_task = {t["name"]: t["template"]["spec"] for t in job["spec"]["tasks"]}
+    trainer = next(spec for name, spec in by_task.items() if "trainer" in name)
+    (init,) = trainer["initContainers"]
+    assert init["command"][:2] == ["python3", "/opt/scripts/preflight.py"] and "--efa" in init["command"]
+    assert any(v["name"] == "scripts" for v in trainer["volumes"])
+    head = next(spec for name, spec in by_task.items() if "head" in name)
+    assert "initContainers" not in head

@@ -23,8 +23,9 @@ from torchx.specs.overlays import JOIN, set_overlay
 
 from . import layout as L
 from .model import WorkloadModel
-from .render.common import FSX_CLAIM, RAY_PODS, placement, pod_security_context, security_context, shm_volume
-from .render.ray import entrypoint_resources
+from .render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
+                            pod_security_context, scripts_volume, security_context, shm_volume)
+from .render.ray import entrypoint_resources, preflight_container
 from .resources import EFA, HUGEPAGES, MI
 
 HEAD_ROLE = "head"
@@ -85,6 +86,11 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str) -> specs.Rol
             "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
             # One container per pod; its name varies per replica, its image does not.
             JOIN("containers", on="image"): [{"image": image, "securityContext": security_context(g)}]}
+    if g.gpus:  # the same preflight as the RayCluster's GPU pods, before Ray starts
+        main = {"image": image, "resources": container_resources(g), "env": env_list(g.env),
+                "securityContext": security_context(g), "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]}
+        spec["initContainers"] = [preflight_container(m, g, main)]
+        spec[JOIN("volumes", on="name")].append(scripts_volume())
     # The stack's Ray NetworkPolicy selects these labels: the pods of one TorchX run talk to each
     # other (and to the reward service) like the RayCluster's.
     set_overlay(role, "kubernetes", "V1Pod", {"metadata": {"labels": dict(RAY_PODS)}, "spec": spec})
