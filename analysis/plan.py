@@ -177,6 +177,14 @@ def run_lines(cfg: StackConfig) -> list[str]:
     for image, pods in images.items():
         pinned = "digest-pinned" if "@sha256:" in image else "NOT digest-pinned"
         out.append(f"  image {image} ({pinned}): {', '.join(pods)}")
+    from workloads.schedulability import GPU, EFA, check, pool_claims
+    out.append("  pool claims at desired size (every pod of every consumer / what the nodes offer):")
+    for c in pool_claims(m, check(m)):
+        cells = [f"{c.claimed[GPU]:g}/{c.capacity[GPU]:g} GPU", f"{c.claimed[EFA]:g}/{c.capacity[EFA]:g} EFA",
+                 f"{c.claimed['cpu'] / 1000:,.0f}/{c.capacity['cpu'] / 1000:,.0f} CPU",
+                 f"{c.claimed['memory'] / 1e9:,.0f}/{c.capacity['memory'] / 1e9:,.0f} GB"]
+        out.append(f"    {c.pool:<9} {c.nodes:>3} nodes: {', '.join(cells)}"
+                   + (f"  OVER: {', '.join(c.over)}" if c.over else ""))
     b = budget(cfg, expert_precision(cfg))
     out.append(f"  checkpoints: {b.save_bytes / GB:,.0f} GB per save, {b.saves_kept} kept at most "
                f"(--save-retain-interval), + model {b.hf_bytes / GB:,.0f} GB + data {b.data_bytes / GB:,.0f} GB = "

@@ -120,3 +120,17 @@ def test_a_new_attempt_is_a_new_rayjob_resuming_from_the_same_checkpoints():
     for flag in ("--load", "--save"):
         assert argv_a[argv_a.index(flag) + 1] == argv_b[argv_b.index(flag) + 1]
     assert argv_a[argv_a.index("--load") + 1] == argv_a[argv_a.index("--save") + 1]
+
+
+def test_pool_claims_sum_every_consumer_of_a_pool():
+    from workloads.resources import GPU
+    from workloads.schedulability import Placement, check, pool_claims
+    m = derive(load("p5en-prod"))
+    placements = check(m)
+    claims = {c.pool: c for c in pool_claims(m, placements)}
+    assert claims["train"].claimed[GPU] == claims["train"].capacity[GPU] == 128 and not claims["train"].over
+    # A second whole-node consumer of the training pool (what a TorchX gang next to the RayCluster was).
+    extra = Placement("torchx-trainer", "train", True, [], 16, dict(next(p for p in placements
+                                                                       if p.pod == "ray-trainer").requests))
+    over = {c.pool: c for c in pool_claims(m, placements + [extra])}["train"].over
+    assert GPU in over and "vpc.amazonaws.com/efa" in over

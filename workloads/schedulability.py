@@ -155,3 +155,32 @@ def check(m: WorkloadModel) -> list[Placement]:
 
 def unschedulable(placements: list[Placement]) -> list[str]:
     return [msg for p in placements if not p.fits for msg in p.problems]
+
+
+@dataclass(frozen=True)
+class PoolClaim:
+    """Everything the workloads claim on one pool at desired size, against what it offers."""
+
+    pool: str
+    nodes: int
+    claimed: dict[str, float]
+    capacity: dict[str, float]
+    """Per resource: allocatable for pods on one node (DaemonSet reserve taken off) x desired nodes."""
+
+    @property
+    def over(self) -> list[str]:
+        return [r for r in RESOURCES if self.claimed.get(r, 0) > self.capacity.get(r, 0)]
+
+
+def pool_claims(m: WorkloadModel, placements: list[Placement]) -> list[PoolClaim]:
+    """Sum of every consumer per pool (all replicas of every pod template placed there)."""
+    out = []
+    for pool in m.pools:
+        mine = [p for p in placements if p.pool == pool.name]
+        if not mine:
+            continue
+        per_node = node_capacity(m, pool)
+        claimed = {r: sum(p.requests.get(r, 0) * p.replicas for p in mine) for r in RESOURCES}
+        out.append(PoolClaim(pool.name, pool.nodes.desired, claimed,
+                             {r: per_node[r] * pool.nodes.desired for r in RESOURCES}))
+    return out
