@@ -174,9 +174,11 @@ def run_lines(cfg: StackConfig) -> list[str]:
         for c in template["spec"].get("initContainers", []) + template["spec"]["containers"]:
             if replicas and name not in images.setdefault(c["image"], []):
                 images[c["image"]].append(name)
+    ecr = f".dkr.ecr.{cfg.region}.amazonaws.com/"
     for image, pods in images.items():
         pinned = "digest-pinned" if "@sha256:" in image else "NOT digest-pinned"
-        out.append(f"  image {image} ({pinned}): {', '.join(pods)}")
+        source = "ECR in the region" if ecr in image else "NOT from ECR in the region: pulls go through the NAT"
+        out.append(f"  image {image} ({pinned}; {source}): {', '.join(pods)}")
     from workloads.schedulability import GPU, EFA, check, pool_claims
     out.append("  pool claims at desired size (every pod of every consumer / what the nodes offer):")
     for c in pool_claims(m, check(m)):
