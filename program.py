@@ -31,7 +31,7 @@ def build(cfg: StackConfig) -> Platform:
     cfg = as_program_config(cfg)
     model = derive(cfg)
     check_schedulable(model)  # before any resource is registered
-    platform = Platform(cfg)
+    platform = Platform(cfg, gpu_setups=model.gpu_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     workloads = Workloads(model, platform)

@@ -25,6 +25,7 @@ import pulumi_aws as aws
 
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
+from .gpu_node_setup import GpuNodeSetup, user_data_parts
 from .network import pods_per_node
 
 NODEADM_BOUNDARY = "==NODEADM=="
@@ -50,11 +51,14 @@ def node_config(pool: Pool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def user_data(pool: Pool) -> str:
-    """MIME multi-part user data carrying ``node_config``, base64 as launch templates want it."""
+def user_data(pool: Pool, gpu_setup: GpuNodeSetup = GpuNodeSetup()) -> str:
+    """MIME multi-part user data: ``node_config`` for nodeadm, then the GPU node setup's parts
+    (``components.gpu_node_setup``: gdrdrv, driver options, capability labels) where the pool has
+    one; base64 as launch templates want it."""
+    parts = [("application/node.eks.aws", node_config(pool)), *user_data_parts(gpu_setup)]
+    body = "".join(f"--{NODEADM_BOUNDARY}\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
     mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{NODEADM_BOUNDARY}"\n\n'
-            f"--{NODEADM_BOUNDARY}\nContent-Type: application/node.eks.aws\n\n"
-            f"{node_config(pool)}\n--{NODEADM_BOUNDARY}--\n")
+            f"{body}--{NODEADM_BOUNDARY}--\n")
     return base64.b64encode(mime.encode()).decode()
 
 
@@ -86,14 +90,15 @@ class NodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
                  node_role_arn: pulumi.Input[str], net: PoolNetwork,
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
+                 after: Sequence[pulumi.Resource] = (), gpu_setup: GpuNodeSetup = GpuNodeSetup(),
+                 opts: pulumi.ResourceOptions | None = None):
         """``after``: what the node group must wait for (VPC CNI add-on, node role policies, NAT
         egress); stated on the node group itself so the dependency is explicit in the graph."""
         super().__init__("rlplatform:nodes:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.placement_group = (
             aws.ec2.PlacementGroup(name, strategy="cluster", opts=child) if pool.placement_group else None)
-        template = self._template_args(name, pool, net)
+        template = self._template_args(name, pool, net, gpu_setup)
         if self.placement_group:
             template["placement"] = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
         self.launch_template = aws.ec2.LaunchTemplate(name, **template, opts=child)
@@ -123,10 +128,10 @@ class NodePool(pulumi.ComponentResource):
         self.register_outputs({"nodeGroup": self.node_group.node_group_name})
 
     @staticmethod
-    def _template_args(name: str, pool: Pool, net: PoolNetwork) -> dict:
+    def _template_args(name: str, pool: Pool, net: PoolNetwork, gpu_setup: GpuNodeSetup) -> dict:
         args: dict = dict(
             instance_type=None if pool.spot_alternatives else pool.instance_type,
-            user_data=user_data(pool),
+            user_data=user_data(pool, gpu_setup),
             update_default_version=True,
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=1),

@@ -9,6 +9,8 @@ from one validated StackConfig; nothing is registered for a config that does not
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pulumi
 
 from .checkpoints import CheckpointBucket
@@ -16,6 +18,7 @@ from .cluster import Cluster
 from stackconfig.stack import Role, StackConfig
 from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
+from .gpu_node_setup import GpuNodeSetup
 from .iam import service_role
 from .network import Network, plan_subnets
 from .registry import ImageRegistry
@@ -28,7 +31,10 @@ NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnl
 class Platform(pulumi.ComponentResource):
     """VPC, EKS, node pools with full EFA, device plugins and the checkpoint bucket for one stack."""
 
-    def __init__(self, cfg: StackConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, cfg: StackConfig, gpu_setups: Mapping[str, GpuNodeSetup] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
+        """``gpu_setups``: per pool name, what its GPU nodes install at boot for the kernels the
+        workloads run (``components.gpu_node_setup``); none by default."""
         name = cfg.cluster_name
         subnets = plan_subnets(cfg)  # fails before any resource when the subnets cannot hold the pools
         super().__init__("rlplatform:index:Platform", name, None, opts)
@@ -43,8 +49,9 @@ class Platform(pulumi.ComponentResource):
                           cluster_security_group_id=self.cluster.security_group_id,
                           efa_security_group_id=efa_sg.id)
         after = [*self.cluster.node_addons, *node_role.attachments, *self.network.egress]
+        setups = gpu_setups or {}
         self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.role.arn, net,
-                                       after=after, opts=child)
+                                       after=after, gpu_setup=setups.get(p.name, GpuNodeSetup()), opts=child)
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])

@@ -24,8 +24,7 @@ GIN_MIN_EFA_INSTALLER = (1, 50)
 """EFA installer 1.50.0 ships aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated)."""
 GIN_MIN_NCCL = (2, 31, 2)
 """The NCCL aws-ofi-nccl's GIN support is tested with (DeepEP itself needs >= 2.30.4)."""
-GDA_FAMILIES = frozenset({"p5en", "p6-b200", "p6-b300"})
-"""GPU-initiated EFA (GIN type 5): p5en, p6-b200, p6-b300 only (aws-ofi-nccl GIN docs)."""
+
 """DeepEP 2.x README: NCCL 2.30.4 and above."""
 GIN_TYPE = {GinBackend.PROXY: "2", GinBackend.GPU: "5"}
 

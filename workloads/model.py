@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
+from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack
 
 from . import layout as L
 from .argv import miles_argv
 from .env import gpu_env, runtime_env
-from .settings import Submission, WorkloadSettings
+from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -57,6 +58,15 @@ class WorkloadModel:
     rollout_spot: bool
     images: Mapping[str, str]
     """Every image reference the workloads run, by the config field that sets it."""
+    gpu_setups: Mapping[str, GpuNodeSetup]
+    """Per GPU pool: what its nodes install at boot for the run's kernels (gdrdrv for DeepEP V2)."""
+
+    def node_labels(self, pool: Pool) -> dict[str, str]:
+        """The labels the pool's nodes carry: the pool's own plus the capabilities their setup proves."""
+        return {**pool.node_labels, **self.capabilities(pool)}
+
+    def capabilities(self, pool: Pool) -> dict[str, str]:
+        return capability_labels(self.gpu_setups.get(pool.name, GpuNodeSetup()))
 
     def worker(self, name: str) -> L.Group:
         return next(g for g in self.workers if g.name == name)
@@ -90,6 +100,12 @@ def _argv(cfg: "ProgramConfig") -> tuple[tuple[str, ...] | None, str | None]:
         return None, str(idle)
 
 
+def _gpu_setups(cfg: "ProgramConfig", deepep: L.DeepEP) -> dict[str, GpuNodeSetup]:
+    v2 = deepep.version is DeepEPVersion.V2
+    gpu = deepep.gin_backend is GinBackend.GPU
+    return {p.name: setup for p in L.gpu_pools(cfg) if (setup := for_pool(p, v2, gpu)) != GpuNodeSetup()}
+
+
 def derive(cfg: "ProgramConfig") -> WorkloadModel:
     deepep = L.resolve_deepep(cfg)
     argv, no_run = _argv(cfg)
@@ -103,4 +119,4 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
-        images=L.images(cfg))
+        images=L.images(cfg), gpu_setups=_gpu_setups(cfg, deepep))

@@ -62,14 +62,15 @@ def _memory_limit(template: dict) -> float:
 
 def _pool_of(m: WorkloadModel, template: dict) -> list[Pool]:
     selector = template["spec"].get("nodeSelector") or {}
-    return [p for p in m.pools if all(p.node_labels.get(k) == v for k, v in selector.items())]
+    return [p for p in m.pools if all(m.node_labels(p).get(k) == v for k, v in selector.items())]
 
 
-def _template_problems(name: str, pool: Pool, template: dict, capacity: dict[str, float]) -> list[str]:
+def _template_problems(name: str, pool: Pool, labels: dict[str, str], template: dict,
+                       capacity: dict[str, float]) -> list[str]:
     problems = []
     selector = template["spec"].get("nodeSelector") or {}
     for k, v in selector.items():
-        if pool.node_labels.get(k) != v:
+        if labels.get(k) != v:
             problems.append(f"pod {name}: node selector {k}={v} does not match pool {pool.name}")
     tolerated = {(t.get("key"), t.get("value"), t.get("effect")) for t in template["spec"].get("tolerations", [])
                  if t.get("operator", "Equal") == "Equal"}
@@ -131,7 +132,7 @@ def check(m: WorkloadModel) -> list[Placement]:
         if len(matches) != 1:
             problems.append(f"pod {name}: node selector matches {len(matches)} pools, expected pool {pool.name}")
         capacity = node_capacity(m, target)
-        problems += _template_problems(name, target, template, capacity)
+        problems += _template_problems(name, target, m.node_labels(target), template, capacity)
         req = pod_requests(template)
         placements.append(Placement(name, target.name, not problems, problems, replicas, req))
         if not problems:

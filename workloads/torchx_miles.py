@@ -82,7 +82,7 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str) -> specs.Rol
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
                       resource=resource(g), env=g.env,
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
-    spec = {**placement(g.pool), "serviceAccountName": m.service_account,
+    spec = {**placement(g.pool, m.capabilities(g.pool) if g.gpus else None), "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
             # One container per pod; its name varies per replica, its image does not.
             JOIN("containers", on="image"): [{"image": image, "securityContext": security_context(g)}]}

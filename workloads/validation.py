@@ -13,7 +13,9 @@ from stackconfig.stack import CapacityType, Role
 from .argv import MODEL_PRESETS
 from . import moe_backend as moe
 from .checkpoint_budget import GB, MODEL_PARAMS, budget
-from .layout import (GDA_FAMILIES, expert_precision, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
+from components.gpu_node_setup import GDA_FAMILIES
+
+from .layout import (expert_precision, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
                      resolve_deepep)
 from .settings import DeepEPVersion, GinBackend, Submission, version_tuple
 

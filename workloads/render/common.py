@@ -59,8 +59,10 @@ def tolerations(pool: Pool) -> list[dict]:
     return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in pool.taints]
 
 
-def placement(pool: Pool) -> dict:
-    spec: dict[str, Any] = {"nodeSelector": {POOL_LABEL: pool.name}}
+def placement(pool: Pool, capabilities: dict[str, str] | None = None) -> dict:
+    """The pool's label (and the node capabilities the pod needs, e.g. ``rl.platform/gdrcopy``) as
+    the node selector; exactly the pool's taints as tolerations."""
+    spec: dict[str, Any] = {"nodeSelector": {POOL_LABEL: pool.name, **(capabilities or {})}}
     if pool.taints:
         spec["tolerations"] = tolerations(pool)
     return spec

@@ -86,7 +86,8 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     # Runs as the image's user (root): see the Ray entries of policy/checkov-justifications.yaml.
     c["securityContext"] = security_context(g)
     spec = {"serviceAccountName": m.service_account, "securityContext": pod_security_context(),
-            "containers": [c], "volumes": [shm_volume(g), fsx_volume()], **placement(g.pool)}
+            "containers": [c], "volumes": [shm_volume(g), fsx_volume()],
+            **placement(g.pool, m.capabilities(g.pool) if g.gpus else None)}
     if g.gpus:
         spec["initContainers"] = [preflight_container(m, g, c)]
         spec["volumes"].append(scripts_volume())

