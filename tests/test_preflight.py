@@ -99,3 +99,15 @@ def test_torchx_gpu_pods_run_the_same_preflight():
     assert any(v["name"] == "scripts" for v in trainer["volumes"])
     head = next(spec for name, spec in by_task.items() if "head" in name)
     assert "initContainers" not in head
+
+
+def test_nccl_network_is_read_from_real_logs():
+    """The preflight's NCCL check reads the network NCCL chose from its INFO log: captured on an H200
+    (socket fallback, also when NCCL_NET_PLUGIN=ofi names a plugin that is not installed) and the
+    aws-ofi-nccl-over-EFA lines AWS's nccl-tests recipe shows (tests/data/nccl/README.md)."""
+    data = ROOT / "tests" / "data" / "nccl"
+    assert P.nccl_network((data / "info-socket-h200.log").read_text()) == "Socket"
+    missing = (data / "info-ofi-plugin-missing-h200.log").read_text()
+    assert "Could not find: ofi libnccl-net-ofi.so" in missing and P.nccl_network(missing) == "Socket"
+    assert P.nccl_network((data / "info-ofi-efa-p5.log").read_text()) == "AWS Libfabric"
+    assert P.nccl_network("NCCL INFO NCCL version 2.31.2\n") is None

@@ -9,7 +9,8 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - EFA: ``fi_info -p efa -t FI_EP_RDM`` lists as many EFA domains as the pod requested devices
   (libfabric's own view: a device the plugin allocated but libfabric cannot open counts missing);
 - aws-ofi-nccl: the plugin library NCCL loads for ``NCCL_NET_PLUGIN=ofi`` (``libnccl-net-ofi.so``,
-  or ``libnccl-net.so``) opens, so NCCL uses NET/OFI and not its socket fallback;
+  or ``libnccl-net.so``) opens, and a one-rank NCCL communicator on this GPU reports the network it
+  chose (``NCCL_DEBUG=INFO``: ``Using network ...``): Libfabric (NET/OFI), not Socket;
 - NCCL: the library's version (``ncclGetVersion``) is at least the one the run needs;
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` exists (GDRCopy's kernel module on the host);
 - memlock unlimited, 2-MiB huge pages available, ``/dev/shm`` at least the expected size.
@@ -95,6 +96,28 @@ def check_ofi_plugin() -> str | None:
     return None
 
 
+NET_LINE = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
+NCCL_PROBE = (
+    "import os, torch, torch.distributed as dist\n"
+    "dist.init_process_group('nccl', init_method='tcp://127.0.0.1:' + os.environ['PREFLIGHT_PORT'], rank=0, world_size=1)\n"
+    "x = torch.ones(1, device='cuda'); dist.all_reduce(x); torch.cuda.synchronize(); dist.destroy_process_group()\n")
+
+
+def nccl_network(log: str) -> str | None:
+    """The network NCCL picked, from its INFO log (e.g. ``Libfabric``, ``AWS Libfabric``, ``Socket``, ``IB``)."""
+    found = NET_LINE.findall(log)
+    return found[-1] if found else None
+
+
+def check_nccl_network() -> str | None:
+    env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PREFLIGHT_PORT": "29555"}
+    done = subprocess.run([sys.executable, "-c", NCCL_PROBE], capture_output=True, text=True, timeout=300, env=env)
+    net = nccl_network(done.stdout + done.stderr)
+    if net is None:
+        return f"NCCL: a one-rank communicator did not report its network (exit {done.returncode})"
+    return None if "libfabric" in net.lower() else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
+
+
 def check_nccl(want: str) -> str | None:
     try:
         lib = ctypes.CDLL(NCCL_LIBRARY)
@@ -142,7 +165,7 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
     if args.hugepages_mi:
         out.append(("hugepages", lambda: check_hugepages(args.hugepages_mi)))
     if args.efa:
-        out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin)]
+        out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin), ("nccl-net", check_nccl_network)]
     out.append(("nccl", lambda: check_nccl(args.nccl)))
     if args.gin:
         out.append(("gdrdrv", check_gdrdrv))
