@@ -192,7 +192,7 @@ def test_cited_lines_hold_what_the_rule_says(obj, dist, version, path, needle, c
 # --- pure: the decision table and the refusals ---------------------------------------------------------
 
 OK = {"none": ("none", "auto", None, None, "alltoall", False),
-      "v1": ("deepep", "deep_gemm", "auto", None, "flex", True),
+      "v1": ("deepep", "deep_gemm", "auto", None, "alltoall", False),
       "v2-1": ("deepep_v2", "deep_gemm", None, "direct", "alltoall", False),
       "v2-n": ("deepep_v2", "deep_gemm", None, "hybrid", "alltoall", False)}
 TABLE = [  # precision, engine nodes, deepep, GPU, SGLang -> flags or the refusing rule
@@ -274,4 +274,4 @@ def test_args():
                                           "deep_gemm", "--sglang-deepep-v2-mode", "hybrid"]
     assert b.megatron_args() == ["--moe-token-dispatcher-type", "alltoall"]
     assert choose("bf16", 1, "v1", "H100", "0.5.17", deepep_mode="low_latency").megatron_args() == [
-        "--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"]
+        "--moe-token-dispatcher-type", "alltoall"]  # the image's DeepEP 2.x breaks Megatron's flex import

@@ -205,8 +205,8 @@ def test_p5en_prod_reference_shape_and_argv():
     assert argv["--actor-num-nodes"] == ["16"] and argv["--actor-num-gpus-per-node"] == ["8"]
     assert argv["--rollout-num-gpus"] == ["256"] and argv["--num-gpus-per-node"] == ["8"]
     assert argv["--rollout-num-gpus-per-engine"] == ["8"] and argv["--sglang-ep-size"] == ["8"]
-    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and "--moe-enable-deepep" in argv
-    assert argv["--moe-token-dispatcher-type"] == ["flex"]
+    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and "--moe-enable-deepep" not in argv
+    assert argv["--moe-token-dispatcher-type"] == ["alltoall"]
     assert "--use-fault-tolerance" not in argv  # rollout pool is an ODCR, not Spot
     assert cfg.pool(Role.ROLLOUT).capacity.type.value == "ODCR"
 
@@ -344,7 +344,8 @@ def test_upstream_moe_rules_refuse_what_cannot_run_and_pick_what_can():
         variant("p4d", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
     argv = flag_values(list(derive(load("p5en-prod")).argv))
     assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and argv["--sglang-moe-runner-backend"] == ["deep_gemm"]
-    assert argv["--sglang-deepep-mode"] == ["normal"] and argv["--moe-token-dispatcher-type"] == ["flex"]
+    assert argv["--sglang-deepep-mode"] == ["normal"] and argv["--moe-token-dispatcher-type"] == ["alltoall"]
+    assert "--moe-enable-deepep" not in argv  # Megatron@37f91617 cannot import DeepEP 2.x's utils
     v2 = flag_values(list(derive(variant("p5en-prod", FP8_V2)).argv))
     assert v2["--sglang-moe-a2a-backend"] == ["deepep_v2"] and v2["--sglang-deepep-v2-mode"] == ["hybrid"]
     assert v2["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-enable-deepep" not in v2

@@ -383,9 +383,10 @@ def test_the_evaluator_follows_kubernetes_semantics():
 
 
 def test_fsx_csi_controller_runs_no_pod():
-    """Chart 1.17.0 renders the controller Deployment even with nodeComponentOnly; with no replicas
-    and no service account it runs nothing privileged and holds no credentials."""
+    """Chart 1.17.0 renders the controller Deployment even with nodeComponentOnly; with no replicas it
+    runs nothing privileged and holds no credentials (its service account must stay: create false
+    fails the install when the account does not exist)."""
     from workloads.render import fsx_csi_values
     values = fsx_csi_values()
-    assert values["controller"] == {"replicaCount": 0, "serviceAccount": {"create": False}}
+    assert values["controller"] == {"replicaCount": 0}
     assert values["nodeComponentOnly"] is True

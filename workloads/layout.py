@@ -7,7 +7,7 @@ the schedulability check all read these answers, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
@@ -116,17 +116,11 @@ def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
 
 
 def moe_backend(cfg: "ProgramConfig") -> moe.MoEBackend:
-    """SGLang's a2a backend and runner and Megatron's dispatcher for the run (``workloads.moe_backend``).
-    Megatron's legacy DeepEP (flex) only when the expert-parallel group fits one node: across nodes its
-    internode kernels need NVSHMEM IBGDA, which EFA lacks."""
+    """SGLang's a2a backend and runner and Megatron's dispatcher for the run (``workloads.moe_backend``)."""
     deepep = resolve_deepep(cfg)
     c = moe_case(cfg, deepep.version)
-    chosen = moe.choose(c.precision, c.engine_nodes, c.deepep, c.gpu_model, c.sglang_version,
-                        deepep_mode=deepep.sglang_mode, efa=c.efa)
-    par, train = cfg.workloads.run.parallel, cfg.pool(Role.TRAIN)
-    if chosen.moe_enable_deepep and par.expert * par.expert_tensor > train.instance.gpus:
-        return replace(chosen, moe_token_dispatcher_type="alltoall", moe_enable_deepep=False)
-    return chosen
+    return moe.choose(c.precision, c.engine_nodes, c.deepep, c.gpu_model, c.sglang_version,
+                      deepep_mode=deepep.sglang_mode, efa=c.efa)
 
 def head_pool(cfg: "ProgramConfig") -> Pool:
     name = cfg.workloads.ray.head_pool

@@ -183,7 +183,10 @@ def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["of
     - none: SGLang ``none`` + ``auto`` runner; Megatron ``alltoall``.
     - v1: SGLang ``deepep`` + explicit ``deep_gemm`` (bf16 takes the working path only with it: sglang
       0.5.17 ep_moe/layer.py:138-148; fp8 picks it under auto anyway, quantization/fp8.py:1076-1089);
-      Megatron ``flex`` + ``--moe-enable-deepep`` (Megatron-LM@37f91617 transformer_config.py:1166-1168).
+      Megatron ``alltoall``, as for v2: the image carries DeepEP 2.x only (its legacy ``Buffer`` serves
+      SGLang), and Megatron-LM@37f91617 fused_a2a.py:8-14 imports ``EventOverlap`` from ``deep_ep.utils``,
+      which 2.x dropped, so ``flex`` + ``--moe-enable-deepep`` stops at "DeepEP is not installed"
+      (token_dispatcher.py:1156).
     - v2: SGLang ``deepep_v2`` + ``deep_gemm`` (its only runner: sglang 0.5.19 arg_groups/moe_hook.py:194-208),
       ``direct`` on one node, ``hybrid`` across nodes (0.5.22 moe_hook.py:368-372 refuses direct there);
       Megatron ``alltoall``: its fused_a2a.py:8-14 imports EventOverlap from deep_ep.utils, which DeepEP V2
@@ -192,7 +195,7 @@ def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["of
     c = case(precision, engine_nodes, deepep, gpu_model, sglang_version, efa=efa, architecture=architecture)
     refusal(c)
     if c.deepep == "v1":
-        return MoEBackend("deepep", "deep_gemm", deepep_mode, None, "flex", True)
+        return MoEBackend("deepep", "deep_gemm", deepep_mode, None, "alltoall", False)
     if c.deepep == "v2":
         return MoEBackend("deepep_v2", "deep_gemm", None, "hybrid" if engine_nodes > 1 else "direct", "alltoall", False)
     return MoEBackend("none", "auto", None, None, "alltoall", False)

@@ -29,10 +29,11 @@ def volcano_values(m: WorkloadModel) -> dict:
 def fsx_csi_values() -> dict:
     """Node plugin only: static provisioning needs no controller (and so no AWS credentials). Chart
     1.17.0 renders the controller Deployment whatever ``nodeComponentOnly`` says (that value only
-    drops its disruption budget), so its replicas go to 0 and its service account is not created.
+    drops its disruption budget), so its replicas go to 0. Its service account stays: with
+    ``controller.serviceAccount.create: false`` the chart looks the account up and fails when it is
+    missing (templates/controller-serviceaccount.yaml:12-16); without replicas it holds no credentials.
     The node DaemonSet tolerates every taint (chart default), so GPU and Spot nodes mount the volume."""
-    return {"nodeComponentOnly": True, "controller": {"replicaCount": 0, "serviceAccount": {"create": False}},
-            "node": {"tolerateAllTaints": True}}
+    return {"nodeComponentOnly": True, "controller": {"replicaCount": 0}, "node": {"tolerateAllTaints": True}}
 
 
 def volcano_queue(m: WorkloadModel) -> dict:
