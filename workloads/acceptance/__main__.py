@@ -1,0 +1,105 @@
+"""Command line: print a pool's acceptance Job, or turn its logs into a report and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+from .. import fabric_bench as FB
+from ..model import WorkloadModel
+
+from .compare import (compare)
+from .expected import (EXPECTED, family_of)
+from .job import (acceptance_job, gpu_group, holds_pool, report_command)
+from .parsers import (load_fabric_bench, parse_deepep)
+from .plot import (plot_svg)
+
+
+# --- command line --------------------------------------------------------------------------------------
+
+def _model(stack: str, stack_dir: Path) -> WorkloadModel:
+    from stackconfig.files import read_stack
+
+    from ..model import derive
+    from ..stack import ProgramConfig
+    return derive(read_stack(stack, stack_dir, model=ProgramConfig))
+
+
+def _report_main(argv: Sequence[str]) -> int:
+    from stackconfig.files import STACKS_DIR
+    p = argparse.ArgumentParser(prog="python -m workloads.acceptance report",
+                                description="Compare a fabric acceptance run with its family's figures.")
+    p.add_argument("inputs", nargs="*", type=Path,
+                   help="fabric_bench JSON files or Job logs (default: stdin); DeepEP lines are read from logs")
+    p.add_argument("--family", choices=sorted(EXPECTED))
+    p.add_argument("--stack")
+    p.add_argument("--pool")
+    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
+    p.add_argument("--threshold", type=float, default=0.8)
+    p.add_argument("--relative", type=float, default=0.8)
+    p.add_argument("--svg", type=Path)
+    args = p.parse_args(argv)
+    if args.family:
+        family = args.family
+    elif args.stack and args.pool:
+        m = _model(args.stack, args.stack_dir)
+        family = family_of(gpu_group(m, args.pool).pool).name
+    else:
+        p.error("give --family, or --stack and --pool")
+    texts = [f.read_text() for f in args.inputs] if args.inputs else [sys.stdin.read()]
+    docs = []
+    for t in texts:
+        try:
+            docs.append(load_fabric_bench(t))
+        except ValueError:
+            continue  # a log without fabric_bench's line (another pod's), or DeepEP's output alone
+    if not docs:
+        p.error(f"no {FB.FORMAT} document (nor a {FB.JSON_MARKER} line) in the input")
+    deepep = [r for t in texts for r in parse_deepep(t)]
+    report = compare(docs[-1], family, args.threshold, args.relative, deepep or None)
+    if args.svg:
+        args.svg.write_text(plot_svg(report))
+    json.dump(report, sys.stdout, indent=2)
+    print()
+    return 0 if report["ok"] else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        return _report_main(argv[1:])
+    import subprocess
+
+    import yaml
+
+    from stackconfig.files import STACKS_DIR
+    p = argparse.ArgumentParser(prog="python -m workloads.acceptance",
+                                description="Print (or --apply) a GPU pool's fabric acceptance Job. "
+                                            "'report' (first argument) compares a finished run.")
+    p.add_argument("stack")
+    p.add_argument("pool")
+    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
+    p.add_argument("--apply", action="store_true", help="pipe the Job to `kubectl apply -f -`")
+    args = p.parse_args(argv)
+    try:
+        m = _model(args.stack, args.stack_dir)
+        job = acceptance_job(m, args.pool)
+    except ValueError as e:
+        print(f"acceptance: {e}", file=sys.stderr)
+        return 2
+    text = yaml.safe_dump(job, sort_keys=False, width=120)
+    if (why := holds_pool(m, args.pool)) is not None:
+        print(f"acceptance: warning: {why}", file=sys.stderr)
+    print(f"acceptance: when it has finished: {report_command(m, args.pool)}", file=sys.stderr)
+    if args.apply:
+        return subprocess.run(["kubectl", "apply", "-f", "-"], input=text, text=True).returncode
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
