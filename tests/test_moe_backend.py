@@ -8,41 +8,20 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
-import os
 import re
-import subprocess
-import sys
 import zipfile
-from pathlib import Path
 
 import pytest
+
+from upstream_wheels import wheel_path
 
 from workloads import moe_backend as mb
 from workloads.flagcheck import parse_server_args
 from workloads.moe_backend import FIELD, RULES, Case, MoEBackend, case, choose
 
-WHEEL_CACHE = Path(os.environ.get("SGLANG_WHEEL_DIR") or
-                   Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "moe-rl-platform" / "wheels")
 SGLANG = ("0.5.17", "0.5.19")
 DEEP_EP = ("sgl-deep-ep", "0.1.2")
 GPUS = ("A100", "H100", "H200", "B200", "B300")
-
-
-@functools.cache
-def wheel_path(dist: str, version: str) -> tuple[Path | None, str]:
-    """The wheel (not installed, no dependencies), downloaded once into the cache; or why not."""
-    pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
-    if not sorted(WHEEL_CACHE.glob(pattern)):
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "--platform",
-             "manylinux_2_28_x86_64", "-d", str(WHEEL_CACHE), f"{dist}=={version}"],
-            check=False, capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "pip download failed"
-    found = sorted(WHEEL_CACHE.glob(pattern))
-    return (found[0], "") if found else (None, f"no {pattern} in {WHEEL_CACHE}")
 
 
 @functools.cache

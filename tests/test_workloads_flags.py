@@ -5,14 +5,12 @@ ServerArgs, read statically from the pinned SGLang wheel (downloaded once into a
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import STACKS, load
 from test_workloads import SCHEMAS, variant
+from upstream_wheels import wheel_path
 
 from stackconfig.versions import SoftwareStack
 from workloads.argv import miles_argv
@@ -35,29 +33,9 @@ def miles() -> MilesFlags:
     return miles_flags(MILES_FLAGS)
 
 
-WHEEL_CACHE = Path(os.environ.get("SGLANG_WHEEL_DIR") or
-                   Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "moe-rl-platform" / "wheels")
-
-
-@functools.cache
-def sglang_wheel() -> tuple[Path | None, str]:
-    """The pinned SGLang wheel (not installed, no dependencies), downloaded once into a cache."""
-    pattern = f"sglang-{SoftwareStack().sglang}-*.whl"
-    if not sorted(WHEEL_CACHE.glob(pattern)):
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-             "--python-version", "3.11", "--platform", "manylinux_2_34_x86_64", "-d", str(WHEEL_CACHE),
-             f"sglang=={SoftwareStack().sglang}"], capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "pip download failed"
-    found = sorted(WHEEL_CACHE.glob(pattern))
-    return (found[0], "") if found else (None, f"no {pattern} in {WHEEL_CACHE}")
-
-
 @functools.cache
 def sglang():
-    wheel, why = sglang_wheel()
+    wheel, why = wheel_path("sglang", SoftwareStack().sglang)
     if wheel is None:
         pytest.skip(f"sglang=={SoftwareStack().sglang} wheel unavailable (no package registry?): {why}")
     return sglang_flags_from_wheel(wheel)
