@@ -59,13 +59,12 @@ class SoftwareStack(SchemaModel):
 
     The set ``workloads/image/Dockerfile`` builds (its ARGs carry the same pins), and why it differs
     from the earlier seed (SGLang 0.5.17, Miles 0.1.0, DeepEP 2.0, EFA installer 1.49):
-    - SGLang 0.5.19: the first release with ``--moe-a2a-backend deepep_v2`` (DeepEP's ElasticBuffer,
-      sgl-project/sglang #35634); 0.5.17 only drives the legacy ``deep_ep.Buffer``.
     - Miles 49cac7b5 (radixark/miles #2682): resume restores the rollout counter; v0.1.0 restarts it.
-    - DeepEP dd758caf (v2.1.0): ElasticBuffer (#605) and running on a newer NCCL than it was built with.
-    - EFA installer 1.50.0: aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated);
-      NCCL 2.31.2, the version aws-ofi-nccl's GIN support is tested with.
-    - PyTorch 2.13: what SGLang 0.5.19 is built against.
+    - SGLang: Miles' ``sglang-miles`` fork on the 0.5.16 line (``sglang_fork``), on Miles' base image;
+      0.5.17 stock cannot run Miles, and neither can 0.5.19, the first with ``deepep_v2``.
+    - EFA installer 1.50.0: aws-ofi-nccl 1.21.1 (NET/OFI; also the first plugin with GIN).
+    - ``deepep`` / ``nccl``: the DeepEP V2 commit and NCCL a V2 image needs (NCCL 2.31.2 is what
+      aws-ofi-nccl's GIN is tested with); V2 stays refused until Miles runs on SGLang >= 0.5.19.
     The Miles release image (``radixark/miles:v0.1.0``, the default ``image`` until you push the
     recipe's build) has no EFA userspace: the GPU pods' preflight refuses it on EFA pools.
     """
@@ -76,7 +75,14 @@ class SoftwareStack(SchemaModel):
     efa_installer: str = Field("1.50.0", pattern=r"^\d+\.\d+(\.\d+)?$")
     deepep: str = Field("dd758caf451848bd150e1046af3d0a73e5fff38d", pattern=r"^[0-9a-f]{40}$")
     """deepseek-ai/DeepEP commit (v2.1.0): ElasticBuffer and the legacy Buffer."""
-    sglang: str = Field("0.5.19", pattern=r"^\d+\.\d+\.\d+$")
+    sglang: str = Field("0.5.16", pattern=r"^\d+\.\d+\.\d+$")
+    """The SGLang release line the image's SGLang follows (its flags and MoE rules are checked against
+    this release's wheel). Miles needs its own fork: ``sglang_fork``."""
+    sglang_fork: str = Field("cb05a44f35a7c9e27e46d74112cc841ca674ef43", pattern=r"^[0-9a-f]{40}$")
+    """sgl-project/sglang ``sglang-miles`` commit Miles' image installs (radixark/miles release-lock.json at
+    286680d1e; docker/Dockerfile:19-20, 203-215 at 49cac7b5). Stock SGLang lacks the weight-sync API Miles
+    imports (ParameterMapper, ParallelismContext), so DeepEP V2 (``deepep_v2``, SGLang >= 0.5.19) is not
+    available with this Miles revision."""
     miles: str = Field("49cac7b52507fe6953952c3e1d1ad05a01b144a4", pattern=r"^[0-9a-f]{40}$")
     """radixark/miles commit: 49cac7b5 (PR #2682) resumes the rollout counter from the checkpoint; the
     v0.1.0 tag sets start_rollout_id = 0 in bridge mode even with --load (miles/utils/arguments.py)."""

@@ -68,7 +68,7 @@ def outcome(c: Case) -> MoEBackend | ValueError:
 def test_every_returned_flag_value_is_a_server_args_choice(version):
     choices_ = choices(version)
     returned = [b for c in cases(version) if isinstance(b := outcome(c), MoEBackend)]
-    returned += [choose("bf16", 1, "v1", "H200", version, deepep_mode=m) for m in ("normal", "low_latency")]
+    returned += [choose("bf16", 1, "v1", "H200", version, deepep_mode=m, efa=False) for m in ("normal", "low_latency")]
     assert {b.moe_a2a_backend for b in returned} == (
         {"none", "deepep", "deepep_v2"} if version == "0.5.19" else {"none", "deepep"})
     for b in returned:
@@ -149,6 +149,11 @@ CITATIONS = [  # (object whose docstring cites it, dist, version, path in the wh
      "validate_deepep_v2_model_architecture(server_args)", "182-183"),
     (mb._v1_across_efa_nodes, *DEEP_EP, "deep_ep/buffers/legacy.py", "NVSHMEM_IB_ENABLE_IBGDA", "105-109"),
     (mb.choose, "sglang", "0.5.17", "layers/moe/ep_moe/layer.py", "get_moe_runner_backend().is_deep_gemm()", "138-148"),
+    (mb._v1_unquantized_normal_before_0_5_17, "sglang", "0.5.16", "layers/moe/ep_moe/layer.py",
+     "get_deepep_mode().enable_low_latency()", "113-125"),
+    (mb._v1_unquantized_normal_before_0_5_17, "sglang", "0.5.16", "layers/moe/ep_moe/layer.py",
+     "Unquantized DeepEP MoE currently supports low_latency mode only", "216-218"),
+    (mb._v1_low_latency_on_efa, *DEEP_EP, "deep_ep/buffers/legacy.py", "NVSHMEM_IB_ENABLE_IBGDA", "105-109"),
     (mb.choose, "sglang", "0.5.17", "layers/quantization/fp8.py",
      "def is_deepgemm_moe_runner_backend_enabled", "1076-1089"),
     (mb.choose, "sglang", "0.5.19", "arg_groups/moe_hook.py", "DeepEP v2 MoE currently supports only", "194-208"),
@@ -171,7 +176,7 @@ def test_cited_lines_hold_what_the_rule_says(obj, dist, version, path, needle, c
 # --- pure: the decision table and the refusals ---------------------------------------------------------
 
 OK = {"none": ("none", "auto", None, None, "alltoall", False),
-      "v1": ("deepep", "deep_gemm", "auto", None, "alltoall", False),
+      "v1": ("deepep", "deep_gemm", "normal", None, "alltoall", False),
       "v2-1": ("deepep_v2", "deep_gemm", None, "direct", "alltoall", False),
       "v2-n": ("deepep_v2", "deep_gemm", None, "hybrid", "alltoall", False)}
 TABLE = [  # precision, engine nodes, deepep, GPU, SGLang -> flags or the refusing rule
@@ -191,6 +196,8 @@ TABLE = [  # precision, engine nodes, deepep, GPU, SGLang -> flags or the refusi
     ("fp8-blockwise", 2, "v2", "H100", "0.5.19", OK["v2-n"]),
     ("fp8-blockwise", 4, "v2", "B300", "0.5.22", OK["v2-n"]),
     ("fp8-blockwise", 2, "none", "B200", "0.5.17", OK["none"]),
+    ("bf16", 1, "v1", "H200", "0.5.16", "deepep-v1-bf16-needs-sglang-0.5.17"),  # Miles' SGLang line
+    ("fp8-blockwise", 1, "v1", "H200", "0.5.16", OK["v1"]),
 ]
 
 
@@ -209,6 +216,9 @@ def test_every_rule_refuses_something_and_cites_a_source():
     refused = {r.name for v in SGLANG for c in cases(v) if (r := mb._refused(c))}
     refused |= {r.name for r in RULES if r.refuses(Case("fp8-blockwise", 1, "v2", "H200", "0.5.19",
                                                           architecture="LlamaForCausalLM"))}
+    refused |= {r.name for r in RULES if r.refuses(Case("bf16", 1, "v1", "H200", "0.5.16"))}
+    refused |= {r.name for r in RULES if r.refuses(Case("fp8-blockwise", 1, "v1", "H200", "0.5.17",
+                                                          deepep_mode="low_latency"))}
     assert refused == {r.name for r in RULES}
     for r in RULES:
         assert r.field in FIELD and re.search(r"(\d+\.\d+\.\d+|@[0-9a-f]{7,})\s+\S+\.(py|cu|md):\d+", r.refuses.__doc__)
@@ -252,5 +262,5 @@ def test_args():
     assert b.sglang_args("--sglang-") == ["--sglang-moe-a2a-backend", "deepep_v2", "--sglang-moe-runner-backend",
                                           "deep_gemm", "--sglang-deepep-v2-mode", "hybrid"]
     assert b.megatron_args() == ["--moe-token-dispatcher-type", "alltoall"]
-    assert choose("bf16", 1, "v1", "H100", "0.5.17", deepep_mode="low_latency").megatron_args() == [
+    assert choose("bf16", 1, "v1", "H100", "0.5.17", deepep_mode="low_latency", efa=False).megatron_args() == [
         "--moe-token-dispatcher-type", "alltoall"]  # the image's DeepEP 2.x breaks Megatron's flex import

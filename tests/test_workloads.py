@@ -205,7 +205,8 @@ def test_p5en_prod_reference_shape_and_argv():
     assert argv["--actor-num-nodes"] == ["16"] and argv["--actor-num-gpus-per-node"] == ["8"]
     assert argv["--rollout-num-gpus"] == ["256"] and argv["--num-gpus-per-node"] == ["8"]
     assert argv["--rollout-num-gpus-per-engine"] == ["8"] and argv["--sglang-ep-size"] == ["8"]
-    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and "--moe-enable-deepep" not in argv
+    # bf16 experts on Miles' SGLang (0.5.16 line): legacy DeepEP would need low_latency (IBGDA): off.
+    assert "--sglang-moe-a2a-backend" not in argv and "--moe-enable-deepep" not in argv
     assert argv["--moe-token-dispatcher-type"] == ["alltoall"]
     assert "--use-fault-tolerance" not in argv  # rollout pool is an ODCR, not Spot
     assert cfg.pool(Role.ROLLOUT).capacity.type.value == "ODCR"
@@ -284,10 +285,9 @@ def _gpu_env(cfg) -> dict[str, str]:
 
 
 def test_environment_by_family_and_deepep_mode():
-    v1 = _gpu_env(load("p5en-prod"))  # H200, bf16 model, one-node engines: legacy DeepEP over NVLink
+    v1 = _gpu_env(load("p5en-prod"))  # H200, bf16 on Miles' SGLang fork: DeepEP off
     assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in v1) and v1["NCCL_NVLS_ENABLE"] == "1"
-    fp8_v2 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"],
-                                    "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}}}
+    fp8_v2 = FP8_V2
     v2 = _gpu_env(variant("p5en-prod", fp8_v2))  # DeepEP V2 on aws-ofi-nccl's GIN, proxy by default
     assert (v2["NCCL_GIN_TYPE"], v2["NCCL_GIN_ENABLE"], v2["NCCL_CUMEM_ENABLE"]) == ("2", "1", "1")
     gda = _gpu_env(variant("p5en-prod", merge(fp8_v2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}})))
@@ -319,7 +319,9 @@ def test_inconsistent_workloads_fail_like_every_config_error(override, field):
 
 
 FP8_V2 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"],
-                                "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}}}
+                                "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}},
+          "versions": {"software": {"sglang": "0.5.19"}}}
+"""DeepEP V2 as an image with SGLang >= 0.5.19 would run it (not the pinned Miles, which needs its fork)."""
 
 
 def test_deepep_v2_needs_the_gin_plugin_and_gpu_initiated_needs_a_gda_family():
@@ -334,18 +336,25 @@ def test_deepep_v2_needs_the_gin_plugin_and_gpu_initiated_needs_a_gda_family():
 
 
 def test_upstream_moe_rules_refuse_what_cannot_run_and_pick_what_can():
-    """bf16 with DeepEP V2, legacy DeepEP across EFA nodes and DeepEP on A100 are refused before
-    anything is created; the reference stack runs legacy DeepEP within a node with deep_gemm."""
+    """bf16 with DeepEP V2, legacy DeepEP across EFA nodes or in low_latency mode (IBGDA), bf16 legacy
+    DeepEP in normal mode before SGLang 0.5.17, DeepEP on A100, and V2 on Miles' SGLang fork are refused
+    before anything is created; the reference stack (bf16 on the fork) runs without DeepEP."""
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*working alternatives"):
         variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v2"}}}})
-    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: "):
-        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}, "rollout": {"nodesPerEngine": 2}}}})
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*low_latency mode only"):
+        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*IBGDA"):
+        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}})
+    with pytest.raises(StackConfigError, match=r"versions.software.sglang: .*first in 0.5.19"):
+        variant("p5en-prod", merge(FP8_V2, {"versions": {"software": {"sglang": "0.5.16"}}}))
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: "):
         variant("p4d", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
     argv = flag_values(list(derive(load("p5en-prod")).argv))
-    assert argv["--sglang-moe-a2a-backend"] == ["deepep"] and argv["--sglang-moe-runner-backend"] == ["deep_gemm"]
-    assert argv["--sglang-deepep-mode"] == ["normal"] and argv["--moe-token-dispatcher-type"] == ["alltoall"]
-    assert "--moe-enable-deepep" not in argv  # Megatron@37f91617 cannot import DeepEP 2.x's utils
+    assert "--sglang-moe-a2a-backend" not in argv and argv["--moe-token-dispatcher-type"] == ["alltoall"]
+    fp8 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"]}}}
+    v1 = flag_values(list(derive(variant("p5en-prod", fp8)).argv))  # FP8 experts: legacy DeepEP in a node
+    assert v1["--sglang-moe-a2a-backend"] == ["deepep"] and v1["--sglang-moe-runner-backend"] == ["deep_gemm"]
+    assert v1["--sglang-deepep-mode"] == ["normal"]
     v2 = flag_values(list(derive(variant("p5en-prod", FP8_V2)).argv))
     assert v2["--sglang-moe-a2a-backend"] == ["deepep_v2"] and v2["--sglang-deepep-v2-mode"] == ["hybrid"]
     assert v2["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-enable-deepep" not in v2

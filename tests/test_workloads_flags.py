@@ -19,7 +19,7 @@ from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags
 MILES_FLAGS = miles_flags_file(SCHEMAS, SoftwareStack().miles)
 VARIANTS = [
     ("p5en-prod", {}),
-    ("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}}),
+    ("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "deepep": {"version": "v1"}}}}),
     ("p5en-prod", {"workloads": {"run": {"entryPoint": "train_async.py", "rollout": {"nodesPerEngine": 2}}}}),
     ("p5en-prod", {"workloads": {"storage": {"capacityGib": 9600}, "run": {"model": "Qwen/Qwen3-235B-A22B",
                                          "extraArgs": ["--sglang-cuda-graph-max-bs", "256", "--save-hf",

@@ -46,6 +46,8 @@ MODEL_PRESETS: dict[str, list[str]] = {
     "Qwen/Qwen3-30B-A3B": _qwen3_moe(heads=32, layers=48, hidden=2048, ffn=6144, moe_ffn=768),
     "Qwen/Qwen3-235B-A22B": _qwen3_moe(heads=64, layers=94, hidden=4096, ffn=12288, moe_ffn=1536),
 }
+# Qwen's blockwise-FP8 releases share their bf16 model's architecture.
+MODEL_PRESETS.update({f"{name}-FP8": flags for name, flags in list(MODEL_PRESETS.items())})
 
 
 def model_args(cfg: "ProgramConfig") -> list[str]:

@@ -90,7 +90,8 @@ def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
     gpu = min((p.instance.gpu_model for p in gpu_pools(cfg)), key=lambda g: moe.GPU_SM.get(g, 0))
     return moe.case(expert_precision(cfg), cfg.workloads.run.rollout.nodes_per_engine,
                     "none" if version is DeepEPVersion.OFF else version.value, gpu,
-                    cfg.versions.software.sglang, efa=bool(rollout.efa_devices))
+                    cfg.versions.software.sglang, efa=bool(rollout.efa_devices),
+                    deepep_mode=cfg.workloads.run.deepep.sglang_mode)
 
 
 def default_deepep(cfg: "ProgramConfig") -> DeepEPVersion:

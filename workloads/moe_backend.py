@@ -41,6 +41,8 @@ class Case:
     sglang_version: str
     efa: bool = True
     architecture: str | None = None
+    deepep_mode: str = "normal"
+    """Legacy ``--deepep-mode`` (v1 only)."""
 
     @property
     def sm(self) -> int:
@@ -128,6 +130,25 @@ def _v1_across_efa_nodes(c: Case) -> str | None:
         return f"legacy DeepEP across {c.engine_nodes} nodes needs NVSHMEM IBGDA, unavailable on EFA"
 
 
+def _v1_unquantized_normal_before_0_5_17(c: Case) -> str | None:
+    """Legacy deepep with bf16 experts in SGLang before 0.5.17 takes the working path only in
+    low_latency mode with the deep_gemm runner (sglang 0.5.16 sglang/srt/layers/moe/ep_moe/layer.py:113-125);
+    normal-mode dispatch raises NotImplementedError("Unquantized DeepEP MoE currently supports
+    low_latency mode only") at :216-218. 0.5.17 added bf16 normal mode with deep_gemm (layer.py:138-148)."""
+    if (c.deepep == "v1" and c.precision == "bf16" and c.deepep_mode != "low_latency"
+            and tuple(map(int, c.sglang_version.split(".")[:3])) < (0, 5, 17)):
+        return (f"SGLang {c.sglang_version} runs legacy DeepEP with bf16 experts in low_latency mode only "
+                f"(normal mode raises NotImplementedError)")
+
+
+def _v1_low_latency_on_efa(c: Case) -> str | None:
+    """Legacy DeepEP's low_latency kernels (also picked by ``auto`` for decode) go through NVSHMEM IBGDA
+    even within one node: sgl-deep-ep 0.1.2 deep_ep/buffers/legacy.py:105-109 turns IBGDA on for
+    low-latency mode; EFA has no IBGDA."""
+    if c.deepep == "v1" and c.efa and c.deepep_mode in ("low_latency", "auto"):
+        return f"legacy DeepEP {c.deepep_mode} mode needs NVSHMEM IBGDA, unavailable on EFA"
+
+
 RULES: tuple[Rule, ...] = (
     Rule("deepep-needs-sm90", "deepep", _deepep_below_sm90),
     Rule("fp8-needs-sm89", "precision", _fp8_below_sm89),
@@ -135,6 +156,8 @@ RULES: tuple[Rule, ...] = (
     Rule("deepep-v2-needs-sglang-0.5.19", "sglang_version", _v2_needs_sglang_0_5_19),
     Rule("deepep-v2-architecture", "deepep", _v2_architecture),
     Rule("deepep-v1-not-across-efa-nodes", "deepep", _v1_across_efa_nodes),
+    Rule("deepep-v1-low-latency-needs-ibgda", "deepep", _v1_low_latency_on_efa),
+    Rule("deepep-v1-bf16-needs-sglang-0.5.17", "deepep", _v1_unquantized_normal_before_0_5_17),
 )
 """In order: the first rule that refuses a case names the field."""
 
@@ -155,9 +178,10 @@ def alternatives(c: Case) -> list[str]:
 
 
 def case(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["off"], gpu_model: str,
-         sglang_version: str, *, efa: bool = True, architecture: str | None = None) -> Case:
+         sglang_version: str, *, efa: bool = True, architecture: str | None = None,
+         deepep_mode: str = "normal") -> Case:
     c = Case(precision, engine_nodes, "none" if deepep == "off" else deepep, gpu_model, sglang_version, efa,
-             architecture)
+             architecture, deepep_mode)
     bad = c.precision not in CANDIDATES["precision"] or c.deepep not in CANDIDATES["deepep"] or engine_nodes < 1
     if bad or c.sm < 80:  # c.sm raises for an unknown GPU model
         raise ValueError(f"not a case: {c}")
@@ -176,23 +200,23 @@ def refusal(*args, **kw) -> None:
 
 
 def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["off"], gpu_model: str,
-           sglang_version: str, *, deepep_mode: str = "auto", efa: bool = True,
+           sglang_version: str, *, deepep_mode: str = "normal", efa: bool = True,
            architecture: str | None = None) -> MoEBackend:
     """The flags for a case ``refusal`` accepts (``deepep_mode``: legacy ``--deepep-mode``).
 
     - none: SGLang ``none`` + ``auto`` runner; Megatron ``alltoall``.
     - v1: SGLang ``deepep`` + explicit ``deep_gemm`` (bf16 takes the working path only with it: sglang
       0.5.17 ep_moe/layer.py:138-148; fp8 picks it under auto anyway, quantization/fp8.py:1076-1089);
-      Megatron ``alltoall``, as for v2: the image carries DeepEP 2.x only (its legacy ``Buffer`` serves
-      SGLang), and Megatron-LM@37f91617 fused_a2a.py:8-14 imports ``EventOverlap`` from ``deep_ep.utils``,
-      which 2.x dropped, so ``flex`` + ``--moe-enable-deepep`` stops at "DeepEP is not installed"
-      (token_dispatcher.py:1156).
+      Megatron ``alltoall`` (NCCL all-to-all, any DeepEP build): Megatron-LM@37f91617 fused_a2a.py:8-14
+      imports ``EventOverlap`` from ``deep_ep.utils``, which DeepEP 2.x dropped, so ``flex`` +
+      ``--moe-enable-deepep`` stops at "DeepEP is not installed" (token_dispatcher.py:1156) on a 2.x image.
     - v2: SGLang ``deepep_v2`` + ``deep_gemm`` (its only runner: sglang 0.5.19 arg_groups/moe_hook.py:194-208),
       ``direct`` on one node, ``hybrid`` across nodes (0.5.22 moe_hook.py:368-372 refuses direct there);
       Megatron ``alltoall``: its fused_a2a.py:8-14 imports EventOverlap from deep_ep.utils, which DeepEP V2
       no longer exports (sgl-deep-ep 0.1.2 deep_ep/utils/__init__.py:3), so Megatron's DeepEP is off.
     """
-    c = case(precision, engine_nodes, deepep, gpu_model, sglang_version, efa=efa, architecture=architecture)
+    c = case(precision, engine_nodes, deepep, gpu_model, sglang_version, efa=efa, architecture=architecture,
+             deepep_mode=deepep_mode)
     refusal(c)
     if c.deepep == "v1":
         return MoEBackend("deepep", "deep_gemm", deepep_mode, None, "alltoall", False)
