@@ -15,7 +15,7 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` exists (GDRCopy's kernel module on the host);
 - memlock unlimited, 2-MiB huge pages available, ``/dev/shm`` at least the expected size.
 
-Usage: ``python3 preflight.py --gpus 8 --efa 16 --nccl 2.31 --gin --shm-gib 256 --hugepages-mi 5120``
+Usage: ``python3 preflight.py --gpus 8 --efa 16 --gin --nccl 2.31.2 --shm-gib 256 --hugepages-mi 5120``
 (``--efa 0`` skips the EFA and plugin checks on pools without EFA).
 """
 
@@ -166,7 +166,8 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
         out.append(("hugepages", lambda: check_hugepages(args.hugepages_mi)))
     if args.efa:
         out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin), ("nccl-net", check_nccl_network)]
-    out.append(("nccl", lambda: check_nccl(args.nccl)))
+    if args.nccl:
+        out.append(("nccl", lambda: check_nccl(args.nccl)))
     if args.gin:
         out.append(("gdrdrv", check_gdrdrv))
     return out
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--efa", type=int, default=0)
-    parser.add_argument("--nccl", default="2.31")
+    parser.add_argument("--nccl", default="", help="minimum NCCL version (checked only when given)")
     parser.add_argument("--gin", action="store_true", help="DeepEP V2 over NCCL GIN: require /dev/gdrdrv")
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)

@@ -50,10 +50,10 @@ def ray_start_params(g: L.Group, head: bool = False) -> dict[str, str]:
 
 def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
     """What this group's pods assume of their node, for ``workloads/preflight.py``."""
-    args = ["--gpus", str(g.gpus), "--efa", str(g.efa), "--nccl", m.software.nccl,
+    args = ["--gpus", str(g.gpus), "--efa", str(g.efa),
             "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
-    if g.efa and "NCCL_GIN_TYPE" in g.env:
-        args.append("--gin")
+    if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: the NCCL aws-ofi-nccl's GIN is tested with
+        args += ["--gin", "--nccl", m.software.nccl]
     return args
 
 
