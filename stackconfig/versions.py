@@ -70,8 +70,10 @@ class SoftwareStack(SchemaModel):
     """
 
     cuda: str = "13.0"
-    pytorch: str = "2.13"
+    pytorch: str = "2.11"
+    """Torch of Miles' base image (lmsysorg/sglang v0.5.16, CUDA 13); the image build prints it."""
     nccl: str = Field("2.31.2", pattern=r"^\d+\.\d+(\.\d+)?$")
+    """The NCCL a DeepEP V2 image needs (GIN over aws-ofi-nccl); the preflight checks it only then."""
     efa_installer: str = Field("1.50.0", pattern=r"^\d+\.\d+(\.\d+)?$")
     deepep: str = Field("dd758caf451848bd150e1046af3d0a73e5fff38d", pattern=r"^[0-9a-f]{40}$")
     """deepseek-ai/DeepEP commit (v2.1.0): ElasticBuffer and the legacy Buffer."""

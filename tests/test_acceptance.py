@@ -351,3 +351,19 @@ def test_cli_prints_the_job_and_reports(tmp_path, capsys):
 def test_the_scripts_configmap_ships_fabric_bench():
     data = scripts_configmap(model("p4d"))["data"]
     assert data[A.FABRIC_BENCH_KEY] == (ROOT / "workloads" / "fabric_bench.py").read_text()
+
+
+def test_the_measured_h200_run_is_held_to_the_nvls_off_figure():
+    """docs/measurements/fabric-h200x2.json ran with NCCL_NVLS_ENABLE=0: the public 474 GB/s needs
+    NVLS, so the run is held to the measured NVLS-off figure and passes; the same document with
+    NVLS on would be held to 474 GB/s and fail."""
+    import copy
+    import json as _json
+    doc = _json.loads((ROOT / "docs" / "measurements" / "fabric-h200x2.json").read_text())
+    report = A.compare(doc, "p5en")
+    (ar,) = [c for c in report["checks"] if c["op"] == "all_reduce"]
+    assert report["ok"] and ar["expected"] == 345.19 and ar["measured"] >= ar["floor"]
+    on = copy.deepcopy(doc)
+    on["machine"]["env"]["NCCL_NVLS_ENABLE"] = "1"
+    (ar_on,) = [c for c in A.compare(on, "p5en")["checks"] if c["op"] == "all_reduce"]
+    assert ar_on["expected"] == 474.13 and not ar_on["ok"]

@@ -64,6 +64,7 @@ def compare(results: str | Mapping[str, Any], family: str | Family, threshold: f
     fam = EXPECTED[family] if isinstance(family, str) else family
     world = doc["world"]
     nodes_n, gpus = int(world["nodes"]), int(world.get("ranks_per_node") or fam.gpus)
+    nvls = (doc["machine"].get("env") or {}).get("NCCL_NVLS_ENABLE", "1") != "0"
     checks: list[dict] = []
     curves: list[dict] = []
     node_rows: dict[int, dict] = {}
@@ -79,7 +80,7 @@ def compare(results: str | Mapping[str, Any], family: str | Family, threshold: f
     by_node_op: dict[str, list[tuple[int, float]]] = {}
     for s in doc["results"]:
         span = 1 if s["scope"] == "node" else len(s.get("nodes") or range(nodes_n))
-        fig = expected(fam, "node" if span == 1 else "world", s["op"], span, gpus)
+        fig = expected(fam, "node" if span == 1 else "world", s["op"], span, gpus, nvls=nvls)
         peak = _peak(s)
         wrong = sum(p["wrong"] for p in s["sizes"])
         c = check(_label(s), s["scope"], s["op"], {**peak, "wrong": wrong}, fig, span)

@@ -137,11 +137,20 @@ def family_of(pool: Pool) -> Family:
     return EXPECTED[name]
 
 
-def expected(family: Family, scope: str, op: str, nodes: int, gpus: int | None = None) -> Figure:
+NVLS_OFF_H200 = Figure(345.19, 4 * GIB, "this project's run on 2 of a host's 8 H200 (NV18, NCCL 2.28.9, "
+                       "NCCL_NVLS_ENABLE=0): docs/measurements/fabric-h200x2.json (BENCHMARKS.md)")
+"""Hopper NVLink all-reduce without NVLink SHARP: the public 474 GB/s needs NVLS (NCCL's multicast)."""
+
+
+def expected(family: Family, scope: str, op: str, nodes: int, gpus: int | None = None,
+             nvls: bool = True) -> Figure:
     """The figure a series of ``scope`` ("node", "world" or "pairs") and ``op`` over ``nodes`` nodes
-    is held to (all-to-all: always derived, from the link rates)."""
+    is held to (all-to-all: always derived, from the link rates). ``nvls``: NCCL may use NVLink SHARP
+    (``NCCL_NVLS_ENABLE`` not 0); without it a Hopper node is held to the measured NVLS-off figure."""
     g = gpus or family.gpus
     span = 1 if scope == "node" else (2 if scope == "pairs" else nodes)
+    if op == "all_reduce" and span == 1 and not nvls and family.gpu in ("H100", "H200"):
+        return NVLS_OFF_H200
     if op == "all_reduce":
         return {1: family.intra_all_reduce, 2: family.pair_all_reduce}.get(span, family.world_all_reduce)
     if op != "all_to_all":
