@@ -155,6 +155,7 @@ def render_text(plan) -> str:
 def run_lines(cfg: StackConfig) -> list[str]:
     """The run as the workload model derives it: submission, MoE path, images, checkpoints, and
     where Miles puts its training actors."""
+    from stackconfig.versions import STACK_REPOSITORY
     from workloads.checkpoint_budget import GB, budget
     from workloads.layout import expert_precision, moe_backend
     from workloads.model import derive
@@ -177,7 +178,8 @@ def run_lines(cfg: StackConfig) -> list[str]:
     ecr = f".dkr.ecr.{cfg.region}.amazonaws.com/"
     for image, pods in images.items():
         pinned = "digest-pinned" if "@sha256:" in image else "NOT digest-pinned"
-        source = "ECR in the region" if ecr in image else "NOT from ECR in the region: pulls go through the NAT"
+        source = ("the stack's ECR repository (output imageRepository)" if image.startswith(STACK_REPOSITORY)
+                  else "ECR in the region" if ecr in image else "NOT from ECR in the region: pulls go through the NAT")
         out.append(f"  image {image} ({pinned}; {source}): {', '.join(pods)}")
     from workloads.schedulability import GPU, EFA, check, pool_claims
     out.append("  pool claims at desired size (every pod of every consumer / what the nodes offer):")

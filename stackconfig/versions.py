@@ -92,10 +92,23 @@ class SoftwareStack(SchemaModel):
     """radixark/Megatron-LM commit (the one Miles v0.1.0's release-lock.json pins; 49cac7b5 pins none)."""
     ray: str = "2.53.0"
     """Ray in the image (KubeRay ``rayVersion``); head and workers must all run the same one."""
-    image: str = "radixark/miles:v0.1.0"
-    """Image of every Ray pod (head and workers must share Ray and Python versions)."""
+    image: str | None = None
+    """Image of every Ray pod (head and workers must share Ray and Python versions). Default: the
+    recipe's build (``workloads/image``) in the stack's own ECR repository, ``<imageRepository>:<imageTag>``,
+    so pods pull from ECR in the cluster's region through its endpoints, not from Docker Hub."""
+    image_tag: str = Field("miles-49cac7b5-efa1.50.0", pattern=r"^[\w][\w.-]{0,127}$")
+    """Tag the recipe's build is pushed under in the stack's repository (``workloads/image/README.md``)."""
     reward_image: str | None = None
     """Image of the reward service; default: ``image``."""
+
+
+STACK_REPOSITORY = "{imageRepository}"
+"""Stands for the stack's ECR repository URL in image references until registration fills it in."""
+
+
+def workload_image(software: SoftwareStack) -> str:
+    """The image every Ray pod runs: the stack's setting, else the recipe's tag in the stack repository."""
+    return software.image or f"{STACK_REPOSITORY}:{software.image_tag}"
 
 
 class Versions(SchemaModel):

@@ -39,7 +39,7 @@ def test_tags_are_the_default_and_still_work():
 
 def test_require_digest_refuses_a_tag_naming_the_field():
     line = refused(REQUIRE)
-    assert line.startswith("  versions.software.image: 'radixark/miles:v0.1.0' is not pinned by digest"), line
+    assert line.startswith("  versions.software.image: '{imageRepository}:miles-49cac7b5-efa1.50.0' is not pinned by digest"), line
     assert "requireDigest" in line and "@sha256:" in line
 
 

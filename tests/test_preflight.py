@@ -82,7 +82,7 @@ def test_torchx_gpu_pods_run_the_same_preflight():
     import warnings
 
     from test_workloads import variant
-    from test_workloads_torchx import scheduler_cfg, serialize
+    from test_workloads_torchx import REPOSITORY, scheduler_cfg, serialize
     from torchx.runner import get_runner
 
     from workloads.model import derive
@@ -90,7 +90,7 @@ def test_torchx_gpu_pods_run_the_same_preflight():
     cfg = variant("p5en-prod", {"workloads": {"submit": "torchx"}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        job = serialize(get_runner().dryrun(appdef(derive(cfg)), "kubernetes", cfg=scheduler_cfg(cfg),
+        job = serialize(get_runner().dryrun(appdef(derive(cfg), REPOSITORY), "kubernetes", cfg=scheduler_cfg(cfg),
                                             workspace=None).request.resource)
     by_task = {t["name"]: t["template"]["spec"] for t in job["spec"]["tasks"]}
     trainer = next(spec for name, spec in by_task.items() if "trainer" in name)

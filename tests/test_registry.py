@@ -227,3 +227,28 @@ def test_every_upstream_needs_credentials_exactly_as_aws_documents():
     assert {k for k, u in UPSTREAMS.items() if u.credential} == {"docker-hub", "ghcr", "gitlab"}
     for upstream in UPSTREAMS.values():
         assert re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", upstream.prefix) and 2 <= len(upstream.prefix) <= 30
+
+
+def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
+    """Default image: the recipe's tag in the stack's own repository (no Docker Hub, no NAT)."""
+    from conftest import graph_of
+
+    from stackconfig.versions import SoftwareStack
+    graph = graph_of("p5en-prod")
+    images = set()
+
+    def collect(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k == "image" and isinstance(v, str):
+                    images.add(v)
+                collect(v)
+        elif isinstance(value, list):
+            for v in value:
+                collect(v)
+    for r in graph.resources:
+        if r.type.startswith("kubernetes:") and r.type != "kubernetes:helm.sh/v3:Release":
+            collect(r.inputs)
+    repo = next(r for r in graph.resources if r.type == "aws:ecr/repository:Repository")
+    assert images and all(".dkr.ecr.us-east-1.amazonaws.com/" in i and repo.inputs["name"] in i for i in images), images
+    assert {i.rsplit(":", 1)[1] for i in images} == {SoftwareStack().image_tag}

@@ -24,6 +24,8 @@ STACKS = ["p5en-prod", "p4d", "p6-b300"]
 
 
 TORCHX = {"workloads": {"submit": "torchx"}}
+REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-prod/workloads"
+"""What ``pulumi stack output imageRepository`` prints (AWS's documentation account id)."""
 
 def scheduler_cfg(cfg) -> dict:
     # validate_spec=False: no API server to dry-run against; reserved_*=0: requests == limits.
@@ -42,7 +44,8 @@ def volcano_job(stack: str) -> dict:
     cfg = variant(stack, RAYJOB)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        info = get_runner().dryrun(appdef(derive(cfg)), "kubernetes", cfg=scheduler_cfg(cfg), workspace=None)
+        info = get_runner().dryrun(appdef(derive(cfg), REPOSITORY), "kubernetes", cfg=scheduler_cfg(cfg),
+                                   workspace=None)
     return serialize(info.request.resource)
 
 
@@ -121,7 +124,8 @@ def test_the_component_runs_from_its_file_like_the_cli(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         info = get_runner().dryrun_component(f"{ROOT / 'workloads' / 'torchx_miles.py'}:miles_grpo",
-                                             ["--stack", "p5en-prod", "--stack_dir", str(torchx_stack_dir(tmp_path))],
+                                             ["--stack", "p5en-prod", "--stack_dir", str(torchx_stack_dir(tmp_path)),
+                                              "--repository", REPOSITORY],
                                              "kubernetes", cfg=scheduler_cfg(cfg))
     job = serialize(info.request.resource)
     assert len(job["spec"]["tasks"]) == 1 + sum(g.replicas for g in L.ray_workers(cfg))
@@ -144,7 +148,7 @@ def test_torchx_stack_registers_no_raycluster_and_its_job_pods_are_what_the_proo
                 and r.inputs["metadata"]["name"].startswith("ray-")]
     m = derive(variant("p5en-prod", TORCHX))
     counted = {name: replicas for name, _, _, replicas in pod_templates(m)}
-    job = appdef(m)
+    job = appdef(m, REPOSITORY)
     assert {f"torchx-{r.name}": r.num_replicas for r in job.roles} == {
         n: c for n, c in counted.items() if n.startswith("torchx-") and c}
 
@@ -162,3 +166,14 @@ def test_rayjob_with_torchx_submission_is_a_config_error():
     from stackconfig.stack import StackConfigError
     with pytest.raises(StackConfigError, match="workloads.run.rayJob: a RayJob runs on the stack's RayCluster"):
         variant("p5en-prod", {"workloads": {"submit": "torchx", "run": {"rayJob": True}}})
+
+
+def test_torchx_runs_the_stacks_ecr_image_and_asks_for_the_repository():
+    from workloads.torchx_miles import image_of
+    m = derive(variant("p5en-prod", TORCHX))
+    assert image_of(m, REPOSITORY) == f"{REPOSITORY}:{m.software.image_tag}"
+    with pytest.raises(ValueError, match="pass --repository"):
+        image_of(m, "")
+    pinned = derive(variant("p5en-prod", {"workloads": {"submit": "torchx"},
+                                          "versions": {"software": {"image": "registry.example/miles:efa"}}}))
+    assert image_of(pinned, "") == "registry.example/miles:efa"

@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.fsx import CheckpointFileSystem
 from components.platform import Platform
-from stackconfig.versions import Chart
+from stackconfig.versions import STACK_REPOSITORY, Chart
 
 from . import layout as L
 from . import render as M
@@ -48,6 +48,7 @@ class Workloads(pulumi.ComponentResource):
         name = f"{m.cluster_name}-workloads"
         super().__init__("rlplatform:workloads:Workloads", name, None, opts)
         self._provider = platform.cluster.provider
+        self._repository_url = platform.registry.repository_url
         node_group = {p: platform.pools[p].node_group for p in platform.pools}
         system = node_group[m.system_pool.name]
         plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
@@ -118,12 +119,24 @@ class Workloads(pulumi.ComponentResource):
             create_namespace=True, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
             values=values, atomic=not daemonset_only, skip_await=daemonset_only, opts=self._opts(after))
 
+    def _with_repository(self, value):
+        """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY`` (image fields)."""
+        if isinstance(value, dict):
+            return {k: self._with_repository(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._with_repository(v) for v in value]
+        if isinstance(value, str) and value.startswith(STACK_REPOSITORY):
+            return self._repository_url.apply(lambda url, v=value: v.replace(STACK_REPOSITORY, url, 1))
+        return value
+
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
         cls = TYPED[obj["kind"]]
+        obj = self._with_repository(obj)
         args = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         return cls(f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args, opts=self._opts(after))
 
     def _custom(self, obj: dict, after: Sequence[pulumi.Resource]) -> k8s.apiextensions.CustomResource:
+        obj = self._with_repository(obj)
         return k8s.apiextensions.CustomResource(
             f"{obj['kind'].lower()}-{obj['metadata']['name']}", api_version=obj["apiVersion"], kind=obj["kind"],
             metadata=obj["metadata"], spec=obj["spec"], opts=self._opts(after))

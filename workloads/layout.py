@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from stackconfig.versions import workload_image
 from stackconfig.stack import CapacityType, Pool, Role
 
 from . import moe_backend as moe
@@ -280,7 +281,7 @@ def capacity_block_end(cfg: "ProgramConfig") -> CapacityBlockEnd | None:
 def images(cfg: "ProgramConfig") -> dict[str, str]:
     """Every image reference the workloads run, by the config field that sets it."""
     soft, w = cfg.versions.software, cfg.workloads
-    out = {"versions.software.image": soft.image}
+    out = {"versions.software.image": workload_image(soft)}
     if soft.reward_image and reward_enabled(cfg):
         out["versions.software.rewardImage"] = soft.reward_image
     if capacity_block_end(cfg) is not None:

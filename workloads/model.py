@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
 from stackconfig.stack import Pool, Role
-from stackconfig.versions import Charts, SoftwareStack
+from stackconfig.versions import Charts, SoftwareStack, workload_image
 
 from . import layout as L
 from .argv import miles_argv
@@ -67,6 +67,11 @@ class WorkloadModel:
 
     def capabilities(self, pool: Pool) -> dict[str, str]:
         return capability_labels(self.gpu_setups.get(pool.name, GpuNodeSetup()))
+
+    @property
+    def image(self) -> str:
+        """The image of every Ray pod (``stackconfig.versions.workload_image``)."""
+        return workload_image(self.software)
 
     def worker(self, name: str) -> L.Group:
         return next(g for g in self.workers if g.name == name)

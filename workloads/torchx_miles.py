@@ -22,6 +22,8 @@ from torchx import specs
 from torchx.specs.overlays import JOIN, set_overlay
 
 from . import layout as L
+from stackconfig.versions import STACK_REPOSITORY
+
 from .model import WorkloadModel
 from .render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
                             pod_security_context, scripts_volume, security_context, shm_volume)
@@ -77,8 +79,16 @@ def resource(g: L.Group) -> specs.Resource:
     return specs.Resource(cpu=g.cpu, gpu=g.gpus, memMB=g.memory_g * 1000, devices=devices)
 
 
-def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str) -> specs.Role:
-    image = m.software.image
+def image_of(m: WorkloadModel, repository: str) -> str:
+    if not m.image.startswith(STACK_REPOSITORY):
+        return m.image
+    if not repository:
+        raise ValueError("the stack runs the default image in its own ECR repository: pass --repository "
+                         "\"$(pulumi stack output imageRepository)\" (or set versions.software.image)")
+    return m.image.replace(STACK_REPOSITORY, repository, 1)
+
+
+def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) -> specs.Role:
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
                       resource=resource(g), env=g.env,
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
@@ -97,22 +107,26 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str) -> specs.Rol
     return role
 
 
-def appdef(m: WorkloadModel) -> specs.AppDef:
-    """The AppDef of the model's run: head first (its host is every worker's rank-0 address)."""
+def appdef(m: WorkloadModel, repository: str = "") -> specs.AppDef:
+    """The AppDef of the model's run: head first (its host is every worker's rank-0 address).
+    ``repository`` fills in the stack's ECR repository where the image is the stack's default."""
     head = m.head
-    roles = [_role(m, head, ["-c", head_script(m), DRIVER_ARG0, *m.run_argv()], HEAD_ROLE)]
+    image = image_of(m, repository)
+    roles = [_role(m, head, ["-c", head_script(m), DRIVER_ARG0, *m.run_argv()], HEAD_ROLE, image)]
     for g in m.workers:
         if g.replicas:
-            roles.append(_role(m, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name))
+            roles.append(_role(m, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name, image))
     return specs.AppDef(name=m.settings.run.name, roles=roles)
 
 
-def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks") -> specs.AppDef:
+def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks", repository: str = "") -> specs.AppDef:
     """Miles GRPO run of a stack, as its stack file declares it (same argv as a RayJob would run).
 
     Args:
         stack: stack name; its file is <stack_dir>/Pulumi.<stack>.yaml, with workloads.submit: torchx
         stack_dir: folder of the stack files
+        repository: the stack's ECR repository (`pulumi stack output imageRepository`), when the stack
+            runs the default image there
     """
     from pathlib import Path
 
@@ -123,4 +137,4 @@ def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks") -> specs.App
     if model.raycluster:
         raise ValueError(f"stack {stack!r}: workloads.submit is raycluster, so its RayCluster holds every GPU node "
                          f"and a TorchX job would stay Pending; set workloads.submit: torchx and pulumi up first")
-    return appdef(model)
+    return appdef(model, repository)

@@ -108,7 +108,7 @@ def acceptance_template(m: WorkloadModel, pool_name: str) -> dict:
     g = gpu_group(m, pool_name)
     env = {**g.env, **m.runtime_env, "PYTHONUNBUFFERED": "1"}
     c: dict[str, Any] = {
-        "name": "fabric", "image": m.software.image, "imagePullPolicy": "IfNotPresent",
+        "name": "fabric", "image": m.image, "imagePullPolicy": "IfNotPresent",
         "command": ["bash", "-c", job_script(m, pool_name)],
         "env": env_list(env),
         "resources": container_resources(g),

@@ -71,7 +71,7 @@ def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
 def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     c: dict[str, Any] = {
         "name": "ray-head" if head else "ray-worker",
-        "image": m.software.image,
+        "image": m.image,
         "imagePullPolicy": "IfNotPresent",
         "resources": container_resources(g),
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"},
@@ -128,7 +128,7 @@ def submitter_template(m: WorkloadModel) -> dict:
     """KubeRay fills in the command (``ray job submit`` to the head's dashboard port); it needs no
     Kubernetes API access and writes only under /tmp."""
     pool = m.head_pool
-    c = {"name": SUBMITTER, "image": m.software.image, "imagePullPolicy": "IfNotPresent",
+    c = {"name": SUBMITTER, "image": m.image, "imagePullPolicy": "IfNotPresent",
          "env": env_list(TMP_HOME_ENV),
          "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
          "securityContext": security_context(read_only=True), "volumeMounts": [TMP_MOUNT]}

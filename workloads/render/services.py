@@ -84,7 +84,7 @@ def reward_template(m: WorkloadModel) -> dict:
     command = s.command or ["python3", "/opt/scripts/reward-server.py"]
     probe = {"httpGet": {"path": "/health", "port": "http"}}
     c = {
-        "name": "reward", "image": m.software.reward_image or m.software.image,
+        "name": "reward", "image": m.software.reward_image or m.image,
         "imagePullPolicy": "IfNotPresent", "command": command,
         "env": env_list({"RM_TYPE": m.settings.run.rm_type, "PORT": str(s.port), **TMP_HOME_ENV}),
         "ports": [{"name": "http", "containerPort": s.port}],
@@ -141,7 +141,7 @@ def stage_template(m: WorkloadModel) -> dict:
     env = env_list({"MODEL": run.model, "MODEL_DIR": p.model, "DATASET": run.dataset, "DATA_DIR": data_dir,
                     "PROMPT_FILE": run.prompt_file, "HF_HOME": f"{p.mount}/hf-cache",
                     "HF_TOKEN_FILE": f"{HF_TOKEN_DIR}/token", **TMP_HOME_ENV})
-    c = {"name": "stage", "image": m.software.image, "imagePullPolicy": "IfNotPresent",
+    c = {"name": "stage", "image": m.image, "imagePullPolicy": "IfNotPresent",
          "command": ["python3", "/opt/scripts/stage.py"], "env": env,
          "resources": container_resources(g),
          # Root (the FSx root directory is root-owned; see CKV_K8S_23), with no capability at all.
