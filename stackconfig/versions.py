@@ -65,8 +65,8 @@ class SoftwareStack(SchemaModel):
     - EFA installer 1.50.0: aws-ofi-nccl 1.21.1 (NET/OFI; also the first plugin with GIN).
     - ``deepep`` / ``nccl``: the DeepEP V2 commit and NCCL a V2 image needs (NCCL 2.31.2 is what
       aws-ofi-nccl's GIN is tested with); V2 stays refused until Miles runs on SGLang >= 0.5.19.
-    The Miles release image (``radixark/miles:v0.1.0``, the default ``image`` until you push the
-    recipe's build) has no EFA userspace: the GPU pods' preflight refuses it on EFA pools.
+    The Miles release image (``radixark/miles:v0.1.0``) has no EFA userspace (no aws-ofi-nccl): the
+    GPU pods' preflight refuses it on EFA pools.
     """
 
     cuda: str = "13.0"
