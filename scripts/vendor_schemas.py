@@ -35,6 +35,10 @@ UPSTREAM = {
     "crds/ray.io_rayjobs.json": (*KUBERAY, "helm-chart/kuberay-operator/crds/ray.io_rayjobs.yaml"),
     "crds/batch.volcano.sh_jobs.json": (*VOLCANO, "config/crd/volcano/bases/batch.volcano.sh_jobs.yaml"),
     "crds/scheduling.volcano.sh_queues.json": (*VOLCANO, "config/crd/volcano/bases/scheduling.volcano.sh_queues.yaml"),
+    "crds/scheduling.volcano.sh_podgroups.json":
+        (*VOLCANO, "config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml"),
+    "crds/topology.volcano.sh_hypernodes.json":
+        (*VOLCANO, "config/crd/volcano/bases/topology.volcano.sh_hypernodes.yaml"),
     "crds/leaderworkerset.x-k8s.io_leaderworkersets.json":
         (*LWS, "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"),
 }

@@ -24,6 +24,8 @@ CRD_FILES = {
     ("ray.io/v1", "RayJob"): "ray.io_rayjobs.json",
     ("scheduling.volcano.sh/v1beta1", "Queue"): "scheduling.volcano.sh_queues.json",
     ("batch.volcano.sh/v1alpha1", "Job"): "batch.volcano.sh_jobs.json",
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "scheduling.volcano.sh_podgroups.json",
+    ("topology.volcano.sh/v1alpha1", "HyperNode"): "topology.volcano.sh_hypernodes.json",
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset.x-k8s.io_leaderworkersets.json",
 }
 """(apiVersion, kind) -> the vendored CRD file in ``workloads/schemas/crds``."""
