@@ -80,3 +80,18 @@ def test_schema_errors_are_reported():
     errors = validate(hn, crd_schema(*HYPERNODE))
     assert any("'tier' is a required property" in e for e in errors)
     assert any("'Rack' is not one of ['Node', 'HyperNode']" in e for e in errors)
+
+
+def test_volcano_discovers_hypernodes_from_the_eks_network_labels():
+    """The stack's Volcano release carries label-based HyperNode discovery over EKS's
+    topology.k8s.aws/network-node-layer-{1,2,3} labels, hostname last (so layer 3 becomes tier 1)."""
+    from conftest import graph_of
+    (volcano,) = [r.inputs for r in graph_of("p5en-prod").resources
+                  if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["chart"] == "volcano"]
+    (entry,) = volcano["values"]["custom"]["controller_config_override"]["networkTopologyDiscovery"]
+    assert entry["source"] == "label" and entry["enabled"] is True
+    (labels,) = entry["config"]["networkTopologyTypes"].values()
+    assert [x["nodeLabel"] for x in labels] == [
+        "topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2",
+        "topology.k8s.aws/network-node-layer-3", "kubernetes.io/hostname"]
+    assert len(next(iter(entry["config"]["networkTopologyTypes"]))) <= 20  # Volcano's limit on the type name

@@ -18,9 +18,29 @@ def kuberay_values(m: WorkloadModel) -> dict:
     return {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", [])}
 
 
+EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
+"""EKS labels each node of supported types with its place in the AWS network, layer 3 the closest
+(EKS user guide, "Place distributed AI/ML workloads with network topology labels")."""
+TOPOLOGY_TYPE = "eks-network"
+
+
+def hypernode_discovery() -> dict:
+    """Volcano's controller builds HyperNodes from node labels (volcano v1.15.1
+    pkg/controllers/hypernode/discovery/label/label.go, example pkg/controllers/hypernode/api/example.yaml):
+    labels listed from the top tier down, the hostname last; the label before it becomes tier 1. So
+    layer 3 (nodes under one network node) is tier 1 and layer 1 tier 3."""
+    labels = [{"nodeLabel": label} for label in (*EKS_NETWORK_LAYERS, "kubernetes.io/hostname")]
+    return {"networkTopologyDiscovery": [
+        {"source": "label", "enabled": True, "interval": "10m",
+         "config": {"networkTopologyTypes": {TOPOLOGY_TYPE: labels}}}]}
+
+
 def volcano_values(m: WorkloadModel) -> dict:
+    """System-pool placement, and the controller's HyperNode discovery from the EKS network labels
+    (chart 1.15.1 renders ``custom.controller_config_override`` as ``volcano-controller.conf``,
+    templates/controllers.yaml:265-268; a mapping, so it renders as YAML inside the block)."""
     p = system_placement(m)
-    custom: dict[str, Any] = {"default_ns": p["nodeSelector"]}
+    custom: dict[str, Any] = {"default_ns": p["nodeSelector"], "controller_config_override": hypernode_discovery()}
     if p.get("tolerations"):
         custom["default_tolerations"] = p["tolerations"]
     return {"custom": custom}
