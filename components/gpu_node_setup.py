@@ -226,6 +226,13 @@ write_labels() {
     gda=true
   fi
   local labels="@LABEL_GDRCOPY@=$GDRCOPY,@LABEL_EFA_GDA@=$gda,@LABEL_EFA_DRIVER@=$EFA_DRIVER"
+  # nodeadm reads the drop-in folder only from AMI release v20251023 (amazon-eks-ami #2427: the
+  # --config-source file:///etc/eks/nodeadm.d/ of nodeadm-run.service); an older AMI would ignore the
+  # labels silently and pods selecting them would stay Pending: fail the boot loudly instead.
+  if ! systemctl cat nodeadm-run.service 2>/dev/null | grep -q "file:///etc/eks/nodeadm.d/"; then
+    log "nodeadm-run.service does not read /etc/eks/nodeadm.d/: AMI older than v20251023; labels not applied"
+    return 1
+  fi
   mkdir -p "${DROPIN%/*}" || { log "cannot create ${DROPIN%/*}"; return 1; }
   # A NodeConfig drop-in: nodeadm-run.service merges /etc/eks/nodeadm.d/ over user data and appends
   # kubelet flags, so these labels join the node group's own --node-labels.

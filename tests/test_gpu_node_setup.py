@@ -156,7 +156,9 @@ def test_label_value(tmp_path, raw, label):
     assert r.stdout == label
 
 
-STUBS = {"systemctl": 'case "$*" in "start nvidia-kmod-load.service") exit "${NVIDIA_RC:-1}";; esac; exit 0',
+STUBS = {"systemctl": 'case "$*" in "start nvidia-kmod-load.service") exit "${NVIDIA_RC:-1}";; '
+                      '"cat nodeadm-run.service") echo "${NODEADM_RUN:-ExecStart=/usr/bin/nodeadm init '
+                      '--skip config --config-source file:///etc/eks/nodeadm.d/}";; esac; exit 0',
          "modprobe": "exit 1", "modinfo": "exit 1", "logger": "exit 0", "dnf": "exit 1", "curl": "exit 1",
          "make": "exit 1", "depmod": "exit 0", "mknod": "exit 1", "rmmod": "exit 1"}
 
@@ -243,3 +245,11 @@ def test_a_deepep_v2_run_gets_gdrdrv_on_its_gpu_nodes_and_its_pods_require_it():
     default = derive(variant("p5en-prod", {}))  # legacy DeepEP within a node: nothing to install
     assert default.gpu_setups == {} and "rl.platform/gdrcopy" not in render.ray_pod_template(
         default, default.worker("trainer"))["spec"]["nodeSelector"]
+
+
+def test_an_ami_whose_nodeadm_ignores_the_drop_in_folder_fails_the_boot(tmp_path):
+    """Before AMI v20251023 nodeadm-run.service reads no /etc/eks/nodeadm.d/ (amazon-eks-ami #2427): the
+    labels would be dropped silently and pods selecting them would stay Pending."""
+    rc, dropin, err = run_fake_node(tmp_path, G.GpuNodeSetup(gdrcopy=True), "3.3.0g",
+                                    NODEADM_RUN="ExecStart=/usr/bin/nodeadm init --skip config")
+    assert rc != 0 and dropin == "" and "older than v20251023" in err

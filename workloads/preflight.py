@@ -31,7 +31,8 @@ import subprocess
 import sys
 from typing import Callable
 
-OFI_PLUGINS = ("libnccl-net-ofi.so", "libnccl-net.so")
+OFI_PLUGINS = ("libnccl-net-ofi.so",)
+"""What NCCL loads for NCCL_NET_PLUGIN=ofi (NCCL 2.28 plugin_open.cc: ``ofi``, then ``libnccl-net-ofi.so``)."""
 NCCL_LIBRARY = "libnccl.so.2"
 
 
@@ -111,11 +112,18 @@ def nccl_network(log: str) -> str | None:
 
 def check_nccl_network() -> str | None:
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PREFLIGHT_PORT": "29555"}
-    done = subprocess.run([sys.executable, "-c", NCCL_PROBE], capture_output=True, text=True, timeout=300, env=env)
+    env.pop("NCCL_DEBUG_FILE", None)  # the log must reach this process
+    try:
+        done = subprocess.run([sys.executable, "-c", NCCL_PROBE], capture_output=True, text=True, timeout=300,
+                              env=env)
+    except subprocess.TimeoutExpired:
+        return "NCCL: a one-rank communicator did not start within 300 s"
     net = nccl_network(done.stdout + done.stderr)
     if net is None:
         return f"NCCL: a one-rank communicator did not report its network (exit {done.returncode})"
-    return None if "libfabric" in net.lower() else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
+    # aws-ofi-nccl 1.21 names itself "Libfabric" ("AWS Libfabric" / "OFI" when NCCL_NET asks for those).
+    ofi = "libfabric" in net.lower() or net.strip() == "OFI"
+    return None if ofi else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
 
 
 def check_nccl(want: str) -> str | None:

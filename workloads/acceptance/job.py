@@ -80,7 +80,7 @@ def job_script(m: WorkloadModel, pool_name: str) -> str:
         'IS_HOST=0; [ "$INDEX" = 0 ] && IS_HOST=1',
         f"mkdir -p {shlex.quote(out)}",
         f"torchrun --nnodes={n} --nproc-per-node={gpus} --rdzv-backend=c10d --rdzv-endpoint=\"$MASTER:{RDZV_PORT}\" "
-        f"--rdzv-id={name} --rdzv-conf=\"is_host=$IS_HOST,join_timeout=1800\" --max-restarts=0 "
+        f"--rdzv-id={name} --rdzv-conf=\"is_host=$IS_HOST,join_timeout=1800,read_timeout=1800\" --max-restarts=0 "
         + " ".join(shlex.quote(a) for a in bench),
     ]
     if uses_deepep_v2(m, g.pool):
@@ -121,7 +121,8 @@ def acceptance_template(m: WorkloadModel, pool_name: str) -> dict:
     c["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     spec = {"restartPolicy": "Never", "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), "initContainers": [init], "containers": [c],
-            "volumes": [shm_volume(g), fsx_volume(), scripts_volume()], **placement(g.pool)}
+            "volumes": [shm_volume(g), fsx_volume(), scripts_volume()],
+            **placement(g.pool, m.capabilities(g.pool))}
     # The Ray pods' labels: the stack's Ray NetworkPolicy admits TCP between them (torch's rendezvous,
     # NCCL's bootstrap); same image and service account as the Ray pods, so the same trust domain.
     return {"metadata": {"labels": ray_labels(COMPONENT)}, "spec": spec}
@@ -140,7 +141,7 @@ def acceptance_job(m: WorkloadModel, pool_name: str) -> dict:
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": md,
         "spec": {
-            "schedulerName": "volcano", "queue": VOLCANO_QUEUE, "minAvailable": n, "maxRetry": 0,
+            "schedulerName": "volcano", "queue": VOLCANO_QUEUE, "minAvailable": n, "maxRetry": 1,
             "ttlSecondsAfterFinished": TTL_SECONDS,
             "plugins": {"svc": ["--publish-not-ready-addresses=true"], "env": []},
             "policies": [{"event": "PodFailed", "action": "TerminateJob"},
