@@ -25,6 +25,7 @@ from stackconfig.versions import STACK_REPOSITORY, Chart
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
+from .render.teams import team_objects
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,
@@ -38,6 +39,7 @@ TYPED = {
     "Job": k8s.batch.v1.Job,
     "CronJob": k8s.batch.v1.CronJob,
     "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
+    "ResourceQuota": k8s.core.v1.ResourceQuota,
 }
 
 
@@ -83,6 +85,7 @@ class Workloads(pulumi.ComponentResource):
                            if m.raycluster else None)
         self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)] if m.raycluster else []
         self.queue = self._custom(M.volcano_queue(m), after=[self.volcano])
+        self.teams = {team.name: self._team(team, m, after=[system]) for team in m.settings.teams}
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)
 
@@ -107,6 +110,13 @@ class Workloads(pulumi.ComponentResource):
                                 f"set capacity.endTime of the new block")
         self.register_outputs({"rayCluster": L.RAY_CLUSTER, "fileSystemId": fs.id})
 
+    def _team(self, team, m: WorkloadModel, after: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
+        """A team's namespace first, then its quota and policies in it, and its queue once Volcano is up."""
+        ns, *rest = team_objects(team, m.pools)
+        namespace = self._object(ns, after=after)
+        return [namespace, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
+                             else self._object(o, after=[namespace]) for o in rest)]
+
     def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))
 
@@ -129,14 +139,21 @@ class Workloads(pulumi.ComponentResource):
             return self._repository_url.apply(lambda url, v=value: v.replace(STACK_REPOSITORY, url, 1))
         return value
 
+    @staticmethod
+    def _object_name(obj: dict) -> str:
+        """``<kind>-<name>``, with the namespace where it is not the workloads' own (team objects)."""
+        md = obj["metadata"]
+        where = f"{md['namespace']}-" if md.get("namespace", "").startswith("team-") else ""
+        return f"{obj['kind'].lower()}-{where}{md['name']}"
+
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
         cls = TYPED[obj["kind"]]
         obj = self._with_repository(obj)
         args = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        return cls(f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args, opts=self._opts(after))
+        return cls(self._object_name(obj), **args, opts=self._opts(after))
 
     def _custom(self, obj: dict, after: Sequence[pulumi.Resource]) -> k8s.apiextensions.CustomResource:
         obj = self._with_repository(obj)
         return k8s.apiextensions.CustomResource(
-            f"{obj['kind'].lower()}-{obj['metadata']['name']}", api_version=obj["apiVersion"], kind=obj["kind"],
+            self._object_name(obj), api_version=obj["apiVersion"], kind=obj["kind"],
             metadata=obj["metadata"], spec=obj["spec"], opts=self._opts(after))

@@ -19,6 +19,8 @@ from pydantic import Field, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 
+from .teams import TeamSettings
+
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 QUANTITY = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 
@@ -264,6 +266,8 @@ class WorkloadSettings(SchemaModel):
     storage: StorageSettings = StorageSettings()
     images: ImageSettings = ImageSettings()
     capacity_block_end: CapacityBlockEndSettings = CapacityBlockEndSettings()
+    teams: list[TeamSettings] = []
+    """Teams sharing the GPU pools: a namespace, a Volcano queue and quotas each (``workloads.teams``)."""
     efa_devices: dict[str, int] = {}
     """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
     have been seen advertising 15, not 16). Pods request exactly this many."""

@@ -12,6 +12,7 @@ from stackconfig.stack import CapacityType, Role
 
 from .argv import MODEL_PRESETS
 from . import moe_backend as moe
+from .teams import validate_teams
 from .checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
@@ -44,6 +45,7 @@ def validate_images(cfg: "ProgramConfig") -> None:
 
 def validate(cfg: "ProgramConfig") -> None:
     w = cfg.workloads
+    validate_teams(w.teams, cfg.pools)
     names = {p.name: p for p in cfg.pools}
     allowed_pools = ", ".join(names)
 

@@ -1,0 +1,118 @@
+"""Teams: quota validation against the pools, and every rendered object against its schema."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+from conftest import load
+from pydantic import ValidationError
+
+from workloads.crds import crd_schema, validate
+from workloads.render.teams import team_namespace, team_objects, team_queue, team_resource_quota
+from workloads.teams import GpuQuota, TeamSettings, validate_teams
+
+K8S = "1.35.0"
+
+
+@pytest.fixture(scope="module")
+def pools():
+    return load("p5en-prod").pools  # train 16 x p5en (128 GPUs), rollout 32 x p5en (256 GPUs)
+
+
+def team(name: str, **gpus: tuple[int, int]) -> TeamSettings:
+    return TeamSettings(name=name, gpus={p: GpuQuota(guarantee=g, cap=c) for p, (g, c) in gpus.items()})
+
+
+@pytest.fixture(scope="module")
+def teams():
+    return [team("alpha", train=(64, 128), rollout=(32, 64)),
+            TeamSettings.model_validate({"name": "beta", "weight": 3, "priority": 5, "reclaimable": False,
+                                         "gpus": {"rollout": {"guarantee": 128, "cap": 256}}})]
+
+
+def test_two_teams_validate_and_render_valid_objects(teams, pools):
+    validate_teams(teams, pools)
+    queue_schema = crd_schema("scheduling.volcano.sh/v1beta1", "Queue")
+    for t in teams:
+        objs = team_objects(t, pools)
+        assert objs[0] == team_namespace(t)
+        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota"] + ["NetworkPolicy"] * 3
+        for o in objs:
+            if o["kind"] == "Queue":
+                assert validate(o, queue_schema) == []
+            else:
+                kubernetes_validate.validate(o, K8S, strict=True)
+                if o["kind"] != "Namespace":
+                    assert o["metadata"]["namespace"] == f"team-{t.name}"
+        labels = objs[0]["metadata"]["labels"]
+        assert labels == {"app.kubernetes.io/part-of": "moe-rl-platform", "rl.platform/team": t.name}
+        assert {p["metadata"]["name"] for p in objs[3:]} == {"default-deny", "allow-dns", "allow-team-tcp"}
+
+
+def test_quota_numbers(teams, pools):
+    alpha, beta = teams
+    q = team_queue(alpha, pools)
+    assert q["metadata"]["name"] == "team-alpha" and "namespace" not in q["metadata"]
+    assert q["spec"] == {"weight": 1, "reclaimable": True, "priority": 0, "capability": {"nvidia.com/gpu": 192},
+                         "guarantee": {"resource": {"nvidia.com/gpu": 96}}, "deserved": {"nvidia.com/gpu": 96}}
+    assert team_queue(beta, pools)["spec"]["weight"] == 3
+    assert team_queue(beta, pools)["spec"]["reclaimable"] is False
+    rq = team_resource_quota(alpha, pools)
+    assert rq["metadata"]["name"] == "gpu-quota"
+    # p5en: 8 GPUs and 16 EFA devices per node; 128 + 64 GPUs -> 24 nodes' worth -> 384 EFA
+    assert rq["spec"]["hard"] == {"requests.nvidia.com/gpu": "192", "requests.vpc.amazonaws.com/efa": "384"}
+    rollout64 = team_resource_quota(team("gamma", rollout=(0, 64)), pools)
+    assert rollout64["spec"]["hard"] == {"requests.nvidia.com/gpu": "64", "requests.vpc.amazonaws.com/efa": "128"}
+    no_guarantee = team_queue(team("gamma", rollout=(0, 64)), pools)["spec"]
+    assert "guarantee" not in no_guarantee and "deserved" not in no_guarantee
+
+
+@pytest.mark.parametrize("teams_, message", [
+    ([team("a", rollout=(200, 256)), team("b", rollout=(100, 100))],
+     ("workloads.teams[b].gpus.rollout.guarantee: guarantees over pool rollout sum to 300 (a 200 + b 100), "
+      "more than its 256 GPUs at desired size; allowed: a sum <= 256")),
+    ([team("a", nope=(0, 8))], "workloads.teams[a].gpus.nope: no such pool; allowed: train, rollout, reward"),
+    ([team("a", cpu=(0, 8))], ("workloads.teams[a].gpus.cpu: pool cpu (c7i.16xlarge) has no GPUs; "
+                               "allowed: train, rollout, reward")),
+    ([team("a", train=(0, 136))], ("workloads.teams[a].gpus.train.cap: 136 exceeds the pool's 128 GPUs at "
+                                   "desired size; allowed: 1..128")),
+    ([team("a", train=(0, 8)), team("a", rollout=(0, 8))],
+     "workloads.teams[a].name: duplicate team name; allowed: one entry per team"),
+])
+def test_refusals(teams_, message, pools):
+    with pytest.raises(ValueError) as e:
+        validate_teams(teams_, pools)
+    assert str(e.value) == message
+
+
+def test_model_refusals():
+    with pytest.raises(ValidationError, match="guarantee: 9 exceeds cap 8"):
+        GpuQuota(guarantee=9, cap=8)
+    with pytest.raises(ValidationError):
+        GpuQuota(guarantee=0, cap=0)
+    with pytest.raises(ValidationError):
+        TeamSettings(name="x" * 41)
+    with pytest.raises(ValidationError):
+        TeamSettings(name="Bad_Name")
+    with pytest.raises(ValidationError):
+        TeamSettings(name="ok", unknown=1)
+    assert TeamSettings(name="x" * 40).name == "x" * 40
+
+
+def test_teams_declared_in_the_stack_are_registered_and_refused_when_too_large():
+    """workloads.teams in a stack file: each team's namespace, queue, quota and policies are registered
+    (the queue once Volcano is installed); a guarantee beyond a pool is refused before anything exists."""
+    import pytest
+    from test_workloads import variant, variant_graph
+
+    from stackconfig.stack import StackConfigError
+    teams = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}}},
+                                     {"name": "beta", "gpus": {"rollout": {"guarantee": 32, "cap": 256}}}]}}
+    graph = variant_graph("p5en-prod", teams)
+    kinds = {(r.inputs.get("kind"), (r.inputs.get("metadata") or {}).get("namespace") or
+              (r.inputs.get("metadata") or {}).get("name")) for r in graph.resources if r.type.startswith("kubernetes:")}
+    for team in ("alpha", "beta"):
+        assert ("Namespace", f"team-{team}") in kinds and ("ResourceQuota", f"team-{team}") in kinds
+        assert ("Queue", f"team-{team}") in kinds and ("NetworkPolicy", f"team-{team}") in kinds
+    with pytest.raises(StackConfigError, match=r"workloads.teams\[alpha\]"):
+        variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 200, "cap": 200}}}]}})

@@ -1,0 +1,102 @@
+"""Teams (schema and checks): GPU quota, a Volcano queue and an isolated namespace per team sharing the
+cluster's GPU pools; the objects are rendered by ``render/teams.py``.
+
+A team (``workloads.teams[]``) gets:
+
+- a Namespace ``team-<name>`` labelled ``rl.platform/team=<name>``;
+- a cluster-scoped Volcano Queue ``team-<name>``: weight, priority, whether others may borrow its
+  unused guarantee (``reclaimable``), a guarantee and a capability in GPUs;
+- a ResourceQuota ``gpu-quota`` in its namespace: GPUs and EFA devices its pods may request;
+- NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
+
+Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, cap}}``) and checked against each pool's
+GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
+(``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
+admission-time check here, not something the scheduler enforces.
+
+NOT here yet: a service account with EKS Pod Identity scoped to the team's checkpoint prefix, the
+team's FSx directory (and its PersistentVolumeClaim), and runs submitted into the team's queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from pydantic import Field, model_validator
+
+from stackconfig.base import SchemaModel
+from stackconfig.stack import Pool
+
+
+TEAM_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+TEAM_LABEL = "rl.platform/team"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+QUOTA_NAME = "gpu-quota"
+
+
+class GpuQuota(SchemaModel):
+    """GPUs of one pool a team is guaranteed and may use at most."""
+
+    guarantee: int = Field(0, ge=0)
+    cap: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _guarantee_within_cap(self) -> GpuQuota:
+        if self.guarantee > self.cap:
+            raise ValueError(f"guarantee: {self.guarantee} exceeds cap {self.cap}; allowed: 0..{self.cap}")
+        return self
+
+
+class TeamSettings(SchemaModel):
+    """One team: its name, GPU quota per pool, and its queue's scheduling knobs."""
+
+    name: str = Field(pattern=TEAM_NAME)
+    """DNS label of at most 40 characters: the namespace and queue are ``team-<name>``."""
+    gpus: dict[str, GpuQuota] = {}
+    """Pool name -> quota; GPU pools only (checked by ``validate_teams``)."""
+    reclaimable: bool = True
+    """Other queues may borrow this team's unused guarantee (and have it reclaimed)."""
+    weight: int = Field(1, ge=1, le=65535)
+    priority: int = Field(0, ge=0)
+
+
+def _gpu_pools(pools: Iterable[Pool]) -> dict[str, Pool]:
+    """Pools whose instance type has GPUs, by name."""
+    return {p.name: p for p in pools if p.instance.gpus > 0}
+
+
+def pool_gpus(pool: Pool) -> int:
+    """GPUs of a pool at its desired size."""
+    return pool.instance.gpus * pool.nodes.desired
+
+
+def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None:
+    """Raise ValueError("workloads.teams[<name>]...: ...; allowed: ...") for a quota the pools cannot hold."""
+    pools = list(pools)
+    gpu = _gpu_pools(pools)
+    allowed_pools = ", ".join(gpu) or "(no GPU pool)"
+    dupes = sorted(n for n, c in Counter(t.name for t in teams).items() if c > 1)
+    if dupes:
+        raise ValueError(f"workloads.teams[{dupes[0]}].name: duplicate team name; allowed: one entry per team")
+    by_name = {p.name: p for p in pools}
+    for t in teams:
+        for pool_name, q in t.gpus.items():
+            where = f"workloads.teams[{t.name}].gpus.{pool_name}"
+            if pool_name not in by_name:
+                raise ValueError(f"{where}: no such pool; allowed: {allowed_pools}")
+            if pool_name not in gpu:
+                raise ValueError(f"{where}: pool {pool_name} ({by_name[pool_name].instance_type}) has no GPUs; "
+                                 f"allowed: {allowed_pools}")
+            total = pool_gpus(gpu[pool_name])
+            if q.cap > total:
+                raise ValueError(f"{where}.cap: {q.cap} exceeds the pool's {total} GPUs at desired size; "
+                                 f"allowed: 1..{total}")
+    for name, pool in gpu.items():
+        total = pool_gpus(pool)
+        claims = [(t.name, t.gpus[name].guarantee) for t in teams if name in t.gpus]
+        if sum(g for _, g in claims) > total:
+            parts = " + ".join(f"{n} {g}" for n, g in claims)
+            raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.guarantee: guarantees over pool {name} "
+                             f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
+                             f"size; allowed: a sum <= {total}")
