@@ -25,13 +25,18 @@ def tls_only_policy(bucket_arn: str) -> str:
     }])
 
 
-def writer_policy(bucket_arn: str) -> str:
+def writer_policy(bucket_arn: str, prefix: str = "") -> str:
+    """Read and write objects of the bucket, or only under ``prefix`` (listing limited to it too:
+    ``s3:prefix`` condition of ListBucket, IAM user guide "Amazon S3 condition keys")."""
+    listing: dict = {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation",
+                                                   "s3:ListBucketMultipartUploads"], "Resource": bucket_arn}
+    if prefix:
+        listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*"]}}
     return policy_document([
-        {"Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation",
-                                       "s3:ListBucketMultipartUploads"], "Resource": bucket_arn},
+        listing,
         {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject",
                                        "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-         "Resource": f"{bucket_arn}/*"},
+         "Resource": f"{bucket_arn}/{prefix}*"},
     ])
 
 
@@ -75,4 +80,15 @@ class CheckpointBucket(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(parent=self))
         self.name = self.bucket.bucket
         self.arn = self.bucket.arn
+        self._cluster_name = cluster_name
         self.register_outputs({"bucket": self.bucket.bucket, "writerRoleArn": self.writer.arn})
+
+    def prefix_writer(self, name: str, namespace: str, service_account: str, prefix: str,
+                      opts: pulumi.ResourceOptions | None = None) -> PodRole:
+        """A Pod Identity role for ``namespace/service_account`` that reaches only ``prefix`` of the
+        bucket (a team's checkpoints: one team cannot read or write another's)."""
+        if not prefix.endswith("/"):
+            raise ValueError(f"prefix {prefix!r}: end it with '/' so it names a folder, not a name start")
+        return PodRole(name, self._cluster_name, namespace, service_account,
+                       inline_policy=self.arn.apply(lambda arn: writer_policy(arn, prefix)),
+                       opts=opts or pulumi.ResourceOptions(parent=self))

@@ -36,7 +36,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     for t in teams:
         objs = team_objects(t, pools)
         assert objs[0] == team_namespace(t)
-        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota"] + ["NetworkPolicy"] * 3
+        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 3
         for o in objs:
             if o["kind"] == "Queue":
                 assert validate(o, queue_schema) == []
@@ -46,7 +46,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
                     assert o["metadata"]["namespace"] == f"team-{t.name}"
         labels = objs[0]["metadata"]["labels"]
         assert labels == {"app.kubernetes.io/part-of": "moe-rl-platform", "rl.platform/team": t.name}
-        assert {p["metadata"]["name"] for p in objs[3:]} == {"default-deny", "allow-dns", "allow-team-tcp"}
+        assert {p["metadata"]["name"] for p in objs[4:]} == {"default-deny", "allow-dns", "allow-team-tcp"}
 
 
 def test_quota_numbers(teams, pools):
@@ -116,3 +116,36 @@ def test_teams_declared_in_the_stack_are_registered_and_refused_when_too_large()
         assert ("Queue", f"team-{team}") in kinds and ("NetworkPolicy", f"team-{team}") in kinds
     with pytest.raises(StackConfigError, match=r"workloads.teams\[alpha\]"):
         variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 200, "cap": 200}}}]}})
+
+
+def test_a_teams_role_reaches_only_its_own_checkpoint_prefix():
+    """Each team's service account gets a Pod Identity role whose S3 access is its prefix only
+    (objects under it, listing limited to it): one team cannot read or write another's checkpoints.
+    The stack's policy pack passes on it (pod roles bound to named service accounts, S3 scoped)."""
+    import json
+
+    from test_workloads import variant_graph
+
+    from policy.adapter import evaluate
+    from policy.rules import MANDATORY
+    teams = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}}},
+                                     {"name": "beta", "gpus": {"rollout": {"cap": 64}}}]}}
+    graph = variant_graph("p5en-prod", teams)
+    assocs = {(a.inputs["namespace"], a.inputs["serviceAccount"])
+              for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")}
+    assert {("team-alpha", "checkpoint-writer"), ("team-beta", "checkpoint-writer")} <= assocs
+    for team, other in (("alpha", "beta"), ("beta", "alpha")):
+        (policy,) = [json.loads(r.inputs["policy"]) for r in graph.of_type("aws:iam/rolePolicy:RolePolicy")
+                     if r.name.endswith(f"team-{team}-writer")]
+        resources = [s["Resource"] for s in policy["Statement"]]
+        assert any(str(r).endswith(f"/checkpoints/teams/{team}/*") for r in resources), resources
+        assert not any(other in str(r) for r in resources) and not any(str(r).endswith("/*") and "teams" not in str(r)
+                                                                         for r in resources)
+        listing = next(s for s in policy["Statement"] if "s3:ListBucket" in s["Action"])
+        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"checkpoints/teams/{team}/*"]}}
+    sa = {r.inputs["metadata"]["namespace"] for r in graph.resources if r.inputs.get("kind") == "ServiceAccount"}
+    assert {"team-alpha", "team-beta"} <= sa
+    import yaml
+    from conftest import ROOT
+    raw = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())["config"]["moe-rl-platform:platform"]
+    assert evaluate(graph, MANDATORY, platform_config=raw) == []

@@ -25,7 +25,7 @@ from stackconfig.versions import STACK_REPOSITORY, Chart
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
-from .render.teams import team_objects
+from .render.teams import TEAM_SERVICE_ACCOUNT, namespace_of, team_checkpoint_prefix, team_objects
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,
@@ -85,7 +85,7 @@ class Workloads(pulumi.ComponentResource):
                            if m.raycluster else None)
         self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)] if m.raycluster else []
         self.queue = self._custom(M.volcano_queue(m), after=[self.volcano])
-        self.teams = {team.name: self._team(team, m, after=[system]) for team in m.settings.teams}
+        self.teams = {team.name: self._team(team, m, platform, after=[system]) for team in m.settings.teams}
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)
 
@@ -110,12 +110,17 @@ class Workloads(pulumi.ComponentResource):
                                 f"set capacity.endTime of the new block")
         self.register_outputs({"rayCluster": L.RAY_CLUSTER, "fileSystemId": fs.id})
 
-    def _team(self, team, m: WorkloadModel, after: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
-        """A team's namespace first, then its quota and policies in it, and its queue once Volcano is up."""
+    def _team(self, team, m: WorkloadModel, platform: Platform,
+              after: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
+        """A team's namespace first, then its quota, service account and policies in it, its queue once
+        Volcano is up, and the Pod Identity role that reaches only the team's checkpoint prefix."""
         ns, *rest = team_objects(team, m.pools)
         namespace = self._object(ns, after=after)
-        return [namespace, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
-                             else self._object(o, after=[namespace]) for o in rest)]
+        role = platform.checkpoints.prefix_writer(
+            f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team), TEAM_SERVICE_ACCOUNT,
+            team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
+        return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
+                                   else self._object(o, after=[namespace]) for o in rest)]
 
     def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))

@@ -105,8 +105,23 @@ def team_network_policies(team: TeamSettings) -> list[dict]:
     ]
 
 
+TEAM_SERVICE_ACCOUNT = "checkpoint-writer"
+
+
+def team_checkpoint_prefix(team: TeamSettings) -> str:
+    """The team's part of the bucket (and of the file system's exported ``checkpoints/`` folder)."""
+    return f"checkpoints/teams/{team.name}/"
+
+
+def team_service_account(team: TeamSettings) -> dict:
+    """The service account the team's Pod Identity role (its checkpoint prefix only) is bound to."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": TEAM_SERVICE_ACCOUNT, "namespace": namespace_of(team),
+                         "labels": team_labels(team, "checkpoint-writer")}}
+
+
 def team_objects(team: TeamSettings, pools: Iterable[Pool]) -> list[dict]:
     """Every object of one team, namespace first."""
     pools = list(pools)
     return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools),
-            *team_network_policies(team)]
+            team_service_account(team), *team_network_policies(team)]
