@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
@@ -34,12 +34,11 @@ def _pods(selector: dict[str, str]) -> dict:
     return {"podSelector": {"matchLabels": dict(selector)}}
 
 
-def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None, why: str,
-                   ingress: list[dict] | None = None, egress: list[dict] | None = None) -> dict:
-    """One policy for the pods ``selector`` picks (None: every pod of the namespace). It isolates
-    both directions, so what it does not allow (and no other policy allows) is denied."""
-    md = meta(m, name, "network-policy")
-    md["annotations"] = {"rl.platform/allows": why}
+def policy(md: dict, selector: dict[str, str] | None, why: str, ingress: list[dict] | None = None,
+           egress: list[dict] | None = None) -> dict:
+    """One policy (metadata ``md``) for the pods ``selector`` picks (None: every pod of the namespace).
+    It isolates both directions, so what it does not allow (and no other policy allows) is denied."""
+    md = {**md, "annotations": {"rl.platform/allows": why}}
     spec: dict[str, Any] = {"podSelector": {"matchLabels": dict(selector)} if selector else {},
                             "policyTypes": ["Ingress", "Egress"]}
     if ingress:
@@ -47,6 +46,22 @@ def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None,
     if egress:
         spec["egress"] = egress
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": md, "spec": spec}
+
+
+def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None, why: str,
+                   ingress: list[dict] | None = None, egress: list[dict] | None = None) -> dict:
+    """``policy`` in the workloads' namespace."""
+    return policy(meta(m, name, "network-policy"), selector, why, ingress, egress)
+
+
+def baseline(md: Callable[[str], dict]) -> list[dict]:
+    """Default deny and DNS for every pod of a namespace; ``md(name)`` gives each policy's metadata."""
+    return [
+        policy(md("default-deny"), None, "nothing: every pod of the namespace starts isolated"),
+        policy(md("allow-dns"), None, "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
+               egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
+                                                    {"protocol": "TCP", "port": 53}]}]),
+    ]
 
 
 def network_policies(m: WorkloadModel) -> list[dict]:
@@ -58,12 +73,7 @@ def network_policies(m: WorkloadModel) -> list[dict]:
     They take effect once the VPC CNI enforces NetworkPolicies (``enableNetworkPolicy``).
     """
     head = labels("ray-head")
-    out = [
-        network_policy(m, "default-deny", None, "nothing: every pod of the namespace starts isolated"),
-        network_policy(m, "allow-dns", None, "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
-                       egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
-                                                            {"protocol": "TCP", "port": 53}]}]),
-    ]
+    out = baseline(lambda name: meta(m, name, "network-policy"))
     ray_egress = [{"to": [_pods(RAY_PODS)], "ports": _all_tcp()},
                   {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
                   {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]

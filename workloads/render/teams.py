@@ -11,7 +11,7 @@ from stackconfig.stack import Pool
 from ..resources import EFA, GPU
 from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings
 from .common import PART_OF
-from .network_policies import _all_tcp, _kube_dns
+from .network_policies import _all_tcp, baseline, policy
 
 
 def namespace_of(team: TeamSettings) -> str:
@@ -78,31 +78,14 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict:
             "spec": {"hard": hard}}
 
 
-def _policy(team: TeamSettings, name: str, why: str, ingress: list[dict] | None = None,
-            egress: list[dict] | None = None) -> dict:
-    """One NetworkPolicy over every pod of the team namespace (same shape as ``network_policy``)."""
-    spec: dict[str, Any] = {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
-    if ingress:
-        spec["ingress"] = ingress
-    if egress:
-        spec["egress"] = egress
-    md = {"name": name, "namespace": namespace_of(team), "labels": team_labels(team, "network-policy"),
-          "annotations": {"rl.platform/allows": why}}
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": md, "spec": spec}
-
-
 def team_network_policies(team: TeamSettings) -> list[dict]:
-    """Default deny, DNS, and all TCP between the team namespace's own pods."""
+    """The workloads' baseline (default deny, DNS), and all TCP between the team namespace's own pods."""
+    def md(name: str) -> dict:
+        return {"name": name, "namespace": namespace_of(team), "labels": team_labels(team, "network-policy")}
     ns_pods = {"podSelector": {}}  # every pod of the policy's own namespace
-    return [
-        _policy(team, "default-deny", "nothing: every pod of the namespace starts isolated"),
-        _policy(team, "allow-dns", "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
-                egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
-                                                     {"protocol": "TCP", "port": 53}]}]),
-        _policy(team, "allow-team-tcp", "the team's pods <-> the team's pods on every TCP port",
-                ingress=[{"from": [ns_pods], "ports": _all_tcp()}],
-                egress=[{"to": [ns_pods], "ports": _all_tcp()}]),
-    ]
+    return [*baseline(md),
+            policy(md("allow-team-tcp"), None, "the team's pods <-> the team's pods on every TCP port",
+                   ingress=[{"from": [ns_pods], "ports": _all_tcp()}], egress=[{"to": [ns_pods], "ports": _all_tcp()}])]
 
 
 TEAM_SERVICE_ACCOUNT = "checkpoint-writer"
