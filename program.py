@@ -8,6 +8,7 @@ from components import Platform
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
+from workloads.runs.submit import run_objects
 from workloads.schedulability import check, unschedulable
 from workloads.stack import ProgramConfig
 
@@ -34,7 +35,8 @@ def build(cfg: StackConfig) -> Platform:
     platform = Platform(cfg, gpu_setups=model.gpu_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
-    workloads = Workloads(model, platform)
+    runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack
+    workloads = Workloads(model, platform, runs)
     if model.raycluster:
         pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                      "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "

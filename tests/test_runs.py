@@ -1,63 +1,430 @@
-"""The offline plan of a set of runs against a stack: gang placement by priority within team caps."""
+"""Runs apart from the platform: run files, the offline plan (queues, gangs, preemption, tiers), what a
+submitted run creates, and what the run command sends to the Kubernetes API."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 import yaml
 from conftest import ROOT
-from test_workloads import variant
+from test_workloads import custom_objects, k8s_version, validate_custom, variant, variant_graph
+from test_workloads_security import registered_objects
 
-from workloads.runs import NeverFits, RunFile, load_run, main, plan_runs
+from workloads.render.runs import (QUEUE_LABEL, PRIORITY_LABEL, RUN_WRAPPER, SAVE_ON_STOP, TOPOLOGY_MODE_LABEL,
+                                   TOPOLOGY_TIER_LABEL, priority_classes)
+from workloads.render.teams import team_directories_job, team_fsx_pv, team_fsx_pvc
+from workloads.runs import NeverFits, load_run, plan_runs, run_model
+from workloads.runs.__main__ import main
+from workloads.runs.client import RunClient
+from workloads.runs.submit import run_objects
+from workloads.runs.topology import tier_sizes_from_hypernodes
+from workloads.settings import RunFile
 
-TEAMS = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128},
-                                                              "rollout": {"cap": 128}}},
-                                 {"name": "beta", "gpus": {"train": {"cap": 64}, "rollout": {"cap": 256}}}]}}
+SHARED = "p5en-shared"  # teams alpha (train 64/128, rollout 128/256 guarantee/cap) and beta (train 0/64, rollout 64/128)
+TIERS = {"workloads": {"network": {"tierNodes": {1: 4, 2: 16, 3: 48}}}}
 
 
-def run(name, team, priority=0, **nodes) -> RunFile:
-    return RunFile(name=name, team=team, priority=priority, nodes=nodes)
+def run(name, team, priority="normal", topology="hard", **nodes) -> RunFile:
+    return RunFile(name=name, team=team, priority=priority, nodes=nodes, topology=topology)
 
+
+def decisions(cfg, runs, running=()):
+    return {d.run: d for d in plan_runs(cfg, runs, frozenset(running))}
+
+
+# --- the offline plan ----------------------------------------------------------------------------
 
 def test_overlapping_demand_starts_by_priority_and_never_places_a_run_partly():
-    cfg = variant("p5en-prod", TEAMS)  # train 16 nodes, rollout 32 nodes, 8 GPUs each
-    decisions = {d.run: d for d in plan_runs(cfg, [
-        run("a1", "alpha", 1, train=8, rollout=8),
-        run("b1", "beta", 5, train=8, rollout=16),
-        run("a2", "alpha", 0, train=8, rollout=8),   # train is full after b1 and a1: waits, takes nothing
-        run("b2", "beta", 0, rollout=8),             # fits the nodes left
-    ])}
-    assert decisions["b1"].starts and decisions["a1"].starts and decisions["b2"].starts
-    assert not decisions["a2"].starts and "pool train: 8 nodes needed, 0 free" in decisions["a2"].why
-    assert [d.run for d in plan_runs(cfg, [run("x", "alpha", 0, train=1), run("y", "beta", 3, train=1)])] == ["y", "x"]
+    cfg = variant(SHARED, {})  # train 16 nodes, rollout 32 nodes, 8 GPUs each
+    d = decisions(cfg, [
+        run("a1", "alpha", "normal", train=8, rollout=8),
+        run("b1", "beta", "high", train=8, rollout=16),
+        run("a2", "alpha", "low", train=8, rollout=8),   # train is full after b1 and a1: waits, takes nothing
+        run("b2", "beta", "low", train=0 or 1, rollout=8),
+    ])
+    assert d["b1"].action == d["a1"].action == "starts"
+    assert d["a2"].action == "waits" and "pool train: 8 nodes needed, 0 free" in d["a2"].why
+    assert d["b2"].action == "waits" and "rollout: 8 nodes needed, 8 free" not in d["b2"].why
+    order = plan_runs(cfg, [run("x", "alpha", "low", train=1, rollout=1), run("y", "beta", "high", train=1, rollout=1)])
+    assert [o.run for o in order] == ["x", "y"] and all(o.action == "starts" for o in order)
 
 
 def test_a_team_cap_holds_a_run_back_even_with_free_nodes():
-    cfg = variant("p5en-prod", TEAMS)
-    decisions = plan_runs(cfg, [run("b1", "beta", 0, train=8), run("b2", "beta", 0, train=1)])
-    assert decisions[0].starts and not decisions[1].starts
-    assert "team beta would use 72 GPUs, cap 64" in decisions[1].why
+    d = decisions(variant(SHARED, {}), [run("b1", "beta", train=8, rollout=1), run("b2", "beta", train=1, rollout=1)])
+    assert d["b1"].action == "starts" and d["b2"].action == "waits"
+    assert "team beta would use 72 GPUs, cap 64" in d["b2"].why
+
+
+def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoints_first():
+    cfg = variant(SHARED, {})
+    low = run("a-low", "alpha", "low", train=12, rollout=8)
+    high = run("a-high", "alpha", "high", train=8, rollout=8)
+    d = decisions(cfg, [low, high], running=["a-low"])
+    assert d["a-low"].action == "preempted" and d["a-high"].action == "starts"
+    assert "preempt by a-high (high): asked to checkpoint, stops within 30 min" in d["a-low"].why
+    assert "after a-low checkpoint and stop" in d["a-high"].why
+    # The same priority never preempts: the newcomer waits.
+    same = decisions(cfg, [low, run("a-same", "alpha", "low", train=8, rollout=8)], running=["a-low"])
+    assert same["a-low"].action == "running" and same["a-same"].action == "waits"
+
+
+def _teams(beta_reclaimable: bool) -> dict:
+    return {"workloads": {"teams": [
+        {"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}, "rollout": {"guarantee": 128, "cap": 256}}},
+        {"name": "beta", "reclaimable": beta_reclaimable,
+         "gpus": {"train": {"cap": 128}, "rollout": {"guarantee": 64, "cap": 128}}}]}}
+
+
+def test_a_team_under_its_guarantee_reclaims_from_a_reclaimable_team_over_its_own():
+    beta = run("b-big", "beta", "high", train=16, rollout=8)   # beta: all 128 training GPUs, guarantee 0
+    alpha = run("a-new", "alpha", "low", train=8, rollout=8)   # alpha: 64 training GPUs, its guarantee
+    d = decisions(variant(SHARED, _teams(True)), [beta, alpha], running=["b-big"])
+    assert d["a-new"].action == "starts" and d["b-big"].action == "preempted"
+    assert d["b-big"].why.startswith("reclaim by a-new (low): asked to checkpoint")
+    # Not from a team that is not reclaimable, and not beyond the claimant's guarantee: alpha waits.
+    d = decisions(variant(SHARED, _teams(False)), [beta, alpha], running=["b-big"])
+    assert d["a-new"].action == "waits" and d["b-big"].action == "running"
+    over = run("a-over", "alpha", "low", train=9, rollout=8)   # 72 GPUs > alpha's guarantee of 64
+    d = decisions(variant(SHARED, _teams(True)), [beta, over], running=["b-big"])
+    assert d["a-over"].action == "waits" and d["b-big"].action == "running"
+
+
+def test_no_run_is_evicted_when_evicting_cannot_free_enough():
+    cfg = variant(SHARED, {})
+    d = decisions(cfg, [run("a-low", "alpha", "low", train=2, rollout=2), run("b", "beta", "normal", train=8, rollout=8),
+                        run("a-high", "alpha", "high", train=16, rollout=8)], running=["a-low", "b"])
+    assert d["a-high"].action == "waits" and d["a-low"].action == "running" and d["b"].action == "running"
 
 
 @pytest.mark.parametrize("bad, message", [
-    (run("big", "alpha", 0, train=17), "run big: pool train: 17 nodes requested, the pool has 16"),
-    (run("greedy", "beta", 0, train=9), "run greedy: pool train: nvidia.com/gpu 72 exceeds team beta's cap of 64"),
-    (run("lost", "gamma", 0, train=1), "run lost: team 'gamma' is not declared"),
-    (run("cpu", "alpha", 0, cpu=1), "run cpu: pool 'cpu' is not a GPU pool"),
+    (run("big", "alpha", train=17, rollout=1), "run big: pool train: 17 nodes requested, the pool has 16"),
+    (run("greedy", "beta", train=9, rollout=1), "run greedy: pool train: nvidia.com/gpu 72 exceeds team beta's cap of 64"),
+    (run("lost", "gamma", train=1, rollout=1), "run lost: team 'gamma' is not declared"),
+    (run("cpu", "alpha", cpu=1), "run cpu: pool 'cpu' is not the stack's training or rollout pool"),
+    (run("half", "alpha", train=1), "run half: nodes.rollout: a run needs at least one node"),
+    (run("vip", "alpha", "urgent", train=1, rollout=1), "run vip: priority 'urgent' is not one of"),
 ])
 def test_a_run_that_can_never_fit_is_refused_naming_run_pool_and_resource(bad, message):
     with pytest.raises(NeverFits, match=message):
-        plan_runs(variant("p5en-prod", TEAMS), [bad])
+        plan_runs(variant(SHARED, {}), [bad])
 
 
-def test_the_command_reads_run_files_and_exits_non_zero_when_a_run_can_never_fit(tmp_path, capsys):
-    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())
-    doc["config"]["moe-rl-platform:platform"]["workloads"] = TEAMS["workloads"]
-    (tmp_path / "Pulumi.p5en-prod.yaml").write_text(yaml.safe_dump(doc))
-    sample = ROOT / "runs" / "grpo-qwen3-30b.yaml"
-    assert load_run(sample).team == "alpha"
-    assert main(["p5en-prod", str(sample), "--stack-dir", str(tmp_path)]) == 0
-    assert "grpo-qwen3-30b" in capsys.readouterr().out
+def test_a_run_too_large_for_any_tier_is_refused_when_hard_and_placed_when_soft():
+    cfg = variant(SHARED, {"workloads": {"network": {"tierNodes": {1: 4, 2: 16, 3: 20}}}})
+    with pytest.raises(NeverFits, match=r"run wide: run: 24 nodes, more than one HyperNode of the widest tier \(3\) "
+                                        r"holds \(20\); allowed: topology soft or none"):
+        plan_runs(cfg, [run("wide", "alpha", train=8, rollout=16)])
+    assert plan_runs(cfg, [run("wide", "alpha", topology="soft", train=8, rollout=16)])[0].action == "starts"
+
+
+def test_the_stack_must_be_in_runs_mode():
+    with pytest.raises(NeverFits, match="workloads.submit raycluster, where the GPU nodes are held"):
+        plan_runs(variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}]}}),
+                  [run("r", "alpha", train=1, rollout=1)])
+
+
+def test_a_run_is_checked_like_the_stacks_own_run_on_its_own_nodes():
+    bad = RunFile(name="odd", team="alpha", nodes={"train": 3, "rollout": 2}, parallel={"tensor": 8, "expert": 16})
+    with pytest.raises(ValueError, match=r"run odd: parallel.expert: expert x expertTensor x pipeline = 16"):
+        run_model(variant(SHARED, {}), bad)
+
+
+# --- what a submitted run is ------------------------------------------------------------------------
+
+def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_valid_objects():
+    cfg = variant(SHARED, TIERS)
+    r = load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")
+    objs = run_objects(cfg, r)
+    job = objs.rayjob
+    validate_custom(job, k8s_version(cfg))
+    md, spec = job["metadata"], job["spec"]
+    assert (md["name"], md["namespace"]) == ("grpo-qwen3-30b-1", "team-alpha")
+    assert md["labels"][QUEUE_LABEL] == "team-alpha" and md["labels"][PRIORITY_LABEL] == "rl-normal"
+    # 24 nodes: one tier-3 HyperNode (48); the 8 trainers: tier 2 (16 per layer-2 node).
+    assert (md["labels"][TOPOLOGY_MODE_LABEL], md["labels"][TOPOLOGY_TIER_LABEL]) == ("hard", "3")
+    assert (objs.gang.tier, objs.trainer.tier) == (3, 2)
+    assert spec["shutdownAfterJobFinishes"] is True and "clusterSelector" not in spec
+    cluster = spec["rayClusterSpec"]
+    groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
+    assert {n: g["replicas"] for n, g in groups.items()} == {"trainer": 8, "rollout": 16}
+    trainer_affinity = groups["trainer"]["template"]["spec"]["affinity"]["podAffinity"]
+    term = trainer_affinity["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == "topology.k8s.aws/network-node-layer-2"
+    assert term["labelSelector"]["matchLabels"] == {"rl.platform/run": "grpo-qwen3-30b", "ray.io/group": "trainer"}
+    templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in groups.values())]
+    for t in templates:
+        pod = t["spec"]
+        assert pod["serviceAccountName"] == "checkpoint-writer"
+        assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx"}} in pod["volumes"]
+        assert pod["terminationGracePeriodSeconds"] == 30 * 60
+        stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        assert stop[:4] == ["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop"]
+        assert stop[4:] == ["/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING", "/mnt/fsx/checkpoints/grpo-qwen3-30b/SAVE_NOW"]
+        assert t["metadata"]["labels"]["rl.platform/team"] == "alpha"
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert head["initContainers"][0]["name"] == "stage"  # the run stages its own model in its team's directory
+    assert "--sglang-mem-fraction-static" not in spec["entrypoint"]
+    assert "--actor-num-nodes 8" in spec["entrypoint"] and "--rollout-num-gpus 128" in spec["entrypoint"]
+    assert "http://reward.rl.svc.cluster.local" in spec["entrypoint"]  # the platform's reward service
+
+
+def test_priority_classes_and_the_schedulers_preempt_reclaim_and_topology_configuration():
+    cfg = variant(SHARED, {})
+    from workloads.model import derive
+    from workloads.render import kuberay_values, volcano_values
+    m = derive(cfg)
+    classes = priority_classes(m)
+    assert {c["metadata"]["name"]: c["value"] for c in classes} == {"rl-low": 1000, "rl-normal": 10000, "rl-high": 100000}
+    import kubernetes_validate
+    for c in classes:
+        kubernetes_validate.validate(c, k8s_version(cfg), strict=True)
+    assert kuberay_values(m)["batchScheduler"] == {"name": "volcano"}
+    assert "batchScheduler" not in kuberay_values(derive(variant("p5en-prod", {})))  # its RayJob selects a cluster
+    conf = yaml.safe_load(volcano_values(m)["custom"]["scheduler_config_override"])  # a string: the chart inserts text
+    assert [a.strip() for a in conf["actions"].split(",")] == ["enqueue", "allocate", "preempt", "reclaim", "backfill"]
+    plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
+    assert {"priority", "gang", "proportion", "predicates", "network-topology-aware"} <= set(plugins)
+
+
+def test_the_team_directory_is_the_only_part_of_the_file_system_its_pods_mount():
+    cfg = variant(SHARED, {})
+    from workloads.model import derive
+    m = derive(cfg)
+    alpha = cfg.workloads.teams[0]
+    pv, pvc = team_fsx_pv(m, alpha, "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh"), team_fsx_pvc(m, alpha)
+    assert pv["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/checkpoints/teams/alpha"
+    assert pv["spec"]["claimRef"] == {"namespace": "team-alpha", "name": "fsx"} and pvc["spec"]["volumeName"] == "team-alpha-fsx"
+    job = team_directories_job(m)
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+        "mkdir", "-p", "/mnt/fsx/checkpoints/teams/alpha", "/mnt/fsx/checkpoints/teams/beta"]
+    import kubernetes_validate
+    for o in (pv, pvc, job):
+        kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
+
+
+def test_runs_declared_in_the_stack_are_in_the_graph_with_their_team_objects():
+    override = {"workloads": {"runs": [yaml.safe_load((ROOT / "runs" / "beta-lr-sweep.yaml").read_text())]}}
+    graph = variant_graph(SHARED, override)
+    cfg = variant(SHARED, override)
+    jobs = custom_objects(graph, "RayJob")
+    assert [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs] == [("team-beta", "beta-lr-sweep-1")]
+    for job in jobs:
+        validate_custom(job, k8s_version(cfg))
+    assert custom_objects(graph, "RayCluster") == []  # no long-lived cluster holds the GPU nodes
+    kinds = [(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in registered_objects(graph)]
+    assert ("PersistentVolumeClaim", "team-beta", "fsx") in kinds and ("ConfigMap", "team-beta", "workload-scripts") in kinds
+    assert ("PriorityClass", None, "rl-low") in kinds and ("Job", "rl", "team-directories") in kinds
+    assert not [k for k in kinds if k[0] == "Job" and k[2].startswith("stage-")]  # each run stages its own model
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"workloads": {"teams": []}}, "workloads.submit: runs are submitted to team queues, and no team is declared"),
+    ({"workloads": {"runs": [{"name": "r", "team": "alpha", "nodes": {"train": 17, "rollout": 1}}]}},
+     "workloads.runs[r]: run r: pool train: 17 nodes requested"),
+])
+def test_a_bad_runs_stack_names_the_field(override, message):
+    from stackconfig.stack import StackConfigError
+    with pytest.raises(StackConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        variant(SHARED, override)
+    with pytest.raises(StackConfigError, match="workloads.runs: declared runs bring up their own Ray clusters"):
+        variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
+                                            "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}})
+
+
+# --- the scripts that make preemption checkpoint first --------------------------------------------
+
+def _sh(*args, env=None, **kw):
+    return subprocess.run(["/bin/sh", "-c", *args], env=env, capture_output=True, text=True, **kw)
+
+
+def test_the_entrypoint_keeps_running_exactly_while_miles_runs(tmp_path):
+    marker = tmp_path / "ckpt" / "RUNNING"
+    seen = _sh(RUN_WRAPPER, "miles-run", str(marker), "sh", "-c", f'test -e {marker} && echo inside; exit 7')
+    assert seen.stdout.strip() == "inside" and seen.returncode == 7 and not marker.exists()
+
+
+def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_a_run_is_in_progress(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(f"#!/bin/sh\necho stopped > {tmp_path}/ray-stopped\n")
+    (bin_dir / "ray").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    marker, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
+    # No run in progress (it ended, or never started): stop at once, no sentinel left behind.
+    t0 = time.monotonic()
+    assert _sh(SAVE_ON_STOP, "save-on-stop", str(marker), str(sentinel), env=env).returncode == 0
+    assert time.monotonic() - t0 < 2 and not sentinel.exists() and (tmp_path / "ray-stopped").exists()
+    # In progress: the sentinel appears, and the hook waits until Miles has saved and removed it.
+    marker.touch()
+    hook = subprocess.Popen(["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", str(marker), str(sentinel)], env=env)
+    deadline = time.monotonic() + 5
+    while not sentinel.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sentinel.exists() and hook.poll() is None
+    sentinel.unlink()  # Miles: saved, sentinel removed
+    assert hook.wait(timeout=10) == 0
+
+
+# --- what the run command sends ----------------------------------------------------------------------
+
+class FakeApi:
+    """Records every request the real kubernetes client makes and answers from ``routes``."""
+
+    def __init__(self, routes):
+        self.routes, self.calls = routes, []
+
+    def request(self, method, url, headers=None, body=None, post_params=None, _request_timeout=None):
+        parsed = urlparse(url)
+        self.calls.append((method, parsed.path, {k: v[0] for k, v in parse_qs(parsed.query).items()}, body))
+        data = self.routes.get((method, parsed.path), {"items": []} if method == "GET" else body or {})
+        return _Response(json.dumps(data).encode(), 201 if method == "POST" else 200)
+
+
+class _Response:
+    reason = "OK"
+
+    def __init__(self, data, status=200):
+        self.data, self.status, self.headers = data, status, {"content-type": "application/json"}
+
+    def read(self):
+        return self.data
+
+    def getheader(self, name, default=None):
+        return self.headers.get(name.lower(), default)
+
+    def getheaders(self):
+        return self.headers
+
+
+@pytest.fixture
+def api(monkeypatch):
+    from kubernetes import client as k8s
+    from kubernetes.client import rest
+
+    def make(routes=None):
+        fake = FakeApi(routes or {})
+        monkeypatch.setattr(rest.RESTClientObject, "request",
+                            lambda self, *a, **kw: rest.RESTResponse(fake.request(*a, **kw)))
+        cfg = k8s.Configuration(host="https://cluster.example")
+        return fake, (lambda: RunClient(k8s.ApiClient(cfg)))
+    return make
+
+
+def _job(name, run, team, attempt_status="RUNNING"):
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": name, "namespace": f"team-{team}",
+                         "labels": {"rl.platform/run": run, "rl.platform/team": team}},
+            "status": {"jobStatus": attempt_status, "jobDeploymentStatus": "Running"}}
+
+
+def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hypernodes(api, tmp_path):
+    hypernodes = {"items": [
+        {"metadata": {"name": "l3-a"}, "spec": {"tier": 1, "members": [
+            {"type": "Node", "selector": {"exactMatch": {"name": f"n{i}"}}} for i in range(4)]}},
+        {"metadata": {"name": "l2-a"}, "spec": {"tier": 2, "members": [
+            {"type": "HyperNode", "selector": {"exactMatch": {"name": "l3-a"}}}]}}]}
+    nodes = {"items": [{"metadata": {"name": f"n{i}"}} for i in range(4)]}
+    fake, client = api({("GET", "/apis/topology.volcano.sh/v1alpha1/hypernodes"): hypernodes,
+                        ("GET", "/api/v1/nodes"): nodes})
+    small = tmp_path / "small.yaml"
+    small.write_text("name: small\nteam: beta\npriority: low\nnodes: {train: 1, rollout: 2}\n")
+    lines = []
+    assert main(["submit", SHARED, str(small)], client=client, out=lines.append) == 0
+    posts = [c for c in fake.calls if c[0] == "POST"]
+    assert [c[1] for c in posts] == ["/apis/ray.io/v1/namespaces/team-beta/rayjobs"]
+    body = posts[0][3]
+    assert body["metadata"]["labels"]["volcano.sh/queue-name"] == "team-beta"
+    assert body["metadata"]["labels"]["ray.io/priority-class-name"] == "rl-low"
+    assert body["metadata"]["labels"]["volcano.sh/network-topology-highest-tier-allowed"] == "1"  # 3 nodes fit in 4
+    node_queries = [c[2]["labelSelector"] for c in fake.calls if c[1] == "/api/v1/nodes"]
+    assert node_queries == ["rl.platform/pool=train", "rl.platform/pool=rollout", "rl.platform/pool=train"]
+    assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard)" in lines[0]
+
+
+def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
+    fake, client = api({("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [
+        _job("grpo-qwen3-30b-1", "grpo-qwen3-30b", "alpha", "FAILED"), _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha")]},
+        ("GET", "/apis/ray.io/v1/rayjobs"): {"items": [_job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha"),
+                                                         _job("beta-lr-sweep-1", "beta-lr-sweep", "beta")]}})
+    out = []
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume"], client=client,
+                out=out.append) == 0
+    post = next(c for c in fake.calls if c[0] == "POST")
+    assert post[3]["metadata"]["name"] == "grpo-qwen3-30b-3"
+    assert "--load /mnt/fsx/checkpoints/grpo-qwen3-30b" in post[3]["spec"]["entrypoint"]  # same directory: resumes
+    lister = next(c for c in fake.calls if c[1] == "/apis/ray.io/v1/namespaces/team-alpha/rayjobs" and c[0] == "GET")
+    assert lister[2] == {"labelSelector": "rl.platform/run=grpo-qwen3-30b"}
+    out.clear()
+    assert main(["list"], client=client, out=out.append) == 0
+    assert [c for c in fake.calls if c[1] == "/apis/ray.io/v1/rayjobs"][-1][2] == {"labelSelector": "rl.platform/run"}
+    assert [line.split()[:4] for line in out] == [["alpha", "grpo-qwen3-30b", "attempt", "2"],
+                                                  ["beta", "beta-lr-sweep", "attempt", "1"]]
+
+
+def test_cancel_deletes_the_rayjobs_and_with_now_the_pods_without_grace(api):
+    routes = {("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [_job("r-1", "r", "alpha")]}}
+    fake, client = api(routes)
+    assert main(["cancel", "alpha", "r"], client=client, out=lambda _: None) == 0
+    deletes = [c for c in fake.calls if c[0] == "DELETE"]
+    assert [(c[1], c[2]) for c in deletes] == [("/apis/ray.io/v1/namespaces/team-alpha/rayjobs/r-1",
+                                                {"propagationPolicy": "Background"})]
+    fake.calls.clear()
+    assert main(["cancel", "alpha", "r", "--now"], client=client, out=lambda _: None) == 0
+    pods = [c for c in fake.calls if c[0] == "DELETE" and c[1] == "/api/v1/namespaces/team-alpha/pods"]
+    assert pods and pods[0][2] == {"labelSelector": "rl.platform/run=r", "gracePeriodSeconds": "0"}
+
+
+def test_show_reports_attempts_gang_and_pods_and_an_unknown_run_fails(api, capsys):
+    routes = {("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [_job("r-1", "r", "alpha")]},
+              ("GET", "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-alpha/podgroups/ray-r-1-pg"):
+                  {"status": {"phase": "Inqueue"}},
+              ("GET", "/api/v1/namespaces/team-alpha/pods"): {"items": [
+                  {"metadata": {"name": "r-1-head"}, "status": {"phase": "Pending"}}]}}
+    fake, client = api(routes)
+    out = []
+    assert main(["show", "alpha", "r"], client=client, out=out.append) == 0
+    assert out == ["r-1: Running RUNNING ", "gang (PodGroup): Inqueue", "  r-1-head: Pending"]
+    fake2, client2 = api({})
+    assert main(["show", "alpha", "nope"], client=client2, out=out.append) == 1
+    assert "no run 'nope' in namespace team-alpha" in capsys.readouterr().err
+
+
+def test_dry_run_prints_the_objects_without_a_cluster_and_plan_exits_non_zero_on_a_run_that_never_fits(tmp_path):
+    def no_cluster():
+        raise AssertionError("dry run contacted a cluster")
+    out = []
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--dry-run"], client=no_cluster,
+                out=out.append) == 0
+    assert yaml.safe_load(out[1])["kind"] == "RayJob"
+    out.clear()
+    assert main(["plan", SHARED, *map(str, sorted((ROOT / "runs").glob("*.yaml")))], out=out.append) == 0
+    assert any(line.startswith("queue team-alpha: pool train 64/128 GPUs") for line in out)
+    assert "pool train: 12/16 nodes claimed by running and starting runs" in out
     too_big = tmp_path / "too-big.yaml"
-    too_big.write_text("name: too-big\nteam: alpha\nnodes: {train: 20}\n")
-    assert main(["p5en-prod", str(too_big), "--stack-dir", str(tmp_path)]) == 1
-    assert "run too-big: pool train: 20 nodes requested" in capsys.readouterr().err
+    too_big.write_text("name: too-big\nteam: alpha\nnodes: {train: 20, rollout: 1}\n")
+    assert main(["plan", SHARED, str(too_big)], out=out.append) == 1
+
+
+def test_tier_sizes_count_only_the_pools_nodes():
+    hns = [{"metadata": {"name": "a"}, "spec": {"tier": 1, "members": [
+               {"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in ("n1", "n2", "cpu1")]}},
+           {"metadata": {"name": "b"}, "spec": {"tier": 1, "members": [
+               {"type": "Node", "selector": {"exactMatch": {"name": "n3"}}}]}},
+           {"metadata": {"name": "top"}, "spec": {"tier": 2, "members": [
+               {"type": "HyperNode", "selector": {"exactMatch": {"name": h}}} for h in ("a", "b")]}}]
+    assert tier_sizes_from_hypernodes(hns, {"n1", "n2", "n3"}) == {1: 2, 2: 3}
+
+
+def test_sample_run_files_load(tmp_path: Path):
+    for path in (ROOT / "runs").glob("*.yaml"):
+        assert load_run(path).team in {"alpha", "beta"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: Bad_Name\nteam: alpha\nnodes: {}\n")
+    with pytest.raises(ValueError, match=f"run file {bad}: name: String should match pattern"):
+        load_run(bad)

@@ -36,7 +36,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     for t in teams:
         objs = team_objects(t, pools)
         assert objs[0] == team_namespace(t)
-        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 3
+        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
         for o in objs:
             if o["kind"] == "Queue":
                 assert validate(o, queue_schema) == []
@@ -46,7 +46,8 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
                     assert o["metadata"]["namespace"] == f"team-{t.name}"
         labels = objs[0]["metadata"]["labels"]
         assert labels == {"app.kubernetes.io/part-of": "moe-rl-platform", "rl.platform/team": t.name}
-        assert {p["metadata"]["name"] for p in objs[4:]} == {"default-deny", "allow-dns", "allow-team-tcp"}
+        assert {p["metadata"]["name"] for p in objs[4:]} == {"default-deny", "allow-dns", "allow-team-tcp",
+                                                                 "ray-external", "ray-head-operator"}
 
 
 def test_quota_numbers(teams, pools):
@@ -54,7 +55,7 @@ def test_quota_numbers(teams, pools):
     q = team_queue(alpha, pools)
     assert q["metadata"]["name"] == "team-alpha" and "namespace" not in q["metadata"]
     assert q["spec"] == {"weight": 1, "reclaimable": True, "priority": 0, "capability": {"nvidia.com/gpu": 192},
-                         "guarantee": {"resource": {"nvidia.com/gpu": 96}}, "deserved": {"nvidia.com/gpu": 96}}
+                         "guarantee": {"resource": {"nvidia.com/gpu": 96}}}
     assert team_queue(beta, pools)["spec"]["weight"] == 3
     assert team_queue(beta, pools)["spec"]["reclaimable"] is False
     rq = team_resource_quota(alpha, pools)
@@ -64,7 +65,7 @@ def test_quota_numbers(teams, pools):
     rollout64 = team_resource_quota(team("gamma", rollout=(0, 64)), pools)
     assert rollout64["spec"]["hard"] == {"requests.nvidia.com/gpu": "64", "requests.vpc.amazonaws.com/efa": "128"}
     no_guarantee = team_queue(team("gamma", rollout=(0, 64)), pools)["spec"]
-    assert "guarantee" not in no_guarantee and "deserved" not in no_guarantee
+    assert "guarantee" not in no_guarantee
 
 
 @pytest.mark.parametrize("teams_, message", [

@@ -20,6 +20,8 @@ from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
 from stackconfig.files import raw_stack
 from program import ProgramConfig
 from workloads.model import derive
+from workloads.runs.submit import run_objects
+from workloads.settings import RunFile
 from workloads import layout as L
 from workloads import render as M
 from workloads.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
@@ -89,6 +91,10 @@ def custom_objects(graph: mocks.Graph, kind: str) -> list[dict]:
     return [obj_of(r) for r in graph.resources if is_custom_resource(r) and r.inputs.get("kind") == kind]
 
 
+def objects(graph: mocks.Graph, kind: str) -> list[dict]:
+    return [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind]
+
+
 def one(graph: mocks.Graph, kind: str) -> dict:
     found = [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind]
     assert len(found) == 1, (kind, len(found))
@@ -102,7 +108,9 @@ def pod_templates_of(obj: dict) -> list[tuple[str, dict]]:
         return [("head", spec["headGroupSpec"]["template"])] + [
             (g["groupName"], g["template"]) for g in spec["workerGroupSpecs"]]
     if obj["kind"] == "RayJob":
-        return [("submitter", spec["submitterPodTemplate"])] if "submitterPodTemplate" in spec else []
+        own = spec.get("rayClusterSpec")
+        cluster = pod_templates_of({"kind": "RayCluster", "spec": own}) if own else []
+        return cluster + ([("submitter", spec["submitterPodTemplate"])] if "submitterPodTemplate" in spec else [])
     if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh"):
         return [(t["name"], t["template"]) for t in spec["tasks"]]
     return []
@@ -118,6 +126,20 @@ def validate_custom(obj: dict, version: str) -> None:
     assert errors == [], f"{obj['kind']} {obj['metadata'].get('name')}: {errors}"
     for where, template in pod_templates_of(obj):
         validate_pod_template(template, version)
+
+
+def full_run(cfg) -> RunFile:
+    """A run of a runs-mode stack that takes every node of both GPU pools (its first team's)."""
+    train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+    return RunFile(name="all-nodes", team=cfg.workloads.teams[0].name,
+                   nodes={train.name: train.nodes.desired, rollout.name: rollout.nodes.desired})
+
+
+def ray_cluster(cfg, graph: mocks.Graph) -> dict:
+    """The stack's RayCluster; with ``submit: runs``, the own cluster of a run taking every GPU node."""
+    if cfg.workloads.submit.value == "runs":
+        return {"spec": run_objects(cfg, full_run(cfg)).rayjob["spec"]["rayClusterSpec"]}
+    return one(graph, "RayCluster")
 
 
 def groups(raycluster: dict) -> dict[str, dict]:
@@ -173,7 +195,9 @@ def test_strict_validation_catches_a_misspelt_field():
 def test_every_custom_resource_validates_against_its_crd(stack):
     cfg, graph = load(stack), graph_of(stack)
     crs = [obj_of(r) for r in graph.resources if is_custom_resource(r)]
-    assert sorted(o["kind"] for o in crs) == ["Queue", "RayCluster"]
+    runs = cfg.workloads.submit.value == "runs"
+    expected = ["Queue"] * (1 + len(cfg.workloads.teams)) if runs else ["Queue", "RayCluster"]
+    assert sorted(o["kind"] for o in crs) == expected
     for obj in crs:
         validate_custom(obj, k8s_version(cfg))
 
@@ -228,19 +252,21 @@ def test_argv_layout_follows_the_pools(stack):
 
 def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
     cfg, graph = load(stack), graph_of(stack)
-    g = groups(one(graph, "RayCluster"))
+    g = groups(ray_cluster(cfg, graph))
+    runs = cfg.workloads.submit.value == "runs"  # a run's own cluster: head and GPU groups only
     pools = {"head": L.head_pool(cfg), "trainer": cfg.pool(Role.TRAIN), "rollout": cfg.pool(Role.ROLLOUT)}
-    if cfg.pool(Role.MEMORY):
+    if cfg.pool(Role.MEMORY) and not runs:
         pools["buffer"] = cfg.pool(Role.MEMORY)
-    if cfg.pool(Role.CPU):
+    if cfg.pool(Role.CPU) and not runs:
         pools["preprocess"] = cfg.pool(Role.CPU)
     assert set(g) == set(pools)
     templates = {n: grp["template"] for n, grp in g.items()}
     if L.reward_group(cfg):
         pools["reward"] = L.reward_group(cfg).pool
         templates["reward"] = one(graph, "Deployment")["spec"]["template"]
-    pools["stage"] = L.preprocess_job(cfg).pool
-    templates["stage"] = one(graph, "Job")["spec"]["template"]
+    if not runs:
+        pools["stage"] = L.preprocess_job(cfg).pool
+        templates["stage"] = one(graph, "Job")["spec"]["template"]
     for name, pool in pools.items():
         spec = templates[name]["spec"]
         assert spec["nodeSelector"] == {POOL_LABEL: pool.name}, name
@@ -251,7 +277,7 @@ def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
 
 def test_gpu_pods_take_the_whole_node(stack):
     cfg, graph = load(stack), graph_of(stack)
-    g = groups(one(graph, "RayCluster"))
+    g = groups(ray_cluster(cfg, graph))
     deepep = L.resolve_deepep(cfg)
     for name, role in (("trainer", Role.TRAIN), ("rollout", Role.ROLLOUT)):
         pool, template = cfg.pool(role), g[name]["template"]
@@ -384,6 +410,8 @@ def test_operators_pinned_on_the_cluster_provider(stack):
     (provider,) = [r for r in graph.resources if r.type == K8S_PROVIDER]
     workload_k8s = [r for r in graph.resources if r.type.startswith("kubernetes:")]
     assert workload_k8s and all(r.provider == provider.urn for r in workload_k8s)
+    if cfg.workloads.submit.value == "runs":
+        return  # no RayCluster in the graph: runs bring their own (test_runs)
     (rc,) = [r for r in graph.resources if is_custom_resource(r) and r.inputs["kind"] == "RayCluster"]
     needs = {releases["kuberay-operator"].urn, releases["nvidia-device-plugin"].urn,
              releases["aws-efa-k8s-device-plugin"].urn}
@@ -421,12 +449,14 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
     assert argv["--save"] == argv["--load"] == [p.checkpoints]
     assert p.checkpoints.startswith(f"{p.mount}{dra.inputs['fileSystemPath']}/")
-    pv, pvc = one(graph, "PersistentVolume"), one(graph, "PersistentVolumeClaim")
+    pv = next(o for o in objects(graph, "PersistentVolume") if o["metadata"]["name"] == f"{cfg.checkpoints.namespace}-fsx")
+    pvc = next(o for o in objects(graph, "PersistentVolumeClaim") if o["metadata"]["namespace"] == cfg.checkpoints.namespace)
     assert pv["spec"]["csi"]["volumeHandle"] == fs.outputs["id"]
     assert pv["spec"]["csi"]["volumeAttributes"] == {"dnsname": fs.outputs["dnsName"],
                                                      "mountname": fs.outputs["mountName"]}
     assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pv["spec"]["accessModes"] == ["ReadWriteMany"]
-    templates = [t for _, t in pod_templates_of(one(graph, "RayCluster"))] + [one(graph, "Job")["spec"]["template"]]
+    jobs = [] if cfg.workloads.submit.value == "runs" else [one(graph, "Job")["spec"]["template"]]
+    templates = [t for _, t in pod_templates_of({"kind": "RayCluster", **ray_cluster(cfg, graph)})] + jobs
     for t in templates:
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in t["spec"]["volumes"]
                   if "persistentVolumeClaim" in v}
@@ -479,6 +509,8 @@ def test_reward_on_gpus_by_config():
 
 def test_preprocessing_job_stages_what_the_run_reads(stack):
     cfg, graph = load(stack), graph_of(stack)
+    if cfg.workloads.submit.value == "runs":
+        pytest.skip("with submit runs, each run's head stages its model (test_runs)")
     job = one(graph, "Job")
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     pod = job["spec"]["template"]["spec"]
@@ -492,7 +524,9 @@ def test_preprocessing_job_stages_what_the_run_reads(stack):
 def test_stack_files_load_with_the_program_schema():
     for stack in STACKS:
         cfg = load(stack)
-        assert isinstance(cfg, ProgramConfig) and cfg.workloads == ProgramConfig.model_fields["workloads"].default
+        declared = raw_stack(stack).get("workloads")
+        assert isinstance(cfg, ProgramConfig) and (declared is not None or
+                                                   cfg.workloads == ProgramConfig.model_fields["workloads"].default)
     doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())
     assert "workloads" not in doc["config"]["moe-rl-platform:platform"]  # defaults derive from the pools
 

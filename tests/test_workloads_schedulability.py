@@ -30,12 +30,14 @@ def build_error(cfg) -> tuple[str, mocks.Graph]:
 def test_every_pod_template_of_every_stack_fits(stack):
     cfg = load(stack)
     placements = check(derive(cfg))
-    assert {p.pod for p in placements} >= {"ray-head", "ray-trainer", "ray-rollout", "stage"}
+    prefix = {"raycluster": "ray", "torchx": "torchx", "runs": "run"}[cfg.workloads.submit.value]
+    staged = set() if prefix == "run" else {"stage"}  # a run's head stages its own model
+    assert {p.pod for p in placements} >= {f"{prefix}-head", f"{prefix}-trainer", f"{prefix}-rollout"} | staged
     assert [p.problems for p in placements if not p.fits] == []
     by_pod = {p.pod: p for p in placements}
-    assert by_pod["ray-trainer"].pool == cfg.pool(Role.TRAIN).name
-    assert by_pod["ray-rollout"].pool == cfg.pool(Role.ROLLOUT).name
-    assert by_pod["ray-trainer"].replicas == cfg.pool(Role.TRAIN).nodes.desired
+    assert by_pod[f"{prefix}-trainer"].pool == cfg.pool(Role.TRAIN).name
+    assert by_pod[f"{prefix}-rollout"].pool == cfg.pool(Role.ROLLOUT).name
+    assert by_pod[f"{prefix}-trainer"].replicas == cfg.pool(Role.TRAIN).nodes.desired
 
 
 def test_allocatable_follows_the_documented_model():

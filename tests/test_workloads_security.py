@@ -41,14 +41,21 @@ EVERYTHING = with_end_time(extra=RAYJOB)
 GRAPHS = [*STACKS, "p5en-prod+rayJob+endTime"]
 
 
+SHARED_WITH_A_RUN = {"workloads": {"runs": [{"name": "probe", "team": "beta", "priority": "low",
+                                             "nodes": {"train": 2, "rollout": 2}}]}}
+
+
 def graph_for(name: str) -> mocks.Graph:
-    return variant_graph("p5en-prod", EVERYTHING) if name == GRAPHS[-1] else graph_of(name)
+    """Every stack's graph; the runs-mode stack with a declared run, so its run's pods are checked too."""
+    if name == GRAPHS[-1]:
+        return variant_graph("p5en-prod", EVERYTHING)
+    return variant_graph(name, SHARED_WITH_A_RUN) if load(name).workloads.submit.value == "runs" else graph_of(name)
 
 
 # --- pod specs of every registered object ------------------------------------------------------------
 
 PODLESS = {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service",
-           "PodDisruptionBudget", "NetworkPolicy", "Queue"}
+           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota"}
 
 
 def pod_specs(obj: dict) -> list[tuple[str, dict]]:
@@ -64,7 +71,9 @@ def pod_specs(obj: dict) -> list[tuple[str, dict]]:
         return [(f"{kind}/{name}/head", spec["headGroupSpec"]["template"]["spec"])] + [
             (f"{kind}/{name}/{g['groupName']}", g["template"]["spec"]) for g in spec["workerGroupSpecs"]]
     if kind == "RayJob":
-        return [(f"{kind}/{name}/submitter", spec["submitterPodTemplate"]["spec"])]
+        own = pod_specs({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec["rayClusterSpec"]}) \
+            if "rayClusterSpec" in spec else []
+        return own + [(f"{kind}/{name}/submitter", spec["submitterPodTemplate"]["spec"])]
     raise AssertionError(f"{kind} {name}: unknown kind; say whether it creates pods")
 
 
@@ -246,12 +255,26 @@ class Pod:
     labels: dict = field(default_factory=dict, hash=False)
 
 
-NAMESPACE_LABELS = lambda ns: {"kubernetes.io/metadata.name": ns}  # noqa: E731 (set by the API server)
+def NAMESPACE_LABELS(ns: str) -> dict:
+    """The API server's name label, and the team label the platform puts on team namespaces."""
+    team = {"rl.platform/team": ns.removeprefix("team-")} if ns.startswith("team-") else {}
+    return {"kubernetes.io/metadata.name": ns, **team}
+
+
+def _expression(e: dict, labels: dict) -> bool:
+    op, key = e["operator"], e["key"]
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    inside = labels.get(key) in e.get("values", [])
+    return inside if op == "In" else key in labels and not inside if op == "NotIn" else pytest.fail(op)
 
 
 def _selects(selector: dict, labels: dict) -> bool:
-    assert set(selector) <= {"matchLabels"}, selector  # matchExpressions would need more of the semantics
-    return selector.get("matchLabels", {}).items() <= labels.items()
+    assert set(selector) <= {"matchLabels", "matchExpressions"}, selector
+    return selector.get("matchLabels", {}).items() <= labels.items() and all(
+        _expression(e, labels) for e in selector.get("matchExpressions", []))
 
 
 def _peer(peer: dict, policy_ns: str, other) -> bool:

@@ -12,6 +12,7 @@ pool's nodes, the file system's association).
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Sequence
 
@@ -25,7 +26,9 @@ from stackconfig.versions import STACK_REPOSITORY, Chart
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
-from .render.teams import TEAM_SERVICE_ACCOUNT, namespace_of, team_checkpoint_prefix, team_objects
+from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, team_checkpoint_prefix, team_fsx_pv, team_fsx_pvc,
+                           team_objects, team_scripts)
+from .runs.submit import RunObjects
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,
@@ -40,13 +43,15 @@ TYPED = {
     "CronJob": k8s.batch.v1.CronJob,
     "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
+    "PriorityClass": k8s.scheduling.v1.PriorityClass,
 }
 
 
 class Workloads(pulumi.ComponentResource):
     """Operators, storage, Ray cluster, optional RayJob, reward service and preprocessing Job."""
 
-    def __init__(self, m: WorkloadModel, platform: Platform, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, m: WorkloadModel, platform: Platform, runs: Sequence[RunObjects] = (),
+                 opts: pulumi.ResourceOptions | None = None):
         name = f"{m.cluster_name}-workloads"
         super().__init__("rlplatform:workloads:Workloads", name, None, opts)
         self._provider = platform.cluster.provider
@@ -85,7 +90,14 @@ class Workloads(pulumi.ComponentResource):
                            if m.raycluster else None)
         self.ray_pdbs = [self._object(pdb, after=[ns]) for pdb in M.ray_pdbs(m)] if m.raycluster else []
         self.queue = self._custom(M.volcano_queue(m), after=[self.volcano])
-        self.teams = {team.name: self._team(team, m, platform, after=[system]) for team in m.settings.teams}
+        self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
+        dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
+                if m.settings.teams else None)
+        self.teams = {team.name: self._team(team, m, platform, after=[system], directories=dirs)
+                      for team in m.settings.teams}
+        self.runs = [self._custom(r.rayjob, after=[self.kuberay, self.volcano, *self.teams[r.run.team],
+                                                   *self.priority_classes, *plugins, *gpu_groups])
+                     for r in runs]
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)
 
@@ -98,7 +110,7 @@ class Workloads(pulumi.ComponentResource):
             self._object(M.reward_pdb(m), after=[ns])
         job = m.stage
         self.stage = (self._object(M.preprocess_job(m), after=[pvc, scripts, sa, node_group[job.pool.name]])
-                      if job else None)
+                      if job and not m.runs else None)
         end = m.block_end
         self.checkpoint_trigger = None
         if end is not None:
@@ -110,17 +122,23 @@ class Workloads(pulumi.ComponentResource):
                                 f"set capacity.endTime of the new block")
         self.register_outputs({"rayCluster": L.RAY_CLUSTER, "fileSystemId": fs.id})
 
-    def _team(self, team, m: WorkloadModel, platform: Platform,
-              after: Sequence[pulumi.Resource]) -> list[pulumi.Resource]:
-        """A team's namespace first, then its quota, service account and policies in it, its queue once
-        Volcano is up, and the Pod Identity role that reaches only the team's checkpoint prefix."""
-        ns, *rest = team_objects(team, m.pools)
+    def _team(self, team, m: WorkloadModel, platform: Platform, after: Sequence[pulumi.Resource],
+              directories: pulumi.Resource) -> list[pulumi.Resource]:
+        """A team's namespace first, then its quota, service account, scripts and policies in it, its
+        queue once Volcano is up, the Pod Identity role that reaches only the team's checkpoint prefix,
+        and the PV/PVC of its directory once that directory exists."""
+        reward = m.settings.reward.port if m.reward else None
+        ns, *rest = team_objects(team, m.pools, m.namespace, reward)
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
-            f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team), TEAM_SERVICE_ACCOUNT,
+            f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
             team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
+        fs = self.storage
+        pv = self._object(team_fsx_pv(m, team, fs.id, fs.dns_name, fs.mount_name), after=[directories])
         return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
-                                   else self._object(o, after=[namespace]) for o in rest)]
+                                   else self._object(o, after=[namespace]) for o in rest),
+                self._object(team_scripts(m, team), after=[namespace]),
+                pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]
 
     def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))
@@ -154,7 +172,8 @@ class Workloads(pulumi.ComponentResource):
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
         cls = TYPED[obj["kind"]]
         obj = self._with_repository(obj)
-        args = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        # Top-level fields are keyword arguments in snake case (PriorityClass ``globalDefault``).
+        args = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         return cls(self._object_name(obj), **args, opts=self._opts(after))
 
     def _custom(self, obj: dict, after: Sequence[pulumi.Resource]) -> k8s.apiextensions.CustomResource:

@@ -238,6 +238,8 @@ def paths(cfg: "ProgramConfig") -> Paths:
 CHECKPOINT_DIR = "checkpoints"
 """Directory on the file system linked to the bucket's ``checkpoints/`` prefix (auto export/import)."""
 SAVE_TRIGGER = "SAVE_NOW"
+RUNNING_MARKER = "RUNNING"
+"""Kept in a submitted run's checkpoint directory while Miles runs (``render.runs.RUN_WRAPPER``)."""
 
 
 def utility_pool(cfg: "ProgramConfig") -> Pool:

@@ -85,6 +85,11 @@ class WorkloadModel:
         """The stack keeps a long-lived RayCluster (else TorchX jobs bring their own Ray clusters)."""
         return self.settings.submit is Submission.RAYCLUSTER
 
+    @property
+    def runs(self) -> bool:
+        """Teams submit runs, each with its own Ray cluster (no run of the stack's own)."""
+        return self.settings.submit is Submission.RUNS
+
     def run_argv(self) -> tuple[str, ...]:
         """The argv of the run; ValueError (naming the idle pools) when no run can start."""
         if self.argv is None:

@@ -110,7 +110,7 @@ class GrpoSettings(SchemaModel):
         return self
 
 
-class RunSpec(SchemaModel):
+class RunBase(SchemaModel):
     """One Miles GRPO run: model, data, algorithm, parallelism. Paths are derived (see ``paths``)."""
 
     name: str = Field("grpo", pattern=K8S_NAME)
@@ -140,12 +140,10 @@ class RunSpec(SchemaModel):
     deepep: DeepEPSettings = DeepEPSettings()
     extra_args: list[str] = []
     """Further Miles/Megatron/``--sglang-*`` flags, appended last; checked against the flag lists."""
-    ray_job: bool = False
-    """Opt-in: declare the run as a KubeRay RayJob in the stack (else submit with TorchX)."""
     attempt: int = Field(1, ge=1)
-    """RayJob attempt: a finished RayJob is not run again by ``pulumi up``; raising this names a new
-    RayJob (``<name>-<attempt>``), which Pulumi creates in place of the old one. Miles resumes from
-    the last complete checkpoint in ``--load`` (the same directory for every attempt)."""
+    """RayJob attempt: a finished RayJob is not run again; raising this names a new RayJob
+    (``<name>-<attempt>``). Miles resumes from the last complete checkpoint in ``--load`` (the same
+    directory for every attempt)."""
 
     @field_validator("extra_args", "model_args")
     @classmethod
@@ -153,6 +151,36 @@ class RunSpec(SchemaModel):
         if args and not args[0].startswith("--"):
             raise ValueError(f"must start with a --flag, got {args[0]!r}")
         return args
+
+
+class RunSpec(RunBase):
+    """The stack's own run (``workloads.run``)."""
+
+    ray_job: bool = False
+    """Opt-in: declare the run as a KubeRay RayJob on the stack's RayCluster (else submit with TorchX)."""
+
+
+class TopologyMode(StrEnum):
+    HARD = "hard"
+    """Volcano places the group within one HyperNode of the chosen tier, or not at all."""
+    SOFT = "soft"
+    """Volcano prefers the narrowest HyperNode but places the group anyway."""
+    NONE = "none"
+    """No network constraint."""
+
+
+class RunFile(RunBase):
+    """A run as a team submits it (``runs/<name>.yaml``, or ``workloads.runs[]`` to keep it in the
+    graph): the run's settings, plus its team, its priority and the whole nodes it takes per GPU pool.
+    It brings up its own Ray cluster in the team's namespace and releases it when it ends."""
+
+    team: str
+    priority: str = "normal"
+    """A name of ``workloads.priorityClasses``: which run waits, and which a higher one may preempt."""
+    nodes: dict[str, int] = Field(min_length=1)
+    """GPU pool name -> whole nodes the run takes: the stack's training and rollout pools, both >= 1."""
+    topology: TopologyMode = TopologyMode.HARD
+    """How the run's gang and its training group are held to the narrowest network tier that holds them."""
 
 
 class RaySettings(SchemaModel):
@@ -254,6 +282,33 @@ class Submission(StrEnum):
     """A long-lived RayCluster holds the GPU nodes; runs are RayJobs (or ``ray job submit``) on it."""
     TORCHX = "torchx"
     """No RayCluster: each run is a TorchX Volcano Job that brings up its own Ray cluster."""
+    RUNS = "runs"
+    """No RayCluster: teams submit runs (``runs/*.yaml``, ``workloads.runs``) to their Volcano queues;
+    each is a RayJob that brings up its own Ray cluster as one gang and releases it at the end."""
+
+
+DEFAULT_PRIORITY_CLASSES = {"low": 1000, "normal": 10000, "high": 100000}
+
+
+class NetworkTiers(SchemaModel):
+    """The AWS network below the GPU pools, as Volcano's HyperNodes see it (tier 1 = nodes under one
+    layer-3 network node, the closest; tier 3 = one layer-1 node)."""
+
+    tier_nodes: dict[int, int] = {}
+    """Tier -> the most GPU nodes one HyperNode of that tier holds (``aws ec2 describe-instance-topology``
+    of the reservation). Empty: the offline plan cannot choose tiers; the run command reads the live
+    HyperNodes instead."""
+
+    @field_validator("tier_nodes")
+    @classmethod
+    def _tiers(cls, tiers: dict[int, int]) -> dict[int, int]:
+        for tier, nodes in tiers.items():
+            if tier not in (1, 2, 3) or nodes < 1:
+                raise ValueError(f"{tier}: {nodes}: allowed: tiers 1..3 (EKS network-node-layer-3..1), nodes >= 1")
+        ordered = [tiers[t] for t in sorted(tiers)]
+        if ordered != sorted(ordered):
+            raise ValueError(f"{tiers}: a wider tier holds at least as many nodes as a narrower one")
+        return tiers
 
 
 class WorkloadSettings(SchemaModel):
@@ -268,9 +323,24 @@ class WorkloadSettings(SchemaModel):
     capacity_block_end: CapacityBlockEndSettings = CapacityBlockEndSettings()
     teams: list[TeamSettings] = []
     """Teams sharing the GPU pools: a namespace, a Volcano queue and quotas each (``workloads.teams``)."""
+    priority_classes: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+    """Run priorities: name -> value of the PriorityClass ``rl-<name>`` (Volcano orders and preempts
+    by it). A run names one (``priority``)."""
+    network: NetworkTiers = NetworkTiers()
+    runs: list[RunFile] = []
+    """Runs declared in the stack (same schema as ``runs/*.yaml``), for those who want them in the graph."""
     efa_devices: dict[str, int] = {}
     """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
     have been seen advertising 15, not 16). Pods request exactly this many."""
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priority_values(cls, classes: dict[str, int]) -> dict[str, int]:
+        for name, value in classes.items():
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name) or not 0 <= value <= 1_000_000_000:
+                raise ValueError(f"{name}: {value}: allowed: a DNS label name and a value 0..1000000000 "
+                                 f"(larger values are reserved for system PriorityClasses)")
+        return classes
 
     @field_validator("efa_devices")
     @classmethod

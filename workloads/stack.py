@@ -10,6 +10,7 @@ from pydantic import model_validator
 from stackconfig.stack import StackConfig
 
 from .settings import WorkloadSettings
+from .runs.config import check_declared_runs
 from .validation import validate
 
 
@@ -21,4 +22,5 @@ class ProgramConfig(StackConfig):
     @model_validator(mode="after")
     def _workloads_fit_the_pools(self) -> "ProgramConfig":
         validate(self)
+        check_declared_runs(self)
         return self

@@ -14,8 +14,10 @@ GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only co
 (``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
 admission-time check here, not something the scheduler enforces.
 
-NOT here yet: a service account with EKS Pod Identity scoped to the team's checkpoint prefix, the
-team's FSx directory (and its PersistentVolumeClaim), and runs submitted into the team's queue.
+- a service account whose EKS Pod Identity role reaches only ``checkpoints/teams/<name>/`` in the bucket;
+- its directory on the file system (``team_directory``), mounted alone in its namespace (a fileset
+  PV/PVC), so its pods see no other team's files;
+- the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.runs``.
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ class TeamSettings(SchemaModel):
     """Other queues may borrow this team's unused guarantee (and have it reclaimed)."""
     weight: int = Field(1, ge=1, le=65535)
     priority: int = Field(0, ge=0)
+
+
+def team_directory(team: str) -> str:
+    """The team's directory on the file system: under the exported ``checkpoints/``, so the
+    association exports it to the team's bucket prefix (``render.teams.team_checkpoint_prefix``)."""
+    return f"checkpoints/teams/{team}"
 
 
 def _gpu_pools(pools: Iterable[Pool]) -> dict[str, Pool]:

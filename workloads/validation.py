@@ -85,12 +85,24 @@ def validate(cfg: "ProgramConfig") -> None:
                              f"interfaces of {pool.instance_type}; allowed: 1..{pool.efa_devices}")
 
     validate_images(cfg)
+    validate_run(cfg)
 
+
+def validate_run(cfg: "ProgramConfig") -> None:
+    """The checks of the run on the GPU pools as they are sized for it (a submitted run's own view
+    of the stack goes through these alone: ``runs.config.run_config``)."""
+    w = cfg.workloads
     run = w.run
     if run.model_args is None and run.model not in MODEL_PRESETS:
         raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
                          f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
 
+    if w.submit is Submission.RUNS and not w.teams:
+        raise ValueError("workloads.submit: runs are submitted to team queues, and no team is declared; "
+                         "allowed: at least one entry in workloads.teams, or submit raycluster/torchx")
+    if w.runs and w.submit is not Submission.RUNS:
+        raise ValueError(f"workloads.runs: declared runs bring up their own Ray clusters, and workloads.submit is "
+                         f"{w.submit.value}, whose own run holds the GPU nodes; allowed: submit runs")
     if run.ray_job and w.submit is not Submission.RAYCLUSTER:
         raise ValueError("workloads.run.rayJob: a RayJob runs on the stack's RayCluster, and workloads.submit is "
                          "torchx (no RayCluster); allowed: rayJob false, or submit raycluster")

@@ -31,17 +31,19 @@ from .network_policies import network_policies
 from .operators import fsx_csi_values, kuberay_values, volcano_queue, volcano_values
 from .ray import (RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP, RAY_NODE_TYPE_LABEL, ray_pdbs, ray_pod_labels,
                   ray_pod_template, raycluster, rayjob, submitter_template)
+from .runs import priority_classes, run_rayjob
 from .services import (fsx_pv, fsx_pvc, namespace, preprocess_job, reward_deployment, reward_pdb, reward_service,
                        reward_template, scripts_configmap, service_account, stage_template)
+from .teams import team_directories_job
 
 __all__ = [
     "CHECKPOINT_TRIGGER", "FSX_CLAIM", "KUBERAY_NAMESPACE", "RAY_CLUSTER_LABEL", "RAY_GROUP_LABEL", "RAY_HEAD_GROUP",
     "RAY_NODE_TYPE_LABEL", "RAY_PODS", "SHM_VOLUME", "VOLCANO_NAMESPACE", "checkpoint_trigger_cronjob",
     "custom_resources", "fsx_csi_values", "fsx_pv", "fsx_pvc", "k8s_objects", "kuberay_values", "namespace",
-    "network_policies", "placement", "pod_templates", "preprocess_job", "ray_pdbs", "ray_pod_labels",
+    "network_policies", "placement", "pod_templates", "preprocess_job", "priority_classes", "ray_pdbs", "ray_pod_labels",
     "ray_pod_template", "raycluster", "rayjob", "reward_deployment", "reward_pdb", "reward_service",
-    "reward_template", "scripts_configmap", "service_account", "stage_template", "submitter_template",
-    "trigger_script", "trigger_template", "volcano_queue", "volcano_values",
+    "reward_template", "run_rayjob", "scripts_configmap", "service_account", "stage_template", "submitter_template",
+    "team_directories_job", "trigger_script", "trigger_template", "volcano_queue", "volcano_values",
 ]
 
 
@@ -50,7 +52,7 @@ __all__ = [
 def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
     """(name, pool, pod template, replicas) of every pod that claims a node: the RayCluster's, or
     with TorchX submission the run's Volcano Job (same groups, same requests: ``torchx_miles``)."""
-    prefix = "ray" if m.raycluster else "torchx"
+    prefix = {"raycluster": "ray", "torchx": "torchx", "runs": "run"}[m.settings.submit.value]
     out = [(f"{prefix}-head", m.head_pool, ray_pod_template(m, m.head, head=True), 1)]
     for g in m.workers:
         out.append((f"{prefix}-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
@@ -58,7 +60,7 @@ def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
         out.append(("ray-job-submitter", m.head_pool, submitter_template(m), 1))
     if m.reward:
         out.append(("reward", m.reward.pool, reward_template(m), m.reward.replicas))
-    if m.stage:
+    if m.stage and not m.runs:
         out.append(("stage", m.stage.pool, stage_template(m), 1))
     if m.block_end:
         out.append((CHECKPOINT_TRIGGER, m.utility_pool, trigger_template(m), 1))
@@ -71,8 +73,11 @@ def k8s_objects(m: WorkloadModel, fs: tuple[Any, Any, Any] = ("fs-0", "fs-0.fsx"
             fsx_pv(m, *fs), fsx_pvc(m), *(ray_pdbs(m) if m.raycluster else [])]
     if m.reward:
         objs += [reward_deployment(m), reward_service(m), reward_pdb(m)]
-    if m.stage:
+    if m.stage and not m.runs:  # with runs, each run's head stages its own model
         objs.append(preprocess_job(m))
+    if m.settings.teams:
+        objs.append(team_directories_job(m))
+    objs += priority_classes(m)
     if m.block_end:
         objs.append(checkpoint_trigger_cronjob(m))
     return objs

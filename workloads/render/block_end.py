@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 
 from ..model import WorkloadModel
+from ..layout import CHECKPOINT_DIR, RUNNING_MARKER, SAVE_TRIGGER
 from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from ..teams import team_directory
 from .common import (
     FSX_VOLUME,
     fsx_volume,
@@ -41,10 +43,26 @@ def trigger_script(m: WorkloadModel) -> str:
         f'{", ".join(end.pools)} ends {_utc(end.end)}): nothing to do"',
         "  exit 0",
         "fi",
-        f"mkdir -p {shlex.quote(p.checkpoints)}",
-        f"touch {shlex.quote(p.save_trigger)}",
-        f'echo "created {p.save_trigger}: Miles saves a checkpoint after its current step"',
+        *(_every_running_run(m) if m.runs else _the_stack_run(m)),
     ])
+
+
+def _the_stack_run(m: WorkloadModel) -> list[str]:
+    p = m.paths
+    return [f"mkdir -p {shlex.quote(p.checkpoints)}",
+            f"touch {shlex.quote(p.save_trigger)}",
+            f'echo "created {p.save_trigger}: Miles saves a checkpoint after its current step"']
+
+
+def _every_running_run(m: WorkloadModel) -> list[str]:
+    """With ``submit: runs``: the sentinel of every run in progress (its entrypoint keeps ``RUNNING``
+    in its checkpoint directory, ``render.runs``), in every team's directory."""
+    pattern = f"{m.paths.mount}/{team_directory('*')}/{CHECKPOINT_DIR}/*/{RUNNING_MARKER}"
+    return [f"for marker in {pattern}; do",
+            '  [ -e "$marker" ] || continue',
+            f'  touch "${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}"',
+            f'  echo "created ${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}: that run saves after its current step"',
+            "done"]
 
 
 def trigger_template(m: WorkloadModel) -> dict:

@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
+from ..teams import TEAM_LABEL
 from .block_end import CHECKPOINT_TRIGGER
 from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_PODS, labels, meta
 from .ray import SUBMITTER
@@ -32,6 +33,15 @@ def _tcp(port: int) -> list[dict]:
 
 def _pods(selector: dict[str, str]) -> dict:
     return {"podSelector": {"matchLabels": dict(selector)}}
+
+
+def _namespace(name: str) -> dict:
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+
+TEAM_RAY_PODS = {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]},
+                 "podSelector": {"matchLabels": dict(RAY_PODS)}}
+"""The Ray pods of every team namespace (runs)."""
 
 
 def policy(md: dict, selector: dict[str, str] | None, why: str, ingress: list[dict] | None = None,
@@ -92,7 +102,7 @@ def network_policies(m: WorkloadModel) -> list[dict]:
         f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the RayJob submitter and the KubeRay operator "
         f"(namespace {KUBERAY_NAMESPACE}, polls RayJob status); nothing else outside the Ray pods",
         ingress=[{"from": [_pods(labels(SUBMITTER)),
-                           {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": KUBERAY_NAMESPACE}}}],
+                           _namespace(KUBERAY_NAMESPACE)],
                   "ports": _tcp(DASHBOARD_PORT)}]))
     if m.settings.run.ray_job:
         out.append(network_policy(m, SUBMITTER, labels(SUBMITTER),
@@ -100,9 +110,10 @@ def network_policies(m: WorkloadModel) -> list[dict]:
                                   egress=[{"to": [_pods(head)], "ports": _tcp(DASHBOARD_PORT)}]))
     if reward is not None:
         out.append(network_policy(m, REWARD_SERVICE, labels(REWARD_SERVICE),
-                                  f"reward service {m.settings.reward.port}/TCP <- Ray pods (Miles' --rm-url); "
-                                  f"no egress",
-                                  ingress=[{"from": [_pods(RAY_PODS)], "ports": _tcp(m.settings.reward.port)}]))
+                                  f"reward service {m.settings.reward.port}/TCP <- Ray pods of this namespace and of "
+                                  f"the team namespaces (Miles' --rm-url); no egress",
+                                  ingress=[{"from": [_pods(RAY_PODS), TEAM_RAY_PODS],
+                                            "ports": _tcp(m.settings.reward.port)}]))
     if m.stage is not None:
         out.append(network_policy(m, "stage", labels("stage"),
                                   "staging Job -> HTTPS 443 (Hugging Face, S3) and the Pod Identity agent; "

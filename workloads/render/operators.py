@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from ..model import WorkloadModel
+from ..settings import Submission
 from .common import VOLCANO_QUEUE, labels, placement
 
 # --- operators -------------------------------------------------------------------------------
@@ -14,8 +17,15 @@ def system_placement(m: WorkloadModel) -> dict:
 
 
 def kuberay_values(m: WorkloadModel) -> dict:
+    """System-pool placement. With ``submit: runs``, gang scheduling through Volcano (chart 1.7.0
+    ``batchScheduler.name`` -> ``--batch-scheduler=volcano``): every run's RayJob gets a PodGroup in
+    its team's queue. Not otherwise: a RayJob that selects an existing RayCluster never leaves
+    Initializing under a batch scheduler (batchscheduler/volcano/volcano_scheduler.go:74-76)."""
     p = system_placement(m)
-    return {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", [])}
+    values: dict[str, Any] = {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", [])}
+    if m.settings.submit is Submission.RUNS:
+        values["batchScheduler"] = {"name": "volcano"}
+    return values
 
 
 EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
@@ -35,12 +45,31 @@ def hypernode_discovery() -> dict:
          "config": {"networkTopologyTypes": {TOPOLOGY_TYPE: labels}}}]}
 
 
+SCHEDULER_ACTIONS = "enqueue, allocate, preempt, reclaim, backfill"
+
+
+def scheduler_config() -> dict:
+    """Volcano 1.15.1's default scheduler configuration (installer/helm/chart/volcano/config/
+    volcano-scheduler.conf) plus what runs need: ``preempt`` (a higher PriorityClass takes a lower
+    run's nodes within a queue) and ``reclaim`` (a queue under its guarantee takes back nodes from
+    reclaimable queues above theirs), and the ``network-topology-aware`` plugin, without which
+    HyperNode tiers are not enforced (docs/user-guide/how_to_use_network_topology_aware_scheduling.md)."""
+    return {"actions": SCHEDULER_ACTIONS, "tiers": [
+        {"plugins": [{"name": "priority"}, {"name": "gang", "enablePreemptable": False}, {"name": "conformance"}]},
+        {"plugins": [{"name": "overcommit"}, {"name": "drf", "enablePreemptable": False}, {"name": "predicates"},
+                     {"name": "proportion"}, {"name": "nodeorder"}, {"name": "binpack"},
+                     {"name": "network-topology-aware"}]}]}
+
+
 def volcano_values(m: WorkloadModel) -> dict:
-    """System-pool placement, and the controller's HyperNode discovery from the EKS network labels
+    """System-pool placement, the controller's HyperNode discovery from the EKS network labels
     (chart 1.15.1 renders ``custom.controller_config_override`` as ``volcano-controller.conf``,
-    templates/controllers.yaml:265-268; a mapping, so it renders as YAML inside the block)."""
+    templates/controllers.yaml:265-268; a mapping, so it renders as YAML inside the block), and the
+    scheduler configuration (``custom.scheduler_config_override``, which templates/scheduler.yaml:18-20
+    inserts as text: a YAML string)."""
     p = system_placement(m)
-    custom: dict[str, Any] = {"default_ns": p["nodeSelector"], "controller_config_override": hypernode_discovery()}
+    custom: dict[str, Any] = {"default_ns": p["nodeSelector"], "controller_config_override": hypernode_discovery(),
+                              "scheduler_config_override": yaml.safe_dump(scheduler_config(), sort_keys=False)}
     if p.get("tolerations"):
         custom["default_tolerations"] = p["tolerations"]
     return {"custom": custom}

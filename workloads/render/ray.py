@@ -94,26 +94,20 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     return {"metadata": {"labels": ray_labels("ray-head" if head else f"ray-{g.name}")}, "spec": spec}
 
 
-def raycluster(m: WorkloadModel) -> dict:
+def cluster_spec(m: WorkloadModel, workers: tuple[L.Group, ...]) -> dict:
+    """A RayCluster spec: the head, and one fixed-size group per worker group (no autoscaling)."""
     head = m.head
-    workers = []
-    for g in m.workers:
-        workers.append({
-            "groupName": g.name, "replicas": g.replicas, "minReplicas": g.replicas,
-            "maxReplicas": g.replicas, "rayStartParams": ray_start_params(g),
-            "template": ray_pod_template(m, g),
-        })
-    return {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster",
-        "metadata": meta(m, L.RAY_CLUSTER, "ray"),
-        "spec": {
-            "rayVersion": m.software.ray,
-            "enableInTreeAutoscaling": False,
+    groups = [{"groupName": g.name, "replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas,
+               "rayStartParams": ray_start_params(g), "template": ray_pod_template(m, g)} for g in workers]
+    return {"rayVersion": m.software.ray, "enableInTreeAutoscaling": False,
             "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": ray_start_params(head, head=True),
                               "template": ray_pod_template(m, head, head=True)},
-            "workerGroupSpecs": workers,
-        },
-    }
+            "workerGroupSpecs": groups}
+
+
+def raycluster(m: WorkloadModel) -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta(m, L.RAY_CLUSTER, "ray"),
+            "spec": cluster_spec(m, m.workers)}
 
 
 def entrypoint_resources() -> dict[str, float]:

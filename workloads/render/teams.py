@@ -9,14 +9,18 @@ from typing import Any
 from stackconfig.stack import Pool
 
 from ..resources import EFA, GPU
-from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings
-from .common import PART_OF
-from .network_policies import _all_tcp, baseline, policy
+from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory
+from ..argv import REWARD_SERVICE
+from ..model import WorkloadModel
+from .common import (DASHBOARD_PORT, FSX_CLAIM, FSX_VOLUME, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, fsx_volume,
+                     labels, meta, placement, pod_security_context, security_context)
+from .network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
+from .services import fsx_pv, fsx_pvc, scripts_configmap
 
 
-def namespace_of(team: TeamSettings) -> str:
-    """The team's namespace (and queue) name."""
-    return f"team-{team.name}"
+def namespace_of(team: str) -> str:
+    """The namespace (and queue) name of the team called ``team``."""
+    return f"team-{team}"
 
 
 def team_labels(team: TeamSettings, component: str | None = None) -> dict[str, str]:
@@ -46,11 +50,13 @@ def team_efa(team: TeamSettings, pools: Iterable[Pool]) -> int:
 def team_namespace(team: TeamSettings) -> dict:
     """The team's Namespace ``team-<name>``."""
     return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": namespace_of(team), "labels": team_labels(team)}}
+            "metadata": {"name": namespace_of(team.name), "labels": team_labels(team)}}
 
 
 def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
-    """The team's Volcano Queue: guarantee/deserved = sum of guarantees, capability = sum of caps (in GPUs).
+    """The team's Volcano Queue: guarantee = sum of guarantees, capability = sum of caps (in GPUs).
+    No ``deserved``: the ``proportion`` plugin the scheduler runs derives it from the weights and
+    ignores the field (only the ``capacity`` plugin reads it; volcano v1.15.1 capacity.go:1060).
 
     Volcano quotas are per resource (``nvidia.com/gpu``), not per pool: a team with quota on two GPU
     pools gets one GPU total here; the per-pool split is checked by ``validate_teams`` only.
@@ -60,9 +66,8 @@ def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
                             "capability": {GPU: cap}}
     if guarantee:
         spec["guarantee"] = {"resource": {GPU: guarantee}}
-        spec["deserved"] = {GPU: guarantee}
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-            "metadata": {"name": namespace_of(team), "labels": team_labels(team, "volcano-queue")},
+            "metadata": {"name": namespace_of(team.name), "labels": team_labels(team, "volcano-queue")},
             "spec": spec}
 
 
@@ -73,19 +78,32 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict:
     if efa:
         hard[f"requests.{EFA}"] = str(efa)
     return {"apiVersion": "v1", "kind": "ResourceQuota",
-            "metadata": {"name": QUOTA_NAME, "namespace": namespace_of(team),
+            "metadata": {"name": QUOTA_NAME, "namespace": namespace_of(team.name),
                          "labels": team_labels(team, "resource-quota")},
             "spec": {"hard": hard}}
 
 
-def team_network_policies(team: TeamSettings) -> list[dict]:
-    """The workloads' baseline (default deny, DNS), and all TCP between the team namespace's own pods."""
+def team_network_policies(team: TeamSettings, platform_namespace: str, reward_port: int | None) -> list[dict]:
+    """The workloads' baseline (default deny, DNS); all TCP between the team namespace's own pods;
+    what a run's Ray pods reach outside it (HTTPS for staging, the Pod Identity agent, the platform's
+    reward service); the KubeRay operator polling the run's head (RayJob status)."""
     def md(name: str) -> dict:
-        return {"name": name, "namespace": namespace_of(team), "labels": team_labels(team, "network-policy")}
+        return {"name": name, "namespace": namespace_of(team.name), "labels": team_labels(team, "network-policy")}
     ns_pods = {"podSelector": {}}  # every pod of the policy's own namespace
+    egress = [{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+              {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}]
+    if reward_port is not None:
+        egress.append({"to": [{**_namespace(platform_namespace), **_pods(labels(REWARD_SERVICE))}],
+                       "ports": _tcp(reward_port)})
     return [*baseline(md),
             policy(md("allow-team-tcp"), None, "the team's pods <-> the team's pods on every TCP port",
-                   ingress=[{"from": [ns_pods], "ports": _all_tcp()}], egress=[{"to": [ns_pods], "ports": _all_tcp()}])]
+                   ingress=[{"from": [ns_pods], "ports": _all_tcp()}], egress=[{"to": [ns_pods], "ports": _all_tcp()}]),
+            policy(md("ray-external"), RAY_PODS,
+                   "a run's Ray pods -> HTTPS 443 (Hugging Face staging, S3), the Pod Identity agent "
+                   f"169.254.170.23:80 and the reward service of namespace {platform_namespace}", egress=egress),
+            policy(md("ray-head-operator"), labels("ray-head"),
+                   f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the KubeRay operator (RayJob status)",
+                   ingress=[{"from": [_namespace(KUBERAY_NAMESPACE)], "ports": _tcp(DASHBOARD_PORT)}])]
 
 
 TEAM_SERVICE_ACCOUNT = "checkpoint-writer"
@@ -99,12 +117,66 @@ def team_checkpoint_prefix(team: TeamSettings) -> str:
 def team_service_account(team: TeamSettings) -> dict:
     """The service account the team's Pod Identity role (its checkpoint prefix only) is bound to."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": TEAM_SERVICE_ACCOUNT, "namespace": namespace_of(team),
+            "metadata": {"name": TEAM_SERVICE_ACCOUNT, "namespace": namespace_of(team.name),
                          "labels": team_labels(team, "checkpoint-writer")}}
 
 
-def team_objects(team: TeamSettings, pools: Iterable[Pool]) -> list[dict]:
-    """Every object of one team, namespace first."""
+def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: str = "rl",
+                 reward_port: int | None = None) -> list[dict]:
+    """Every object of one team that needs no file system, namespace first."""
     pools = list(pools)
     return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools),
-            team_service_account(team), *team_network_policies(team)]
+            team_service_account(team), *team_network_policies(team, platform_namespace, reward_port)]
+
+
+# --- the team's directory on the file system ---------------------------------------------------
+
+def team_fsx_pv(m: WorkloadModel, team: TeamSettings, file_system_id: Any, dns_name: Any, mount_name: Any) -> dict:
+    """A static PV of the team's directory only: a Lustre fileset mount (``<dns>@tcp:/<mountname>/<dir>``;
+    FSx for Lustre user guide, "Mounting specific filesets"; the CSI driver v1.9.0 builds the source as
+    ``dnsname@tcp:/mountname``, pkg/driver/node.go:119). Pre-bound to the team's claim, so no other
+    namespace can claim it; the team's pods see nothing outside their directory."""
+    pv = fsx_pv(m, file_system_id, dns_name, mount_name)
+    pv["metadata"] = {"name": f"{namespace_of(team.name)}-fsx", "labels": team_labels(team, "fsx")}
+    pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": FSX_CLAIM}
+    pv["spec"]["csi"]["volumeAttributes"]["mountname"] = _subdirectory(mount_name, team_directory(team.name))
+    return pv
+
+
+def _subdirectory(mount_name: Any, directory: str) -> Any:
+    if isinstance(mount_name, str):
+        return f"{mount_name}/{directory}"
+    return mount_name.apply(lambda name: f"{name}/{directory}")  # a Pulumi Output at deployment
+
+
+def team_fsx_pvc(m: WorkloadModel, team: TeamSettings) -> dict:
+    pvc = fsx_pvc(m)
+    pvc["metadata"] = {"name": FSX_CLAIM, "namespace": namespace_of(team.name), "labels": team_labels(team, "fsx")}
+    pvc["spec"]["volumeName"] = f"{namespace_of(team.name)}-fsx"
+    return pvc
+
+
+def team_scripts(m: WorkloadModel, team: TeamSettings) -> dict:
+    """The scripts ConfigMap (preflight, staging) in the team's namespace, for its runs' pods."""
+    cm = scripts_configmap(m)
+    cm["metadata"] = {"name": SCRIPTS, "namespace": namespace_of(team.name), "labels": team_labels(team, "scripts")}
+    return cm
+
+
+TEAM_DIRS = "team-directories"
+
+
+def team_directories_job(m: WorkloadModel) -> dict:
+    """A Job in the workloads' namespace (which mounts the whole file system) that creates every
+    team's directory: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
+    dirs = [f"{m.paths.mount}/{team_directory(t.name)}" for t in m.settings.teams]
+    c = {"name": "mkdir", "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
+         "command": ["mkdir", "-p", *dirs],
+         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+         "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": m.paths.mount}]}
+    spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
+            **placement(m.utility_pool)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(m, TEAM_DIRS),
+            "spec": {"backoffLimit": 4, "template": {"metadata": {"labels": labels(TEAM_DIRS)}, "spec": spec}}}

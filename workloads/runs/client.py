@@ -1,0 +1,144 @@
+"""The run command's Kubernetes calls, through the official client (``kubernetes``).
+
+A run lives in its team's namespace as one RayJob ``<run>-<attempt>`` labelled ``rl.platform/run``
+and ``rl.platform/team``; KubeRay makes its Ray cluster and Volcano PodGroup, and its submitter Job
+(named like the RayJob) runs ``ray job submit`` and streams the driver's log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from kubernetes import client as k8s
+
+from stackconfig.stack import POOL_LABEL
+
+from ..render.runs import RUN_LABEL
+from ..render.teams import namespace_of
+from ..settings import RunFile
+from ..teams import TEAM_LABEL
+from .topology import tier_sizes_from_hypernodes
+
+RAYJOB = ("ray.io", "v1", "rayjobs")
+PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+HYPERNODE = ("topology.volcano.sh", "v1alpha1", "hypernodes")
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""Set by the Job controller on a Job's pods (Kubernetes >= 1.27)."""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    team: str
+    run: str
+    rayjob: str
+    attempt: int
+    job_status: str
+    deployment_status: str
+    message: str
+
+
+def _attempt(rayjob: dict) -> int:
+    name, run = rayjob["metadata"]["name"], rayjob["metadata"]["labels"][RUN_LABEL]
+    suffix = name.removeprefix(f"{run}-")
+    return int(suffix) if suffix.isdigit() else 0
+
+
+def _status(rayjob: dict) -> RunStatus:
+    md, st = rayjob["metadata"], rayjob.get("status") or {}
+    return RunStatus(team=md["labels"][TEAM_LABEL], run=md["labels"][RUN_LABEL], rayjob=md["name"],
+                     attempt=_attempt(rayjob), job_status=st.get("jobStatus", ""),
+                     deployment_status=st.get("jobDeploymentStatus", ""), message=st.get("message", ""))
+
+
+class RunClient:
+    """Submit, list, show, follow and cancel runs; ``api`` is a configured ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api: k8s.ApiClient):
+        self.custom = k8s.CustomObjectsApi(api)
+        self.core = k8s.CoreV1Api(api)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def rayjobs(self, team: str | None = None, run: str | None = None) -> list[dict]:
+        """The runs' RayJobs, of one team or all, of one run or all, oldest attempt first."""
+        selector = f"{RUN_LABEL}={run}" if run else RUN_LABEL
+        if team:
+            items = self.custom.list_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2],
+                                                              label_selector=selector)["items"]
+        else:
+            items = self.custom.list_cluster_custom_object(*RAYJOB, label_selector=selector)["items"]
+        return sorted(items, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["labels"][RUN_LABEL],
+                                            _attempt(j)))
+
+    def list(self, team: str | None = None) -> list[RunStatus]:
+        return [_status(j) for j in self.rayjobs(team)]
+
+    def next_attempt(self, run: RunFile) -> int:
+        """One more than the highest attempt of ``run`` in its team's namespace (1 when none)."""
+        return max((_attempt(j) for j in self.rayjobs(run.team, run.name)), default=0) + 1
+
+    def show(self, team: str, run: str) -> dict:
+        """The run's attempts, its PodGroup phase and its pods' phases."""
+        jobs = self.rayjobs(team, run)
+        if not jobs:
+            raise LookupError(f"no run {run!r} in namespace {namespace_of(team)}")
+        latest = jobs[-1]["metadata"]["name"]
+        try:
+            pg = self.custom.get_namespaced_custom_object(*PODGROUP[:2], namespace_of(team), PODGROUP[2],
+                                                          f"ray-{latest}-pg")
+            podgroup = (pg.get("status") or {}).get("phase", "")
+        except k8s.ApiException as err:
+            if err.status != 404:
+                raise
+            podgroup = "(none yet)"
+        pods = self.core.list_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run}").items
+        return {"attempts": [_status(j) for j in jobs], "podGroup": podgroup,
+                "pods": {p.metadata.name: p.status.phase for p in pods}}
+
+    def tier_sizes(self, pools: tuple[str, ...]) -> dict[int, int]:
+        """Per tier, the most nodes of ``pools`` one HyperNode holds (``topology.tier_sizes_from_hypernodes``)."""
+        hypernodes = self.custom.list_cluster_custom_object(*HYPERNODE)["items"]
+        names = {n.metadata.name for pool in pools
+                 for n in self.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items}
+        return tier_sizes_from_hypernodes(hypernodes, names)
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def submit(self, rayjob: dict) -> dict:
+        md = rayjob["metadata"]
+        return self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
+
+    def cancel(self, team: str, run: str, now: bool = False) -> list[str]:
+        """Delete the run's RayJobs (KubeRay deletes their Ray clusters). Each pod's preStop asks Miles
+        for a checkpoint and waits for it; ``now`` also deletes the run's pods at once, with no save."""
+        names = [j["metadata"]["name"] for j in self.rayjobs(team, run)]
+        for name in names:
+            self.custom.delete_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2], name,
+                                                        propagation_policy="Background")
+        if now:
+            self.core.delete_collection_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run}",
+                                                       grace_period_seconds=0)
+        return names
+
+    def follow(self, team: str, run: str) -> Iterator[str]:
+        """The driver's log, as the latest attempt's submitter pod streams it (``ray job logs --follow``)."""
+        jobs = self.rayjobs(team, run)
+        if not jobs:
+            raise LookupError(f"no run {run!r} in namespace {namespace_of(team)}")
+        latest = jobs[-1]["metadata"]["name"]
+        pods = self.core.list_namespaced_pod(namespace_of(team), label_selector=f"{JOB_NAME_LABEL}={latest}").items
+        if not pods:
+            raise LookupError(f"run {run!r}: the submitter of {latest} has no pod yet (the gang may be waiting: "
+                              f"see `show`)")
+        pod = sorted(pods, key=lambda p: p.metadata.creation_timestamp or 0)[-1]
+        stream = self.core.read_namespaced_pod_log(pod.metadata.name, namespace_of(team), follow=True,
+                                                   _preload_content=False)
+        for chunk in stream.stream():
+            yield chunk.decode(errors="replace")
+
+
+def attempt_of(run: RunFile, attempt: int) -> RunFile:
+    """``run`` at another attempt (a new RayJob name; Miles resumes from the same checkpoint directory)."""
+    return run.model_copy(update={"attempt": attempt})
+
