@@ -162,6 +162,14 @@ def run_lines(cfg: StackConfig) -> list[str]:
     from workloads.render import pod_templates
     m = derive(cfg)
     out = [f"Run: submitted through {m.settings.submit.value}"]
+    if m.runs:
+        out = ["Runs: teams submit them (python -m workloads.runs plan|submit "
+               f"{cfg.stack} runs/<run>.yaml), each with its own Ray cluster in its team's queue"]
+        for team in m.settings.teams:
+            quotas = ", ".join(f"{pool} {q.guarantee}-{q.cap} GPUs" for pool, q in team.gpus.items())
+            out.append(f"  team {team.name}: namespace/queue team-{team.name}, weight {team.weight}, "
+                       f"{'reclaimable' if team.reclaimable else 'not reclaimable'}, guarantee-cap {quotas}")
+        out.append("  below: the largest run (every GPU node) with the stack's default run settings")
     if m.argv is None:
         return out + [f"  {m.no_run}"]
     moe = moe_backend(cfg)

@@ -63,14 +63,14 @@ def test_a_team_cap_holds_a_run_back_even_with_free_nodes():
 
 def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoints_first():
     cfg = variant(SHARED, {})
-    low = run("a-low", "alpha", "low", train=12, rollout=8)
-    high = run("a-high", "alpha", "high", train=8, rollout=8)
+    low = run("a-low", "alpha", "low", train=8, rollout=8)
+    high = run("a-high", "alpha", "high", train=16, rollout=8)
     d = decisions(cfg, [low, high], running=["a-low"])
     assert d["a-low"].action == "preempted" and d["a-high"].action == "starts"
     assert "preempt by a-high (high): asked to checkpoint, stops within 30 min" in d["a-low"].why
     assert "after a-low checkpoint and stop" in d["a-high"].why
     # The same priority never preempts: the newcomer waits.
-    same = decisions(cfg, [low, run("a-same", "alpha", "low", train=8, rollout=8)], running=["a-low"])
+    same = decisions(cfg, [low, run("a-same", "alpha", "low", train=16, rollout=8)], running=["a-low"])
     assert same["a-low"].action == "running" and same["a-same"].action == "waits"
 
 
@@ -90,7 +90,7 @@ def test_a_team_under_its_guarantee_reclaims_from_a_reclaimable_team_over_its_ow
     # Not from a team that is not reclaimable, and not beyond the claimant's guarantee: alpha waits.
     d = decisions(variant(SHARED, _teams(False)), [beta, alpha], running=["b-big"])
     assert d["a-new"].action == "waits" and d["b-big"].action == "running"
-    over = run("a-over", "alpha", "low", train=9, rollout=8)   # 72 GPUs > alpha's guarantee of 64
+    over = run("a-over", "alpha", "low", train=16, rollout=8)  # 128 GPUs > alpha's guarantee of 64
     d = decisions(variant(SHARED, _teams(True)), [beta, over], running=["b-big"])
     assert d["a-over"].action == "waits" and d["b-big"].action == "running"
 
@@ -121,6 +121,18 @@ def test_a_run_too_large_for_any_tier_is_refused_when_hard_and_placed_when_soft(
                                         r"holds \(20\); allowed: topology soft or none"):
         plan_runs(cfg, [run("wide", "alpha", train=8, rollout=16)])
     assert plan_runs(cfg, [run("wide", "alpha", topology="soft", train=8, rollout=16)])[0].action == "starts"
+
+
+def test_the_file_system_is_shared_by_the_runs_placed_on_it():
+    cfg = variant(SHARED, {"workloads": {"storage": {"capacityGib": 2400}}})  # 2,319 GB usable
+    one_run = dict(train=4, rollout=4)
+    d = decisions(cfg, [run("r1", "alpha", **one_run), run("r2", "alpha", **one_run), run("r3", "beta", **one_run)])
+    assert [d[r].action for r in ("r1", "r2", "r3")] == ["starts", "starts", "waits"]  # 926 GB each
+    assert "file system: 926 GB needed, 468 GB not yet budgeted" in d["r3"].why
+    with pytest.raises(ValueError, match="run big: workloads.storage.capacityGib: 2400 GiB holds 2,319 GB usable, "
+                                         "the run needs 7,064 GB"):
+        plan_runs(cfg, [RunFile(name="big", team="alpha", nodes=one_run, model="Qwen/Qwen3-235B-A22B",
+                                parallel={"tensor": 4, "expert": 8})])
 
 
 def test_the_stack_must_be_in_runs_mode():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from conftest import ROOT, load
 
+from workloads.argv import entry_and_flags
 from workloads.flagcheck import argv_pairs, miles_flags
 from workloads.model import derive
 
@@ -77,17 +78,17 @@ def test_megatron_file_entries():
 
 
 def test_every_flag_the_argv_passes_is_a_miles_or_megatron_flag():
-    a = argv()
-    assert a[0] == "python3" and Path(a[1]).name in doc(MILES_FILE)["entry_points"]
+    entry, flags = entry_and_flags(argv())
+    assert Path(entry).name in doc(MILES_FILE)["entry_points"]
     megatron = set(doc(MEGATRON_FILE)["flags"])
-    missing = [f for f, _ in argv_pairs(list(a[2:]))
+    missing = [f for f, _ in argv_pairs(flags)
                if not f.startswith(("--sglang-", "--router-")) and f not in miles_names() and f not in megatron]
     assert missing == []
 
 
 def test_argv_values_fit_the_declared_actions_and_choices():
     miles, megatron = doc(MILES_FILE)["miles_flags"], doc(MEGATRON_FILE)["flags"]
-    for flag, values in argv_pairs(list(argv()[2:])):
+    for flag, values in argv_pairs(entry_and_flags(argv())[1]):
         d = miles.get(flag) or megatron.get(flag)
         if d is None:
             continue

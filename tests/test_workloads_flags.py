@@ -13,7 +13,7 @@ from test_workloads import SCHEMAS, variant
 from upstream_wheels import wheel_path
 
 from stackconfig.versions import SoftwareStack
-from workloads.argv import miles_argv
+from workloads.argv import PLACEMENT_LAUNCHER, entry_and_flags, miles_argv
 from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
 
 MILES_FLAGS = miles_flags_file(SCHEMAS, SoftwareStack().miles)
@@ -51,7 +51,7 @@ def miles_problems(argv: list[str]) -> list[str]:
     """Flags Miles v0.1.0's parser (Miles + Megatron on the megatron backend) would not accept."""
     m = miles()
     problems = []
-    for flag, values in argv_pairs(argv[2:]):
+    for flag, values in argv_pairs(entry_and_flags(argv)[1]):
         if flag.startswith(m.sglang_prefix) and flag not in m.miles_defined_sglang:
             continue  # checked against SGLang itself
         if flag in m.fsdp_only and flag not in m.miles and flag not in m.megatron_examples:
@@ -82,7 +82,7 @@ def test_entry_points_are_miles_entry_points():
     import json
     entry_points = json.loads(MILES_FLAGS.read_text())["entry_points"]
     for name, argv in argvs():
-        assert argv[0] == "python3" and Path(argv[1]).name in entry_points, name
+        assert Path(entry_and_flags(argv)[0]).name in entry_points, name
 
 
 def test_miles_and_megatron_flags_exist_in_the_pinned_release():
@@ -95,7 +95,7 @@ def test_miles_flag_values_respect_their_declared_type_and_choices():
     declared = json.loads(MILES_FLAGS.read_text())["miles_flags"]
     casts = {"int": int, "float": float, "str": str}
     for name, argv in argvs():
-        for flag, values in argv_pairs(argv[2:]):
+        for flag, values in argv_pairs(entry_and_flags(argv)[1]):
             d = declared.get(flag)
             if d is None:
                 continue
@@ -127,7 +127,7 @@ def test_sglang_flags_are_ones_miles_examples_pass():
 
 
 def test_the_checks_catch_flags_that_do_not_exist():
-    bad = ["python3", "/root/miles/train.py", "--actor-num-nodes", "2", "--no-such-miles-flag",
+    bad = ["python3", PLACEMENT_LAUNCHER, "/root/miles/train.py", "--actor-num-nodes", "2", "--no-such-miles-flag",
            "--sglang-enable-ep-moe", "--sglang-moe-a2a-backend", "deepep2", "--sglang-port", "1"]
     assert [p.split(":")[0] for p in miles_problems(bad)] == ["--no-such-miles-flag"]
     found = sglang_problems(bad)

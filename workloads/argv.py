@@ -19,6 +19,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
 
 MILES_DIR = "/root/miles"
+SCRIPTS_DIR = "/opt/scripts"
+"""Where every GPU pod mounts the stack's scripts (ConfigMap ``workload-scripts``)."""
+PLACEMENT_LAUNCHER = f"{SCRIPTS_DIR}/miles_placement.py"
+"""Runs the entry point with its training actors pinned to the training group (``workloads.miles_placement``)."""
 REWARD_SERVICE = "reward"
 REWARD_PATH = "/reward"
 
@@ -72,15 +76,23 @@ def layout(cfg: "ProgramConfig") -> dict[str, int]:
             "rollout_num_gpus_per_engine": per_engine}
 
 
+def entry_and_flags(argv: "list[str] | tuple[str, ...]") -> tuple[str, list[str]]:
+    """(entry point, Miles flags) of a command ``miles_argv`` built."""
+    if list(argv[:2]) != ["python3", PLACEMENT_LAUNCHER]:
+        raise ValueError(f"not a Miles command of this stack: {' '.join(argv[:3])}")
+    return argv[2], list(argv[3:])
+
+
 def miles_argv(cfg: "ProgramConfig") -> list[str]:
-    """``python3 /root/miles/<entry point> <flags>``: the one command both submit paths run."""
+    """``python3 <placement launcher> /root/miles/<entry point> <flags>``: the one command every submit
+    path runs (the launcher pins the training actors to the training group, then runs the entry point)."""
     run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
     p, lay, moe = paths(cfg), layout(cfg), moe_backend(cfg)
     if not lay["actor_num_nodes"] or not lay["rollout_num_gpus"]:
         idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
         raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
                          f"scale them up (pools[].nodes.desired) before starting a run")
-    a: list[str] = ["python3", f"{MILES_DIR}/{run.entry_point.value}"]
+    a: list[str] = ["python3", PLACEMENT_LAUNCHER, f"{MILES_DIR}/{run.entry_point.value}"]
 
     def f(flag: str, *values: object) -> None:
         a.append(flag)

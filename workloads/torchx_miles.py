@@ -27,7 +27,7 @@ from stackconfig.versions import STACK_REPOSITORY
 from .model import WorkloadModel
 from .render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
                             pod_security_context, scripts_volume, security_context, shm_volume)
-from .render.ray import entrypoint_resources, preflight_container
+from .render.ray import SCRIPTS_MOUNT, entrypoint_resources, preflight_container
 from .resources import EFA, HUGEPAGES, MI
 
 HEAD_ROLE = "head"
@@ -89,8 +89,10 @@ def image_of(m: WorkloadModel, repository: str) -> str:
 
 
 def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) -> specs.Role:
+    # RAY_NODE_TYPE_NAME: Ray labels the node ray.io/node-group with it (as under KubeRay), which the
+    # placement launcher selects on (workloads.miles_placement).
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
-                      resource=resource(g), env=g.env,
+                      resource=resource(g), env={**g.env, "RAY_NODE_TYPE_NAME": g.name},
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
     spec = {**placement(g.pool, m.capabilities(g.pool) if g.gpus else None), "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
@@ -101,6 +103,7 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) 
                 "securityContext": security_context(g), "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]}
         spec["initContainers"] = [preflight_container(m, g, main)]
         spec[JOIN("volumes", on="name")].append(scripts_volume())
+        spec[JOIN("containers", on="image")][0][JOIN("volumeMounts", on="name")] = [SCRIPTS_MOUNT]  # the launcher
     # The stack's Ray NetworkPolicy selects these labels: the pods of one TorchX run talk to each
     # other (and to the reward service) like the RayCluster's.
     set_overlay(role, "kubernetes", "V1Pod", {"metadata": {"labels": dict(RAY_PODS)}, "spec": spec})

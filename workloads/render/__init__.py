@@ -51,11 +51,13 @@ __all__ = [
 
 def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
     """(name, pool, pod template, replicas) of every pod that claims a node: the RayCluster's, or
-    with TorchX submission the run's Volcano Job (same groups, same requests: ``torchx_miles``)."""
+    with TorchX submission the run's Volcano Job (same groups, same requests: ``torchx_miles``), or
+    with ``submit: runs`` the largest run's own cluster (every GPU node)."""
     prefix = {"raycluster": "ray", "torchx": "torchx", "runs": "run"}[m.settings.submit.value]
     out = [(f"{prefix}-head", m.head_pool, ray_pod_template(m, m.head, head=True), 1)]
     for g in m.workers:
-        out.append((f"{prefix}-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
+        if g.gpus or not m.runs:  # a run's own cluster: the head and its GPU groups
+            out.append((f"{prefix}-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
     if m.settings.run.ray_job:
         out.append(("ray-job-submitter", m.head_pool, submitter_template(m), 1))
     if m.reward:

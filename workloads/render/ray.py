@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from .. import layout as L
+from ..argv import SCRIPTS_DIR
 from ..model import WorkloadModel
 from .common import (
     FSX_VOLUME,
@@ -34,6 +35,8 @@ from .common import (
     shm_volume,
     tmp_volume,
 )
+
+SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
 
 # --- Ray -------------------------------------------------------------------------------------
 
@@ -62,10 +65,10 @@ def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
     the init container's devices on to the main container): the pod starts Ray only on a node whose
     GPUs, EFA devices, NCCL plugin, GDRCopy, memlock, huge pages and /dev/shm match the group."""
     return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
-            "command": ["python3", "/opt/scripts/preflight.py", *preflight_args(m, g)],
+            "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g)],
             "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "resources": main["resources"], "securityContext": main["securityContext"],
-            "volumeMounts": [*main["volumeMounts"], {"name": "scripts", "mountPath": "/opt/scripts", "readOnly": True}]}
+            "volumeMounts": [*(v for v in main["volumeMounts"] if v != SCRIPTS_MOUNT), SCRIPTS_MOUNT]}
 
 
 def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
@@ -78,6 +81,8 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
                          {"name": FSX_VOLUME, "mountPath": m.paths.mount}],
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "ray stop"]}}},
     }
+    if g.gpus:  # the Miles driver runs on a training pod (entrypoint resources): its launcher is here
+        c["volumeMounts"].append(SCRIPTS_MOUNT)
     env = g.env
     if env:
         c["env"] = env_list(env)

@@ -71,7 +71,8 @@ def scripts_configmap(m: WorkloadModel) -> dict:
             "data": {"reward-server.py": (HERE / "reward_server.py").read_text(),
                      "stage.py": (HERE / "stage.py").read_text(),
                      "preflight.py": (HERE / "preflight.py").read_text(),
-                     "fabric_bench.py": (HERE / "fabric_bench.py").read_text()}}
+                     "fabric_bench.py": (HERE / "fabric_bench.py").read_text(),
+                     "miles_placement.py": (HERE / "miles_placement.py").read_text()}}
 
 
 

@@ -13,7 +13,9 @@ all placed or none):
   guarantee (``reclaim``); only when the victims free enough nodes, lowest priority and latest
   first. A victim is asked for a checkpoint through the save sentinel and has ``checkpointMinutes``
   (the pods' termination grace period) to write it before its pods stop;
-- otherwise it waits, holding nothing.
+- otherwise it waits, holding nothing. Nodes are not all a run needs: its checkpoint budget
+  (saves kept, its staged model and data; ``checkpoint_budget``) must fit in what the shared
+  file system has left after the runs placed before it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from ..settings import RunFile
-from .config import check_run, run_pools
+from ..checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
+from ..layout import expert_precision
+from .config import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..stack import ProgramConfig
@@ -47,17 +51,21 @@ class Decision:
 @dataclass
 class _Cluster:
     free: dict[str, int]
+    disk_free: int
+    """Bytes of the shared file system not yet budgeted to a run (``checkpoint_budget``)."""
     used: dict[tuple[str, str], int] = field(default_factory=dict)
     """(team, pool) -> GPUs in use."""
     placed: list[RunFile] = field(default_factory=list)
 
-    def take(self, run: RunFile, gpus: dict[str, int]) -> None:
+    def take(self, run: RunFile, gpus: dict[str, int], disk: int) -> None:
+        self.disk_free -= disk
         for pool, n in run.nodes.items():
             self.free[pool] -= n
             self.used[(run.team, pool)] = self.used.get((run.team, pool), 0) + gpus[pool]
         self.placed.append(run)
 
-    def release(self, run: RunFile, gpus: dict[str, int]) -> None:
+    def release(self, run: RunFile, gpus: dict[str, int], disk: int) -> None:
+        self.disk_free += disk
         for pool, n in run.nodes.items():
             self.free[pool] += n
             self.used[(run.team, pool)] -= gpus[pool]
@@ -73,6 +81,14 @@ class Planner:
         self.teams = {t.name: t for t in cfg.workloads.teams}
         self.values = cfg.workloads.priority_classes
         self.grace = cfg.workloads.capacity_block_end.checkpoint_minutes
+        self.disk: dict[str, int] = {}
+        """Run -> bytes it budgets on the file system (saves kept, its staged model and data)."""
+
+    def _budget(self, run: RunFile) -> int:
+        """Checks the run on its own nodes (``run_config``) and returns its file system budget."""
+        seen = run_config(self.cfg, run)
+        b = budget(seen, expert_precision(seen))
+        return 0 if b is None else b.need_bytes
 
     def gpus(self, run: RunFile) -> dict[str, int]:
         return {pool: n * self.pools[pool].instance.gpus for pool, n in run.nodes.items()}
@@ -83,7 +99,10 @@ class Planner:
         caps = self.teams[run.team].gpus
         capped = [f"pool {p}: team {run.team} would use {c.used.get((run.team, p), 0) + g} GPUs, cap {caps[p].cap}"
                   for p, g in gpus.items() if c.used.get((run.team, p), 0) + g > caps[p].cap]
-        return short + capped
+        disk = self.disk[run.name]
+        full = [f"file system: {disk / GB:,.0f} GB needed, {c.disk_free / GB:,.0f} GB not yet budgeted"] \
+            if disk > c.disk_free else []
+        return short + capped + full
 
     def _over_guarantee(self, c: _Cluster, team: str) -> bool:
         return any(c.used.get((team, p), 0) > q.guarantee for p, q in self.teams[team].gpus.items())
@@ -106,21 +125,23 @@ class Planner:
             if how is None or not set(victim.nodes) & set(run.nodes):
                 continue
             chosen.append((victim, how))
-            c.release(victim, self.gpus(victim))
+            c.release(victim, self.gpus(victim), self.disk[victim.name])
             if not self._blockers(c, run):
                 return chosen
         for victim, _ in chosen:  # not enough: put them back, evict nobody
-            c.take(victim, self.gpus(victim))
+            c.take(victim, self.gpus(victim), self.disk[victim.name])
         return None
 
     def plan(self, runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
         """Decisions for ``runs`` (NeverFits first, for a run that can never be placed)."""
         for run in runs:
             check_run(self.cfg, run)
-        c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()})
+            self.disk[run.name] = self._budget(run)
+        usable = int(self.cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)  # a run alone fits: run_config
+        c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=usable)
         out: dict[str, Decision] = {}
         for run in (r for r in runs if r.name in running):
-            c.take(run, self.gpus(run))
+            c.take(run, self.gpus(run), self.disk[run.name])
             out[run.name] = Decision(run.name, run.team, run.priority, "running", "holds its nodes", self.gpus(run))
         pending = sorted((r for r in runs if r.name not in running), key=lambda r: -self.values[r.priority])
         for run in pending:
@@ -135,7 +156,7 @@ class Planner:
                     victim.name, victim.team, victim.priority, "preempted",
                     f"{how} by {run.name} ({run.priority}): asked to checkpoint, stops within {self.grace} min",
                     self.gpus(victim))
-            c.take(run, self.gpus(run))
+            c.take(run, self.gpus(run), self.disk[run.name])
             why = "starts" + (f" after {', '.join(v.name for v, _ in victims)} checkpoint and stop" if victims else "")
             out[run.name] = Decision(run.name, run.team, run.priority, "starts", why, self.gpus(run))
         return [out[r.name] for r in runs]

@@ -1,0 +1,108 @@
+"""The placement launcher: Miles' first N placement-group bundles are the training group's.
+
+A stand-in for Miles' ``miles/ray/placement_group.py`` (written here, not Miles' code) keeps the
+calling convention the launcher relies on at Miles 49cac7b5: the module-level names
+``placement_group`` and ``sort_key`` are looked up when the group is made, ``sort_key`` takes
+``(bundle index, node IP, GPU id)``, and the first ``actor GPUs`` of the sorted order train. Its
+``placement_group`` places bundles the way Ray does with label selectors: a bundle selecting
+``ray.io/node-group: trainer`` lands on a training node. The rollout nodes' IPs sort BEFORE the
+training nodes', which is the case that put training actors on rollout nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+from workloads.miles_placement import layout
+
+STAND_IN = '''
+import json, os
+
+calls = []
+NODES = {"trainer": ["10.0.9.1", "10.0.9.2"], "rollout": ["10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4"]}
+
+
+def placement_group(bundles, strategy="PACK", bundle_label_selector=None):
+    calls.append(bundle_label_selector)
+    free = {group: [(ip, g) for ip in ips for g in range(2)] for group, ips in NODES.items()}
+    anywhere = [slot for group in ("rollout", "trainer") for slot in free[group]]
+    placed = []
+    for i in range(len(bundles)):
+        group = (bundle_label_selector or [{}] * len(bundles))[i].get("ray.io/node-group")
+        slot = free[group].pop(0) if group else anywhere.pop(0)
+        if not group:
+            for slots in free.values():
+                if slot in slots:
+                    slots.remove(slot)
+        placed.append(slot)
+    return placed
+
+
+def sort_key(x):
+    index, ip, gpu = x
+    return (list(map(int, ip.split("."))), gpu)
+
+
+def first_training_nodes(actor_gpus, num_gpus):
+    placed = placement_group([{"GPU": 1, "CPU": 1}] * num_gpus, strategy="PACK")
+    order = sorted([(i, ip, gpu) for i, (ip, gpu) in enumerate(placed)], key=sort_key)
+    return sorted({ip for _, ip, _ in order[:actor_gpus]}), calls
+'''
+
+ENTRY = '''
+import json, sys
+from miles.ray import placement_group as pgm
+args = sys.argv[1:]
+actor = int(args[args.index("--actor-num-nodes") + 1]) * int(args[args.index("--actor-num-gpus-per-node") + 1])
+total = actor + int(args[args.index("--rollout-num-gpus") + 1]) + int(sys.argv[sys.argv.index("--extra") + 1])
+nodes, calls = pgm.first_training_nodes(actor, total)
+print(json.dumps({"nodes": nodes, "selectors": calls[-1]}))
+'''
+
+
+def _miles(tmp_path: Path) -> Path:
+    pkg = tmp_path / "miles" / "miles" / "ray"
+    pkg.mkdir(parents=True)
+    for d in (pkg.parent, pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "placement_group.py").write_text(STAND_IN)
+    entry = tmp_path / "miles" / "train.py"
+    entry.write_text(ENTRY)
+    return entry
+
+
+def _run(entry: Path, *flags: str, launcher: bool = True) -> dict:
+    cmd = [sys.executable, *([str(ROOT / "workloads" / "miles_placement.py")] if launcher else []), str(entry), *flags]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=entry.parent.parent)
+    return json.loads(out.stdout)
+
+
+FLAGS = ("--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "8")
+
+
+def test_without_the_launcher_miles_order_puts_training_on_rollout_nodes(tmp_path):
+    got = _run(_miles(tmp_path), *FLAGS, "--extra", "0", launcher=False)
+    assert got["nodes"] == ["10.0.1.1", "10.0.1.2"] and got["selectors"] is None
+
+
+def test_with_the_launcher_the_first_bundles_are_the_training_nodes(tmp_path):
+    got = _run(_miles(tmp_path), *FLAGS, "--extra", "0")
+    assert got["nodes"] == ["10.0.9.1", "10.0.9.2"]
+    assert got["selectors"] == [{"ray.io/node-group": "trainer"}] * 4 + [{"ray.io/node-group": "rollout"}] * 8
+
+
+def test_another_bundle_count_is_passed_through(tmp_path):
+    flags = ("--actor-num-nodes", "2", "--actor-num-gpus-per-node", "2", "--rollout-num-gpus", "6")
+    got = _run(_miles(tmp_path), *flags, "--extra", "2")  # e.g. eval GPUs beside the rollout: not our layout
+    assert got["selectors"] is None
+
+
+def test_the_layout_comes_from_miles_own_flags():
+    assert layout(["--actor-num-nodes", "16", "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", "256",
+                   "--lr", "1e-6"]) == (128, 256)
+    assert layout(["--actor-num-nodes", "16"]) is None
