@@ -43,8 +43,4 @@ def build(cfg: StackConfig) -> Platform:
                                                   f"svc/miles-head-svc 8265:8265"})
     pulumi.export("submission", model.settings.submit.value)
     pulumi.export("checkpointFileSystem", workloads.storage.id)
-    if model.rollout_spot:
-        pulumi.log.warn("the rollout pool is Spot: Miles v0.1.0 orders its GPU placement group by node IP "
-                        "and gives the first GPUs to the actor, so training actors may land on Spot nodes; "
-                        "--use-fault-tolerance only restarts rollout engines")
     return platform

@@ -205,9 +205,9 @@ def run_lines(cfg: StackConfig) -> list[str]:
     for pool in m.gpu_pools:
         out.append(f"  fabric acceptance ({pool.name}): {acceptance_command(m, pool.name)}")
     train = m.worker("trainer")
-    out.append(f"  training actors: Miles gives its first {train.gpus * train.replicas} GPUs (placement group "
-               f"sorted by node IP) to training; pools {', '.join(p.name for p in m.gpu_pools)} share the one "
-               f"EFA subnet, so WHICH nodes those are is not fixed by this stack (see README: actor placement)")
+    out.append(f"  training actors: Miles' first {train.gpus * train.replicas} placement-group bundles select "
+               f"ray.io/node-group={train.name} (the {train.replicas} {train.name} pods of pool {train.pool.name}) and "
+               f"sort first: the placement launcher (workloads/miles_placement.py), not node IP order")
     return out
 
 
