@@ -207,7 +207,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     train = m.worker("trainer")
     out.append(f"  training actors: Miles' first {train.gpus * train.replicas} placement-group bundles select "
                f"ray.io/node-group={train.name} (the {train.replicas} {train.name} pods of pool {train.pool.name}) and "
-               f"sort first: the placement launcher (workloads/miles_placement.py), not node IP order")
+               f"sort first: the Miles launcher (workloads/miles_launcher.py), not node IP order")
     return out
 
 

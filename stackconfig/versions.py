@@ -6,6 +6,8 @@ rejected like everywhere else in the stack schema.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 
 from pydantic import Field, field_validator
@@ -116,3 +118,19 @@ class Versions(SchemaModel):
     addons: Addons = Addons()
     charts: Charts = Charts()
     software: SoftwareStack = SoftwareStack()
+
+
+def with_repository(value: Any, repository: str) -> Any:
+    """``value`` (a manifest, a list, an image) with the stack repository's URL in place of
+    ``STACK_REPOSITORY``; ValueError when it is needed and not given (``pulumi stack output
+    imageRepository``). At deployment the program does the same with the repository's Output."""
+    if isinstance(value, dict):
+        return {k: with_repository(v, repository) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_repository(v, repository) for v in value]
+    if isinstance(value, str) and value.startswith(STACK_REPOSITORY):
+        if not repository:
+            raise ValueError("the stack runs the default image in its own ECR repository: pass --repository "
+                             "\"$(pulumi stack output imageRepository)\" (or set versions.software.image)")
+        return value.replace(STACK_REPOSITORY, repository, 1)
+    return value

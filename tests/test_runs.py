@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -13,11 +14,10 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 from conftest import ROOT
-from test_workloads import custom_objects, k8s_version, validate_custom, variant, variant_graph
+from test_workloads import custom_objects, job_argv, k8s_version, validate_custom, variant, variant_graph
 from test_workloads_security import registered_objects
 
-from workloads.render.runs import (QUEUE_LABEL, PRIORITY_LABEL, RUN_WRAPPER, SAVE_ON_STOP, TOPOLOGY_MODE_LABEL,
-                                   TOPOLOGY_TIER_LABEL, priority_classes)
+from workloads.render.runs import QUEUE_LABEL, PRIORITY_LABEL, SAVE_ON_STOP, priority_classes
 from workloads.render.teams import team_directories_job, team_fsx_pv, team_fsx_pvc
 from workloads.runs import NeverFits, load_run, plan_runs, run_model
 from workloads.runs.__main__ import main
@@ -26,7 +26,8 @@ from workloads.runs.submit import run_objects
 from workloads.runs.topology import tier_sizes_from_hypernodes
 from workloads.settings import RunFile
 
-SHARED = "p5en-shared"  # teams alpha (train 64/128, rollout 128/256 guarantee/cap) and beta (train 0/64, rollout 64/128)
+SHARED = "p5en-shared"
+REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-shared"  # teams alpha (train 64/128, rollout 128/256 guarantee/cap) and beta (train 0/64, rollout 64/128)
 TIERS = {"workloads": {"network": {"tierNodes": {1: 4, 2: 16, 3: 48}}}}
 
 
@@ -158,17 +159,21 @@ def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_
     md, spec = job["metadata"], job["spec"]
     assert (md["name"], md["namespace"]) == ("grpo-qwen3-30b-1", "team-alpha")
     assert md["labels"][QUEUE_LABEL] == "team-alpha" and md["labels"][PRIORITY_LABEL] == "rl-normal"
-    # 24 nodes: one tier-3 HyperNode (48); the 8 trainers: tier 2 (16 per layer-2 node).
-    assert (md["labels"][TOPOLOGY_MODE_LABEL], md["labels"][TOPOLOGY_TIER_LABEL]) == ("hard", "3")
+    assert not [k for k in md["labels"] if k.startswith("volcano.sh/network-topology")]  # see network_affinity
+    # 24 GPU nodes: one tier-3 network node (48); the 8 trainers: one tier-2 node (16).
     assert (objs.gang.tier, objs.trainer.tier) == (3, 2)
     assert spec["shutdownAfterJobFinishes"] is True and "clusterSelector" not in spec
     cluster = spec["rayClusterSpec"]
     groups = {g["groupName"]: g for g in cluster["workerGroupSpecs"]}
     assert {n: g["replicas"] for n, g in groups.items()} == {"trainer": 8, "rollout": 16}
-    trainer_affinity = groups["trainer"]["template"]["spec"]["affinity"]["podAffinity"]
-    term = trainer_affinity["requiredDuringSchedulingIgnoredDuringExecution"][0]
-    assert term["topologyKey"] == "topology.k8s.aws/network-node-layer-2"
-    assert term["labelSelector"]["matchLabels"] == {"rl.platform/run": "grpo-qwen3-30b", "ray.io/group": "trainer"}
+    def terms(group):
+        return groups[group]["template"]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    gang = {"matchLabels": {"rl.platform/run": "grpo-qwen3-30b", "rl.platform/attempt": "1"},
+            "matchExpressions": [{"key": "ray.io/group", "operator": "In", "values": ["trainer", "rollout"]}]}
+    assert terms("rollout") == [{"labelSelector": gang, "topologyKey": "topology.k8s.aws/network-node-layer-1"}]
+    assert terms("trainer")[1]["topologyKey"] == "topology.k8s.aws/network-node-layer-2"
+    assert terms("trainer")[1]["labelSelector"]["matchExpressions"][0]["values"] == ["trainer"]
+    assert "affinity" not in cluster["headGroupSpec"]["template"]["spec"]  # CPU nodes carry no network labels
     templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in groups.values())]
     for t in templates:
         pod = t["spec"]
@@ -179,11 +184,29 @@ def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_
         assert stop[:4] == ["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop"]
         assert stop[4:] == ["/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING", "/mnt/fsx/checkpoints/grpo-qwen3-30b/SAVE_NOW"]
         assert t["metadata"]["labels"]["rl.platform/team"] == "alpha"
+        assert "app.kubernetes.io/name" not in t["metadata"]["labels"]  # KubeRay's head Service selects its own
     head = cluster["headGroupSpec"]["template"]["spec"]
     assert head["initContainers"][0]["name"] == "stage"  # the run stages its own model in its team's directory
-    assert "--sglang-mem-fraction-static" not in spec["entrypoint"]
-    assert "--actor-num-nodes 8" in spec["entrypoint"] and "--rollout-num-gpus 128" in spec["entrypoint"]
-    assert "http://reward.rl.svc.cluster.local" in spec["entrypoint"]  # the platform's reward service
+    argv = job_argv(job)
+    assert "--sglang-mem-fraction-static" not in argv
+    assert argv[argv.index("--actor-num-nodes") + 1] == "8" and argv[argv.index("--rollout-num-gpus") + 1] == "128"
+    assert argv[argv.index("--rm-url") + 1].startswith("http://reward.rl.svc.cluster.local")  # the platform's service
+
+
+def test_the_entrypoint_survives_bash_list2cmdline_and_sh_and_the_argv_travels_in_the_runtime_env(tmp_path):
+    """KubeRay's submitter runs `ray job submit ... -- <entrypoint>` through bash; Ray's CLI joins the
+    words with list2cmdline and its job supervisor runs the result with sh (shell=True)."""
+    job = run_objects(variant(SHARED, {}), load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")).rayjob
+    entry = job["spec"]["entrypoint"]
+    echo = tmp_path / "args.py"
+    echo.write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    after_bash = json.loads(subprocess.run(["bash", "-c", f"{sys.executable} {echo} {entry}"], capture_output=True,
+                                           text=True, check=True).stdout)
+    after_sh = json.loads(subprocess.run(["sh", "-c", f"{sys.executable} {echo} " + subprocess.list2cmdline(after_bash)],
+                                         capture_output=True, text=True, check=True).stdout)
+    assert after_sh == after_bash == ["python3", "/opt/scripts/miles_launcher.py", "--marker",
+                                      "/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING"]
+    assert job_argv(job)[0] == "/root/miles/train.py"
 
 
 def test_priority_classes_and_the_schedulers_preempt_reclaim_and_topology_configuration():
@@ -201,7 +224,8 @@ def test_priority_classes_and_the_schedulers_preempt_reclaim_and_topology_config
     conf = yaml.safe_load(volcano_values(m)["custom"]["scheduler_config_override"])  # a string: the chart inserts text
     assert [a.strip() for a in conf["actions"].split(",")] == ["enqueue", "allocate", "preempt", "reclaim", "backfill"]
     plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
-    assert {"priority", "gang", "proportion", "predicates", "network-topology-aware"} <= set(plugins)
+    assert {"priority", "gang", "proportion", "predicates"} <= set(plugins)
+    assert "overcommit" not in plugins  # it would keep a run that must preempt out of Inqueue
 
 
 def test_the_team_directory_is_the_only_part_of_the_file_system_its_pods_mount():
@@ -255,32 +279,31 @@ def _sh(*args, env=None, **kw):
     return subprocess.run(["/bin/sh", "-c", *args], env=env, capture_output=True, text=True, **kw)
 
 
-def test_the_entrypoint_keeps_running_exactly_while_miles_runs(tmp_path):
-    marker = tmp_path / "ckpt" / "RUNNING"
-    seen = _sh(RUN_WRAPPER, "miles-run", str(marker), "sh", "-c", f'test -e {marker} && echo inside; exit 7')
-    assert seen.stdout.strip() == "inside" and seen.returncode == 7 and not marker.exists()
-
-
-def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_a_run_is_in_progress(tmp_path):
+def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_the_lease_is_fresh(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ray").write_text(f"#!/bin/sh\necho stopped > {tmp_path}/ray-stopped\n")
     (bin_dir / "ray").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    marker, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
-    # No run in progress (it ended, or never started): stop at once, no sentinel left behind.
-    t0 = time.monotonic()
-    assert _sh(SAVE_ON_STOP, "save-on-stop", str(marker), str(sentinel), env=env).returncode == 0
-    assert time.monotonic() - t0 < 2 and not sentinel.exists() and (tmp_path / "ray-stopped").exists()
+    lease, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
+
+    def hook():
+        return subprocess.Popen(["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", str(lease), str(sentinel)], env=env)
+    # No run in progress: stop at once, no sentinel left behind.
+    assert hook().wait(timeout=5) == 0 and not sentinel.exists() and (tmp_path / "ray-stopped").exists()
+    # A stale lease (the driver was killed 3 minutes ago): the same.
+    lease.touch()
+    os.utime(lease, (time.time() - 180, time.time() - 180))
+    assert hook().wait(timeout=5) == 0 and not sentinel.exists()
     # In progress: the sentinel appears, and the hook waits until Miles has saved and removed it.
-    marker.touch()
-    hook = subprocess.Popen(["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", str(marker), str(sentinel)], env=env)
+    lease.touch()
+    waiting = hook()
     deadline = time.monotonic() + 5
     while not sentinel.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sentinel.exists() and hook.poll() is None
+    assert sentinel.exists() and waiting.poll() is None
     sentinel.unlink()  # Miles: saved, sentinel removed
-    assert hook.wait(timeout=10) == 0
+    assert waiting.wait(timeout=10) == 0
 
 
 # --- what the run command sends ----------------------------------------------------------------------
@@ -347,13 +370,18 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     small = tmp_path / "small.yaml"
     small.write_text("name: small\nteam: beta\npriority: low\nnodes: {train: 1, rollout: 2}\n")
     lines = []
-    assert main(["submit", SHARED, str(small)], client=client, out=lines.append) == 0
+    assert main(["submit", SHARED, str(small)], client=client, out=lines.append) == 1  # the image needs its registry
+    assert not fake.calls
+    assert main(["submit", SHARED, str(small), "--repository", REPO], client=client, out=lines.append) == 0
     posts = [c for c in fake.calls if c[0] == "POST"]
     assert [c[1] for c in posts] == ["/apis/ray.io/v1/namespaces/team-beta/rayjobs"]
     body = posts[0][3]
     assert body["metadata"]["labels"]["volcano.sh/queue-name"] == "team-beta"
     assert body["metadata"]["labels"]["ray.io/priority-class-name"] == "rl-low"
-    assert body["metadata"]["labels"]["volcano.sh/network-topology-highest-tier-allowed"] == "1"  # 3 nodes fit in 4
+    trainer = body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    term = trainer["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == "topology.k8s.aws/network-node-layer-3"  # 3 nodes fit one tier-1 node (4)
+    assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0"
     node_queries = [c[2]["labelSelector"] for c in fake.calls if c[1] == "/api/v1/nodes"]
     assert node_queries == ["rl.platform/pool=train", "rl.platform/pool=rollout", "rl.platform/pool=train"]
     assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard)" in lines[0]
@@ -365,11 +393,12 @@ def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
         ("GET", "/apis/ray.io/v1/rayjobs"): {"items": [_job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha"),
                                                          _job("beta-lr-sweep-1", "beta-lr-sweep", "beta")]}})
     out = []
-    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume"], client=client,
-                out=out.append) == 0
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO],
+                client=client, out=out.append) == 0
     post = next(c for c in fake.calls if c[0] == "POST")
     assert post[3]["metadata"]["name"] == "grpo-qwen3-30b-3"
-    assert "--load /mnt/fsx/checkpoints/grpo-qwen3-30b" in post[3]["spec"]["entrypoint"]  # same directory: resumes
+    argv = job_argv(post[3])
+    assert argv[argv.index("--load") + 1] == "/mnt/fsx/checkpoints/grpo-qwen3-30b"  # same directory: resumes
     lister = next(c for c in fake.calls if c[1] == "/apis/ray.io/v1/namespaces/team-alpha/rayjobs" and c[0] == "GET")
     assert lister[2] == {"labelSelector": "rl.platform/run=grpo-qwen3-30b"}
     out.clear()
@@ -379,15 +408,31 @@ def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
                                                   ["beta", "beta-lr-sweep", "attempt", "1"]]
 
 
-def test_cancel_deletes_the_rayjobs_and_with_now_the_pods_without_grace(api):
-    routes = {("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [_job("r-1", "r", "alpha")]}}
+def test_cancel_first_asks_for_a_checkpoint_then_deletes_and_with_now_deletes_the_pods_without_grace(api, monkeypatch):
+    sentinel = "/mnt/fsx/checkpoints/r/SAVE_NOW"
+    job = {**_job("r-1", "r", "alpha"), "spec": {"runtimeEnvYAML": yaml.safe_dump({"env_vars": {
+        "MILES_ARGV": json.dumps(["/root/miles/train.py", "--save-trigger-sentinel", sentinel])}})}}
+    head = {"metadata": {"name": "r-1-head"}, "status": {"phase": "Running"}}
+    routes = {("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [job]},
+              ("GET", "/api/v1/namespaces/team-alpha/pods"): {"items": [head]}}
     fake, client = api(routes)
-    assert main(["cancel", "alpha", "r"], client=client, out=lambda _: None) == 0
+    execs, answers = [], iter(["", "waiting\n", "saved\n"])
+    monkeypatch.setattr(RunClient, "_exec", lambda self, team, pod, command: execs.append((team, pod, command))
+                        or next(answers))
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    out = []
+    assert main(["cancel", "alpha", "r"], client=client, out=out.append) == 0
+    assert execs[0] == ("alpha", "r-1-head", ["touch", sentinel]) and len(execs) == 3
+    pods_query = next(c for c in fake.calls if c[1] == "/api/v1/namespaces/team-alpha/pods")
+    assert pods_query[2] == {"labelSelector": "rl.platform/run=r,ray.io/node-type=head"}
     deletes = [c for c in fake.calls if c[0] == "DELETE"]
     assert [(c[1], c[2]) for c in deletes] == [("/apis/ray.io/v1/namespaces/team-alpha/rayjobs/r-1",
                                                 {"propagationPolicy": "Background"})]
+    assert out == ["cancelled r-1 (after its checkpoint)"]
     fake.calls.clear()
+    execs.clear()
     assert main(["cancel", "alpha", "r", "--now"], client=client, out=lambda _: None) == 0
+    assert execs == []
     pods = [c for c in fake.calls if c[0] == "DELETE" and c[1] == "/api/v1/namespaces/team-alpha/pods"]
     assert pods and pods[0][2] == {"labelSelector": "rl.platform/run=r", "gracePeriodSeconds": "0"}
 
@@ -437,6 +482,6 @@ def test_sample_run_files_load(tmp_path: Path):
     for path in (ROOT / "runs").glob("*.yaml"):
         assert load_run(path).team in {"alpha", "beta"}
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: Bad_Name\nteam: alpha\nnodes: {}\n")
+    bad.write_text("name: 1st-run\nteam: alpha\nnodes: {}\n")  # KubeRay wants DNS-1035 names
     with pytest.raises(ValueError, match=f"run file {bad}: name: String should match pattern"):
         load_run(bad)

@@ -128,6 +128,13 @@ def validate_custom(obj: dict, version: str) -> None:
         validate_pod_template(template, version)
 
 
+def job_argv(rayjob: dict) -> list[str]:
+    """The Miles entry point and flags a RayJob runs (its runtime environment's MILES_ARGV)."""
+    env = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])["env_vars"]
+    assert shlex.split(rayjob["spec"]["entrypoint"])[:2] == ["python3", "/opt/scripts/miles_launcher.py"]
+    return json.loads(env["MILES_ARGV"])
+
+
 def full_run(cfg) -> RunFile:
     """A run of a runs-mode stack that takes every node of both GPU pools (its first team's)."""
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
@@ -157,7 +164,7 @@ def env_of(c: dict) -> dict[str, str]:
 
 
 def recorded_argv(graph: mocks.Graph) -> list[str]:
-    return shlex.split(one(graph, "RayJob")["spec"]["entrypoint"])
+    return job_argv(one(graph, "RayJob"))
 
 
 def flag_values(argv: list[str]) -> dict[str, list[str]]:
@@ -240,7 +247,7 @@ def test_argv_layout_follows_the_pools(stack):
     cfg = load(stack)
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
     g = groups(M.raycluster(derive(cfg)))
-    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
+    argv = flag_values(job_argv(M.rayjob(derive(cfg))))
     assert int(argv["--actor-num-nodes"][0]) == g["trainer"]["replicas"] == train.nodes.desired
     assert int(argv["--actor-num-gpus-per-node"][0]) == train.instance.gpus
     assert int(argv["--rollout-num-gpus"][0]) == g["rollout"]["replicas"] * rollout.instance.gpus
@@ -322,7 +329,7 @@ def test_environment_by_family_and_deepep_mode():
     env = _gpu_env(a100)
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_NVLS_ENABLE"] == "0"
     assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in env)
-    argv = flag_values(M.rayjob(derive(a100))["spec"]["entrypoint"].split())
+    argv = flag_values(job_argv(M.rayjob(derive(a100))))
     assert argv["--moe-token-dispatcher-type"] == ["alltoall"] and "--sglang-moe-a2a-backend" not in argv
     assert "--use-fault-tolerance" in argv  # p4d's rollout pool is Spot
 
@@ -446,7 +453,7 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
                         (1018, 1023, cluster_sg)}
     # Miles saves under the association's directory; every Ray pod and the Job mount the claim there.
     p = L.paths(cfg)
-    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
+    argv = flag_values(job_argv(M.rayjob(derive(cfg))))
     assert argv["--save"] == argv["--load"] == [p.checkpoints]
     assert p.checkpoints.startswith(f"{p.mount}{dra.inputs['fileSystemPath']}/")
     pv = next(o for o in objects(graph, "PersistentVolume") if o["metadata"]["name"] == f"{cfg.checkpoints.namespace}-fsx")
@@ -495,7 +502,7 @@ def test_reward_service_is_on_demand_and_is_what_miles_calls():
 def test_without_a_reward_pool_miles_computes_rewards_in_process():
     cfg = load("dev")
     assert cfg.pool(Role.REWARD) is None and L.reward_group(cfg) is None
-    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
+    argv = flag_values(job_argv(M.rayjob(derive(cfg))))
     assert argv["--rm-type"] == [cfg.workloads.run.rm_type] and "--rm-url" not in argv
 
 
@@ -516,7 +523,7 @@ def test_preprocessing_job_stages_what_the_run_reads(stack):
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: (cfg.pool(Role.CPU) or L.head_pool(cfg)).name}
     env = env_of(container(job["spec"]["template"]))
-    argv = flag_values(M.rayjob(derive(cfg))["spec"]["entrypoint"].split())
+    argv = flag_values(job_argv(M.rayjob(derive(cfg))))
     assert argv["--hf-checkpoint"] == [env["MODEL_DIR"]] and env["MODEL"] == cfg.workloads.run.model
     assert argv["--prompt-data"] == [f"{env['DATA_DIR']}/{env['PROMPT_FILE']}"]
 

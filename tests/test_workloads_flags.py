@@ -13,7 +13,7 @@ from test_workloads import SCHEMAS, variant
 from upstream_wheels import wheel_path
 
 from stackconfig.versions import SoftwareStack
-from workloads.argv import PLACEMENT_LAUNCHER, entry_and_flags, miles_argv
+from workloads.argv import MILES_LAUNCHER, entry_and_flags, miles_argv
 from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
 
 MILES_FLAGS = miles_flags_file(SCHEMAS, SoftwareStack().miles)
@@ -127,7 +127,7 @@ def test_sglang_flags_are_ones_miles_examples_pass():
 
 
 def test_the_checks_catch_flags_that_do_not_exist():
-    bad = ["python3", PLACEMENT_LAUNCHER, "/root/miles/train.py", "--actor-num-nodes", "2", "--no-such-miles-flag",
+    bad = ["python3", MILES_LAUNCHER, "/root/miles/train.py", "--actor-num-nodes", "2", "--no-such-miles-flag",
            "--sglang-enable-ep-moe", "--sglang-moe-a2a-backend", "deepep2", "--sglang-port", "1"]
     assert [p.split(":")[0] for p in miles_problems(bad)] == ["--no-such-miles-flag"]
     found = sglang_problems(bad)

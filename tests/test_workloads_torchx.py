@@ -3,6 +3,9 @@ Job carries the same Miles argv, resources and placement as the Pulumi-declared 
 
 from __future__ import annotations
 
+import json
+import shlex
+
 import functools
 import warnings
 
@@ -70,9 +73,12 @@ def test_torchx_submits_the_same_argv_as_the_rayjob(stack):
     tasks = tasks_by_role(volcano_job(stack))
     (head,) = tasks[HEAD_ROLE]
     command = container(head["template"])["command"]
-    assert command[:2] == ["bash", "-c"] and command[3] == DRIVER_ARG0
-    assert command[4:] == recorded_argv(variant_graph(stack, RAYJOB))
-    assert '-- "$@"' in command[2] and "--entrypoint-resources" in command[2]
+    assert command[:2] == ["bash", "-c"] and command[3:] == [DRIVER_ARG0]
+    submit = shlex.split(next(line for line in command[2].splitlines() if line.startswith("ray job submit")))
+    runtime = json.loads(next(w for w in submit if w.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert json.loads(runtime["env_vars"]["MILES_ARGV"]) == recorded_argv(variant_graph(stack, RAYJOB))
+    assert submit[submit.index("--") + 1:] == ["python3", "/opt/scripts/miles_launcher.py"]
+    assert any(w.startswith("--entrypoint-resources=") for w in submit)
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -8,11 +8,15 @@ Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``.
 
 from __future__ import annotations
 
+import json
+import re
+
 from typing import TYPE_CHECKING
 
 from stackconfig.stack import Role
 
 from .checkpoint_budget import retain_interval
+from .miles_launcher import ARGV_ENV
 from .layout import is_spot, moe_backend, paths, reward_enabled
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,8 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 MILES_DIR = "/root/miles"
 SCRIPTS_DIR = "/opt/scripts"
 """Where every GPU pod mounts the stack's scripts (ConfigMap ``workload-scripts``)."""
-PLACEMENT_LAUNCHER = f"{SCRIPTS_DIR}/miles_placement.py"
-"""Runs the entry point with its training actors pinned to the training group (``workloads.miles_placement``)."""
+MILES_LAUNCHER = f"{SCRIPTS_DIR}/miles_launcher.py"
+"""Runs the entry point with its training actors pinned to the training group (``workloads.miles_launcher``)."""
 REWARD_SERVICE = "reward"
 REWARD_PATH = "/reward"
 
@@ -78,9 +82,21 @@ def layout(cfg: "ProgramConfig") -> dict[str, int]:
 
 def entry_and_flags(argv: "list[str] | tuple[str, ...]") -> tuple[str, list[str]]:
     """(entry point, Miles flags) of a command ``miles_argv`` built."""
-    if list(argv[:2]) != ["python3", PLACEMENT_LAUNCHER]:
+    if list(argv[:2]) != ["python3", MILES_LAUNCHER]:
         raise ValueError(f"not a Miles command of this stack: {' '.join(argv[:3])}")
     return argv[2], list(argv[3:])
+
+
+def driver(argv: "list[str] | tuple[str, ...]", marker: str | None = None) -> tuple[str, dict[str, str]]:
+    """(entrypoint, env vars) of a Ray job that runs ``argv``: the entrypoint is the launcher and
+    plain paths only (it goes through bash, ``list2cmdline`` and sh: ``workloads.miles_launcher``);
+    the entry point and flags travel as JSON in ``MILES_ARGV``."""
+    entry, flags = entry_and_flags(argv)
+    words = ["python3", MILES_LAUNCHER, *(["--marker", marker] if marker else [])]
+    unsafe = [w for w in words if not re.fullmatch(r"[\w./=:-]+", w)]
+    if unsafe:
+        raise ValueError(f"entrypoint word {unsafe[0]!r} would not survive the shells of a Ray job submission")
+    return " ".join(words), {ARGV_ENV: json.dumps([entry, *flags])}
 
 
 def miles_argv(cfg: "ProgramConfig") -> list[str]:
@@ -92,7 +108,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
         idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
         raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
                          f"scale them up (pools[].nodes.desired) before starting a run")
-    a: list[str] = ["python3", PLACEMENT_LAUNCHER, f"{MILES_DIR}/{run.entry_point.value}"]
+    a: list[str] = ["python3", MILES_LAUNCHER, f"{MILES_DIR}/{run.entry_point.value}"]
 
     def f(flag: str, *values: object) -> None:
         a.append(flag)

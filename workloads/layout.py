@@ -16,6 +16,7 @@ from stackconfig.stack import CapacityType, Pool, Role
 
 from . import moe_backend as moe
 from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
+from .miles_launcher import SAVE_TRIGGER
 from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -237,9 +238,8 @@ def paths(cfg: "ProgramConfig") -> Paths:
 
 CHECKPOINT_DIR = "checkpoints"
 """Directory on the file system linked to the bucket's ``checkpoints/`` prefix (auto export/import)."""
-SAVE_TRIGGER = "SAVE_NOW"
 RUNNING_MARKER = "RUNNING"
-"""Kept in a submitted run's checkpoint directory while Miles runs (``render.runs.RUN_WRAPPER``)."""
+"""A submitted run's lease, fresh in its checkpoint directory while Miles runs (``miles_launcher.Lease``)."""
 
 
 def utility_pool(cfg: "ProgramConfig") -> Pool:

@@ -113,8 +113,9 @@ class GrpoSettings(SchemaModel):
 class RunBase(SchemaModel):
     """One Miles GRPO run: model, data, algorithm, parallelism. Paths are derived (see ``paths``)."""
 
-    name: str = Field("grpo", pattern=K8S_NAME)
-    """Run name: the checkpoint directory, the RayJob and the TorchX app are named after it."""
+    name: str = Field("grpo", pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    """Run name: the checkpoint directory, the RayJob and the TorchX app are named after it (a
+    DNS-1035 label: KubeRay refuses a RayJob name that starts with a digit)."""
     entry_point: EntryPoint = EntryPoint.SYNC
     model: str = Field("Qwen/Qwen3-30B-A3B", pattern=r"^[\w.-]+/[\w.-]+$")
     """Hugging Face repo id; staged on the shared file system by the preprocessing Job."""

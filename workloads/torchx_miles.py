@@ -22,7 +22,8 @@ from torchx import specs
 from torchx.specs.overlays import JOIN, set_overlay
 
 from . import layout as L
-from stackconfig.versions import STACK_REPOSITORY
+from .argv import driver
+from stackconfig.versions import with_repository
 
 from .model import WorkloadModel
 from .render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
@@ -44,10 +45,11 @@ def _start_flags(g: L.Group, head: bool = False) -> list[str]:
 
 
 def head_script(m: WorkloadModel) -> str:
-    """Start the head, wait for every GPU of the run, submit the argv given as "$@"."""
+    """Start the head, wait for every GPU of the run, submit the run (argv in the runtime env)."""
     head = m.head
     gpus = sum(g.gpus * g.replicas for g in m.workers)
-    runtime = json.dumps({"env_vars": dict(m.runtime_env)}, sort_keys=True)
+    entrypoint, argv_env = driver(m.run_argv())
+    runtime = json.dumps({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True)
     wait = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
             "print(int(ray.cluster_resources().get('GPU', 0)))")
     return "\n".join([
@@ -56,7 +58,7 @@ def head_script(m: WorkloadModel) -> str:
         f'until [ "$(python3 -c {shlex.quote(wait)})" -ge {gpus} ]; do sleep 10; done',
         "ray job submit --address=http://127.0.0.1:8265"
         f" --runtime-env-json={shlex.quote(runtime)}"
-        f" --entrypoint-resources={shlex.quote(json.dumps(entrypoint_resources()))} -- \"$@\"",
+        f" --entrypoint-resources={shlex.quote(json.dumps(entrypoint_resources()))} -- {entrypoint}",
     ])
 
 
@@ -80,17 +82,12 @@ def resource(g: L.Group) -> specs.Resource:
 
 
 def image_of(m: WorkloadModel, repository: str) -> str:
-    if not m.image.startswith(STACK_REPOSITORY):
-        return m.image
-    if not repository:
-        raise ValueError("the stack runs the default image in its own ECR repository: pass --repository "
-                         "\"$(pulumi stack output imageRepository)\" (or set versions.software.image)")
-    return m.image.replace(STACK_REPOSITORY, repository, 1)
+    return with_repository(m.image, repository)
 
 
 def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) -> specs.Role:
     # RAY_NODE_TYPE_NAME: Ray labels the node ray.io/node-group with it (as under KubeRay), which the
-    # placement launcher selects on (workloads.miles_placement).
+    # placement launcher selects on (workloads.miles_launcher).
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
                       resource=resource(g), env={**g.env, "RAY_NODE_TYPE_NAME": g.name},
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
@@ -115,7 +112,7 @@ def appdef(m: WorkloadModel, repository: str = "") -> specs.AppDef:
     ``repository`` fills in the stack's ECR repository where the image is the stack's default."""
     head = m.head
     image = image_of(m, repository)
-    roles = [_role(m, head, ["-c", head_script(m), DRIVER_ARG0, *m.run_argv()], HEAD_ROLE, image)]
+    roles = [_role(m, head, ["-c", head_script(m), DRIVER_ARG0], HEAD_ROLE, image)]
     for g in m.workers:
         if g.replicas:
             roles.append(_role(m, g, ["-c", worker_script(g), g.name, specs.macros.rank0_env], g.name, image))

@@ -50,15 +50,17 @@ SCHEDULER_ACTIONS = "enqueue, allocate, preempt, reclaim, backfill"
 
 def scheduler_config() -> dict:
     """Volcano 1.15.1's default scheduler configuration (installer/helm/chart/volcano/config/
-    volcano-scheduler.conf) plus what runs need: ``preempt`` (a higher PriorityClass takes a lower
-    run's nodes within a queue) and ``reclaim`` (a queue under its guarantee takes back nodes from
-    reclaimable queues above theirs), and the ``network-topology-aware`` plugin, without which
-    HyperNode tiers are not enforced (docs/user-guide/how_to_use_network_topology_aware_scheduling.md)."""
+    volcano-scheduler.conf) with the ``preempt`` action (a higher PriorityClass takes a lower run's
+    nodes within a queue) and ``reclaim`` (a queue under its guarantee takes nodes back from
+    reclaimable queues above theirs), and without ``overcommit``: preempt and reclaim only consider
+    jobs already Inqueue (actions/preempt/preempt.go:113, actions/reclaim/reclaim.go:72), and
+    overcommit keeps a job Pending while its minimum resources exceed 1.2 x the cluster's idle
+    ones, which on a full cluster is every run that would need to preempt. Queue capability
+    (``proportion``) and the gang still bound what is admitted."""
     return {"actions": SCHEDULER_ACTIONS, "tiers": [
         {"plugins": [{"name": "priority"}, {"name": "gang", "enablePreemptable": False}, {"name": "conformance"}]},
-        {"plugins": [{"name": "overcommit"}, {"name": "drf", "enablePreemptable": False}, {"name": "predicates"},
-                     {"name": "proportion"}, {"name": "nodeorder"}, {"name": "binpack"},
-                     {"name": "network-topology-aware"}]}]}
+        {"plugins": [{"name": "drf", "enablePreemptable": False}, {"name": "predicates"}, {"name": "proportion"},
+                     {"name": "nodeorder"}, {"name": "binpack"}]}]}
 
 
 def volcano_values(m: WorkloadModel) -> dict:

@@ -4,13 +4,12 @@ PodDisruptionBudgets that keep voluntary evictions off the head, the trainers an
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 import yaml
 
 from .. import layout as L
-from ..argv import SCRIPTS_DIR
+from ..argv import SCRIPTS_DIR, driver
 from ..model import WorkloadModel
 from .common import (
     FSX_VOLUME,
@@ -140,14 +139,15 @@ def submitter_template(m: WorkloadModel) -> dict:
 def rayjob(m: WorkloadModel) -> dict:
     """The Miles run as a RayJob on the long-lived RayCluster (same argv as the TorchX component)."""
     run = m.settings.run
+    entrypoint, argv_env = driver(m.run_argv())
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": meta(m, f"{run.name}-{run.attempt}", "miles-run"),
         "spec": {
             "clusterSelector": {"ray.io/cluster": L.RAY_CLUSTER},
-            "entrypoint": shlex.join(m.run_argv()),
+            "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
-            "runtimeEnvYAML": yaml.safe_dump({"env_vars": m.runtime_env}, sort_keys=True),
+            "runtimeEnvYAML": yaml.safe_dump({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": False,
             "backoffLimit": 0,

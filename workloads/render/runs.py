@@ -1,5 +1,5 @@
 """A submitted run's objects: a RayJob that brings up its own Ray cluster in the team's namespace as
-one Volcano gang held to its network tier; the stack's PriorityClasses.
+one Volcano gang, its GPU pods held to their network tiers; the stack's PriorityClasses.
 
 - Gang and queue (KubeRay v1.7.0 batchscheduler/volcano/volcano_scheduler.go, operator started with
   ``--batch-scheduler=volcano``): the RayJob's labels ``volcano.sh/queue-name`` and
@@ -9,20 +9,22 @@ one Volcano gang held to its network tier; the stack's PriorityClasses.
 - Checkpoint before preemption: Volcano evicts with a plain DELETE and no grace override
   (pkg/scheduler/cache/cache.go:270-316, v1.15.1), so each pod's preStop hook runs within its
   termination grace period. While the run is in progress (the entrypoint keeps ``RUNNING`` in the
-  checkpoint directory), the hook creates the save sentinel Miles polls once per step
-  (``--save-trigger-sentinel``) and waits until Miles has saved and removed it, then stops Ray. The
-  grace period is ``capacityBlockEnd.checkpointMinutes``: the bound on that wait.
+  checkpoint directory, refreshed every 30 s by the launcher), the hook creates the save sentinel
+  Miles polls once per step (``--save-trigger-sentinel``) and waits until Miles has saved and
+  removed it, then stops Ray. The grace period is ``capacityBlockEnd.checkpointMinutes``: the
+  bound on that wait.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import shlex
 
 import yaml
 
 from ..layout import RUNNING_MARKER
+from ..argv import driver
+from ..miles_launcher import LEASE_STALE_MIN
 from ..model import WorkloadModel
 from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL
@@ -35,17 +37,16 @@ from .teams import namespace_of
 RUN_LABEL = "rl.platform/run"
 QUEUE_LABEL = "volcano.sh/queue-name"
 PRIORITY_LABEL = "ray.io/priority-class-name"
-TOPOLOGY_MODE_LABEL = "volcano.sh/network-topology-mode"
-TOPOLOGY_TIER_LABEL = "volcano.sh/network-topology-highest-tier-allowed"
-TRAINER = "trainer"
+ATTEMPT_LABEL = "rl.platform/attempt"
+TRAINER, ROLLOUT = "trainer", "rollout"
+NAME_LABEL = "app.kubernetes.io/name"
 PRIORITY_CLASS_PREFIX = "rl-"
 
-RUN_WRAPPER = ('marker="$1"; shift; mkdir -p "${marker%/*}" && touch "$marker"; "$@"; rc=$?; '
-               'rm -f "$marker"; exit $rc')
-"""The run's entrypoint: ``RUNNING`` exists exactly while Miles runs."""
-SAVE_ON_STOP = ('if [ -e "$1" ]; then touch "$2"; while [ -e "$2" ] && [ -e "$1" ]; do sleep 5; done; fi; '
-                'ray stop')
-"""preStop of every pod of a run: ask for a checkpoint and wait for it while the run is in progress."""
+SAVE_ON_STOP = (f'lease="$1"; sentinel="$2"; '
+                f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ]; }}; '
+                'if fresh; then touch "$sentinel"; while [ -e "$sentinel" ] && fresh; do sleep 5; done; fi; ray stop')
+"""preStop of every pod of a run: while the driver's lease is fresh (``workloads.miles_launcher``),
+ask for a checkpoint and wait until Miles has saved and removed the sentinel (or the lease lapses)."""
 
 
 def rayjob_name(run: RunFile) -> str:
@@ -74,9 +75,17 @@ def _marker(m: WorkloadModel) -> str:
     return f"{m.paths.checkpoints}/{RUNNING_MARKER}"
 
 
+def pod_labels(run: RunFile) -> dict[str, str]:
+    """What every pod of one attempt of the run carries besides the stack's Ray labels."""
+    return {TEAM_LABEL: run.team, RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)}
+
+
 def _save_on_stop(m: WorkloadModel, run: RunFile, template: dict) -> dict:
     t = copy.deepcopy(template)
-    t["metadata"]["labels"].update({TEAM_LABEL: run.team, RUN_LABEL: run.name})
+    # KubeRay's stable head Service of a RayJob selects app.kubernetes.io/name=kuberay (common/job.go,
+    # common/service.go, v1.7.0): leave that label to KubeRay.
+    t["metadata"]["labels"].pop(NAME_LABEL, None)
+    t["metadata"]["labels"].update(pod_labels(run))
     spec = t["spec"]
     spec["terminationGracePeriodSeconds"] = m.settings.capacity_block_end.checkpoint_minutes * 60
     spec["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [
@@ -96,37 +105,47 @@ def _stage_first(m: WorkloadModel, head: dict) -> None:
     head["spec"]["volumes"] += [v for v in stage["volumes"] if v["name"] not in have]
 
 
-def trainer_affinity(run: RunFile, tier: int) -> dict:
-    """Every trainer pod of the run under one network node of ``tier``'s EKS layer: inter-pod
-    affinity on that layer's label, which Volcano's predicates plugin evaluates with the pods it has
-    placed in the same session (v1.15.1 plugins/predicates/predicates.go:345-348)."""
-    term = {"labelSelector": {"matchLabels": {RUN_LABEL: run.name, RAY_GROUP_LABEL: TRAINER}},
+def _term(run: RunFile, groups: list[str], tier: int) -> dict:
+    return {"labelSelector": {"matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
+                              "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]},
             "topologyKey": tier_label(tier)}
+
+
+def network_affinity(run: RunFile, group: str, gang_tier: int | None, trainer_tier: int | None) -> dict | None:
+    """Inter-pod affinity on the EKS network labels: every GPU pod of this attempt under one network
+    node of the gang's tier, and the trainers under one of theirs. Required in ``hard`` mode,
+    preferred in ``soft``. Volcano's predicates plugin evaluates it with the pods placed earlier in
+    the same session (plugins/predicates/predicates.go, AllocateFunc, v1.15.1). No PodGroup
+    ``networkTopology``: the head runs on CPU nodes, which carry no network labels and so sit in no
+    HyperNode, and Volcano's preempt action skips jobs that have one (actions/preempt/preempt.go:131-137)."""
+    terms = []
+    if gang_tier is not None:
+        terms.append(_term(run, [TRAINER, ROLLOUT], gang_tier))
+    if group == TRAINER and trainer_tier is not None and trainer_tier != gang_tier:
+        terms.append(_term(run, [TRAINER], trainer_tier))
+    if not terms or run.topology is TopologyMode.NONE:
+        return None
     if run.topology is TopologyMode.HARD:
-        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
     return {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "podAffinityTerm": term}]}}
+        {"weight": 100, "podAffinityTerm": t} for t in terms]}}
 
 
-def run_cluster_spec(m: WorkloadModel, run: RunFile, trainer_tier: int | None = None) -> dict:
+def run_cluster_spec(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
+                     trainer_tier: int | None = None) -> dict:
     """The run's own Ray cluster: head and the GPU groups at the run's node counts, every pod
-    labelled with team and run and checkpointing before it stops; the trainers held to their tier."""
+    labelled with team, run and attempt and checkpointing before it stops; the GPU pods held to
+    their network tiers."""
     spec = cluster_spec(m, tuple(g for g in m.workers if g.gpus))
     head = _save_on_stop(m, run, spec["headGroupSpec"]["template"])
     _stage_first(m, head)
     spec["headGroupSpec"]["template"] = head
     for group in spec["workerGroupSpecs"]:
         group["template"] = _save_on_stop(m, run, group["template"])
-        if group["groupName"] == TRAINER and trainer_tier is not None and run.topology is not TopologyMode.NONE:
-            group["template"]["spec"]["affinity"] = trainer_affinity(run, trainer_tier)
+        affinity = network_affinity(run, group["groupName"], gang_tier, trainer_tier)
+        if affinity:
+            group["template"]["spec"]["affinity"] = affinity
     return spec
-
-
-def topology_labels(mode: TopologyMode, tier: int | None) -> dict[str, str]:
-    """KubeRay copies these into the PodGroup's ``spec.networkTopology`` (volcano_scheduler.go:238-250)."""
-    if mode is TopologyMode.NONE or tier is None:
-        return {}
-    return {TOPOLOGY_MODE_LABEL: mode.value, TOPOLOGY_TIER_LABEL: str(tier)}
 
 
 def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
@@ -134,20 +153,21 @@ def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
     """The run as a RayJob with its own cluster, in the team's queue at the run's priority."""
     md = {"name": rayjob_name(run), "namespace": namespace_of(run.team),
           "labels": {**run_labels(run), QUEUE_LABEL: namespace_of(run.team),
-                     PRIORITY_LABEL: priority_class_name(run.priority), **topology_labels(run.topology, gang_tier)}}
+                     PRIORITY_LABEL: priority_class_name(run.priority)}}
+    entrypoint, argv_env = driver(m.run_argv(), marker=_marker(m))
     submitter = submitter_template(m)
-    submitter["metadata"]["labels"].update({TEAM_LABEL: run.team, RUN_LABEL: run.name})
+    submitter["metadata"]["labels"].update(pod_labels(run))
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": md,
         "spec": {
-            "entrypoint": shlex.join(["/bin/sh", "-c", RUN_WRAPPER, "miles-run", _marker(m), *m.run_argv()]),
+            "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
-            "runtimeEnvYAML": yaml.safe_dump({"env_vars": m.runtime_env}, sort_keys=True),
+            "runtimeEnvYAML": yaml.safe_dump({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 600,
             "backoffLimit": 0,
-            "rayClusterSpec": run_cluster_spec(m, run, trainer_tier),
+            "rayClusterSpec": run_cluster_spec(m, run, gang_tier, trainer_tier),
             "submitterPodTemplate": submitter,
         },
     }

@@ -72,7 +72,7 @@ def scripts_configmap(m: WorkloadModel) -> dict:
                      "stage.py": (HERE / "stage.py").read_text(),
                      "preflight.py": (HERE / "preflight.py").read_text(),
                      "fabric_bench.py": (HERE / "fabric_bench.py").read_text(),
-                     "miles_placement.py": (HERE / "miles_placement.py").read_text()}}
+                     "miles_launcher.py": (HERE / "miles_launcher.py").read_text()}}
 
 
 

@@ -12,7 +12,7 @@ from ..resources import EFA, GPU
 from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
-from .common import (DASHBOARD_PORT, FSX_CLAIM, FSX_VOLUME, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, fsx_volume,
+from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, FSX_VOLUME, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, fsx_volume,
                      labels, meta, placement, pod_security_context, security_context)
 from .network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
 from .services import fsx_pv, fsx_pvc, scripts_configmap
@@ -101,7 +101,7 @@ def team_network_policies(team: TeamSettings, platform_namespace: str, reward_po
             policy(md("ray-external"), RAY_PODS,
                    "a run's Ray pods -> HTTPS 443 (Hugging Face staging, S3), the Pod Identity agent "
                    f"169.254.170.23:80 and the reward service of namespace {platform_namespace}", egress=egress),
-            policy(md("ray-head-operator"), labels("ray-head"),
+            policy(md("ray-head-operator"), {RAY_NODE_TYPE_LABEL: "head"},
                    f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the KubeRay operator (RayJob status)",
                    ingress=[{"from": [_namespace(KUBERAY_NAMESPACE)], "ports": _tcp(DASHBOARD_PORT)}])]
 

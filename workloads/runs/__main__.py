@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import yaml
 
 from stackconfig.files import STACKS_DIR, read_stack
+from stackconfig.versions import STACK_REPOSITORY, with_repository
 
 from ..stack import ProgramConfig
 from .client import RunClient, attempt_of
@@ -45,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("run", type=Path)
     submit.add_argument("--dry-run", action="store_true", help="print the objects; contact no cluster")
     submit.add_argument("--resume", action="store_true", help="submit the next attempt of a run")
+    submit.add_argument("--repository", default="",
+                        help="the stack's ECR repository URL (pulumi stack output imageRepository), when the "
+                             "stack runs the default image")
     for name in ("plan", "submit"):
         sub.choices[name].add_argument("--stack-dir", type=Path, default=STACKS_DIR)
     lst = sub.add_parser("list", help="every run's attempts and state")
@@ -55,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("team")
         cmd.add_argument("run")
     sub.choices["cancel"].add_argument("--now", action="store_true", help="no checkpoint: delete the pods at once")
+    sub.choices["cancel"].add_argument("--wait-minutes", type=int, default=30,
+                                       help="longest wait for the checkpoint before deleting (default 30)")
     return p
 
 
@@ -93,15 +99,16 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")
-        out(yaml.safe_dump(objs.rayjob, sort_keys=False))
+        out(yaml.safe_dump(with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), sort_keys=False))
         return 0
+    with_repository(run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
     api = client()
     if args.resume:
         run = attempt_of(run, api.next_attempt(run))
     train, rollout = run_pools(cfg)
     sizes = api.tier_sizes((train.name, rollout.name))
     objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
-    created = api.submit(objs.rayjob)
+    created = api.submit(with_repository(objs.rayjob, args.repository))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")
     return 0
@@ -128,8 +135,10 @@ def on_cluster(args: argparse.Namespace, client: Callable[[], RunClient], out: C
         for chunk in api.follow(args.team, args.run):
             out(chunk.rstrip("\n"))
     else:
+        saved = None if args.now else api.checkpoint(args.team, args.run, args.wait_minutes * 60)
         names = api.cancel(args.team, args.run, now=args.now)
-        how = "pods deleted at once, no checkpoint" if args.now else "each pod checkpoints before it stops"
+        how = ("pods deleted at once, no checkpoint" if args.now else
+               "after its checkpoint" if saved else f"no checkpoint within {args.wait_minutes} min (or none running)")
         out(f"cancelled {', '.join(names) or 'nothing'} ({how})")
     return 0
 

@@ -10,10 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import json
+import time
+
+import yaml
 from kubernetes import client as k8s
 
 from stackconfig.stack import POOL_LABEL
 
+from ..miles_launcher import ARGV_ENV
+from ..render.common import RAY_NODE_TYPE_LABEL
 from ..render.runs import RUN_LABEL
 from ..render.teams import namespace_of
 from ..settings import RunFile
@@ -23,6 +29,7 @@ from .topology import tier_sizes_from_hypernodes
 RAYJOB = ("ray.io", "v1", "rayjobs")
 PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 HYPERNODE = ("topology.volcano.sh", "v1alpha1", "hypernodes")
+HEAD_CONTAINER = "ray-head"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """Set by the Job controller on a Job's pods (Kubernetes >= 1.27)."""
 
@@ -36,6 +43,13 @@ class RunStatus:
     job_status: str
     deployment_status: str
     message: str
+
+
+def _flag(rayjob: dict, flag: str) -> str | None:
+    """The value of one Miles flag of the run, from the argv in its runtime environment."""
+    env = (yaml.safe_load(rayjob.get("spec", {}).get("runtimeEnvYAML") or "") or {}).get("env_vars", {})
+    argv = json.loads(env.get(ARGV_ENV, "[]"))
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
 
 
 def _attempt(rayjob: dict) -> int:
@@ -109,9 +123,39 @@ class RunClient:
         md = rayjob["metadata"]
         return self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
 
+    def checkpoint(self, team: str, run: str, timeout_s: int, poll_s: float = 10.0) -> bool:
+        """Ask the run's latest attempt for a checkpoint and wait for it: create Miles' save sentinel
+        from the run's head pod (which mounts the team's directory) and wait until Miles removes it,
+        having saved. False when no attempt runs or the save took longer than ``timeout_s``."""
+        jobs = self.rayjobs(team, run)
+        if not jobs:
+            return False
+        sentinel = _flag(jobs[-1], "--save-trigger-sentinel")
+        heads = self.core.list_namespaced_pod(
+            namespace_of(team), label_selector=f"{RUN_LABEL}={run},{RAY_NODE_TYPE_LABEL}=head").items
+        running = [p for p in heads if p.status.phase == "Running"]
+        if sentinel is None or not running:
+            return False
+        pod = running[0].metadata.name
+        self._exec(team, pod, ["touch", sentinel])
+        deadline = time.monotonic() + timeout_s
+        while self._exec(team, pod, ["sh", "-c", f'test -e "$0" && echo waiting || echo saved', sentinel]).strip() \
+                == "waiting":
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_s)
+        return True
+
+    def _exec(self, team: str, pod: str, command: list[str]) -> str:
+        """Run ``command`` in the pod's Ray container (the exec subresource); its output."""
+        from kubernetes.stream import stream  # noqa: PLC0415  (websocket client, only for exec)
+        return stream(self.core.connect_get_namespaced_pod_exec, pod, namespace_of(team), container=HEAD_CONTAINER,
+                      command=command, stderr=True, stdin=False, stdout=True, tty=False)
+
     def cancel(self, team: str, run: str, now: bool = False) -> list[str]:
-        """Delete the run's RayJobs (KubeRay deletes their Ray clusters). Each pod's preStop asks Miles
-        for a checkpoint and waits for it; ``now`` also deletes the run's pods at once, with no save."""
+        """Delete the run's RayJobs (KubeRay stops the job and deletes its Ray cluster); ``now`` also
+        deletes the run's pods at once. Ask for a checkpoint first (``checkpoint``): once the job is
+        stopped its lease lapses, and the pods' preStop hooks no longer ask for one."""
         names = [j["metadata"]["name"] for j in self.rayjobs(team, run)]
         for name in names:
             self.custom.delete_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2], name,

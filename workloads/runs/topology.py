@@ -5,21 +5,21 @@ nodes under one layer-3 network node, tier 3 those under one layer-1 node. How m
 HyperNode of a tier holds is read either from the stack (``workloads.network.tierNodes``, for the
 offline plan) or from the cluster's HyperNodes (``tier_sizes_from_hypernodes``, at submit).
 
-What is constrained, and how it reaches the pods (KubeRay v1.7.0, Volcano v1.15.1):
+What is constrained, and how it reaches the pods (KubeRay v1.7.0, Volcano v1.15.1): inter-pod
+affinity on the EKS label of the tier's layer (``render.runs.network_affinity``), which KubeRay
+passes through in the pod templates:
 
-- the whole gang: the RayJob's labels ``volcano.sh/network-topology-mode`` and
-  ``volcano.sh/network-topology-highest-tier-allowed``, which KubeRay copies into the PodGroup's
-  ``spec.networkTopology`` when it creates it (batchscheduler/volcano/volcano_scheduler.go:238-250);
-  Volcano's ``network-topology-aware`` plugin then keeps every pod in one HyperNode of that tier.
-- the training group, at its own narrower tier: NOT through a PodGroup ``subGroupPolicy``. KubeRay
-  cannot write one, and it updates an existing PodGroup with its own copy of the type from
-  volcano.sh/apis v1.13.0 (ray-operator/go.mod), which has no ``subGroupPolicy``: its Update
-  (volcano_scheduler.go:186-189) would drop one created beforehand. Instead the trainer pods carry
-  an inter-pod affinity on the EKS label of that tier's layer (``render.runs.trainer_affinity``),
-  which KubeRay passes through and Volcano's predicates plugin evaluates.
-- Not the rollout engines one by one: Miles forms each engine from placement-group bundles sorted
-  by node IP at run time (miles/ray/placement_group.py), so no pod label names an engine's members
-  before the run starts. They are held by the gang's tier.
+- every GPU pod of the run's attempt under one network node of the gang's tier;
+- the trainers under one network node of theirs.
+
+Not the PodGroup's ``networkTopology`` (which KubeRay would copy from RayJob labels): the head runs
+on CPU nodes, which carry no network labels and so belong to no HyperNode, so a hard constraint
+could never place it; and Volcano's preempt action skips every job that has one
+(actions/preempt/preempt.go:131-137). Not a PodGroup ``subGroupPolicy``: KubeRay cannot write one
+and rewrites the PodGroup with its copy of the type from volcano.sh/apis v1.13.0 (ray-operator/
+go.mod), which has none (volcano_scheduler.go:186-189). Not the rollout engines one by one: Miles
+forms each engine from placement-group bundles sorted by node IP at run time, so no pod label names
+an engine's members before the run starts; they are held by the gang's tier.
 """
 
 from __future__ import annotations

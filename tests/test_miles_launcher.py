@@ -1,4 +1,5 @@
-"""The placement launcher: Miles' first N placement-group bundles are the training group's.
+"""The Miles launcher: Miles' first N placement-group bundles are the training group's; the argv comes
+from the environment; the run's lease is fresh exactly while Miles runs.
 
 A stand-in for Miles' ``miles/ray/placement_group.py`` (written here, not Miles' code) keeps the
 calling convention the launcher relies on at Miles 49cac7b5: the module-level names
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from workloads.miles_placement import layout
+from workloads.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
 
 STAND_IN = '''
 import json, os
@@ -77,7 +78,7 @@ def _miles(tmp_path: Path) -> Path:
 
 
 def _run(entry: Path, *flags: str, launcher: bool = True) -> dict:
-    cmd = [sys.executable, *([str(ROOT / "workloads" / "miles_placement.py")] if launcher else []), str(entry), *flags]
+    cmd = [sys.executable, *([str(ROOT / "workloads" / "miles_launcher.py")] if launcher else []), str(entry), *flags]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=entry.parent.parent)
     return json.loads(out.stdout)
 
@@ -106,3 +107,32 @@ def test_the_layout_comes_from_miles_own_flags():
     assert layout(["--actor-num-nodes", "16", "--actor-num-gpus-per-node", "8", "--rollout-num-gpus", "256",
                    "--lr", "1e-6"]) == (128, 256)
     assert layout(["--actor-num-nodes", "16"]) is None
+
+
+def test_argv_from_the_environment_and_a_lease_held_while_miles_runs(tmp_path):
+    entry = _miles(tmp_path)
+    entry.write_text(ENTRY + f"""
+import os
+lease = {str(tmp_path / "ckpt" / "RUNNING")!r}
+print(json.dumps({{"lease": os.path.exists(lease), "stale_request": os.path.exists(os.path.join(os.path.dirname(lease), "SAVE_NOW"))}}))
+""")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / SAVE_TRIGGER).touch()  # left by an earlier attempt: not a request to this one
+    env = {**__import__("os").environ, ARGV_ENV: json.dumps([str(entry), *FLAGS, "--extra", "0"])}
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+                          str(tmp_path / "ckpt" / "RUNNING")], capture_output=True, text=True, check=True, env=env)
+    placed, held = map(json.loads, out.stdout.split("\n")[:2])
+    assert placed["nodes"] == ["10.0.9.1", "10.0.9.2"]
+    assert held == {"lease": True, "stale_request": False}
+    assert not (tmp_path / "ckpt" / "RUNNING").exists()  # released at exit
+
+
+def test_a_stopped_job_releases_its_lease(tmp_path):
+    entry = tmp_path / "sleep.py"
+    entry.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    lease = tmp_path / "ckpt" / "RUNNING"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker", str(lease),
+                             str(entry)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up" and lease.exists()
+    proc.terminate()  # Ray stops a job with SIGTERM
+    assert proc.wait(timeout=10) == 128 + 15 and not lease.exists()

@@ -1,0 +1,136 @@
+"""The Miles driver's launcher: every submit path runs Miles through it.
+
+    python3 miles_launcher.py [--marker <checkpoint dir>/RUNNING]     # argv from $MILES_ARGV (JSON)
+    python3 miles_launcher.py /root/miles/train.py <Miles flags>       # or given directly
+
+**Argv through the environment.** A RayJob's entrypoint is parsed by bash in KubeRay's submitter
+(common/job.go BuildJobSubmitCommand), re-joined by Ray's CLI with ``list2cmdline`` and run again by
+``sh`` (ray/dashboard/modules/job/cli.py, job_supervisor.py ``shell=True``): quotes do not survive
+that. So the entrypoint holds only this launcher and plain paths, and Miles' argv travels as JSON in
+the job's runtime environment, which Ray applies to the driver process.
+
+**Training actors on the training group.** Miles 49cac7b5 (miles/ray/placement_group.py) asks Ray
+for one PACK placement group of ``{"GPU": 1, "CPU": 1}`` bundles, sorts the bundles by ``sort_key``
+(node IP, then GPU id) and gives the first ``--actor-num-nodes`` x ``--actor-num-gpus-per-node`` of
+that order to training. The training and rollout pools share one subnet (EFA OS-bypass traffic does
+not cross subnets), so IP order mixes them. Both names are looked up in that module when the group
+is made, so the launcher replaces them before the entry point runs:
+
+- ``placement_group`` gets a per-bundle label selector (Ray >= 2.49 ``bundle_label_selector``): the
+  first training-GPU bundles on ``ray.io/node-group: trainer``, the others on ``rollout``. Ray labels
+  every node with ``ray.io/node-group`` from ``RAY_NODE_TYPE_NAME`` (ray/_private/
+  resource_and_label_spec.py, 2.53), which KubeRay sets to the pod's worker group (ray-operator/
+  controllers/ray/common/pod.go:1266, v1.7.0) and the TorchX roles set themselves;
+- ``sort_key`` ranks the training bundles first and keeps Miles' own order within each part.
+
+Another bundle count (colocated, debug or external-rollout layouts) is passed through unchanged.
+
+**A lease while the run is in progress** (``--marker``): the file exists and its mtime is refreshed
+every ``LEASE_REFRESH_S`` while Miles runs, and it is removed when the launcher exits. A pod's preStop
+hook asks for a checkpoint only while the lease is fresh (``render.runs.SAVE_ON_STOP``), so a driver
+that was killed (its lease goes stale) never holds pods for the whole grace period. A save sentinel
+left from an earlier attempt is removed before Miles starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import signal
+import sys
+import threading
+from pathlib import Path
+
+NODE_GROUP_LABEL = "ray.io/node-group"
+TRAIN_GROUP, ROLLOUT_GROUP = "trainer", "rollout"
+ARGV_ENV = "MILES_ARGV"
+LEASE_REFRESH_S = 30
+LEASE_STALE_MIN = 2
+"""A lease not refreshed for this many minutes is stale (``find -mmin -2`` in the preStop hook)."""
+SAVE_TRIGGER = "SAVE_NOW"
+
+
+def layout(miles_flags: list[str]) -> tuple[int, int] | None:
+    """(training GPUs, rollout GPUs) from Miles' own layout flags, or None when one is missing."""
+    p = argparse.ArgumentParser(add_help=False)
+    for flag in ("--actor-num-nodes", "--actor-num-gpus-per-node", "--rollout-num-gpus"):
+        p.add_argument(flag, type=int)
+    a, _ = p.parse_known_args(miles_flags)
+    if None in (a.actor_num_nodes, a.actor_num_gpus_per_node, a.rollout_num_gpus):
+        return None
+    return a.actor_num_nodes * a.actor_num_gpus_per_node, a.rollout_num_gpus
+
+
+def pin(module, train_gpus: int, rollout_gpus: int) -> None:
+    """Replace ``module.placement_group`` and ``module.sort_key`` (Miles' placement_group module)."""
+    make, order = module.placement_group, module.sort_key
+
+    def placement_group(bundles, *args, **kwargs):
+        if len(bundles) == train_gpus + rollout_gpus and "bundle_label_selector" not in kwargs:
+            kwargs["bundle_label_selector"] = [
+                {NODE_GROUP_LABEL: TRAIN_GROUP if i < train_gpus else ROLLOUT_GROUP} for i in range(len(bundles))]
+        return make(bundles, *args, **kwargs)
+
+    def sort_key(info):
+        index = info[0]
+        return (0 if index < train_gpus else 1, order(info))
+
+    module.placement_group, module.sort_key = placement_group, sort_key
+
+
+class Lease:
+    """``path`` exists, freshly touched, exactly while the run is in progress."""
+
+    def __init__(self, path: Path):
+        self.path, self._done = path, threading.Event()
+
+    def __enter__(self) -> "Lease":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        (self.path.parent / SAVE_TRIGGER).unlink(missing_ok=True)  # an earlier attempt's request
+        self.path.touch()
+        threading.Thread(target=self._refresh, daemon=True).start()
+        return self
+
+    def _refresh(self) -> None:
+        while not self._done.wait(LEASE_REFRESH_S):
+            self.path.touch()
+
+    def __exit__(self, *_) -> None:
+        self._done.set()
+        self.path.unlink(missing_ok=True)
+
+
+def _stop(signum, _frame) -> None:
+    raise SystemExit(128 + signum)  # Ray stops a job with SIGTERM: unwind, so the lease is released
+
+
+def run(argv: list[str]) -> None:
+    """Run the entry point ``argv[0]`` with flags ``argv[1:]`` in this process, pinned."""
+    entry = argv[0]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(entry)))  # as `python3 <entry>` would
+    gpus = layout(argv[1:])
+    if gpus is not None:
+        import miles.ray.placement_group as module  # noqa: PLC0415  (once the entry point's path is set)
+        pin(module, *gpus)
+    sys.argv = argv
+    runpy.run_path(entry, run_name="__main__")
+
+
+def main(args: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="miles_launcher.py")
+    p.add_argument("--marker", type=Path, help="lease file kept fresh while Miles runs")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help=f"entry point and flags (default: ${ARGV_ENV})")
+    a = p.parse_args(args)
+    argv = a.argv or json.loads(os.environ[ARGV_ENV])
+    signal.signal(signal.SIGTERM, _stop)
+    if a.marker is None:
+        run(argv)
+        return
+    with Lease(a.marker):
+        run(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
