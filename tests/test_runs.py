@@ -156,6 +156,9 @@ def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_
     objs = run_objects(cfg, r)
     job = objs.rayjob
     validate_custom(job, k8s_version(cfg))
+    import kubernetes_validate
+    kubernetes_validate.validate(objs.budget, k8s_version(cfg), strict=True)
+    assert objs.budget["spec"]["selector"]["matchExpressions"][0]["values"] == ["headgroup", "trainer", "rollout"]
     md, spec = job["metadata"], job["spec"]
     assert (md["name"], md["namespace"]) == ("grpo-qwen3-30b-1", "team-alpha")
     assert md["labels"][QUEUE_LABEL] == "team-alpha" and md["labels"][PRIORITY_LABEL] == "rl-normal"
@@ -318,6 +321,8 @@ class FakeApi:
         parsed = urlparse(url)
         self.calls.append((method, parsed.path, {k: v[0] for k, v in parse_qs(parsed.query).items()}, body))
         data = self.routes.get((method, parsed.path), {"items": []} if method == "GET" else body or {})
+        if method == "POST":  # the API server answers with the object it created
+            data = {**data, "metadata": {**data.get("metadata", {}), "uid": f"uid-{len(self.calls)}"}}
         return _Response(json.dumps(data).encode(), 201 if method == "POST" else 200)
 
 
@@ -374,8 +379,13 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     assert not fake.calls
     assert main(["submit", SHARED, str(small), "--repository", REPO], client=client, out=lines.append) == 0
     posts = [c for c in fake.calls if c[0] == "POST"]
-    assert [c[1] for c in posts] == ["/apis/ray.io/v1/namespaces/team-beta/rayjobs"]
-    body = posts[0][3]
+    assert [c[1] for c in posts] == ["/apis/ray.io/v1/namespaces/team-beta/rayjobs",
+                                     "/apis/policy/v1/namespaces/team-beta/poddisruptionbudgets"]
+    body, budget = posts[0][3], posts[1][3]
+    owner = budget["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("RayJob", "small-1", f"uid-{fake.calls.index(posts[0]) + 1}")
+    assert budget["spec"]["maxUnavailable"] == 0
+    assert budget["spec"]["selector"]["matchLabels"] == {"rl.platform/run": "small", "rl.platform/attempt": "1"}
     assert body["metadata"]["labels"]["volcano.sh/queue-name"] == "team-beta"
     assert body["metadata"]["labels"]["ray.io/priority-class-name"] == "rl-low"
     trainer = body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
@@ -458,7 +468,7 @@ def test_dry_run_prints_the_objects_without_a_cluster_and_plan_exits_non_zero_on
     out = []
     assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--dry-run"], client=no_cluster,
                 out=out.append) == 0
-    assert yaml.safe_load(out[1])["kind"] == "RayJob"
+    assert [d["kind"] for d in yaml.safe_load_all(out[1])] == ["RayJob", "PodDisruptionBudget"]
     out.clear()
     assert main(["plan", SHARED, *map(str, sorted((ROOT / "runs").glob("*.yaml")))], out=out.append) == 0
     assert any(line.startswith("queue team-alpha: pool train 64/128 GPUs") for line in out)

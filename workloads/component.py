@@ -98,6 +98,7 @@ class Workloads(pulumi.ComponentResource):
         self.runs = [self._custom(r.rayjob, after=[self.kuberay, self.volcano, *self.teams[r.run.team],
                                                    *self.priority_classes, *plugins, *gpu_groups])
                      for r in runs]
+        self.run_budgets = [self._object(r.budget, after=self.teams[r.run.team][:1]) for r in runs]
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)
 

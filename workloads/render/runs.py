@@ -173,6 +173,21 @@ def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
     }
 
 
+def run_pdb(m: WorkloadModel, run: RunFile, owner_uid: str | None = None) -> dict:
+    """maxUnavailable 0 over the attempt's head, trainers and (unless Spot) rollout pods: a node group
+    update or ``kubectl drain`` waits instead of evicting them. Volcano's preemption deletes pods
+    without the Eviction API, so it is not held up. Owned by the RayJob when submitted (deleted with it)."""
+    groups = ["headgroup", TRAINER] + ([] if m.rollout_spot else [ROLLOUT])
+    md: dict = {"name": rayjob_name(run), "namespace": namespace_of(run.team), "labels": run_labels(run, "run-budget")}
+    if owner_uid:
+        md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": rayjob_name(run),
+                                  "uid": owner_uid}]
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": md,
+            "spec": {"maxUnavailable": 0, "selector": {
+                "matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
+                "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]}}}
+
+
 def priority_classes(m: WorkloadModel) -> list[dict]:
     """With ``submit: runs``, one PriorityClass per run priority; Volcano orders and preempts runs by
     its value (the priority plugin reads the PodGroup's priorityClassName)."""

@@ -71,6 +71,7 @@ class RunClient:
     def __init__(self, api: k8s.ApiClient):
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
+        self.policy = k8s.PolicyV1Api(api)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -119,9 +120,15 @@ class RunClient:
 
     # --- writes --------------------------------------------------------------------------------
 
-    def submit(self, rayjob: dict) -> dict:
+    def submit(self, rayjob: dict, budget: dict) -> dict:
+        """Create the RayJob, then its disruption budget owned by it (garbage-collected with it)."""
         md = rayjob["metadata"]
-        return self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
+        created = self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
+        owned = {**budget, "metadata": {**budget["metadata"], "ownerReferences": [
+            {"apiVersion": rayjob["apiVersion"], "kind": rayjob["kind"], "name": md["name"],
+             "uid": created["metadata"]["uid"]}]}}
+        self.policy.create_namespaced_pod_disruption_budget(md["namespace"], owned)
+        return created
 
     def checkpoint(self, team: str, run: str, timeout_s: int, poll_s: float = 10.0) -> bool:
         """Ask the run's latest attempt for a checkpoint and wait for it: create Miles' save sentinel
