@@ -136,3 +136,14 @@ def test_a_stopped_job_releases_its_lease(tmp_path):
     assert proc.stdout.readline().strip() == "up" and lease.exists()
     proc.terminate()  # Ray stops a job with SIGTERM
     assert proc.wait(timeout=10) == 128 + 15 and not lease.exists()
+
+
+def test_the_lease_names_its_attempt_and_a_later_attempts_lease_is_left_alone(tmp_path):
+    from workloads.miles_launcher import Lease
+    path = tmp_path / "RUNNING"
+    with Lease(path, "3"):
+        assert path.read_text() == "3"
+    assert not path.exists()
+    with Lease(path, "3"):
+        path.write_text("4")  # attempt 4 started while 3 was still unwinding
+    assert path.read_text() == "4"

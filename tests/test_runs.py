@@ -17,7 +17,7 @@ from conftest import ROOT
 from test_workloads import custom_objects, job_argv, k8s_version, validate_custom, variant, variant_graph
 from test_workloads_security import registered_objects
 
-from workloads.render.runs import QUEUE_LABEL, PRIORITY_LABEL, SAVE_ON_STOP, priority_classes
+from workloads.render.runs import QUEUE_LABEL, PRIORITY_LABEL, SAVE_ON_STOP, SAVE_STATE, priority_classes
 from workloads.render.teams import team_directories_job, team_fsx_pv, team_fsx_pvc
 from workloads.runs import NeverFits, load_run, plan_runs, run_model
 from workloads.runs.__main__ import main
@@ -177,6 +177,8 @@ def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_
     assert terms("trainer")[1]["topologyKey"] == "topology.k8s.aws/network-node-layer-2"
     assert terms("trainer")[1]["labelSelector"]["matchExpressions"][0]["values"] == ["trainer"]
     assert "affinity" not in cluster["headGroupSpec"]["template"]["spec"]  # CPU nodes carry no network labels
+    order = {g: groups[g]["template"]["metadata"]["annotations"]["volcano.sh/task-priority"] for g in groups}
+    assert int(order["trainer"]) > int(order["rollout"])  # a trainer is placed before any rollout pod
     templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in groups.values())]
     for t in templates:
         pod = t["spec"]
@@ -185,7 +187,7 @@ def test_a_submitted_run_is_one_gang_in_its_team_queue_with_its_own_cluster_and_
         assert pod["terminationGracePeriodSeconds"] == 30 * 60
         stop = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         assert stop[:4] == ["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop"]
-        assert stop[4:] == ["/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING", "/mnt/fsx/checkpoints/grpo-qwen3-30b/SAVE_NOW"]
+        assert stop[4:] == ["/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING", "/mnt/fsx/checkpoints/grpo-qwen3-30b/SAVE_NOW", "1"]
         assert t["metadata"]["labels"]["rl.platform/team"] == "alpha"
         assert "app.kubernetes.io/name" not in t["metadata"]["labels"]  # KubeRay's head Service selects its own
     head = cluster["headGroupSpec"]["template"]["spec"]
@@ -208,7 +210,10 @@ def test_the_entrypoint_survives_bash_list2cmdline_and_sh_and_the_argv_travels_i
     after_sh = json.loads(subprocess.run(["sh", "-c", f"{sys.executable} {echo} " + subprocess.list2cmdline(after_bash)],
                                          capture_output=True, text=True, check=True).stdout)
     assert after_sh == after_bash == ["python3", "/opt/scripts/miles_launcher.py", "--marker",
-                                      "/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING"]
+                                      "/mnt/fsx/checkpoints/grpo-qwen3-30b/RUNNING", "--attempt", "1"]
+    bad = RunFile(name="x", team="alpha", nodes={"train": 1, "rollout": 1}, extra_args=["--wandb-group", "$HOME"])
+    with pytest.raises(ValueError, match="'\\$HOME': '\\$' and '`' are expanded by the shell of KubeRay's job submitter"):
+        run_objects(variant(SHARED, {}), bad)
     assert job_argv(job)[0] == "/root/miles/train.py"
 
 
@@ -291,15 +296,17 @@ def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_the_lease_is_
     lease, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
 
     def hook():
-        return subprocess.Popen(["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", str(lease), str(sentinel)], env=env)
+        return subprocess.Popen(["/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", str(lease), str(sentinel), "2"], env=env)
     # No run in progress: stop at once, no sentinel left behind.
     assert hook().wait(timeout=5) == 0 and not sentinel.exists() and (tmp_path / "ray-stopped").exists()
-    # A stale lease (the driver was killed 3 minutes ago): the same.
-    lease.touch()
+    # A stale lease (the driver was killed 3 minutes ago), or another attempt's: the same.
+    lease.write_text("2")
     os.utime(lease, (time.time() - 180, time.time() - 180))
     assert hook().wait(timeout=5) == 0 and not sentinel.exists()
-    # In progress: the sentinel appears, and the hook waits until Miles has saved and removed it.
-    lease.touch()
+    lease.write_text("3")
+    assert hook().wait(timeout=5) == 0 and not sentinel.exists()
+    # This attempt in progress: the sentinel appears, and the hook waits until Miles has saved and removed it.
+    lease.write_text("2")
     waiting = hook()
     deadline = time.monotonic() + 5
     while not sentinel.exists() and time.monotonic() < deadline:
@@ -356,11 +363,11 @@ def api(monkeypatch):
     return make
 
 
-def _job(name, run, team, attempt_status="RUNNING"):
+def _job(name, run, team, attempt_status="RUNNING", deployment="Running"):
     return {"apiVersion": "ray.io/v1", "kind": "RayJob",
             "metadata": {"name": name, "namespace": f"team-{team}",
                          "labels": {"rl.platform/run": run, "rl.platform/team": team}},
-            "status": {"jobStatus": attempt_status, "jobDeploymentStatus": "Running"}}
+            "status": {"jobStatus": attempt_status, "jobDeploymentStatus": deployment}}
 
 
 def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hypernodes(api, tmp_path):
@@ -398,8 +405,14 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
 
 
 def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
-    fake, client = api({("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [
-        _job("grpo-qwen3-30b-1", "grpo-qwen3-30b", "alpha", "FAILED"), _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha")]},
+    attempts = [_job("grpo-qwen3-30b-1", "grpo-qwen3-30b", "alpha", "FAILED", "Failed"),
+                _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha", "RUNNING", "Running")]
+    busy, busy_client = api({("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": attempts}})
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO],
+                client=busy_client, out=lambda _: None) == 1  # attempt 2 still holds the checkpoint directory
+    assert not [c for c in busy.calls if c[0] == "POST"]
+    attempts[1] = _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha", "STOPPED", "Failed")
+    fake, client = api({("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": attempts},
         ("GET", "/apis/ray.io/v1/rayjobs"): {"items": [_job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha"),
                                                          _job("beta-lr-sweep-1", "beta-lr-sweep", "beta")]}})
     out = []
@@ -420,8 +433,11 @@ def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
 
 def test_cancel_first_asks_for_a_checkpoint_then_deletes_and_with_now_deletes_the_pods_without_grace(api, monkeypatch):
     sentinel = "/mnt/fsx/checkpoints/r/SAVE_NOW"
-    job = {**_job("r-1", "r", "alpha"), "spec": {"runtimeEnvYAML": yaml.safe_dump({"env_vars": {
-        "MILES_ARGV": json.dumps(["/root/miles/train.py", "--save-trigger-sentinel", sentinel])}})}}
+    lease = "/mnt/fsx/checkpoints/r/RUNNING"
+    job = {**_job("r-1", "r", "alpha"), "spec": {
+        "entrypoint": f"python3 /opt/scripts/miles_launcher.py --marker {lease} --attempt 1",
+        "runtimeEnvYAML": yaml.safe_dump({"env_vars": {
+            "MILES_ARGV": json.dumps(["/root/miles/train.py", "--save-trigger-sentinel", sentinel])}})}}
     head = {"metadata": {"name": "r-1-head"}, "status": {"phase": "Running"}}
     routes = {("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": [job]},
               ("GET", "/api/v1/namespaces/team-alpha/pods"): {"items": [head]}}
@@ -433,8 +449,9 @@ def test_cancel_first_asks_for_a_checkpoint_then_deletes_and_with_now_deletes_th
     out = []
     assert main(["cancel", "alpha", "r"], client=client, out=out.append) == 0
     assert execs[0] == ("alpha", "r-1-head", ["touch", sentinel]) and len(execs) == 3
+    assert execs[1][2][:3] == ["sh", "-c", SAVE_STATE] and execs[1][2][4:] == [lease, sentinel, "1"]
     pods_query = next(c for c in fake.calls if c[1] == "/api/v1/namespaces/team-alpha/pods")
-    assert pods_query[2] == {"labelSelector": "rl.platform/run=r,ray.io/node-type=head"}
+    assert pods_query[2] == {"labelSelector": "rl.platform/run=r,rl.platform/attempt=1,ray.io/node-type=head"}
     deletes = [c for c in fake.calls if c[0] == "DELETE"]
     assert [(c[1], c[2]) for c in deletes] == [("/apis/ray.io/v1/namespaces/team-alpha/rayjobs/r-1",
                                                 {"propagationPolicy": "Background"})]
@@ -495,3 +512,17 @@ def test_sample_run_files_load(tmp_path: Path):
     bad.write_text("name: 1st-run\nteam: alpha\nnodes: {}\n")  # KubeRay wants DNS-1035 names
     with pytest.raises(ValueError, match=f"run file {bad}: name: String should match pattern"):
         load_run(bad)
+
+
+def test_the_save_state_cancel_polls_reads_sentinel_and_lease_as_the_hook_does(tmp_path):
+    lease, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
+
+    def state():
+        return subprocess.run(["/bin/sh", "-c", SAVE_STATE, "save-state", str(lease), str(sentinel), "1"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert state() == "saved"
+    sentinel.touch()
+    lease.write_text("1")
+    assert state() == "waiting"
+    os.utime(lease, (time.time() - 180, time.time() - 180))
+    assert state() == "lapsed"

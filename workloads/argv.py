@@ -87,16 +87,24 @@ def entry_and_flags(argv: "list[str] | tuple[str, ...]") -> tuple[str, list[str]
     return argv[2], list(argv[3:])
 
 
-def driver(argv: "list[str] | tuple[str, ...]", marker: str | None = None) -> tuple[str, dict[str, str]]:
-    """(entrypoint, env vars) of a Ray job that runs ``argv``: the entrypoint is the launcher and
-    plain paths only (it goes through bash, ``list2cmdline`` and sh: ``workloads.miles_launcher``);
-    the entry point and flags travel as JSON in ``MILES_ARGV``."""
+def driver(argv: "list[str] | tuple[str, ...]", runtime_env: "dict[str, str]", marker: str | None = None,
+           attempt: int | None = None) -> tuple[str, dict[str, str]]:
+    """(entrypoint, env vars) of a Ray job that runs ``argv``. The entrypoint is the launcher and plain
+    paths only: it goes through bash, ``list2cmdline`` and sh (``workloads.miles_launcher``). The
+    entry point and flags travel as JSON in ``MILES_ARGV``; KubeRay's submitter puts the runtime
+    environment inside double quotes for bash (common/job.go, ``strconv.Quote``), where ``$`` and
+    backticks still expand, so no value may hold them."""
     entry, flags = entry_and_flags(argv)
-    words = ["python3", MILES_LAUNCHER, *(["--marker", marker] if marker else [])]
+    words = ["python3", MILES_LAUNCHER, *(["--marker", marker, "--attempt", str(attempt)] if marker else [])]
     unsafe = [w for w in words if not re.fullmatch(r"[\w./=:-]+", w)]
     if unsafe:
         raise ValueError(f"entrypoint word {unsafe[0]!r} would not survive the shells of a Ray job submission")
-    return " ".join(words), {ARGV_ENV: json.dumps([entry, *flags])}
+    env = {**runtime_env, ARGV_ENV: json.dumps([entry, *flags])}
+    expanding = [w for w in [*runtime_env.values(), entry, *flags] if "$" in w or "`" in w]
+    if expanding:
+        raise ValueError(f"{expanding[0]!r}: '$' and '`' are expanded by the shell of KubeRay's job submitter; "
+                         f"allowed: flag values without them")
+    return " ".join(words), env
 
 
 def miles_argv(cfg: "ProgramConfig") -> list[str]:

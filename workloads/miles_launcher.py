@@ -25,8 +25,9 @@ is made, so the launcher replaces them before the entry point runs:
 
 Another bundle count (colocated, debug or external-rollout layouts) is passed through unchanged.
 
-**A lease while the run is in progress** (``--marker``): the file exists and its mtime is refreshed
-every ``LEASE_REFRESH_S`` while Miles runs, and it is removed when the launcher exits. A pod's preStop
+**A lease while the run is in progress** (``--marker``, ``--attempt``): the file holds the attempt's
+number, its mtime is refreshed every ``LEASE_REFRESH_S`` while Miles runs, and it is removed when
+the launcher exits (unless a later attempt has taken it). A pod's preStop
 hook asks for a checkpoint only while the lease is fresh (``render.runs.SAVE_ON_STOP``), so a driver
 that was killed (its lease goes stale) never holds pods for the whole grace period. A save sentinel
 left from an earlier attempt is removed before Miles starts.
@@ -81,25 +82,33 @@ def pin(module, train_gpus: int, rollout_gpus: int) -> None:
 
 
 class Lease:
-    """``path`` exists, freshly touched, exactly while the run is in progress."""
+    """``path`` holds this attempt's number, freshly touched, exactly while the run is in progress."""
 
-    def __init__(self, path: Path):
-        self.path, self._done = path, threading.Event()
+    def __init__(self, path: Path, attempt: str):
+        self.path, self.attempt, self._done = path, attempt, threading.Event()
 
     def __enter__(self) -> "Lease":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         (self.path.parent / SAVE_TRIGGER).unlink(missing_ok=True)  # an earlier attempt's request
-        self.path.touch()
+        self.path.write_text(self.attempt)
         threading.Thread(target=self._refresh, daemon=True).start()
         return self
 
+    def _ours(self) -> bool:
+        try:
+            return self.path.read_text() == self.attempt
+        except OSError:
+            return False
+
     def _refresh(self) -> None:
         while not self._done.wait(LEASE_REFRESH_S):
-            self.path.touch()
+            if self._ours():
+                self.path.touch()
 
     def __exit__(self, *_) -> None:
         self._done.set()
-        self.path.unlink(missing_ok=True)
+        if self._ours():  # a later attempt's lease is not ours to remove
+            self.path.unlink(missing_ok=True)
 
 
 def _stop(signum, _frame) -> None:
@@ -121,6 +130,7 @@ def run(argv: list[str]) -> None:
 def main(args: list[str]) -> None:
     p = argparse.ArgumentParser(prog="miles_launcher.py")
     p.add_argument("--marker", type=Path, help="lease file kept fresh while Miles runs")
+    p.add_argument("--attempt", default="1", help="the attempt the lease names")
     p.add_argument("argv", nargs=argparse.REMAINDER, help=f"entry point and flags (default: ${ARGV_ENV})")
     a = p.parse_args(args)
     argv = a.argv or json.loads(os.environ[ARGV_ENV])
@@ -128,7 +138,7 @@ def main(args: list[str]) -> None:
     if a.marker is None:
         run(argv)
         return
-    with Lease(a.marker):
+    with Lease(a.marker, a.attempt):
         run(argv)
 
 

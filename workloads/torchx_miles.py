@@ -48,8 +48,8 @@ def head_script(m: WorkloadModel) -> str:
     """Start the head, wait for every GPU of the run, submit the run (argv in the runtime env)."""
     head = m.head
     gpus = sum(g.gpus * g.replicas for g in m.workers)
-    entrypoint, argv_env = driver(m.run_argv())
-    runtime = json.dumps({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True)
+    entrypoint, env = driver(m.run_argv(), dict(m.runtime_env))
+    runtime = json.dumps({"env_vars": env}, sort_keys=True)
     wait = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
             "print(int(ray.cluster_resources().get('GPU', 0)))")
     return "\n".join([

@@ -114,6 +114,11 @@ def raycluster(m: WorkloadModel) -> dict:
             "spec": cluster_spec(m, m.workers)}
 
 
+def runtime_env_yaml(env_vars: dict[str, str]) -> str:
+    """A RayJob's ``runtimeEnvYAML``: one line per variable, however long (the argv is kilobytes)."""
+    return yaml.safe_dump({"env_vars": env_vars}, sort_keys=True, width=float("inf"))
+
+
 def entrypoint_resources() -> dict[str, float]:
     """Miles' driver needs libcuda: a sliver of the training nodes' custom resource."""
     return {L.GPU_NODE_RESOURCE: 0.001}
@@ -139,7 +144,7 @@ def submitter_template(m: WorkloadModel) -> dict:
 def rayjob(m: WorkloadModel) -> dict:
     """The Miles run as a RayJob on the long-lived RayCluster (same argv as the TorchX component)."""
     run = m.settings.run
-    entrypoint, argv_env = driver(m.run_argv())
+    entrypoint, env = driver(m.run_argv(), dict(m.runtime_env))
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob",
         "metadata": meta(m, f"{run.name}-{run.attempt}", "miles-run"),
@@ -147,7 +152,7 @@ def rayjob(m: WorkloadModel) -> dict:
             "clusterSelector": {"ray.io/cluster": L.RAY_CLUSTER},
             "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
-            "runtimeEnvYAML": yaml.safe_dump({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True),
+            "runtimeEnvYAML": runtime_env_yaml(env),
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": False,
             "backoffLimit": 0,

@@ -20,8 +20,6 @@ from __future__ import annotations
 import copy
 import json
 
-import yaml
-
 from ..layout import RUNNING_MARKER
 from ..argv import driver
 from ..miles_launcher import LEASE_STALE_MIN
@@ -30,7 +28,7 @@ from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL
 from .common import RAY_GROUP_LABEL, labels
 from .operators import EKS_NETWORK_LAYERS
-from .ray import cluster_spec, entrypoint_resources, submitter_template
+from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml, submitter_template
 from .services import stage_template
 from .teams import namespace_of
 
@@ -40,13 +38,22 @@ PRIORITY_LABEL = "ray.io/priority-class-name"
 ATTEMPT_LABEL = "rl.platform/attempt"
 TRAINER, ROLLOUT = "trainer", "rollout"
 NAME_LABEL = "app.kubernetes.io/name"
+TASK_PRIORITY = "volcano.sh/task-priority"
+"""Order of a job's pods within a Volcano session (pkg/scheduler/api/job_info.go:188-233, v1.15.1)."""
+TASK_ORDER = {TRAINER: "2", ROLLOUT: "1"}
+"""Trainers first: a trainer's two affinity terms let the first one in only while no pod of the
+attempt is placed (upstream InterPodAffinity's first-pod rule); placed after a rollout pod, none fits."""
 PRIORITY_CLASS_PREFIX = "rl-"
 
-SAVE_ON_STOP = (f'lease="$1"; sentinel="$2"; '
-                f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ]; }}; '
+LEASE_ARGS = 'lease="$1"; sentinel="$2"; attempt="$3"; '
+FRESH = (f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ] && '
+         '[ "$(cat "$lease" 2>/dev/null)" = "$attempt" ]; }; ')
+"""Shell: is this attempt's lease fresh (``workloads.miles_launcher.Lease``)?"""
+SAVE_ON_STOP = (LEASE_ARGS + FRESH +
                 'if fresh; then touch "$sentinel"; while [ -e "$sentinel" ] && fresh; do sleep 5; done; fi; ray stop')
-"""preStop of every pod of a run: while the driver's lease is fresh (``workloads.miles_launcher``),
-ask for a checkpoint and wait until Miles has saved and removed the sentinel (or the lease lapses)."""
+"""preStop of every pod of a run: while this attempt's driver holds a fresh lease
+(``workloads.miles_launcher``), ask for a checkpoint and wait until Miles has saved and removed the
+sentinel (or the lease lapses)."""
 
 
 def rayjob_name(run: RunFile) -> str:
@@ -80,6 +87,12 @@ def pod_labels(run: RunFile) -> dict[str, str]:
     return {TEAM_LABEL: run.team, RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)}
 
 
+SAVE_STATE = (LEASE_ARGS + FRESH +
+              'if [ ! -e "$sentinel" ]; then echo saved; elif fresh; then echo waiting; else echo lapsed; fi')
+"""Shell, run in the head pod by ``runs cancel``: has Miles saved (removed the sentinel), is it still
+saving (lease fresh), or did its driver stop (lease lapsed)?"""
+
+
 def _save_on_stop(m: WorkloadModel, run: RunFile, template: dict) -> dict:
     t = copy.deepcopy(template)
     # KubeRay's stable head Service of a RayJob selects app.kubernetes.io/name=kuberay (common/job.go,
@@ -89,7 +102,7 @@ def _save_on_stop(m: WorkloadModel, run: RunFile, template: dict) -> dict:
     spec = t["spec"]
     spec["terminationGracePeriodSeconds"] = m.settings.capacity_block_end.checkpoint_minutes * 60
     spec["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [
-        "/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", _marker(m), m.paths.save_trigger]}}}
+        "/bin/sh", "-c", SAVE_ON_STOP, "save-on-stop", _marker(m), m.paths.save_trigger, str(run.attempt)]}}}
     return t
 
 
@@ -145,6 +158,7 @@ def run_cluster_spec(m: WorkloadModel, run: RunFile, gang_tier: int | None = Non
         affinity = network_affinity(run, group["groupName"], gang_tier, trainer_tier)
         if affinity:
             group["template"]["spec"]["affinity"] = affinity
+            group["template"]["metadata"].setdefault("annotations", {})[TASK_PRIORITY] = TASK_ORDER[group["groupName"]]
     return spec
 
 
@@ -154,7 +168,7 @@ def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
     md = {"name": rayjob_name(run), "namespace": namespace_of(run.team),
           "labels": {**run_labels(run), QUEUE_LABEL: namespace_of(run.team),
                      PRIORITY_LABEL: priority_class_name(run.priority)}}
-    entrypoint, argv_env = driver(m.run_argv(), marker=_marker(m))
+    entrypoint, env = driver(m.run_argv(), dict(m.runtime_env), marker=_marker(m), attempt=run.attempt)
     submitter = submitter_template(m)
     submitter["metadata"]["labels"].update(pod_labels(run))
     return {
@@ -162,10 +176,10 @@ def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
         "spec": {
             "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
-            "runtimeEnvYAML": yaml.safe_dump({"env_vars": {**m.runtime_env, **argv_env}}, sort_keys=True),
+            "runtimeEnvYAML": runtime_env_yaml(env),
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": 600,
+            "ttlSecondsAfterFinished": 60,
             "backoffLimit": 0,
             "rayClusterSpec": run_cluster_spec(m, run, gang_tier, trainer_tier),
             "submitterPodTemplate": submitter,
@@ -183,7 +197,7 @@ def run_pdb(m: WorkloadModel, run: RunFile, owner_uid: str | None = None) -> dic
         md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": rayjob_name(run),
                                   "uid": owner_uid}]
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": md,
-            "spec": {"maxUnavailable": 0, "selector": {
+            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {
                 "matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
                 "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]}}}
 

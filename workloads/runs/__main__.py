@@ -104,6 +104,10 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
         return 0
     with_repository(run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
     api = client()
+    busy = api.unfinished(run.team, run.name)
+    if busy:
+        raise ValueError(f"run {run.name}: {', '.join(busy)} not finished; an attempt shares the checkpoint directory, "
+                         f"so cancel it (runs cancel {run.team} {run.name}) or wait before submitting another")
     if args.resume:
         run = attempt_of(run, api.next_attempt(run))
     train, rollout = run_pools(cfg)

@@ -20,7 +20,7 @@ from stackconfig.stack import POOL_LABEL
 
 from ..miles_launcher import ARGV_ENV
 from ..render.common import RAY_NODE_TYPE_LABEL
-from ..render.runs import RUN_LABEL
+from ..render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE
 from ..render.teams import namespace_of
 from ..settings import RunFile
 from ..teams import TEAM_LABEL
@@ -30,6 +30,8 @@ RAYJOB = ("ray.io", "v1", "rayjobs")
 PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 HYPERNODE = ("topology.volcano.sh", "v1alpha1", "hypernodes")
 HEAD_CONTAINER = "ray-head"
+FINISHED = {"Complete", "Failed", "ValidationFailed"}
+"""KubeRay v1.7.0 JobDeploymentStatus values after which a RayJob does no more (rayjob_types.go)."""
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """Set by the Job controller on a Job's pods (Kubernetes >= 1.27)."""
 
@@ -50,6 +52,12 @@ def _flag(rayjob: dict, flag: str) -> str | None:
     env = (yaml.safe_load(rayjob.get("spec", {}).get("runtimeEnvYAML") or "") or {}).get("env_vars", {})
     argv = json.loads(env.get(ARGV_ENV, "[]"))
     return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def _word(rayjob: dict, option: str) -> str | None:
+    """The value of one option of the launcher in the run's entrypoint."""
+    words = rayjob.get("spec", {}).get("entrypoint", "").split()
+    return words[words.index(option) + 1] if option in words[:-1] else None
 
 
 def _attempt(rayjob: dict) -> int:
@@ -127,31 +135,48 @@ class RunClient:
         owned = {**budget, "metadata": {**budget["metadata"], "ownerReferences": [
             {"apiVersion": rayjob["apiVersion"], "kind": rayjob["kind"], "name": md["name"],
              "uid": created["metadata"]["uid"]}]}}
-        self.policy.create_namespaced_pod_disruption_budget(md["namespace"], owned)
+        try:
+            self.policy.create_namespaced_pod_disruption_budget(md["namespace"], owned)
+        except k8s.ApiException as err:
+            if err.status != 409:
+                raise
+            # A budget of that name not yet collected (a cancelled attempt of the same number): take it over.
+            self.policy.patch_namespaced_pod_disruption_budget(budget["metadata"]["name"], md["namespace"], owned)
         return created
 
     def checkpoint(self, team: str, run: str, timeout_s: int, poll_s: float = 10.0) -> bool:
         """Ask the run's latest attempt for a checkpoint and wait for it: create Miles' save sentinel
-        from the run's head pod (which mounts the team's directory) and wait until Miles removes it,
-        having saved. False when no attempt runs or the save took longer than ``timeout_s``."""
+        from that attempt's head pod (which mounts the team's directory) and wait until Miles removes
+        it, having saved. False, and nothing left waiting, when the attempt's job is not running, its
+        driver's lease lapses, the save takes longer than ``timeout_s``, or the pod cannot be reached."""
         jobs = self.rayjobs(team, run)
-        if not jobs:
+        if not jobs or (jobs[-1].get("status") or {}).get("jobStatus") != "RUNNING":
             return False
-        sentinel = _flag(jobs[-1], "--save-trigger-sentinel")
-        heads = self.core.list_namespaced_pod(
-            namespace_of(team), label_selector=f"{RUN_LABEL}={run},{RAY_NODE_TYPE_LABEL}=head").items
-        running = [p for p in heads if p.status.phase == "Running"]
-        if sentinel is None or not running:
+        job = jobs[-1]
+        sentinel, lease, attempt = _flag(job, "--save-trigger-sentinel"), _word(job, "--marker"), _attempt(job)
+        heads = self.core.list_namespaced_pod(namespace_of(team), label_selector=(
+            f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={attempt},{RAY_NODE_TYPE_LABEL}=head")).items
+        running = [p.metadata.name for p in heads if p.status.phase == "Running"]
+        if sentinel is None or lease is None or not running:
             return False
-        pod = running[0].metadata.name
-        self._exec(team, pod, ["touch", sentinel])
-        deadline = time.monotonic() + timeout_s
-        while self._exec(team, pod, ["sh", "-c", f'test -e "$0" && echo waiting || echo saved', sentinel]).strip() \
-                == "waiting":
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(poll_s)
-        return True
+        state = ["sh", "-c", SAVE_STATE, "save-state", lease, sentinel, str(attempt)]
+        try:
+            self._exec(team, running[0], ["touch", sentinel])
+            deadline = time.monotonic() + timeout_s
+            while (answer := self._exec(team, running[0], state).strip()) == "waiting" and time.monotonic() < deadline:
+                time.sleep(poll_s)
+        except k8s.ApiException:
+            return False
+        if answer != "saved":
+            self._exec(team, running[0], ["rm", "-f", sentinel])  # no request left for a later attempt
+        return answer == "saved"
+
+    def unfinished(self, team: str, run: str) -> list[str]:
+        """The run's attempts that have not finished, or whose pods still exist (stopping)."""
+        busy = [j["metadata"]["name"] for j in self.rayjobs(team, run)
+                if (j.get("status") or {}).get("jobDeploymentStatus") not in FINISHED]
+        pods = self.core.list_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run}").items
+        return busy + ([f"{len(pods)} pods still stopping"] if pods and not busy else [])
 
     def _exec(self, team: str, pod: str, command: list[str]) -> str:
         """Run ``command`` in the pod's Ray container (the exec subresource); its output."""
