@@ -526,3 +526,60 @@ def test_the_save_state_cancel_polls_reads_sentinel_and_lease_as_the_hook_does(t
     assert state() == "waiting"
     os.utime(lease, (time.time() - 180, time.time() - 180))
     assert state() == "lapsed"
+
+
+def _rbac_request(method: str, path: str) -> tuple[str, str, str, str | None]:
+    """(verb, API group, resource[/subresource], namespace) of a REST call, as the API server authorizes it."""
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    ns = None
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        ns, rest = rest[1], rest[2:]
+    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
+    verb = {"GET": "get" if name else "list", "POST": "create", "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection"}[method]
+    return verb, group, resource + (f"/{sub}" if sub else ""), ns
+
+
+def _allows(rules, verb, group, resource) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_a_team_member_may_run_the_run_command_in_the_teams_namespace_and_nowhere_else(api, monkeypatch, tmp_path):
+    from workloads.render.teams import run_submitter_cluster_role, team_rbac
+    cfg = variant(SHARED, {})
+    beta = next(t for t in cfg.workloads.teams if t.name == "beta")
+    role, binding, cluster_binding = team_rbac(beta)
+    assert binding["subjects"] == cluster_binding["subjects"] == [
+        {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "rl-team-beta"}]
+    cluster_rules = run_submitter_cluster_role()["rules"]
+    sentinel, lease = "/mnt/fsx/checkpoints/small/SAVE_NOW", "/mnt/fsx/checkpoints/small/RUNNING"
+    job = {**_job("small-1", "small", "beta"), "spec": {
+        "entrypoint": f"python3 /opt/scripts/miles_launcher.py --marker {lease} --attempt 1",
+        "runtimeEnvYAML": yaml.safe_dump({"env_vars": {"MILES_ARGV": json.dumps(["x.py", "--save-trigger-sentinel",
+                                                                                  sentinel])}})}}
+    fake, client = api({("GET", "/apis/ray.io/v1/namespaces/team-beta/rayjobs"): {"items": [job]},
+                        ("GET", "/api/v1/namespaces/team-beta/pods"): {"items": [
+                            {"metadata": {"name": "small-1-head"}, "status": {"phase": "Running"}}]}})
+    execs = []
+    monkeypatch.setattr(RunClient, "_exec", lambda self, team, pod, command: execs.append(team) or "saved")
+    small = tmp_path / "small.yaml"
+    small.write_text("name: small\nteam: beta\npriority: low\nnodes: {train: 1, rollout: 2}\n")
+    for argv in (["show", "beta", "small"], ["list", "--team", "beta"], ["cancel", "beta", "small"],
+                 ["cancel", "beta", "small", "--now"]):
+        assert main(argv, client=client, out=lambda _: None) == 0, argv
+    job["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
+    fake.routes[("GET", "/api/v1/namespaces/team-beta/pods")] = {"items": []}
+    assert main(["submit", SHARED, str(small), "--resume", "--repository", REPO], client=client,
+                out=lambda _: None) == 0
+    requests = {_rbac_request(method, path) for method, path, _, _ in fake.calls}
+    requests |= {("create", "", "pods/exec", "team-" + t) for t in execs} | {("get", "", "pods/exec", "team-beta")}
+    assert {r[:3] for r in requests} >= {("create", "ray.io", "rayjobs"), ("delete", "ray.io", "rayjobs"),
+                                         ("create", "policy", "poddisruptionbudgets"), ("list", "", "nodes"),
+                                         ("list", "topology.volcano.sh", "hypernodes"), ("deletecollection", "", "pods")}
+    for verb, group, resource, ns in sorted(requests, key=str):
+        rules = role["rules"] if ns is not None else cluster_rules
+        assert ns in (None, "team-beta") and _allows(rules, verb, group, resource), (verb, group, resource, ns)
+    # Nothing in another team's namespace, nothing that writes cluster-wide.
+    assert all(r["verbs"] == ["get", "list"] for r in cluster_rules)
+    assert role["metadata"]["namespace"] == "team-beta"

@@ -36,18 +36,19 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     for t in teams:
         objs = team_objects(t, pools)
         assert objs[0] == team_namespace(t)
-        assert [o["kind"] for o in objs] == ["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
+        assert [o["kind"] for o in objs] == (["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
+                                               + ["Role", "RoleBinding", "ClusterRoleBinding"])
         for o in objs:
             if o["kind"] == "Queue":
                 assert validate(o, queue_schema) == []
             else:
                 kubernetes_validate.validate(o, K8S, strict=True)
-                if o["kind"] != "Namespace":
+                if o["kind"] not in ("Namespace", "ClusterRoleBinding"):
                     assert o["metadata"]["namespace"] == f"team-{t.name}"
         labels = objs[0]["metadata"]["labels"]
         assert labels == {"app.kubernetes.io/part-of": "moe-rl-platform", "rl.platform/team": t.name}
-        assert {p["metadata"]["name"] for p in objs[4:]} == {"default-deny", "allow-dns", "allow-team-tcp",
-                                                                 "ray-external", "ray-head-operator"}
+        assert {p["metadata"]["name"] for p in objs[4:9]} == {"default-deny", "allow-dns", "allow-team-tcp",
+                                                                  "ray-external", "ray-head-operator"}
 
 
 def test_quota_numbers(teams, pools):

@@ -55,7 +55,8 @@ def graph_for(name: str) -> mocks.Graph:
 # --- pod specs of every registered object ------------------------------------------------------------
 
 PODLESS = {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service",
-           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota"}
+           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota",
+           "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
 def pod_specs(obj: dict) -> list[tuple[str, dict]]:

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.fsx import CheckpointFileSystem
@@ -26,8 +27,9 @@ from stackconfig.versions import STACK_REPOSITORY, Chart
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
-from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, team_checkpoint_prefix, team_fsx_pv, team_fsx_pvc,
-                           team_objects, team_scripts)
+from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
+                           team_fsx_pv, team_fsx_pvc, team_objects, team_scripts)
+from .teams import team_group
 from .runs.submit import RunObjects
 
 TYPED = {
@@ -44,6 +46,10 @@ TYPED = {
     "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
     "PriorityClass": k8s.scheduling.v1.PriorityClass,
+    "Role": k8s.rbac.v1.Role,
+    "RoleBinding": k8s.rbac.v1.RoleBinding,
+    "ClusterRole": k8s.rbac.v1.ClusterRole,
+    "ClusterRoleBinding": k8s.rbac.v1.ClusterRoleBinding,
 }
 
 
@@ -93,7 +99,8 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        self.teams = {team.name: self._team(team, m, platform, after=[system], directories=dirs)
+        submitters = [self._object(run_submitter_cluster_role(), after=[system])] if m.settings.teams else []
+        self.teams = {team.name: self._team(team, m, platform, after=[system, *submitters], directories=dirs)
                       for team in m.settings.teams}
         self.runs = [self._custom(r.rayjob, after=[self.kuberay, self.volcano, *self.teams[r.run.team],
                                                    *self.priority_classes, *plugins, *gpu_groups])
@@ -134,9 +141,13 @@ class Workloads(pulumi.ComponentResource):
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
             team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
+        members = [aws.eks.AccessEntry(f"{m.cluster_name}-team-{team.name}-{i}", cluster_name=platform.cluster.name,
+                                       principal_arn=arn, kubernetes_groups=[team_group(team.name)], type="STANDARD",
+                                       opts=pulumi.ResourceOptions(parent=self))
+                   for i, arn in enumerate(team.members)]
         fs = self.storage
         pv = self._object(team_fsx_pv(m, team, fs.id, fs.dns_name, fs.mount_name), after=[directories])
-        return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
+        return [namespace, role, *members, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
                                    else self._object(o, after=[namespace]) for o in rest),
                 self._object(team_scripts(m, team), after=[namespace]),
                 pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]

@@ -17,15 +17,18 @@ admission-time check here, not something the scheduler enforces.
 - a service account whose EKS Pod Identity role reaches only ``checkpoints/teams/<name>/`` in the bucket;
 - its directory on the file system (``team_directory``), mounted alone in its namespace (a fileset
   PV/PVC), so its pods see no other team's files;
-- the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.runs``.
+- the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.runs``;
+- a Role for that command in its namespace, bound to the Kubernetes group ``rl-team-<name>`` that
+  its members' EKS access entries carry.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from stackconfig.stack import Pool
@@ -61,6 +64,18 @@ class TeamSettings(SchemaModel):
     """Other queues may borrow this team's unused guarantee (and have it reclaimed)."""
     weight: int = Field(1, ge=1, le=65535)
     priority: int = Field(0, ge=0)
+    members: list[str] = []
+    """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
+    the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.runs`` in the team's
+    namespace and nowhere else."""
+
+    @field_validator("members")
+    @classmethod
+    def _arns(cls, arns: list[str]) -> list[str]:
+        for arn in arns:
+            if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn):
+                raise ValueError(f"{arn!r}: allowed: an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+        return arns
 
 
 def team_directory(team: str) -> str:
@@ -108,3 +123,8 @@ def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None
             raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.guarantee: guarantees over pool {name} "
                              f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
                              f"size; allowed: a sum <= {total}")
+
+
+def team_group(team: str) -> str:
+    """The Kubernetes group of the team's members (their EKS access entries)."""
+    return f"rl-team-{team}"

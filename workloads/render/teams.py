@@ -9,7 +9,7 @@ from typing import Any
 from stackconfig.stack import Pool
 
 from ..resources import EFA, GPU
-from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory
+from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
 from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, FSX_VOLUME, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, fsx_volume,
@@ -121,12 +121,49 @@ def team_service_account(team: TeamSettings) -> dict:
                          "labels": team_labels(team, "checkpoint-writer")}}
 
 
+RUN_SUBMITTER = "rl-run-submitter"
+SUBMITTER_RULES = [
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["deletecollection"]},
+    {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+]
+"""What ``python -m workloads.runs`` does in a team's namespace (``runs.client.RunClient``)."""
+CLUSTER_READ_RULES = [
+    {"apiGroups": ["topology.volcano.sh"], "resources": ["hypernodes"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+]
+"""What it reads cluster-wide: the HyperNodes and the pools' nodes, for the network tiers."""
+
+
+def team_rbac(team: TeamSettings) -> list[dict]:
+    """The team's members may submit, watch and cancel runs in its namespace, and nowhere else."""
+    ns, group = namespace_of(team.name), team_group(team.name)
+    md = {"name": RUN_SUBMITTER, "namespace": ns, "labels": team_labels(team, "rbac")}
+    subject = [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": group}]
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": md, "rules": SUBMITTER_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": md, "subjects": subject,
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RUN_SUBMITTER}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": f"{RUN_SUBMITTER}-{team.name}", "labels": team_labels(team, "rbac")},
+             "subjects": subject,
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUN_SUBMITTER}}]
+
+
+def run_submitter_cluster_role() -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": RUN_SUBMITTER, "labels": {PART_OF_LABEL: PART_OF}}, "rules": CLUSTER_READ_RULES}
+
+
 def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: str = "rl",
                  reward_port: int | None = None) -> list[dict]:
     """Every object of one team that needs no file system, namespace first."""
     pools = list(pools)
     return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools),
-            team_service_account(team), *team_network_policies(team, platform_namespace, reward_port)]
+            team_service_account(team), *team_network_policies(team, platform_namespace, reward_port),
+            *team_rbac(team)]
 
 
 # --- the team's directory on the file system ---------------------------------------------------
