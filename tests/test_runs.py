@@ -401,7 +401,7 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0"
     node_queries = [c[2]["labelSelector"] for c in fake.calls if c[1] == "/api/v1/nodes"]
     assert node_queries == ["rl.platform/pool=train", "rl.platform/pool=rollout", "rl.platform/pool=train"]
-    assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard)" in lines[0]
+    assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard; pod affinity on topology.k8s.aws/network-node-layer-3)" in lines[0]
 
 
 def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):

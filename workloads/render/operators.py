@@ -34,6 +34,11 @@ EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (
 TOPOLOGY_TYPE = "eks-network"
 
 
+def tier_label(tier: int) -> str:
+    """The EKS node label of a Volcano tier: discovery lists the layers top down, so layer 3 is tier 1."""
+    return EKS_NETWORK_LAYERS[len(EKS_NETWORK_LAYERS) - tier]
+
+
 def hypernode_discovery() -> dict:
     """Volcano's controller builds HyperNodes from node labels (volcano v1.15.1
     pkg/controllers/hypernode/discovery/label/label.go, example pkg/controllers/hypernode/api/example.yaml):

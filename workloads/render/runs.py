@@ -27,7 +27,7 @@ from ..model import WorkloadModel
 from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL
 from .common import RAY_GROUP_LABEL, labels
-from .operators import EKS_NETWORK_LAYERS
+from .operators import tier_label
 from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml, submitter_template
 from .services import stage_template
 from .teams import namespace_of
@@ -63,11 +63,6 @@ def rayjob_name(run: RunFile) -> str:
 def podgroup_name(run: RunFile) -> str:
     """The PodGroup KubeRay creates for the run (``ray-<rayjob>-pg``, volcano_scheduler.go:110-120)."""
     return f"ray-{rayjob_name(run)}-pg"
-
-
-def tier_label(tier: int) -> str:
-    """The EKS node label of a Volcano tier (tier 1 = layer 3, ``render.operators.hypernode_discovery``)."""
-    return EKS_NETWORK_LAYERS[len(EKS_NETWORK_LAYERS) - tier]
 
 
 def priority_class_name(priority: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ..render.operators import tier_label
 from ..settings import RunFile, TopologyMode
 
 TIERS = (1, 2, 3)
@@ -54,7 +55,8 @@ class TierChoice:
             return f"{self.part} ({self.nodes} nodes): tier chosen at submit from the cluster's HyperNodes"
         if self.tier is None:
             return f"{self.part} ({self.nodes} nodes): no tier holds it"
-        return f"{self.part} ({self.nodes} nodes): tier {self.tier} ({self.mode.value})"
+        return (f"{self.part} ({self.nodes} nodes): tier {self.tier} ({self.mode.value}; pod affinity on "
+                f"{tier_label(self.tier)})")
 
 
 def narrowest_tier(nodes: int, tier_nodes: Mapping[int, int]) -> int | None:
