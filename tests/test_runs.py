@@ -583,3 +583,26 @@ def test_a_team_member_may_run_the_run_command_in_the_teams_namespace_and_nowher
     # Nothing in another team's namespace, nothing that writes cluster-wide.
     assert all(r["verbs"] == ["get", "list"] for r in cluster_rules)
     assert role["metadata"]["namespace"] == "team-beta"
+
+
+def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpoint(tmp_path):
+    from datetime import datetime, timedelta, timezone
+
+    from stackconfig.files import raw_stack
+    from stackconfig.stack import load_stack
+    from workloads.model import derive
+    from workloads.render import trigger_script
+    from workloads.stack import ProgramConfig
+    raw = raw_stack(SHARED)
+    end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
+    raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    raw["workloads"]["storage"] = {"mountPath": str(tmp_path)}
+    m = derive(load_stack(SHARED, raw, model=ProgramConfig))
+    runs = {name: tmp_path / "checkpoints" / "teams" / team / "checkpoints" / name
+            for team, name in (("alpha", "a1"), ("beta", "b1"), ("beta", "b-done"))}
+    for name, d in runs.items():
+        d.mkdir(parents=True)
+        if name != "b-done":
+            (d / "RUNNING").write_text("1")
+    out = subprocess.run(["/bin/sh", "-c", trigger_script(m)], capture_output=True, text=True, check=True).stdout
+    assert [name for name, d in runs.items() if (d / "SAVE_NOW").exists()] == ["a1", "b1"], out
