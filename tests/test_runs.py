@@ -490,6 +490,7 @@ def test_dry_run_prints_the_objects_without_a_cluster_and_plan_exits_non_zero_on
     assert main(["plan", SHARED, *map(str, sorted((ROOT / "runs").glob("*.yaml")))], out=out.append) == 0
     assert any(line.startswith("queue team-alpha: pool train 64/128 GPUs") for line in out)
     assert "pool train: 12/16 nodes claimed by running and starting runs" in out
+    assert out[-1].startswith("file system: 1,851 of 4,639 GB usable budgeted")  # 2 runs x 926 GB
     too_big = tmp_path / "too-big.yaml"
     too_big.write_text("name: too-big\nteam: alpha\nnodes: {train: 20, rollout: 1}\n")
     assert main(["plan", SHARED, str(too_big)], out=out.append) == 1

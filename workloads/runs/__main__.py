@@ -25,6 +25,7 @@ import yaml
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
+from ..checkpoint_budget import GB
 from ..stack import ProgramConfig
 from .client import RunClient, attempt_of
 from .config import load_run, run_pools
@@ -90,6 +91,9 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     for name, pool in planner.pools.items():
         used = sum(r.nodes.get(name, 0) for r in placed)
         out(f"pool {name}: {used}/{pool.nodes.desired} nodes claimed by running and starting runs")
+    disk = sum(planner.disk[r.name] for r in placed)
+    out(f"file system: {disk / GB:,.0f} of {planner.usable / GB:,.0f} GB usable budgeted by running and starting runs "
+        f"(saves kept, staged model and data)")
     return 0
 
 

@@ -81,6 +81,8 @@ class Planner:
         self.teams = {t.name: t for t in cfg.workloads.teams}
         self.values = cfg.workloads.priority_classes
         self.grace = cfg.workloads.capacity_block_end.checkpoint_minutes
+        self.usable = int(cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)
+        """Bytes of the file system the runs may use (a run alone always fits: ``run_config`` checks it)."""
         self.disk: dict[str, int] = {}
         """Run -> bytes it budgets on the file system (saves kept, its staged model and data)."""
 
@@ -137,8 +139,7 @@ class Planner:
         for run in runs:
             check_run(self.cfg, run)
             self.disk[run.name] = self._budget(run)
-        usable = int(self.cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)  # a run alone fits: run_config
-        c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=usable)
+        c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable)
         out: dict[str, Decision] = {}
         for run in (r for r in runs if r.name in running):
             c.take(run, self.gpus(run), self.disk[run.name])
