@@ -504,6 +504,10 @@ def test_tier_sizes_count_only_the_pools_nodes():
            {"metadata": {"name": "top"}, "spec": {"tier": 2, "members": [
                {"type": "HyperNode", "selector": {"exactMatch": {"name": h}}} for h in ("a", "b")]}}]
     assert tier_sizes_from_hypernodes(hns, {"n1", "n2", "n3"}) == {1: 2, 2: 3}
+    from workloads.crds import crd_schema, validate
+    schema = crd_schema("topology.volcano.sh/v1alpha1", "HyperNode")  # what label discovery creates
+    for h in hns:
+        assert validate({"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", **h}, schema) == []
 
 
 def test_sample_run_files_load(tmp_path: Path):
