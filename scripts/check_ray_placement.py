@@ -9,7 +9,7 @@ a node of its group. Needs Ray (the image's version) and four local raylets; no 
     RAY_NODE_TYPE_NAME=rollout ray start --address=127.0.0.1:6390 --num-gpus=2 --num-cpus=2
     python scripts/check_ray_placement.py; ray stop --force
 """
-import json, ray
+import ray
 from ray.util.placement_group import placement_group, placement_group_table
 ray.init(address="auto", logging_level="ERROR")
 labels = {n["NodeID"]: n.get("Labels", {}).get("ray.io/node-group") for n in ray.nodes() if n["Alive"]}

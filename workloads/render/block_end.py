@@ -32,7 +32,7 @@ def _utc(t) -> str:
 def trigger_script(m: WorkloadModel) -> str:
     """Create the sentinel once: only between the scheduled time and the start of the drain. A cron
     schedule names no year, so the same minute comes back every year; the guard makes it a no-op."""
-    end, p = m.block_end, m.paths
+    end = m.block_end
     start = int(end.trigger.timestamp()) - TRIGGER_EARLY_SECONDS
     stop = int(end.drain.timestamp())
     return "\n".join([
