@@ -244,7 +244,10 @@ def test_the_team_directory_is_the_only_part_of_the_file_system_its_pods_mount()
     pv, pvc = team_fsx_pv(m, alpha, "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh"), team_fsx_pvc(m, alpha)
     assert pv["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/checkpoints/teams/alpha"
     assert pv["spec"]["claimRef"] == {"namespace": "team-alpha", "name": "fsx"} and pvc["spec"]["volumeName"] == "team-alpha-fsx"
+    assert pv["spec"]["csi"]["volumeHandle"] == "fs-0123::checkpoints/teams/alpha"  # not the root PV's handle
     job = team_directories_job(m)
+    assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
+    assert job["spec"]["activeDeadlineSeconds"] == 600  # fails, and is replaced next time, if FSx cannot mount
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
         "mkdir", "-p", "/mnt/fsx/checkpoints/teams/alpha", "/mnt/fsx/checkpoints/teams/beta"]
     import kubernetes_validate
@@ -611,3 +614,82 @@ def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpo
             (d / "RUNNING").write_text("1")
     out = subprocess.run(["/bin/sh", "-c", trigger_script(m)], capture_output=True, text=True, check=True).stdout
     assert [name for name, d in runs.items() if (d / "SAVE_NOW").exists()] == ["a1", "b1"], out
+
+
+def _cel_checks(pod_spec: dict) -> list[str]:
+    """The messages of the team pod policy's validations that ``pod_spec`` fails, evaluated by a CEL
+    interpreter (the expressions as the API server would run them, less Kubernetes' CEL extensions)."""
+    import celpy
+    from celpy import celtypes, json_to_cel
+
+    from workloads.render.teams import team_pod_policy
+    policy = team_pod_policy()[0]["spec"]
+    env = celpy.Environment()
+    obj = json_to_cel({"spec": pod_spec})
+    variables = celtypes.MapType({celtypes.StringType(v["name"]): env.program(env.compile(v["expression"])).evaluate(
+        {"object": obj}) for v in policy["variables"]})
+    return [v["message"] for v in policy["validations"]
+            if not env.program(env.compile(v["expression"])).evaluate({"object": obj, "variables": variables})]
+
+
+def test_team_pods_may_not_reach_the_node_and_the_runs_own_pods_pass_the_policy():
+    import kubernetes_validate
+    from workloads.render.teams import team_pod_policy
+    cfg = variant(SHARED, TIERS)
+    for obj in team_pod_policy():
+        kubernetes_validate.validate(obj, k8s_version(cfg), strict=True)
+    binding = team_pod_policy()[1]["spec"]
+    assert binding["validationActions"] == ["Deny"]
+    assert binding["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "rl.platform/team", "operator": "Exists"}]
+    spec = run_objects(cfg, load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")).rayjob["spec"]
+    cluster = spec["rayClusterSpec"]
+    pods = [cluster["headGroupSpec"]["template"]["spec"], spec["submitterPodTemplate"]["spec"],
+            *(g["template"]["spec"] for g in cluster["workerGroupSpecs"])]
+    for pod in pods:
+        assert _cel_checks(pod) == []
+    trainer = pods[2]
+    bad = {
+        "hostNetwork": {**trainer, "hostNetwork": True},
+        "hostPath": {**trainer, "volumes": [*trainer["volumes"], {"name": "h", "hostPath": {"path": "/var/lib/kubelet"}}]},
+        "privileged": {**trainer, "initContainers": [{**trainer["initContainers"][0],
+                                                      "securityContext": {"privileged": True}}]},
+        "SYS_ADMIN": {**trainer, "containers": [{**trainer["containers"][0], "securityContext": {
+            "capabilities": {"add": ["IPC_LOCK", "SYS_ADMIN"]}}}]},
+    }
+    failed = {name: _cel_checks(pod) for name, pod in bad.items()}
+    assert [len(f) for f in failed.values()] == [1, 1, 1, 1]
+    assert "network" in failed["hostNetwork"][0] and "hostPath" in failed["hostPath"][0]
+    assert "privileged" in failed["privileged"][0] and "IPC_LOCK" in failed["SYS_ADMIN"][0]
+
+
+def test_member_arns_get_one_access_entry_in_every_team_group_that_lists_them_and_never_an_admins():
+    from stackconfig.stack import StackConfigError
+    arn = "arn:aws:iam::123456789012:role/ml-infra"
+    teams = {"workloads": {"teams": [
+        {"name": "alpha", "members": [arn], "gpus": {"train": {"guarantee": 64, "cap": 128}}},
+        {"name": "beta", "members": [arn, "arn:aws:iam::123456789012:user/bob"], "gpus": {"rollout": {"cap": 128}}}]}}
+    graph = variant_graph(SHARED, teams)
+    entries = {r.inputs["principalArn"]: r.inputs["kubernetesGroups"] for r in graph.of_type("aws:eks/accessEntry:AccessEntry")
+               if "kubernetesGroups" in r.inputs}
+    assert entries == {arn: ["rl-team-alpha", "rl-team-beta"],
+                       "arn:aws:iam::123456789012:user/bob": ["rl-team-beta"]}
+    with pytest.raises(StackConfigError, match="members: arn:aws:iam::123456789012:role/ml-infra is in "
+                                               "cluster.adminRoleArns too"):
+        variant(SHARED, {**teams, "cluster": {"adminRoleArns": [arn]}})
+    with pytest.raises(StackConfigError, match="not a service-linked role"):
+        variant(SHARED, {"workloads": {"teams": [{"name": "alpha", "members": [
+            "arn:aws:iam::123456789012:role/aws-service-role/eks.amazonaws.com/AWSServiceRoleForAmazonEKS"]}]}})
+
+
+def test_listing_every_team_without_the_right_says_to_pass_a_team(api, capsys):
+    import unittest.mock as mock
+
+    from kubernetes.client import ApiException, CustomObjectsApi
+    _, client = api({})
+
+    def forbidden(self, *a, **kw):
+        raise ApiException(status=403, reason="Forbidden")
+    with mock.patch.object(CustomObjectsApi, "list_cluster_custom_object", forbidden):
+        assert main(["list"], client=client, out=lambda _: None) == 1
+    assert "a team member passes --team" in capsys.readouterr().err

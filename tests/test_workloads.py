@@ -69,6 +69,7 @@ def k8s_version(cfg) -> str:
 
 
 BUILTIN_GROUPS = {"networking.k8s.io", "rbac.authorization.k8s.io", "storage.k8s.io", "scheduling.k8s.io",
+                  "admissionregistration.k8s.io",
                   "node.k8s.io", "coordination.k8s.io", "discovery.k8s.io"}
 """Built-in API groups with a dot in their name (the others, core/apps/batch/policy, have none)."""
 

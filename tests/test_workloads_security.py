@@ -56,7 +56,8 @@ def graph_for(name: str) -> mocks.Graph:
 
 PODLESS = {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service",
            "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota",
-           "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+           "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+           "ValidatingAdmissionPolicyBinding"}
 
 
 def pod_specs(obj: dict) -> list[tuple[str, dict]]:

@@ -28,7 +28,7 @@ from . import layout as L
 from . import render as M
 from .model import WorkloadModel
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
-                           team_fsx_pv, team_fsx_pvc, team_objects, team_scripts)
+                           team_fsx_pv, team_fsx_pvc, team_objects, team_pod_policy, team_scripts)
 from .teams import team_group
 from .runs.submit import RunObjects
 
@@ -50,6 +50,8 @@ TYPED = {
     "RoleBinding": k8s.rbac.v1.RoleBinding,
     "ClusterRole": k8s.rbac.v1.ClusterRole,
     "ClusterRoleBinding": k8s.rbac.v1.ClusterRoleBinding,
+    "ValidatingAdmissionPolicy": k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+    "ValidatingAdmissionPolicyBinding": k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
 }
 
 
@@ -99,7 +101,9 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        submitters = [self._object(run_submitter_cluster_role(), after=[system])] if m.settings.teams else []
+        submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *team_pod_policy())]
+                      if m.settings.teams else [])
+        self.members = self._team_members(m, platform)
         self.teams = {team.name: self._team(team, m, platform, after=[system, *submitters], directories=dirs)
                       for team in m.settings.teams}
         self.runs = [self._custom(r.rayjob, after=[self.kuberay, self.volcano, *self.teams[r.run.team],
@@ -141,16 +145,23 @@ class Workloads(pulumi.ComponentResource):
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
             team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
-        members = [aws.eks.AccessEntry(f"{m.cluster_name}-team-{team.name}-{i}", cluster_name=platform.cluster.name,
-                                       principal_arn=arn, kubernetes_groups=[team_group(team.name)], type="STANDARD",
-                                       opts=pulumi.ResourceOptions(parent=self))
-                   for i, arn in enumerate(team.members)]
         fs = self.storage
         pv = self._object(team_fsx_pv(m, team, fs.id, fs.dns_name, fs.mount_name), after=[directories])
-        return [namespace, role, *members, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
+        return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
                                    else self._object(o, after=[namespace]) for o in rest),
                 self._object(team_scripts(m, team), after=[namespace]),
                 pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]
+
+    def _team_members(self, m: WorkloadModel, platform: Platform) -> list[aws.eks.AccessEntry]:
+        """One EKS access entry per member ARN (EKS allows one per principal), in the Kubernetes group
+        of every team that lists it; the RBAC bindings on those groups grant the rest."""
+        groups: dict[str, list[str]] = {}
+        for team in m.settings.teams:
+            for arn in team.members:
+                groups.setdefault(arn, []).append(team_group(team.name))
+        return [aws.eks.AccessEntry(f"{m.cluster_name}-member-{i}", cluster_name=platform.cluster.name, principal_arn=arn,
+                                    kubernetes_groups=names, type="STANDARD", opts=pulumi.ResourceOptions(parent=self))
+                for i, (arn, names) in enumerate(sorted(groups.items()))]
 
     def _opts(self, after: Sequence[pulumi.Resource]) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(after))

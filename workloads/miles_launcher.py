@@ -111,8 +111,14 @@ class Lease:
             self.path.unlink(missing_ok=True)
 
 
-def _stop(signum, _frame) -> None:
-    raise SystemExit(128 + signum)  # Ray stops a job with SIGTERM: unwind, so the lease is released
+def _stopper(lease: "Lease | None"):
+    """Ray stops a job with SIGTERM and kills it 3 s later (RAY_JOB_STOP_WAIT_TIME_S): release the
+    lease at once, then unwind."""
+    def stop(signum, _frame) -> None:
+        if lease is not None:
+            lease.__exit__()
+        raise SystemExit(128 + signum)
+    return stop
 
 
 def run(argv: list[str]) -> None:
@@ -134,11 +140,12 @@ def main(args: list[str]) -> None:
     p.add_argument("argv", nargs=argparse.REMAINDER, help=f"entry point and flags (default: ${ARGV_ENV})")
     a = p.parse_args(args)
     argv = a.argv or json.loads(os.environ[ARGV_ENV])
-    signal.signal(signal.SIGTERM, _stop)
-    if a.marker is None:
+    lease = None if a.marker is None else Lease(a.marker, a.attempt)
+    signal.signal(signal.SIGTERM, _stopper(lease))
+    if lease is None:
         run(argv)
         return
-    with Lease(a.marker, a.attempt):
+    with lease:
         run(argv)
 
 

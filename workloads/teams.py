@@ -73,8 +73,9 @@ class TeamSettings(SchemaModel):
     @classmethod
     def _arns(cls, arns: list[str]) -> list[str]:
         for arn in arns:
-            if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn):
-                raise ValueError(f"{arn!r}: allowed: an IAM role or user ARN (arn:aws:iam::<account>:role/<name>)")
+            if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn) or "/aws-service-role/" in arn:
+                raise ValueError(f"{arn!r}: allowed: an IAM role or user ARN (arn:aws:iam::<account>:role/<name>), "
+                                 f"not a service-linked role")
         return arns
 
 
@@ -92,6 +93,16 @@ def _gpu_pools(pools: Iterable[Pool]) -> dict[str, Pool]:
 def pool_gpus(pool: Pool) -> int:
     """GPUs of a pool at its desired size."""
     return pool.instance.gpus * pool.nodes.desired
+
+
+def validate_members(teams: Sequence[TeamSettings], admin_arns: Iterable[str]) -> None:
+    """A member ARN gets one EKS access entry (EKS allows one per principal): not also a cluster admin's."""
+    admins = set(admin_arns)
+    for t in teams:
+        both = sorted(admins & set(t.members))
+        if both:
+            raise ValueError(f"workloads.teams[{t.name}].members: {both[0]} is in cluster.adminRoleArns too, and EKS "
+                             f"allows one access entry per principal; allowed: a principal that is not a cluster admin")
 
 
 def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None:

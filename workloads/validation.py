@@ -12,7 +12,7 @@ from stackconfig.stack import CapacityType, Role
 
 from .argv import MODEL_PRESETS
 from . import moe_backend as moe
-from .teams import validate_teams
+from .teams import validate_members, validate_teams
 from .checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
@@ -46,6 +46,7 @@ def validate_images(cfg: "ProgramConfig") -> None:
 def validate(cfg: "ProgramConfig") -> None:
     w = cfg.workloads
     validate_teams(w.teams, cfg.pools)
+    validate_members(w.teams, cfg.cluster.admin_role_arns)
     names = {p.name: p for p in cfg.pools}
     allowed_pools = ", ".join(names)
 

@@ -152,6 +152,47 @@ def team_rbac(team: TeamSettings) -> list[dict]:
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUN_SUBMITTER}}]
 
 
+TEAM_POD_POLICY = "rl-team-pods"
+TEAM_POD_RULES = [
+    ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID)"
+     " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
+     "a team's pods may not use the node's network, PID or IPC namespaces"),
+    ("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+     "a team's pods may not mount a hostPath (other teams' volumes live under the node's kubelet directory)"),
+    ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+     " || !c.securityContext.privileged)",
+     "a team's containers may not be privileged"),
+    ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
+     " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'IPC_LOCK'))",
+     "a team's containers may add IPC_LOCK (RDMA memory registration) and no other capability"),
+]
+"""(CEL expression, message): what a team member's pod template may not do. Members create RayJobs,
+and with them any pod template; a privileged or hostPath pod could read another team's mounted
+directory on a shared node. Pod Security ``baseline`` would do most of this but refuses IPC_LOCK,
+which every GPU pod needs."""
+
+
+def team_pod_policy() -> list[dict]:
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) on every pod of every team
+    namespace (label ``rl.platform/team``), and its binding that denies what it rejects."""
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": TEAM_POD_POLICY, "labels": {PART_OF_LABEL: PART_OF}},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE", "UPDATE"],
+                                                               "resources": ["pods"]}]},
+                       "variables": [{"name": "containers", "expression":
+                                      "object.spec.containers + (has(object.spec.initContainers) ? "
+                                      "object.spec.initContainers : [])"}],
+                       "validations": [{"expression": e, "message": m} for e, m in TEAM_POD_RULES]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": TEAM_POD_POLICY, "labels": {PART_OF_LABEL: PART_OF}},
+               "spec": {"policyName": TEAM_POD_POLICY, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchExpressions": [
+                            {"key": TEAM_LABEL, "operator": "Exists"}]}}}}
+    return [policy, binding]
+
+
 def run_submitter_cluster_role() -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": RUN_SUBMITTER, "labels": {PART_OF_LABEL: PART_OF}}, "rules": CLUSTER_READ_RULES}
@@ -176,14 +217,19 @@ def team_fsx_pv(m: WorkloadModel, team: TeamSettings, file_system_id: Any, dns_n
     pv = fsx_pv(m, file_system_id, dns_name, mount_name)
     pv["metadata"] = {"name": f"{namespace_of(team.name)}-fsx", "labels": team_labels(team, "fsx")}
     pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": FSX_CLAIM}
-    pv["spec"]["csi"]["volumeAttributes"]["mountname"] = _subdirectory(mount_name, team_directory(team.name))
+    directory = team_directory(team.name)
+    pv["spec"]["csi"]["volumeAttributes"]["mountname"] = _joined(mount_name, "/", directory)
+    # Its own handle: the kubelet names a CSI volume by driver and handle, and a pod with two PVs of
+    # one handle never starts (kubernetes/kubernetes#91556); the driver only checks it is not empty
+    # (node.go:102-105) and, with no controller, never deletes by it.
+    pv["spec"]["csi"]["volumeHandle"] = _joined(file_system_id, "::", directory)
     return pv
 
 
-def _subdirectory(mount_name: Any, directory: str) -> Any:
-    if isinstance(mount_name, str):
-        return f"{mount_name}/{directory}"
-    return mount_name.apply(lambda name: f"{name}/{directory}")  # a Pulumi Output at deployment
+def _joined(value: Any, sep: str, suffix: str) -> Any:
+    if isinstance(value, str):
+        return f"{value}{sep}{suffix}"
+    return value.apply(lambda v: f"{v}{sep}{suffix}")  # a Pulumi Output at deployment
 
 
 def team_fsx_pvc(m: WorkloadModel, team: TeamSettings) -> dict:
@@ -215,5 +261,10 @@ def team_directories_job(m: WorkloadModel) -> dict:
     spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
             "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
             **placement(m.utility_pool)}
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(m, TEAM_DIRS),
-            "spec": {"backoffLimit": 4, "template": {"metadata": {"labels": labels(TEAM_DIRS)}, "spec": spec}}}
+    md = meta(m, TEAM_DIRS)
+    # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is
+    # replaced by the next `pulumi up` instead of failing it again.
+    md["annotations"] = {"pulumi.com/replaceUnready": "true"}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md,
+            "spec": {"backoffLimit": 4, "activeDeadlineSeconds": 600,
+                     "template": {"metadata": {"labels": labels(TEAM_DIRS)}, "spec": spec}}}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml
+from kubernetes.client import ApiException
 
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
@@ -171,6 +172,9 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
         return on_cluster(args, make, out)
     except (ValueError, LookupError) as err:  # NeverFits, a bad run or stack file, no such run
         print(f"runs: {err}", file=sys.stderr)
+        return 1
+    except ApiException as err:
+        print(f"runs: the cluster answered {err.status} {err.reason}: {err.body or ''}".rstrip(), file=sys.stderr)
         return 1
 
 

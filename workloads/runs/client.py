@@ -90,7 +90,13 @@ class RunClient:
             items = self.custom.list_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2],
                                                               label_selector=selector)["items"]
         else:
-            items = self.custom.list_cluster_custom_object(*RAYJOB, label_selector=selector)["items"]
+            try:
+                items = self.custom.list_cluster_custom_object(*RAYJOB, label_selector=selector)["items"]
+            except k8s.ApiException as err:
+                if err.status != 403:
+                    raise
+                raise LookupError("listing every team's runs needs a cluster-wide read of rayjobs (an administrator); "
+                                  "a team member passes --team") from None
         return sorted(items, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["labels"][RUN_LABEL],
                                             _attempt(j)))
 
