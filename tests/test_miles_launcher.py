@@ -147,3 +147,14 @@ def test_the_lease_names_its_attempt_and_a_later_attempts_lease_is_left_alone(tm
     with Lease(path, "3"):
         path.write_text("4")  # attempt 4 started while 3 was still unwinding
     assert path.read_text() == "4"
+
+
+def test_the_launchers_group_names_are_the_ray_groups_the_stack_renders():
+    """The launcher runs in the image without this package, so it names the groups itself."""
+    from test_workloads import variant
+
+    from workloads.miles_launcher import ROLLOUT_GROUP, TRAIN_GROUP
+    from workloads.model import derive
+    m = derive(variant("p5en-prod", {}))
+    assert [g.name for g in m.workers if g.gpus] == [TRAIN_GROUP, ROLLOUT_GROUP]
+    assert [g.name for g in m.workers if g.ray_resources.get("gpu_node")] == [TRAIN_GROUP]  # where the driver runs
