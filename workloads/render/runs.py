@@ -60,9 +60,9 @@ def rayjob_name(run: RunFile) -> str:
     return f"{run.name}-{run.attempt}"
 
 
-def podgroup_name(run: RunFile) -> str:
-    """The PodGroup KubeRay creates for the run (``ray-<rayjob>-pg``, volcano_scheduler.go:110-120)."""
-    return f"ray-{rayjob_name(run)}-pg"
+def podgroup_name(rayjob: str) -> str:
+    """The PodGroup KubeRay creates for a RayJob (``ray-<rayjob>-pg``, volcano_scheduler.go:110-120)."""
+    return f"ray-{rayjob}-pg"
 
 
 def priority_class_name(priority: str) -> str:

@@ -20,7 +20,7 @@ from stackconfig.stack import POOL_LABEL
 
 from ..miles_launcher import ARGV_ENV
 from ..render.common import RAY_NODE_TYPE_LABEL
-from ..render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE
+from ..render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE, podgroup_name
 from ..render.teams import namespace_of
 from ..settings import RunFile
 from ..teams import TEAM_LABEL
@@ -115,7 +115,7 @@ class RunClient:
         latest = jobs[-1]["metadata"]["name"]
         try:
             pg = self.custom.get_namespaced_custom_object(*PODGROUP[:2], namespace_of(team), PODGROUP[2],
-                                                          f"ray-{latest}-pg")
+                                                          podgroup_name(latest))
             podgroup = (pg.get("status") or {}).get("phase", "")
         except k8s.ApiException as err:
             if err.status != 404:
