@@ -6,7 +6,7 @@ rejected like everywhere else in the stack schema.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import re
 
@@ -120,17 +120,25 @@ class Versions(SchemaModel):
     software: SoftwareStack = SoftwareStack()
 
 
-def with_repository(value: Any, repository: str) -> Any:
-    """``value`` (a manifest, a list, an image) with the stack repository's URL in place of
-    ``STACK_REPOSITORY``; ValueError when it is needed and not given (``pulumi stack output
-    imageRepository``). At deployment the program does the same with the repository's Output."""
+def map_images(value: Any, fill: Callable[[str], Any]) -> Any:
+    """``value`` (a manifest, a list, an image) with ``fill(image)`` in place of every string that
+    names ``STACK_REPOSITORY``."""
     if isinstance(value, dict):
-        return {k: with_repository(v, repository) for k, v in value.items()}
+        return {k: map_images(v, fill) for k, v in value.items()}
     if isinstance(value, list):
-        return [with_repository(v, repository) for v in value]
+        return [map_images(v, fill) for v in value]
     if isinstance(value, str) and value.startswith(STACK_REPOSITORY):
+        return fill(value)
+    return value
+
+
+def with_repository(value: Any, repository: str) -> Any:
+    """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY``; ValueError when it is
+    needed and not given (``pulumi stack output imageRepository``). At deployment the program fills
+    in the repository's Output the same way (``map_images``)."""
+    def fill(image: str) -> str:
         if not repository:
             raise ValueError("the stack runs the default image in its own ECR repository: pass --repository "
                              "\"$(pulumi stack output imageRepository)\" (or set versions.software.image)")
-        return value.replace(STACK_REPOSITORY, repository, 1)
-    return value
+        return image.replace(STACK_REPOSITORY, repository, 1)
+    return map_images(value, fill)

@@ -47,11 +47,13 @@ def test_overlapping_demand_starts_by_priority_and_never_places_a_run_partly():
         run("a1", "alpha", "normal", train=8, rollout=8),
         run("b1", "beta", "high", train=8, rollout=16),
         run("a2", "alpha", "low", train=8, rollout=8),   # train is full after b1 and a1: waits, takes nothing
-        run("b2", "beta", "low", train=0 or 1, rollout=8),
+        run("b2", "beta", "low", train=1, rollout=8),    # rollout has 8 nodes free, train none: waits whole
     ])
     assert d["b1"].action == d["a1"].action == "starts"
     assert d["a2"].action == "waits" and "pool train: 8 nodes needed, 0 free" in d["a2"].why
-    assert d["b2"].action == "waits" and "rollout: 8 nodes needed, 8 free" not in d["b2"].why
+    assert d["b2"].action == "waits" and d["b2"].why == (
+        "whole gang or nothing: pool train: 1 nodes needed, 0 free; pool train: team beta would use 72 GPUs, "
+        "cap 64; pool rollout: team beta would use 192 GPUs, cap 128")
     order = plan_runs(cfg, [run("x", "alpha", "low", train=1, rollout=1), run("y", "beta", "high", train=1, rollout=1)])
     assert [o.run for o in order] == ["x", "y"] and all(o.action == "starts" for o in order)
 
@@ -217,7 +219,7 @@ def test_the_entrypoint_survives_bash_list2cmdline_and_sh_and_the_argv_travels_i
     assert job_argv(job)[0] == "/root/miles/train.py"
 
 
-def test_priority_classes_and_the_schedulers_preempt_reclaim_and_topology_configuration():
+def test_priority_classes_and_the_schedulers_preempt_and_reclaim_configuration():
     cfg = variant(SHARED, {})
     from workloads.model import derive
     from workloads.render import kuberay_values, volcano_values
@@ -279,7 +281,8 @@ def test_a_bad_runs_stack_names_the_field(override, message):
     from stackconfig.stack import StackConfigError
     with pytest.raises(StackConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         variant(SHARED, override)
-    with pytest.raises(StackConfigError, match="workloads.runs: declared runs bring up their own Ray clusters"):
+    with pytest.raises(StackConfigError, match=r"workloads.runs\[r\]: run r: stack 'p5en-prod' has workloads.submit "
+                                               r"raycluster, where the GPU nodes are held by the stack's own run"):
         variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
                                             "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}})
 

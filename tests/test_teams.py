@@ -34,7 +34,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     validate_teams(teams, pools)
     queue_schema = crd_schema("scheduling.volcano.sh/v1beta1", "Queue")
     for t in teams:
-        objs = team_objects(t, pools)
+        objs = team_objects(t, pools, "rl", 8000)
         assert objs[0] == team_namespace(t)
         assert [o["kind"] for o in objs] == (["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
                                                + ["Role", "RoleBinding", "ClusterRoleBinding"])

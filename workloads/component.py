@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.fsx import CheckpointFileSystem
 from components.platform import Platform
-from stackconfig.versions import STACK_REPOSITORY, Chart
+from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 
 from . import layout as L
 from . import render as M
@@ -177,13 +177,8 @@ class Workloads(pulumi.ComponentResource):
 
     def _with_repository(self, value):
         """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY`` (image fields)."""
-        if isinstance(value, dict):
-            return {k: self._with_repository(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._with_repository(v) for v in value]
-        if isinstance(value, str) and value.startswith(STACK_REPOSITORY):
-            return self._repository_url.apply(lambda url, v=value: v.replace(STACK_REPOSITORY, url, 1))
-        return value
+        return map_images(value, lambda image: self._repository_url.apply(
+            lambda url: image.replace(STACK_REPOSITORY, url, 1)))
 
     @staticmethod
     def _object_name(obj: dict) -> str:

@@ -247,7 +247,8 @@ class ImageSettings(SchemaModel):
     (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``)."""
     checkpoint_trigger: str = Field("public.ecr.aws/docker/library/busybox:1.37.0", pattern=r"^\S+$")
     """Small image with a POSIX shell, ``date``, ``mkdir`` and ``touch``: the Capacity Block end
-    CronJob. Not the training image, which is tens of GB and would have to be pulled first."""
+    CronJob and the team-directories Job (``render.common.file_system_task``). Not the training
+    image, which is tens of GB and would have to be pulled first."""
 
 
 CAPACITY_BLOCK_DRAIN_MINUTES = 40

@@ -101,9 +101,6 @@ def validate_run(cfg: "ProgramConfig") -> None:
     if w.submit is Submission.RUNS and not w.teams:
         raise ValueError("workloads.submit: runs are submitted to team queues, and no team is declared; "
                          "allowed: at least one entry in workloads.teams, or submit raycluster/torchx")
-    if w.runs and w.submit is not Submission.RUNS:
-        raise ValueError(f"workloads.runs: declared runs bring up their own Ray clusters, and workloads.submit is "
-                         f"{w.submit.value}, whose own run holds the GPU nodes; allowed: submit runs")
     if run.ray_job and w.submit is not Submission.RAYCLUSTER:
         raise ValueError("workloads.run.rayJob: a RayJob runs on the stack's RayCluster, and workloads.submit is "
                          "torchx (no RayCluster); allowed: rayJob false, or submit raycluster")

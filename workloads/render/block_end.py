@@ -8,15 +8,7 @@ from ..model import WorkloadModel
 from ..layout import CHECKPOINT_DIR, RUNNING_MARKER, SAVE_TRIGGER
 from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
 from ..teams import team_directory
-from .common import (
-    FSX_VOLUME,
-    fsx_volume,
-    labels,
-    meta,
-    placement,
-    pod_security_context,
-    security_context,
-)
+from .common import file_system_task, labels, meta
 
 # --- Capacity Block end --------------------------------------------------------------------------
 
@@ -66,17 +58,7 @@ def _every_running_run(m: WorkloadModel) -> list[str]:
 
 
 def trigger_template(m: WorkloadModel) -> dict:
-    p = m.paths
-    c = {"name": "trigger", "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
-         "command": ["/bin/sh", "-c", trigger_script(m)],
-         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-         # Root: the checkpoint directory belongs to root (Miles runs as root); no capability at all.
-         "securityContext": security_context(read_only=True),
-         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": p.mount}]}
-    spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
-            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
-            **placement(m.utility_pool)}
-    return {"metadata": {"labels": labels(CHECKPOINT_TRIGGER)}, "spec": spec}
+    return file_system_task(m, CHECKPOINT_TRIGGER, ["/bin/sh", "-c", trigger_script(m)])
 
 
 def checkpoint_trigger_cronjob(m: WorkloadModel) -> dict:

@@ -120,3 +120,18 @@ TMP_HOME_ENV = {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
 
 def scripts_volume() -> dict:
     return {"name": "scripts", "configMap": {"name": SCRIPTS}}
+
+
+def file_system_task(m: WorkloadModel, name: str, command: list[str]) -> dict:
+    """Pod template of a small task on the whole file system (the Capacity Block end trigger, the
+    team directories): the small shell image, on the utility pool, as root (the file system's
+    directories belong to root) with no capability, a read-only root filesystem and no API token."""
+    c = {"name": name, "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
+         "command": command,
+         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+         "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": m.paths.mount}]}
+    spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
+            **placement(m.utility_pool)}
+    return {"metadata": {"labels": labels(name)}, "spec": spec}

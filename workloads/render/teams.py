@@ -12,8 +12,8 @@ from ..resources import EFA, GPU
 from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
-from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, FSX_VOLUME, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, fsx_volume,
-                     labels, meta, placement, pod_security_context, security_context)
+from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, file_system_task,
+                     labels, meta)
 from .network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
 from .services import fsx_pv, fsx_pvc, scripts_configmap
 
@@ -198,8 +198,8 @@ def run_submitter_cluster_role() -> dict:
             "metadata": {"name": RUN_SUBMITTER, "labels": {PART_OF_LABEL: PART_OF}}, "rules": CLUSTER_READ_RULES}
 
 
-def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: str = "rl",
-                 reward_port: int | None = None) -> list[dict]:
+def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: str,
+                 reward_port: int | None) -> list[dict]:
     """Every object of one team that needs no file system, namespace first."""
     pools = list(pools)
     return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools),
@@ -253,18 +253,12 @@ def team_directories_job(m: WorkloadModel) -> dict:
     """A Job in the workloads' namespace (which mounts the whole file system) that creates every
     team's directory: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
     dirs = [f"{m.paths.mount}/{team_directory(t.name)}" for t in m.settings.teams]
-    c = {"name": "mkdir", "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
-         "command": ["mkdir", "-p", *dirs],
-         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-         "securityContext": security_context(read_only=True),
-         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": m.paths.mount}]}
-    spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
-            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
-            **placement(m.utility_pool)}
+    template = file_system_task(m, TEAM_DIRS, ["mkdir", "-p", *dirs])
     md = meta(m, TEAM_DIRS)
     # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is
-    # replaced by the next `pulumi up` instead of failing it again.
+    # replaced by the next `pulumi up` instead of failing it again (pulumi-kubernetes 4.34.2
+    # batch/v1/Job.py: "pulumi.com/replaceUnready").
     md["annotations"] = {"pulumi.com/replaceUnready": "true"}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": md,
             "spec": {"backoffLimit": 4, "activeDeadlineSeconds": 600,
-                     "template": {"metadata": {"labels": labels(TEAM_DIRS)}, "spec": spec}}}
+                     "template": template}}
