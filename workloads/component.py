@@ -153,8 +153,9 @@ class Workloads(pulumi.ComponentResource):
                 pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]
 
     def _team_members(self, m: WorkloadModel, platform: Platform) -> list[aws.eks.AccessEntry]:
-        """One EKS access entry per member ARN (EKS allows one per principal), in the Kubernetes group
-        of every team that lists it; the RBAC bindings on those groups grant the rest."""
+        """One EKS access entry per member ARN ("An IAM principal can't be included in more than one
+        access entry", EKS user guide, grant-k8s-access), in the Kubernetes group of every team that
+        lists it; STANDARD entries need no access policy: the RBAC bindings on those groups grant the rest."""
         groups: dict[str, list[str]] = {}
         for team in m.settings.teams:
             for arn in team.members:

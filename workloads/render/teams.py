@@ -173,7 +173,7 @@ which every GPU pod needs."""
 
 
 def team_pod_policy() -> list[dict]:
-    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) on every pod of every team
+    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) on every pod of every team
     namespace (label ``rl.platform/team``), and its binding that denies what it rejects."""
     policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
               "metadata": {"name": TEAM_POD_POLICY, "labels": {PART_OF_LABEL: PART_OF}},
