@@ -192,7 +192,7 @@ def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoint
     d = decisions(runs, running=["a-low", "b"])
     assert d["a-low"].action == "preempted" and d["a-high"].action == "starts" and d["b"].action == "running"
     assert d["a-low"].why == "preempt by a-high (high): asked to checkpoint, stops within 30 min"
-    assert d["a-high"].why == "starts after a-low checkpoint and stop"
+    assert d["a-high"].why == "starts after a-low checkpoint and stop; queue team-alpha holds 128 GPUs (deserved 248, limit 328)"
     same = decisions([runs[0], runs[1], run("a-same", "alpha", "low", train=8, rollout=8)], running=["a-low", "b"])
     assert same["a-low"].action == "running" and same["a-same"].action == "waits"  # the same priority never preempts
 

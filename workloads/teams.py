@@ -10,8 +10,8 @@ A team (``workloads.teams[]``) gets:
 - a ResourceQuota ``gpu-quota`` in its namespace: GPUs and EFA devices its pods may request;
 - NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
 
-Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, cap}}``) and checked against each pool's
-GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
+Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, deserved, cap}}``) and checked against
+each pool's GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
 (``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
 admission-time check here, not something the scheduler enforces.
 

@@ -96,8 +96,6 @@ class _Cluster:
     """Bytes of the shared file system not yet budgeted to a run (``checkpoint_budget``)."""
     allocated: dict[str, int]
     """Team -> GPUs its placed runs hold."""
-    admitted: dict[str, int] = field(default_factory=dict)
-    """Team -> GPUs of its Inqueue runs, admitted by enqueue, that hold no nodes yet."""
     placed: list[RunFile] = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)
     """Pool -> nodes of stopping victims no run may take before the next session."""
@@ -180,7 +178,7 @@ class Planner:
         pods = {t: sum(self._total(r) for r in running if r.team == t) for t in self.teams}
         out_runs = []
         for run in pending:
-            cap = sum(q.cap for q in self.teams[run.team].gpus.values())
+            cap = self.queues[run.team].capability
             if pods[run.team] + self._total(run) > cap:
                 self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} refuses its pods: team {run.team}'s pods "
                              f"would request {pods[run.team] + self._total(run)} GPUs, more than its {cap}")
@@ -193,21 +191,21 @@ class Planner:
         """Runs out of Pending: those admitted in an earlier session stay Inqueue; another is admitted
         when its queue's allocated + admitted + its own GPUs fit its limit (actions/enqueue/
         enqueue.go:81-103, capacity.go:1680-1692)."""
-        c.admitted = {t: 0 for t in self.teams}
+        admitted = {t: 0 for t in self.teams}
         for run in runs:
             if run.name in self._inqueue:
-                c.admitted[run.team] += self._total(run)
+                admitted[run.team] += self._total(run)
         for run in sorted(runs, key=self._job_order):
             if run.name in self._inqueue:
                 continue
             q, g = self.queues[run.team], self._total(run)
-            held = c.allocated[run.team] + c.admitted[run.team]
+            held = c.allocated[run.team] + admitted[run.team]
             if held + g > q.limit:
                 self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held} GPUs, {held + g} with this "
                              f"run, above its limit {q.limit} (capability {q.capability}, at most the cluster's GPUs "
                              f"not guaranteed to other queues); a Pending run neither preempts nor reclaims")
                 continue
-            c.admitted[run.team] += g
+            admitted[run.team] += g
             self._inqueue.add(run.name)
         return [r for r in runs if r.name in self._inqueue]
 
@@ -268,12 +266,15 @@ class Planner:
         return (f"whole gang or nothing: {'; '.join(blockers)}; preempt: no lower-priority run of team {run.team} "
                 f"frees enough; {reclaim}")
 
+    def _holds(self, c: _Cluster, run: RunFile, what: str) -> str:
+        q = self.queues[run.team]
+        return f"{what}; queue team-{run.team} holds {c.allocated[run.team]} GPUs (deserved {q.deserved}, limit {q.limit})"
+
     def _decide(self, out: dict[str, Decision], run: RunFile, action: str, why: str) -> None:
         out[run.name] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
 
     def _start(self, c: _Cluster, run: RunFile) -> None:
         c.take(run, self._total(run), self.disk[run.name])
-        c.admitted[run.team] -= self._total(run)
         self._inqueue.discard(run.name)
 
     def _session(self, c: _Cluster, pending: list[RunFile], running: list[RunFile],
@@ -286,7 +287,7 @@ class Planner:
                 left.append(run)
                 continue
             self._start(c, run)
-            self._decide(out, run, "starts", "starts")
+            self._decide(out, run, "starts", self._holds(c, run, "starts on free nodes"))
             changed = True
         for how, claim in (("preempt", self._preempt), ("reclaim", self._reclaim)):
             waiting = []
@@ -300,7 +301,8 @@ class Planner:
                     self._decide(out, v, "preempted", f"{before}{how} by {run.name} ({run.priority}): asked to "
                                  f"checkpoint, stops within {self.grace} min")
                 self._start(c, run)
-                self._decide(out, run, "starts", f"starts after {', '.join(v.name for v in victims)} checkpoint and stop")
+                self._decide(out, run, "starts", self._holds(
+                    c, run, f"starts after {', '.join(v.name for v in victims)} checkpoint and stop"))
                 changed = True
             left = waiting
         for run in left:
