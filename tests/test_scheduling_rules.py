@@ -21,7 +21,8 @@ from workloads.settings import RunFile
 
 SHARED = "p5en-shared"
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
-HIERARCHY, HIERARCHY_WEIGHTS = "volcano.sh/hierarchy", "volcano.sh/hierarchy-weights"  # apis scheduling/v1beta1/labels.go:26-28
+# staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1/labels.go:26-28
+HIERARCHY, HIERARCHY_WEIGHTS = "volcano.sh/hierarchy", "volcano.sh/hierarchy-weights"
 
 
 # --- the queue admission webhook ------------------------------------------------------------------
@@ -105,14 +106,16 @@ def test_every_queue_a_stack_renders_passes_the_queue_webhook(stack):
 def test_team_settings_keep_guarantee_deserved_and_cap_in_order():
     def teams(alpha: dict) -> dict:
         return {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": alpha}}]}}
-    with pytest.raises(StackConfigError, match=r"workloads.teams\[alpha\].gpus.train.deserved: 200 is outside guarantee..cap; allowed: 16..128"):
+    with pytest.raises(StackConfigError,
+                       match=r"teams\[alpha\].gpus.train.deserved: 200 is outside guarantee..cap; allowed: 16..128"):
         variant(SHARED, teams({"guarantee": 16, "deserved": 200, "cap": 128}))
     with pytest.raises(StackConfigError, match=r"deserved: 8 is outside guarantee..cap; allowed: 16..128"):
         variant(SHARED, teams({"guarantee": 16, "deserved": 8, "cap": 128}))
-    with pytest.raises(StackConfigError, match=r"workloads.teams\[alpha\].weight: the capacity plugin the scheduler runs does not read queue weights"):
+    with pytest.raises(StackConfigError,
+                       match=r"workloads.teams\[alpha\].weight: the capacity plugin the scheduler runs does not read"):
         variant(SHARED, {"workloads": {"teams": [{"name": "alpha", "weight": 2, "gpus": {"train": {"cap": 8}}}]}})
-    with pytest.raises(StackConfigError, match=r"workloads.teams\[b\].gpus.train.deserved: deserved shares over pool train sum "
-                                         r"to 136 \(a 80 \+ b 56\), more than its 128 GPUs"):
+    with pytest.raises(StackConfigError, match=r"workloads.teams\[b\].gpus.train.deserved: deserved shares over pool "
+                                               r"train sum to 136 \(a 80 \+ b 56\), more than its 128 GPUs"):
         variant(SHARED, {"workloads": {"teams": [{"name": "a", "gpus": {"train": {"deserved": 80, "cap": 128}}},
                                                  {"name": "b", "gpus": {"train": {"deserved": 56, "cap": 64}}}]}})
 
@@ -156,18 +159,20 @@ def test_a_team_at_its_cap_has_its_pods_refused_by_its_resource_quota_and_preemp
     d = decisions([run("b-low", "beta", "low", train=8, rollout=16), run("b-high", "beta", "high", train=1, rollout=1)],
                   running=["b-low"])
     assert d["b-low"].action == "running" and d["b-high"].action == "waits"
-    assert d["b-high"].why == "ResourceQuota gpu-quota refuses its pods: team beta's pods would request 208 GPUs, more than its 192"
+    assert d["b-high"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 208 GPUs, "
+                               "more than its 192")
 
 
 def test_a_run_over_its_queues_limit_stays_pending_and_never_preempts_its_own_team_even_on_free_nodes():
     """enqueue admits a job only while allocated + inqueue + its minimum fit realCapability
     (actions/enqueue/enqueue.go:95, capacity.go:1687-1689); preempt skips Pending jobs
     (actions/preempt/preempt.go:113-115), and so does reclaim (actions/reclaim/reclaim.go:72-74)."""
-    d = decisions([run("a-low", "alpha", "low", train=8, rollout=24), run("a-high", "alpha", "high", train=4, rollout=8)],
+    d = decisions([run("a-low", "alpha", "low", train=8, rollout=24),
+                   run("a-high", "alpha", "high", train=4, rollout=8)],
                   running=["a-low"])  # 256 GPUs held; 8 train and 8 rollout nodes free
     assert d["a-low"].action == "running" and d["a-high"].action == "waits"
-    assert d["a-high"].why.startswith("Pending: queue team-alpha holds 256 GPUs, 352 with this run, above its limit 328 "
-                                      "(capability 384")
+    assert d["a-high"].why.startswith("Pending: queue team-alpha holds 256 GPUs, 352 with this run, above its "
+                                      "limit 328 (capability 384")
 
 
 def test_free_nodes_go_to_the_queue_with_the_lowest_share_of_its_deserved_not_to_the_first_submitted():
@@ -178,8 +183,9 @@ def test_free_nodes_go_to_the_queue_with_the_lowest_share_of_its_deserved_not_to
     d = decisions(runs, running=["a0"])  # alpha 32/248, beta 0/136: beta first; 14 train nodes free
     assert d["b1"].action == "starts" and d["a1"].action == "waits"
     assert d["a1"].why.startswith("whole gang or nothing: pool train: 8 nodes needed, 6 free")
-    first = {"workloads": {"teams": [{"name": "alpha", "priority": 1, "gpus": {"train": {"cap": 128}, "rollout": {"cap": 256}}},
-                                     {"name": "beta", "gpus": {"train": {"cap": 64}, "rollout": {"cap": 128}}}]}}
+    first = {"workloads": {"teams": [
+        {"name": "alpha", "priority": 1, "gpus": {"train": {"cap": 128}, "rollout": {"cap": 256}}},
+        {"name": "beta", "gpus": {"train": {"cap": 64}, "rollout": {"cap": 128}}}]}}
     d = decisions(runs, running=["a0"], override=first)  # a higher queue priority goes first
     assert d["a1"].action == "starts" and d["b1"].action == "waits"
 
@@ -192,7 +198,8 @@ def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoint
     d = decisions(runs, running=["a-low", "b"])
     assert d["a-low"].action == "preempted" and d["a-high"].action == "starts" and d["b"].action == "running"
     assert d["a-low"].why == "preempt by a-high (high): asked to checkpoint, stops within 30 min"
-    assert d["a-high"].why == "starts after a-low checkpoint and stop; queue team-alpha holds 128 GPUs (deserved 248, limit 328)"
+    assert d["a-high"].why == ("starts after a-low checkpoint and stop; queue team-alpha holds 128 GPUs "
+                               "(deserved 248, limit 328)")
     same = decisions([runs[0], runs[1], run("a-same", "alpha", "low", train=8, rollout=8)], running=["a-low", "b"])
     assert same["a-low"].action == "running" and same["a-same"].action == "waits"  # the same priority never preempts
 
@@ -237,8 +244,10 @@ def test_no_team_reclaims_beyond_its_deserved():
 
 def test_reclaim_never_takes_a_team_below_its_guarantee():
     """checkGuaranteeConstraint (capacity.go:1842-1850): allocated less the victim's pod stays >= guarantee."""
-    teams = [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}, "rollout": {"deserved": 128, "cap": 256}}},
-             {"name": "beta", "gpus": {"train": {"guarantee": 61, "cap": 64}, "rollout": {"guarantee": 124, "cap": 128}}}]
+    teams = [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128},
+                                        "rollout": {"deserved": 128, "cap": 256}}},
+             {"name": "beta", "gpus": {"train": {"guarantee": 61, "cap": 64},
+                                       "rollout": {"guarantee": 124, "cap": 128}}}]
     runs = [run("b-big", "beta", train=8, rollout=16), run("a0", "alpha", train=8, rollout=8),
             run("a-new", "alpha", "low", train=1, rollout=1)]  # beta 192 > its 185; 192 - 8 < 185
     d = decisions(runs, running=["b-big", "a0"], override={"workloads": {"teams": teams}})
@@ -260,18 +269,30 @@ def _shared_teams() -> list[dict]:
         "config"]["moe-rl-platform:platform"]["workloads"]["teams"]
 
 
-def test_the_plan_command_follows_the_rules_on_two_teams_overlapping_demand(tmp_path):
-    """runs/*.yaml with beta's sweep and a second beta run holding 192 GPUs (above its deserved 136)
-    and 12 training nodes: alpha's run needs 8 of the 4 free, is within its deserved, and reclaims
-    beta's lowest-priority run."""
-    probe = tmp_path / "beta-probe.yaml"
-    probe.write_text("name: beta-probe\nteam: beta\npriority: normal\nnodes: {train: 8, rollout: 4}\n"
-                     "model: Qwen/Qwen3-30B-A3B\nparallel: {tensor: 4, expert: 8}\n")
-    files = [*map(str, sorted((ROOT / "runs").glob("*.yaml"))), str(probe)]
+def _plan(tmp_path, extra: str, running: str) -> dict[str, str]:
+    """``python -m workloads.runs plan p5en-shared runs/*.yaml <extra run>``: run name -> its line."""
+    probe = tmp_path / "probe.yaml"
+    probe.write_text(extra + "model: Qwen/Qwen3-30B-A3B\nparallel: {tensor: 4, expert: 8}\n")
     out: list[str] = []
-    assert main(["plan", SHARED, *files, "--running", "beta-lr-sweep,beta-probe"], out=out.append) == 0
-    lines = {line.split()[0]: line for line in out if line and not line.startswith(" ")}
+    files = [*map(str, sorted((ROOT / "runs").glob("*.yaml"))), str(probe)]
+    assert main(["plan", SHARED, *files, "--running", running], out=out.append) == 0
+    return {line.split()[0]: line for line in out if line and not line.startswith(" ")} | {"": "\n".join(out)}
+
+
+def test_the_plan_command_follows_the_rules_on_two_teams_overlapping_demand(tmp_path):
+    """The sample runs (alpha's grpo-qwen3-30b, 8 train nodes, normal; beta's beta-lr-sweep, 4, low)
+    and a third run already running. With alpha's probe holding 8 of the 16 training nodes, only one
+    of the two fits: beta's queue, at 0/136 of its deserved, is served before alpha's at 128/248,
+    whatever the runs' priorities, and alpha (128 + 192 > 248) may not reclaim."""
+    lines = _plan(tmp_path, "name: alpha-probe\nteam: alpha\nnodes: {train: 8, rollout: 8}\n", "alpha-probe")
+    assert " starts " in lines["beta-lr-sweep"] and " waits " in lines["grpo-qwen3-30b"]
+    assert lines["grpo-qwen3-30b"].endswith("pool train: 8 nodes needed, 4 free; preempt: no lower-priority run of "
+                                            "team alpha frees enough; reclaim: team alpha would hold 320 GPUs, above "
+                                            "its deserved 248")
+    # With beta's probe instead (beta 192 GPUs, 56 above its deserved; 12 training nodes), alpha's run
+    # is within its deserved and reclaims beta's lowest-priority run.
+    lines = _plan(tmp_path, "name: beta-probe\nteam: beta\nnodes: {train: 8, rollout: 4}\n",
+                  "beta-lr-sweep,beta-probe")
     assert "preempted" in lines["beta-lr-sweep"] and "reclaim by grpo-qwen3-30b (normal)" in lines["beta-lr-sweep"]
-    assert " starts " in lines["grpo-qwen3-30b"] and "after beta-lr-sweep checkpoint and stop" in lines["grpo-qwen3-30b"]
-    assert " running " in lines["beta-probe"]
-    assert "pool train: 16/16 nodes claimed by running and starting runs" in out
+    assert " starts " in lines["grpo-qwen3-30b"] and "after beta-lr-sweep checkpoint" in lines["grpo-qwen3-30b"]
+    assert " running " in lines["beta-probe"] and "pool train: 16/16 nodes claimed by running" in lines[""]

@@ -201,9 +201,10 @@ class Planner:
             q, g = self.queues[run.team], self._total(run)
             held = c.allocated[run.team] + admitted[run.team]
             if held + g > q.limit:
-                self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held} GPUs, {held + g} with this "
-                             f"run, above its limit {q.limit} (capability {q.capability}, at most the cluster's GPUs "
-                             f"not guaranteed to other queues); a Pending run neither preempts nor reclaims")
+                self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held} GPUs, {held + g} "
+                             f"with this run, above its limit {q.limit} (capability {q.capability}, at most the "
+                             f"cluster's GPUs not guaranteed to other queues); a Pending run neither preempts "
+                             f"nor reclaims")
                 continue
             admitted[run.team] += g
             self._inqueue.add(run.name)
@@ -268,7 +269,8 @@ class Planner:
 
     def _holds(self, c: _Cluster, run: RunFile, what: str) -> str:
         q = self.queues[run.team]
-        return f"{what}; queue team-{run.team} holds {c.allocated[run.team]} GPUs (deserved {q.deserved}, limit {q.limit})"
+        return (f"{what}; queue team-{run.team} holds {c.allocated[run.team]} GPUs "
+                f"(deserved {q.deserved}, limit {q.limit})")
 
     def _decide(self, out: dict[str, Decision], run: RunFile, action: str, why: str) -> None:
         out[run.name] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
