@@ -102,6 +102,8 @@ def fsx_csi_values() -> dict:
 
 
 def volcano_queue(m: WorkloadModel) -> dict:
+    """The platform's own queue: no guarantee, deserved or capability (the ``capacity`` plugin lets it
+    use what no other queue is guaranteed, capacity.go:1081-1088), and never reclaimed from."""
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
             "metadata": {"name": VOLCANO_QUEUE, "labels": labels("volcano-queue")},
-            "spec": {"weight": 1, "reclaimable": False}}
+            "spec": {"reclaimable": False}}
