@@ -14,12 +14,14 @@ session, after the runs already running:
 3. allocate: queues by priority, then least allocated/deserved; within a queue runs by priority,
    then file order; a run starts when every pool it needs has the nodes free;
 4. preempt: an admitted run takes the nodes of Running lower-priority runs of its own team;
-5. reclaim: an admitted run whose team stays within its deserved share takes the nodes of Running
-   runs of reclaimable teams above their deserved share, never taking a team below its guarantee.
+5. reclaim: an admitted run whose team stays within its deserved share takes, pod by pod, nodes of
+   Running runs of reclaimable teams while such a team is above its deserved share and keeps its
+   guarantee without the pod.
 
 A victim is asked for a checkpoint through the save sentinel and has ``checkpointMinutes`` (the pods'
-termination grace period) to write it before its pods stop. Sessions repeat until nothing changes: a
-run started in one session is Running, and so a possible victim, in the next. Nodes are not all a
+termination grace period) to write it before its pods stop; a run that loses a pod stops whole, and
+its other nodes are free from the next session on. Sessions repeat until nothing changes: a run
+started in one session is Running, and so a possible victim, in the next. Nodes are not all a
 run needs: its checkpoint budget (saves kept, its staged model and data; ``checkpoint_budget``) must
 fit in what the shared file system has left after the runs placed before it.
 """
