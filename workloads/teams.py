@@ -48,25 +48,27 @@ class GpuQuota(SchemaModel):
 
     guarantee: int = Field(0, ge=0)
     """Never reclaimed from the team: the capacity plugin keeps a victim's queue at or above it."""
-    deserved: int | None = Field(None, ge=0)
+    deserved: int = Field(0, ge=0)
     """The team's share: it may reclaim up to it from teams above theirs, and above it its runs may be
     reclaimed. Default: the guarantee."""
     cap: int = Field(ge=1)
     """The most it may use (Queue capability and namespace ResourceQuota), borrowing idle GPUs."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _deserved_defaults_to_guarantee(cls, data: object) -> object:
+        if isinstance(data, dict) and "deserved" not in data:
+            return {**data, "deserved": data.get("guarantee", 0)}
+        return data
+
     @model_validator(mode="after")
     def _ordered(self) -> GpuQuota:
         if self.guarantee > self.cap:
             raise ValueError(f"guarantee: {self.guarantee} exceeds cap {self.cap}; allowed: 0..{self.cap}")
-        if self.deserved is not None and not self.guarantee <= self.deserved <= self.cap:
+        if not self.guarantee <= self.deserved <= self.cap:
             raise ValueError(f"deserved: {self.deserved} is outside guarantee..cap; allowed: "
                              f"{self.guarantee}..{self.cap}")
         return self
-
-    @property
-    def share(self) -> int:
-        """The deserved GPUs (the guarantee when ``deserved`` is not set)."""
-        return self.guarantee if self.deserved is None else self.deserved
 
 
 class TeamSettings(SchemaModel):
@@ -153,7 +155,7 @@ def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None
     for name, pool in gpu.items():
         total = pool_gpus(pool)
         for what, plural, of in (("guarantee", "guarantees", lambda q: q.guarantee),
-                                 ("deserved", "deserved shares", lambda q: q.share)):
+                                 ("deserved", "deserved shares", lambda q: q.deserved)):
             claims = [(t.name, of(t.gpus[name])) for t in teams if name in t.gpus]
             if sum(g for _, g in claims) > total:
                 parts = " + ".join(f"{n} {g}" for n, g in claims)

@@ -64,7 +64,7 @@ def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
     Volcano quotas are per resource (``nvidia.com/gpu``), not per pool: a team with quota on two GPU
     pools gets one GPU total here; the per-pool split is checked by ``validate_teams`` only.
     """
-    guarantee, deserved = _sum_guarantees(team), sum(q.share for q in team.gpus.values())
+    guarantee, deserved = _sum_guarantees(team), sum(q.deserved for q in team.gpus.values())
     spec: dict[str, Any] = {"reclaimable": team.reclaimable, "priority": team.priority,
                             "capability": {GPU: _sum_caps(team)}}
     if deserved:

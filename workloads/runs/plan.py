@@ -86,7 +86,7 @@ def queue_shares(teams: Sequence[TeamSettings], cluster_gpus: int) -> dict[str, 
     for t in teams:
         cap = sum(q.cap for q in t.gpus.values())
         limit = min(cap, max(cluster_gpus - sum(guarantees.values()), 0) + guarantees[t.name])
-        deserved = max(min(sum(q.share for q in t.gpus.values()), limit), guarantees[t.name])
+        deserved = max(min(sum(q.deserved for q in t.gpus.values()), limit), guarantees[t.name])
         out[t.name] = QueueShare(guarantees[t.name], deserved, cap, limit, t.priority, t.reclaimable)
     return out
 
