@@ -176,7 +176,8 @@ class Planner:
 
     def _with_pods(self, pending: list[RunFile], running: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
         """Runs whose pods the team's ResourceQuota admits (requests.nvidia.com/gpu = the sum of its
-        caps), in the order they were submitted; KubeRay retries the others' pods."""
+        caps), in the order they were submitted; KubeRay retries the others' pods. It creates a run's
+        pods one by one, so some of a refused run's pods may exist and hold quota: the plan counts none."""
         pods = {t: sum(self._total(r) for r in running if r.team == t) for t in self.teams}
         out_runs = []
         for run in pending:
