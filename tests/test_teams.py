@@ -26,7 +26,7 @@ def team(name: str, **gpus: tuple[int, int]) -> TeamSettings:
 @pytest.fixture(scope="module")
 def teams():
     return [team("alpha", train=(64, 128), rollout=(32, 64)),
-            TeamSettings.model_validate({"name": "beta", "weight": 3, "priority": 5, "reclaimable": False,
+            TeamSettings.model_validate({"name": "beta", "priority": 5, "reclaimable": False,
                                          "gpus": {"rollout": {"guarantee": 128, "cap": 256}}})]
 
 
@@ -55,9 +55,9 @@ def test_quota_numbers(teams, pools):
     alpha, beta = teams
     q = team_queue(alpha, pools)
     assert q["metadata"]["name"] == "team-alpha" and "namespace" not in q["metadata"]
-    assert q["spec"] == {"weight": 1, "reclaimable": True, "priority": 0, "capability": {"nvidia.com/gpu": 192},
-                         "guarantee": {"resource": {"nvidia.com/gpu": 96}}}
-    assert team_queue(beta, pools)["spec"]["weight"] == 3
+    assert q["spec"] == {"reclaimable": True, "priority": 0, "capability": {"nvidia.com/gpu": 192},
+                         "deserved": {"nvidia.com/gpu": 96}, "guarantee": {"resource": {"nvidia.com/gpu": 96}}}
+    assert team_queue(beta, pools)["spec"]["priority"] == 5
     assert team_queue(beta, pools)["spec"]["reclaimable"] is False
     rq = team_resource_quota(alpha, pools)
     assert rq["metadata"]["name"] == "gpu-quota"

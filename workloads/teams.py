@@ -4,13 +4,14 @@ cluster's GPU pools; the objects are rendered by ``render/teams.py``.
 A team (``workloads.teams[]``) gets:
 
 - a Namespace ``team-<name>`` labelled ``rl.platform/team=<name>``;
-- a cluster-scoped Volcano Queue ``team-<name>``: weight, priority, whether others may borrow its
-  unused guarantee (``reclaimable``), a guarantee and a capability in GPUs;
+- a cluster-scoped Volcano Queue ``team-<name>``: priority, whether other teams may reclaim what it
+  uses beyond its deserved share (``reclaimable``), and its guarantee, deserved share and capability
+  in GPUs, read by Volcano's ``capacity`` plugin (README, "Scheduling rules");
 - a ResourceQuota ``gpu-quota`` in its namespace: GPUs and EFA devices its pods may request;
 - NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
 
-Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, cap}}``) and checked against each pool's
-GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
+Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, deserved, cap}}``) and checked against
+each pool's GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
 (``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
 admission-time check here, not something the scheduler enforces.
 
@@ -41,15 +42,32 @@ QUOTA_NAME = "gpu-quota"
 
 
 class GpuQuota(SchemaModel):
-    """GPUs of one pool a team is guaranteed and may use at most."""
+    """GPUs of one pool a team is guaranteed, deserves and may use at most: guarantee <= deserved <= cap,
+    the order Volcano's queue webhook requires (volcano v1.15.1
+    pkg/webhooks/admission/queues/validate/validate_queue.go:242-290)."""
 
     guarantee: int = Field(0, ge=0)
+    """Never reclaimed from the team: the capacity plugin keeps a victim's queue at or above it."""
+    deserved: int = Field(0, ge=0)
+    """The team's share: it may reclaim up to it from teams above theirs, and above it its runs may be
+    reclaimed. Default: the guarantee."""
     cap: int = Field(ge=1)
+    """The most it may use (Queue capability and namespace ResourceQuota), borrowing idle GPUs."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deserved_defaults_to_guarantee(cls, data: object) -> object:
+        if isinstance(data, dict) and "deserved" not in data:
+            return {**data, "deserved": data.get("guarantee", 0)}
+        return data
 
     @model_validator(mode="after")
-    def _guarantee_within_cap(self) -> GpuQuota:
+    def _ordered(self) -> GpuQuota:
         if self.guarantee > self.cap:
             raise ValueError(f"guarantee: {self.guarantee} exceeds cap {self.cap}; allowed: 0..{self.cap}")
+        if not self.guarantee <= self.deserved <= self.cap:
+            raise ValueError(f"deserved: {self.deserved} is outside guarantee..cap; allowed: "
+                             f"{self.guarantee}..{self.cap}")
         return self
 
 
@@ -61,13 +79,21 @@ class TeamSettings(SchemaModel):
     gpus: dict[str, GpuQuota] = {}
     """Pool name -> quota; GPU pools only (checked by ``validate_teams``)."""
     reclaimable: bool = True
-    """Other queues may borrow this team's unused guarantee (and have it reclaimed)."""
-    weight: int = Field(1, ge=1, le=65535)
+    """Other teams may reclaim what this team uses beyond its deserved share."""
     priority: int = Field(0, ge=0)
+    """Queue priority: Volcano's capacity plugin serves a higher one first (capacity.go:1183-1193)."""
     members: list[str] = []
     """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
     the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.runs`` in the team's
     namespace and nowhere else."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_weight(cls, data: object) -> object:
+        if isinstance(data, dict) and "weight" in data:
+            raise ValueError("weight: the capacity plugin the scheduler runs does not read queue weights; "
+                             "allowed: gpus.<pool>.deserved, the team's share in GPUs")
+        return data
 
     @field_validator("members")
     @classmethod
@@ -128,12 +154,14 @@ def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None
                                  f"allowed: 1..{total}")
     for name, pool in gpu.items():
         total = pool_gpus(pool)
-        claims = [(t.name, t.gpus[name].guarantee) for t in teams if name in t.gpus]
-        if sum(g for _, g in claims) > total:
-            parts = " + ".join(f"{n} {g}" for n, g in claims)
-            raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.guarantee: guarantees over pool {name} "
-                             f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
-                             f"size; allowed: a sum <= {total}")
+        for what, plural, of in (("guarantee", "guarantees", lambda q: q.guarantee),
+                                 ("deserved", "deserved shares", lambda q: q.deserved)):
+            claims = [(t.name, of(t.gpus[name])) for t in teams if name in t.gpus]
+            if sum(g for _, g in claims) > total:
+                parts = " + ".join(f"{n} {g}" for n, g in claims)
+                raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.{what}: {plural} over pool {name} "
+                                 f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
+                                 f"size; allowed: a sum <= {total}")
 
 
 def team_group(team: str) -> str:

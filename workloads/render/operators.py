@@ -55,16 +55,25 @@ SCHEDULER_ACTIONS = "enqueue, allocate, preempt, reclaim, backfill"
 
 def scheduler_config() -> dict:
     """Volcano 1.15.1's default scheduler configuration (installer/helm/chart/volcano/config/
-    volcano-scheduler.conf) with the ``preempt`` action (a higher PriorityClass takes a lower run's
-    nodes within a queue) and ``reclaim`` (a queue under its guarantee takes nodes back from
-    reclaimable queues above theirs), and without ``overcommit``: preempt and reclaim only consider
-    jobs already Inqueue (actions/preempt/preempt.go:113, actions/reclaim/reclaim.go:72), and
-    overcommit keeps a job Pending while its minimum resources exceed 1.2 x the cluster's idle
-    ones, which on a full cluster is every run that would need to preempt. Queue capability
-    (``proportion``) and the gang still bound what is admitted."""
+    volcano-scheduler.conf: enqueue, allocate, backfill; overcommit, proportion) changed three ways:
+
+    - ``capacity`` instead of ``proportion``: each team queue's share is the ``deserved`` the stack
+      sets, not one derived each session from the weights and every queue's pending requests
+      (proportion.go:197-264). A queue may borrow idle GPUs up to its capability (capacity.go:1629-1660,
+      no OverusedFn), reclaims up to its deserved (:648-715) from queues above theirs, never below their
+      guarantee (:515-547). The two plugins cannot run together (docs/user-guide/how_to_use_capacity_plugin.md);
+    - the ``preempt`` action (a higher PriorityClass takes a lower run's nodes within a queue) and
+      ``reclaim`` (a queue under its deserved takes nodes back from reclaimable queues above theirs);
+    - no ``overcommit``: preempt and reclaim only consider jobs already Inqueue (actions/preempt/
+      preempt.go:112-115, actions/reclaim/reclaim.go:71-74), and overcommit keeps a job Pending while its
+      minimum resources exceed 1.2 x the cluster's idle ones, which on a full cluster is every run that
+      would need to preempt. The queue capability (``capacity``'s enqueue check) and the gang still
+      bound what is admitted.
+
+    ``workloads.runs.plan`` follows these rules."""
     return {"actions": SCHEDULER_ACTIONS, "tiers": [
         {"plugins": [{"name": "priority"}, {"name": "gang", "enablePreemptable": False}, {"name": "conformance"}]},
-        {"plugins": [{"name": "drf", "enablePreemptable": False}, {"name": "predicates"}, {"name": "proportion"},
+        {"plugins": [{"name": "drf", "enablePreemptable": False}, {"name": "predicates"}, {"name": "capacity"},
                      {"name": "nodeorder"}, {"name": "binpack"}]}]}
 
 
@@ -93,6 +102,8 @@ def fsx_csi_values() -> dict:
 
 
 def volcano_queue(m: WorkloadModel) -> dict:
+    """The platform's own queue: no guarantee, deserved or capability (the ``capacity`` plugin lets it
+    use what no other queue is guaranteed, capacity.go:1081-1088), and never reclaimed from."""
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
             "metadata": {"name": VOLCANO_QUEUE, "labels": labels("volcano-queue")},
-            "spec": {"weight": 1, "reclaimable": False}}
+            "spec": {"reclaimable": False}}

@@ -54,16 +54,21 @@ def team_namespace(team: TeamSettings) -> dict:
 
 
 def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
-    """The team's Volcano Queue: guarantee = sum of guarantees, capability = sum of caps (in GPUs).
-    No ``deserved``: the ``proportion`` plugin the scheduler runs derives it from the weights and
-    ignores the field (only the ``capacity`` plugin reads it; volcano v1.15.1 capacity.go:1060).
+    """The team's Volcano Queue for the ``capacity`` plugin: guarantee <= deserved <= capability, each
+    the sum over the team's pools, in GPUs. Volcano's queue webhook (failurePolicy Fail) refuses a
+    guarantee without a deserved at least as large, and a deserved above the capability (volcano
+    v1.15.1 pkg/webhooks/admission/queues/validate/validate_queue.go:242-290); no parent, so its
+    hierarchy checks pass (:373-376, :531-571). A zero deserved or guarantee is left out: the plugin
+    reads an absent one as empty (capacity.go:1060, :1078-1080).
 
     Volcano quotas are per resource (``nvidia.com/gpu``), not per pool: a team with quota on two GPU
     pools gets one GPU total here; the per-pool split is checked by ``validate_teams`` only.
     """
-    guarantee, cap = _sum_guarantees(team), _sum_caps(team)
-    spec: dict[str, Any] = {"weight": team.weight, "reclaimable": team.reclaimable, "priority": team.priority,
-                            "capability": {GPU: cap}}
+    guarantee, deserved = _sum_guarantees(team), sum(q.deserved for q in team.gpus.values())
+    spec: dict[str, Any] = {"reclaimable": team.reclaimable, "priority": team.priority,
+                            "capability": {GPU: _sum_caps(team)}}
+    if deserved:
+        spec["deserved"] = {GPU: deserved}
     if guarantee:
         spec["guarantee"] = {"resource": {GPU: guarantee}}
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
