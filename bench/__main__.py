@@ -19,6 +19,7 @@ from kubernetes.client import ApiException
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.stack import StackConfigError
 from workloads.runs.client import RunClient
+from workloads.stack import ProgramConfig
 
 from .cost import render_estimate
 from .experiment import load_experiment
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
     try:
         if args.command == "estimate":
             exp = load_experiment(args.experiment)
-            out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir)))
+            out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
         elif args.command == "run":
             from workloads.runs.__main__ import kube_client
 

@@ -15,6 +15,8 @@ from catalog import CATALOG
 from stackconfig.files import read_stack
 from stackconfig.stack import StackConfig
 
+from workloads.stack import ProgramConfig
+
 from .artifacts import Node
 from .experiment import Experiment, arm_run, schedule
 
@@ -45,7 +47,7 @@ def stack_prices(stack: StackConfig | None) -> Prices:
 
 
 def load_prices(stack: str | None) -> Prices:
-    return stack_prices(read_stack(stack) if stack else None)
+    return stack_prices(read_stack(stack, model=ProgramConfig) if stack else None)
 
 
 @dataclass(frozen=True)
