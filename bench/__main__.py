@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("experiment", type=Path)
     run.add_argument("--out", type=Path, help="directory to collect into")
     run.add_argument("--dry-run", action="store_true", help="print every attempt's RayJob; contact no cluster")
+    run.add_argument("--cloudwatch", action="store_true",
+                     help="also collect the Container Insights GPU and EFA metrics of each attempt (boto3, the "
+                          "default AWS credentials, the stack's region)")
     run.add_argument("--repository", default="", help="the stack's ECR repository URL (pulumi stack output "
                                                       "imageRepository)")
     rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory")
@@ -56,8 +59,13 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
             from workloads.runs.__main__ import kube_client
 
             from .runner import run_experiment
+            cloudwatch = None
+            if args.cloudwatch:
+                import boto3
+                cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
             return run_experiment(args.experiment, args.out, args.dry_run,
-                                  client or (lambda: kube_client(args.context)), out, args.repository, args.stack_dir)
+                                  client or (lambda: kube_client(args.context)), out, args.repository,
+                                  args.stack_dir, cloudwatch)
         else:
             from .report import write_report
             report = write_report(args.dir, args.stack)

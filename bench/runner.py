@@ -18,6 +18,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -32,6 +33,7 @@ from workloads.render.teams import namespace_of
 from workloads.stack import ProgramConfig
 
 from .artifacts import EXPERIMENT_FILE
+from .cloudwatch import collect as cw_collect, instance_id
 from .experiment import Attempt, Experiment, load_experiment, schedule
 from .faults import detected, inject, uncordon
 from .logparse import parse_log
@@ -61,7 +63,10 @@ def _finished(job: dict | None) -> bool:
     return job is not None and (job.get("status") or {}).get("jobDeploymentStatus") in FINISHED
 
 
-def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict]) -> None:
+def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict],
+            cloudwatch: tuple[object, str] | None = None) -> None:
+    """The attempt's artifacts; ``cloudwatch`` = (boto3 CloudWatch client, EKS cluster name) adds
+    ``cloudwatch.json`` over the attempt's RayJob times."""
     team, run = attempt.run.team, attempt.run.name
     folder.mkdir(parents=True, exist_ok=True)
     jobs = api.rayjobs(team, run)
@@ -72,8 +77,24 @@ def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict]) 
         namespace_of(team), label_selector=RUN_LABEL + "=" + run).items if p.spec.node_name}
     nodes = [_sanitize(api, api.core.read_node(n)) for n in sorted(names)]
     (folder / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}, indent=1))
+    if cloudwatch is not None:
+        starts = [datetime.fromisoformat(j["status"]["startTime"].replace("Z", "+00:00")) for j in jobs]
+        ends = [datetime.fromisoformat(j["status"]["endTime"].replace("Z", "+00:00")) for j in jobs]
+        pairs = [(n["metadata"]["name"], instance_id(n["spec"]["providerID"])) for n in nodes]
+        doc = cw_collect(cloudwatch[0], cloudwatch[1], pairs, min(starts), max(ends))
+        (folder / "cloudwatch.json").write_text(json.dumps(doc))
     if faults:
         (folder / "faults.json").write_text(json.dumps(faults, indent=1))
+
+
+def without_dedup(rayjob: dict) -> dict:
+    """The RayJob with ``RAY_DEDUP_LOGS=0`` in its runtime environment, so the driver prints every perf
+    line: the driver reads it at import (ray 2.53.0 ``ray/_private/ray_constants.py:294``) and otherwise
+    holds back lines that look alike across processes (``ray/_private/ray_logging/__init__.py:271-315``)."""
+    spec = rayjob["spec"]
+    env = yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}
+    env.setdefault("env_vars", {})["RAY_DEDUP_LOGS"] = "0"
+    return {**rayjob, "spec": {**spec, "runtimeEnvYAML": yaml.safe_dump(env, sort_keys=False)}}
 
 
 def _objects(api: RunClient, cfg: ProgramConfig, run):
@@ -84,10 +105,11 @@ def _objects(api: RunClient, cfg: ProgramConfig, run):
 
 
 def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: Attempt, folder: Path,
-                repository: str, out: Callable[[str], None], poll_s: float = POLL_S) -> None:
+                repository: str, out: Callable[[str], None], poll_s: float = POLL_S,
+                cloudwatch: object | None = None) -> None:
     run = attempt.run
     objs = _objects(api, cfg, run)
-    api.submit(with_repository(objs.rayjob, repository), objs.budget)
+    api.submit(without_dedup(with_repository(objs.rayjob, repository)), objs.budget)
     out(f"{attempt.folder}: submitted {run.name}")
     pending = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
     records: list[dict] = []
@@ -106,19 +128,21 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 break
             resumed = attempt_of(run, api.next_attempt(run))  # the job failed after a fault: resume
             objs = _objects(api, cfg, resumed)
-            api.submit(with_repository(objs.rayjob, repository), objs.budget)
+            api.submit(without_dedup(with_repository(objs.rayjob, repository)), objs.budget)
             out(f"{attempt.folder}: resumed as attempt {resumed.attempt}")
             run = resumed
             records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
         time.sleep(poll_s)
-    collect(api, attempt, folder, records)
+    collect(api, attempt, folder, records, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
     for record in records:
         uncordon(api, record)
     out(f"{attempt.folder}: collected")
 
 
 def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Callable[[], RunClient],
-                   out: Callable[[str], None], repository: str = "", stack_dir: Path = STACKS_DIR) -> int:
+                   out: Callable[[str], None], repository: str = "", stack_dir: Path = STACKS_DIR,
+                   cloudwatch: Callable[[str], object] | None = None, poll_s: float = POLL_S) -> int:
+    """``cloudwatch(region)`` makes the boto3 CloudWatch client when the metrics are to be collected."""
     exp = load_experiment(path)
     cfg = read_stack(exp.stack, stack_dir, model=ProgramConfig)
     attempts = schedule(exp)
@@ -127,7 +151,8 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
             objs = run_objects(cfg, a.run)
             out(f"# {a.folder}: {objs.gang.describe()}; faults: "
                 f"{', '.join(f'{f.kind.value} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
-            out(yaml.safe_dump(with_repository(objs.rayjob, repository or STACK_REPOSITORY), sort_keys=False))
+            out(yaml.safe_dump(without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY)),
+                               sort_keys=False))
         return 0
     if out_dir is None:
         raise ValueError("run: --out DIR is needed to collect the artifacts")
@@ -136,7 +161,8 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(path, out_dir / EXPERIMENT_FILE)
     api = client()
+    cw = None if cloudwatch is None else cloudwatch(cfg.region)
     for a in attempts:
-        run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out)
+        run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw)
     out(f"collected {len(attempts)} attempts into {out_dir}; next: python -m bench report {out_dir}")
     return 0
