@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kubernetes.client import ApiException
+from typing import TYPE_CHECKING
 
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.stack import StackConfigError
-from workloads.runs.client import RunClient
-from workloads.stack import ProgramConfig
 
-from .cost import render_estimate
 from .experiment import load_experiment
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.runs.client import RunClient
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,24 +48,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | None = None,
+def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | None" = None,
          out: Callable[[str], None] = print) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "estimate":
+            from workloads.stack import ProgramConfig
+
+            from .cost import render_estimate
             exp = load_experiment(args.experiment)
             out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
         elif args.command == "run":
-            from workloads.runs.__main__ import kube_client
-
-            from .runner import run_experiment
-            cloudwatch = None
-            if args.cloudwatch:
-                import boto3
-                cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
-            return run_experiment(args.experiment, args.out, args.dry_run,
-                                  client or (lambda: kube_client(args.context)), out, args.repository,
-                                  args.stack_dir, cloudwatch)
+            return _run(args, client, out)
         else:
             from .report import write_report
             report = write_report(args.dir, args.stack)
@@ -74,6 +68,21 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
     except (ValueError, LookupError, StackConfigError) as err:  # ArtifactError is a ValueError
         print(f"bench: {err}", file=sys.stderr)
         return 1
+
+
+def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
+    from kubernetes.client import ApiException
+
+    from workloads.runs.__main__ import kube_client
+
+    from .runner import run_experiment
+    cloudwatch = None
+    if args.cloudwatch:
+        import boto3
+        cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
+    try:
+        return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
+                              out, args.repository, args.stack_dir, cloudwatch)
     except ApiException as err:
         print(f"bench: the cluster answered {err.status} {err.reason}", file=sys.stderr)
         return 1

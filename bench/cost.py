@@ -15,8 +15,6 @@ from catalog import CATALOG
 from stackconfig.files import read_stack
 from stackconfig.stack import StackConfig
 
-from workloads.stack import ProgramConfig
-
 from .artifacts import Node
 from .experiment import Experiment, arm_run, schedule
 
@@ -47,7 +45,10 @@ def stack_prices(stack: StackConfig | None) -> Prices:
 
 
 def load_prices(stack: str | None) -> Prices:
-    return stack_prices(read_stack(stack, model=ProgramConfig) if stack else None)
+    if not stack:
+        return stack_prices(None)
+    from workloads.stack import ProgramConfig  # the whole stack file (its workloads too)
+    return stack_prices(read_stack(stack, model=ProgramConfig))
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,12 @@ relative gap between the medians of two repeats of one arm.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from statistics import median
 
-BOOTSTRAP_SAMPLES = 500
+import numpy as np
+
+BOOTSTRAP_SAMPLES = 1000
 CONFIDENCE = 0.95
 SEED = 20261201
 
@@ -49,17 +50,12 @@ def repeat_noise(groups: list[list[float]]) -> float | None:
     return (max(meds) - min(meds)) / centre if centre else None
 
 
-def boot_medians(groups: list[list[float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED) -> list[float]:
-    """Medians of ``samples`` resamples, each attempt's steps resampled within the attempt."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(samples):
-        pooled: list[float] = []
-        for g in groups:
-            pooled.extend(rng.choices(g, k=len(g)))
-        pooled.sort()
-        out.append(quantile(pooled, 0.5))
-    return out
+def boot_medians(groups: list[list[float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED) -> np.ndarray:
+    """Medians of ``samples`` resamples, each attempt's steps resampled (with replacement) within the
+    attempt, so every resample keeps each repeat's number of steps."""
+    rng = np.random.default_rng(seed)
+    parts = [np.asarray(g, dtype=float)[rng.integers(0, len(g), size=(samples, len(g)))] for g in groups if g]
+    return np.median(np.concatenate(parts, axis=1), axis=1)
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,7 @@ class ArmSample:
     """One arm's per-step values grouped by attempt, with its bootstrap medians (computed once)."""
 
     groups: list[list[float]]
-    boots: list[float]
+    boots: np.ndarray
     point: float
     noise: float | None
 
@@ -102,7 +98,6 @@ def arm_sample(groups: list[list[float]], seed: int = SEED) -> ArmSample:
 def ratio(arm: ArmSample, base: ArmSample) -> Ratio:
     """Median of ``arm`` over median of ``base``, with a percentile interval from paired resamples
     (the two arms are resampled independently)."""
-    boots = sorted(a / b for a, b in zip(arm.boots, base.boots))
-    tail = (1 - CONFIDENCE) / 2
+    low, high = np.quantile(arm.boots / base.boots, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
     noise = max(arm.noise, base.noise) if arm.noise is not None and base.noise is not None else None
-    return Ratio(arm.point / base.point, quantile(boots, tail), quantile(boots, 1 - tail), noise)
+    return Ratio(arm.point / base.point, float(low), float(high), noise)

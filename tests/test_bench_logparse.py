@@ -52,3 +52,29 @@ def test_other_lines_are_ignored():
                       "performance perf counters: none"])
     log = parse_log(text)
     assert not log.steps and not log.malformed
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from bench.logparse import _literal, _repr_as_json  # noqa: E402
+
+KEYS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
+VALUES = st.one_of(st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                   st.none(), st.text(max_size=5))
+
+
+@given(st.dictionaries(KEYS, VALUES, max_size=8))
+def test_the_json_reading_is_literal_eval_or_declines(d):
+    """The fast reading gives literal_eval's dict exactly (nan compared as nan), or declines."""
+    import ast
+    import math
+    text = repr(d)
+    fast, slow = _repr_as_json(text), _literal(text)
+    assert slow is not None and slow.keys() == d.keys()
+    if "nan" not in text and "inf" not in text:
+        assert slow == ast.literal_eval(text)
+    if fast is not None:
+        assert fast.keys() == slow.keys() == d.keys()
+        for k in d:
+            a, b = fast[k], slow[k]
+            assert type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
