@@ -89,7 +89,7 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
     est = estimate(exp, stack)
     arm_nodes = {a.name: dict(arm_run(exp, a.name).nodes) for a in exp.arms}
     out = [f"Experiment {exp.name} on stack {stack.stack}: {len(exp.arms)} arms x {exp.repeats} repeats, "
-           f"{exp.warmup_steps} warm-up + {exp.steps} measured steps each, order {exp.order.value}",
+           f"{exp.warmup_steps} warm-up + {exp.steps} measured steps each, order {exp.order}",
            f"Assumed (experiment file, not measured): {exp.estimate.step_seconds:g} s per step, "
            f"{exp.estimate.startup_minutes:g} min start-up per attempt",
            "Prices: " + ", ".join(f"pool {p.name} {p.instance_type} "

@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -24,13 +24,6 @@ from workloads.settings import RunFile
 
 NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
 """Experiment and arm names: short DNS labels, so ``<experiment>-<arm>-r<n>`` stays a valid run name."""
-
-
-class Order(StrEnum):
-    ALTERNATE = "alternate"
-    """Repeat 1 of every arm, then repeat 2 of every arm (A B C A B C)."""
-    BLOCKED = "blocked"
-    """Every repeat of one arm, then the next arm (A A B B C C); drift then reads as a difference."""
 
 
 class FaultKind(StrEnum):
@@ -83,7 +76,9 @@ class Experiment(SchemaModel):
     warmup_steps: int = Field(0, ge=0)
     """Steps run first and left out of every figure (engine warm-up, CUDA graph capture, caches)."""
     repeats: int = Field(2, ge=1)
-    order: Order = Order.ALTERNATE
+    order: Literal["alternate", "blocked"] = "alternate"
+    """``alternate``: repeat 1 of every arm, then repeat 2 (A B C A B C), so drift in the cluster does not
+    read as a difference; ``blocked``: every repeat of one arm, then the next (A A B B C C)."""
     decomposition: list[Link] = []
     """A chain of links from the baseline to the last arm; each link's share of the whole gain."""
     estimate: Assumptions
@@ -159,7 +154,7 @@ class Attempt:
 
 def schedule(exp: Experiment) -> list[Attempt]:
     """Every attempt in the order it runs."""
-    pairs = ([(a.name, r) for r in range(1, exp.repeats + 1) for a in exp.arms] if exp.order is Order.ALTERNATE
+    pairs = ([(a.name, r) for r in range(1, exp.repeats + 1) for a in exp.arms] if exp.order == "alternate"
              else [(a.name, r) for a in exp.arms for r in range(1, exp.repeats + 1)])
     return [Attempt(arm, r, arm_run(exp, arm, r)) for arm, r in pairs]
 

@@ -172,7 +172,7 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices) -> dict
             entry["work_vs_baseline"] = _work(f.json, base.json)
         arms[name] = entry
     report = {"experiment": exp.name, "baseline": exp.baseline, "warmup_steps": exp.warmup_steps,
-              "measured_steps": exp.steps, "repeats": exp.repeats, "order": exp.order.value, "arms": arms,
+              "measured_steps": exp.steps, "repeats": exp.repeats, "order": exp.order, "arms": arms,
               "decomposition": _decomposition(exp, figs),
               "faults": {a.name: {c.attempt.folder: _fault_figures(exp, c) for c in by_arm[a.name]}
                          for a in exp.arms if a.faults}}
