@@ -176,3 +176,28 @@ def test_drain_cordons_and_evicts_all_but_daemonsets():
     assert [c[1] for c in calls if c[0] == "evict"] == ["r-1-rollout-0"]  # the DaemonSet's pod stays
     uncordon(fake, record)
     assert calls[-1] == ("patch", "rollout-0", {"spec": {"unschedulable": False}})
+
+
+def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
+    """The RayJobs `run` submits (with RAY_DEDUP_LOGS) against KubeRay v1.7.0's CRD; the simulator's
+    RayJobs (status included) against the CRD and its Nodes against Kubernetes' schema."""
+    import kubernetes_validate
+
+    from bench.simulate import EXAMPLE_TRUTH, simulate
+    from test_workloads import k8s_version
+    from workloads.crds import crd_schema, validate
+    from workloads.stack import ProgramConfig
+    from stackconfig.files import read_stack
+
+    schema = crd_schema("ray.io/v1", "RayJob")
+    assert main(["run", str(EXAMPLE), "--dry-run"]) == 0
+    jobs = [d for d in yaml.safe_load_all(capsys.readouterr().out.replace("\n# ", "\n---\n# ")) if d]
+    assert len(jobs) == 6 and all(validate(j, schema) == [] for j in jobs)
+    simulate(EXAMPLE, EXAMPLE_TRUTH, tmp_path / "d")
+    version = k8s_version(read_stack("p5en-shared", model=ProgramConfig))
+    for folder in (tmp_path / "d").glob("*/r*"):
+        doc = json.loads((folder / "rayjob.json").read_text())
+        for job in doc.get("items", [doc]):
+            assert validate(job, schema) == []
+        for node in json.loads((folder / "nodes.json").read_text())["items"]:
+            kubernetes_validate.validate(node, version, strict=True)
