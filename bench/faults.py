@@ -84,6 +84,6 @@ def detected(api: RunClient, team: str, run: str, record: dict, timeout_s: float
 
 
 def uncordon(api: RunClient, record: dict) -> None:
-    """Undo a drain's cordon once the attempt is over (the node returns to the pool)."""
+    """Undo a drain's cordon (the node returns to the pool); nothing for a deleted pod."""
     if record["target"].startswith("node/"):
         api.core.patch_node(record["target"].removeprefix("node/"), {"spec": {"unschedulable": False}})

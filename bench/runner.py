@@ -5,7 +5,9 @@ Everything a run is made of comes from the run command's own code (``workloads.r
 the run sees it and its RayJob (``submit.run_objects``), the Kubernetes calls (``client.RunClient``:
 submit, list, next attempt), the image repository (``stackconfig.versions.with_repository``).
 
-Guarantees: ``--dry-run`` prints every attempt's RayJob in run order and contacts no cluster; an
+Guarantees: ``--dry-run`` prints every attempt's RayJob in run order and contacts no cluster; a
+drained node is uncordoned once the platform has reacted, so the run can return to the same
+reserved nodes; an
 attempt is submitted only when the previous one has finished (the nodes are free again); a fault
 that makes the job fail is followed by the next attempt of the same run, which resumes from its last
 complete checkpoint (as ``runs submit --resume``); the driver log is the submitter pod's log (the
@@ -119,8 +121,9 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
             done = parse_log(driver_log(api, run.team, job["metadata"]["name"])).steps
             last = max((s.rollout_id for s in done), default=-1)
             for step in sorted(s for s in pending if s <= last):
-                record = inject(api, pending.pop(step), run.team, run.name) | {"step": step}
+                record = inject(api, pending.pop(step), run.team, run.name) | {"step": step, "loggedStep": last}
                 record["detectedAt"] = detected(api, run.team, run.name, record)
+                uncordon(api, record)  # a drained node comes back: reserved capacity has no spare node
                 records.append(record)
                 out(f"{attempt.folder}: {record['kind']} at step {step} on {record['target']}")
         if _finished(job):
@@ -134,8 +137,6 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
             records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
         time.sleep(poll_s)
     collect(api, attempt, folder, records, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
-    for record in records:
-        uncordon(api, record)
     out(f"{attempt.folder}: collected")
 
 
