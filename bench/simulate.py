@@ -19,7 +19,7 @@ import random
 import shutil
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -57,7 +57,6 @@ class Truth:
     startup_s: float = 600.0
     seed: int = 7
     note: str = "bench/simulate.py from its configured figures"
-    extra: dict = field(default_factory=dict)
 
 
 def _stamp(t: datetime) -> str:
