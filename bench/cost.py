@@ -80,8 +80,8 @@ def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
         nodes = sum(run.nodes.values())
         node_hours += nodes * per_attempt_h
         total_usd += usd_h * per_attempt_h
-        lines.append(f"{attempt.folder:<28} {nodes:>3} nodes  {per_attempt_h:6.2f} h  "
-                     f"${usd_h:,.2f}/h  ${usd_h * per_attempt_h:,.2f}")
+        lines.append(f"{attempt.folder:<28} {nodes:>5}  {per_attempt_h:6.2f} h  {f'${usd_h:,.2f}/h':>12}  "
+                     f"{f'${usd_h * per_attempt_h:,.2f}':>10}")
     return Estimate(len(lines), node_hours, total_usd if priced else None, per_attempt_h * len(lines), lines)
 
 
@@ -96,9 +96,12 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
                                   + (f"${p.hourly_price:,.2f}/node-h" if p.hourly_price else "no price")
                                   + (" (stack)" if p.capacity.hourly_price else " (catalog on-demand)")
                                   for p in stack.pools if any(p.name in n for n in arm_nodes.values())),
-           "", "attempt (in run order)           nodes  holds    rate        cost"]
+           "", f"  {'attempt (in run order)':<28} {'nodes':>5}  {'holds':>8}  {'rate':>12}  {'cost':>10}"]
     out += ["  " + line for line in est.lines]
     cost = "unknown (a pool has no price: set capacity.hourlyPrice)" if est.usd is None else f"${est.usd:,.2f}"
+    if any(a.faults for a in exp.arms):
+        out += ["", "Not counted: a fault that stops the job adds a start-up and the steps since the last checkpoint "
+                    "(up to saveInterval) to its attempt."]
     out += ["", f"total: {est.attempts} attempts, {est.hours:.1f} h holding the nodes, {est.node_hours:,.1f} "
                 f"node-hours, {cost}"]
     return "\n".join(out)
