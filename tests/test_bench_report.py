@@ -108,3 +108,16 @@ def test_the_shipped_example_is_the_simulators():
     root = Path("examples/bench-report")
     assert (root / "report.md").read_text().splitlines()[0].startswith("**Made by the simulator, not measured")
     assert json.loads((root / "simulated.json").read_text())["note"]
+
+
+def test_one_repeat_states_unknown_noise_and_withholds_shares(tmp_path: Path):
+    import yaml
+    doc = yaml.safe_load(EXPERIMENT.read_text()) | {"repeats": 1}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(doc))
+    simulate(tmp_path / "one.yaml", TRUTH, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d")]) == 0
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    r = report["arms"]["deepep-v1"]["ratio_vs_baseline"]
+    assert r["repeat_noise"] is None and r["beyond_noise"] is None
+    assert report["decomposition"]["shares_withheld_because"] == "one repeat per arm: the noise between repeats is unknown"
+    assert "noise between repeats unknown (one repeat)" in (tmp_path / "d" / "report.md").read_text()
