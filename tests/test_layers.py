@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LAYERS = ["catalog", "stackconfig", "components", "workloads", "program", "analysis", "policy"]
+LAYERS = ["catalog", "stackconfig", "components", "workloads", "program", "analysis", "policy", "bench"]
 """Bottom to top: each may import the ones before it, never one after it."""
 
 
@@ -111,4 +111,4 @@ def test_every_package_ships_in_the_distribution():
                for p in (ROOT / layer_name).rglob("__init__.py")}
     assert set(tool["packages"]) == folders and tool["py-modules"] == ["program"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"moe-rl-plan": "analysis.plan:main"}
+    assert scripts == {"moe-rl-plan": "analysis.plan:main", "moe-rl-bench": "bench.__main__:main"}

@@ -1,0 +1,92 @@
+"""The benchmark command.
+
+    python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
+    python -m bench run experiments/seed-ab.yaml --out results/seed-ab [--dry-run]
+    python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
+
+Exit codes: 0 done; 1 an experiment, stack or artifact that does not add up (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from typing import TYPE_CHECKING
+
+from stackconfig.files import STACKS_DIR, read_stack
+from stackconfig.stack import StackConfigError
+
+from .experiment import load_experiment
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.runs.client import RunClient
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--context", help="kubeconfig context for run (default: the current one)")
+    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
+    sub = p.add_subparsers(dest="command", required=True)
+    est = sub.add_parser("estimate", help="what the experiment costs and how long it holds the nodes")
+    est.add_argument("experiment", type=Path)
+    est.add_argument("--stack", help="stack whose pool prices to use (default: the experiment's)")
+    run = sub.add_parser("run", help="submit the attempts one after another and collect their artifacts")
+    run.add_argument("experiment", type=Path)
+    run.add_argument("--out", type=Path, help="directory to collect into")
+    run.add_argument("--dry-run", action="store_true", help="print every attempt's RayJob; contact no cluster")
+    run.add_argument("--cloudwatch", action="store_true",
+                     help="also collect the Container Insights GPU and EFA metrics of each attempt (boto3, the "
+                          "default AWS credentials, the stack's region)")
+    run.add_argument("--repository", default="", help="the stack's ECR repository URL (pulumi stack output "
+                                                      "imageRepository)")
+    rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory")
+    rep.add_argument("dir", type=Path)
+    rep.add_argument("--stack", help="price nodes by this stack's pools (default: the catalog's on-demand prices)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | None" = None,
+         out: Callable[[str], None] = print) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "estimate":
+            from workloads.stack import ProgramConfig
+
+            from .cost import render_estimate
+            exp = load_experiment(args.experiment)
+            out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
+        elif args.command == "run":
+            return _run(args, client, out)
+        else:
+            from .report import write_report
+            report = write_report(args.dir, args.stack)
+            out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
+        return 0
+    except (ValueError, LookupError, StackConfigError) as err:  # ArtifactError is a ValueError
+        print(f"bench: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
+    from kubernetes.client import ApiException
+
+    from workloads.runs.__main__ import kube_client
+
+    from .runner import run_experiment
+    cloudwatch = None
+    if args.cloudwatch:
+        import boto3
+        cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
+    try:
+        return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
+                              out, args.repository, args.stack_dir, cloudwatch)
+    except ApiException as err:
+        print(f"bench: the cluster answered {err.status} {err.reason}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

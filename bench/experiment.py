@@ -1,0 +1,194 @@
+"""An experiment file (``experiments/<name>.yaml``): one base run and the arms that vary it.
+
+Guarantees: every arm is the base run with the arm's overrides deep-merged onto it and validated as a
+``workloads.settings.RunFile`` (any run-file field may be overridden, so an arm can change the
+software profile, the all-to-all, the fabric or the nodes); every arm runs the same number of
+steps; the attempts alternate between arms (A B C A B C) so that drift in the cluster does not read
+as a difference between arms; a bad file fails with one message naming the file, the arm and the
+field.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from stackconfig.base import SchemaModel
+from workloads.settings import RunFile
+
+NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
+"""Experiment and arm names: short DNS labels, so ``<experiment>-<arm>-r<n>`` stays a valid run name."""
+
+
+class FaultKind(StrEnum):
+    DELETE_ROLLOUT_POD = "delete-rollout-pod"
+    DELETE_TRAINER_POD = "delete-trainer-pod"
+    DRAIN_GPU_NODE = "drain-gpu-node"
+    """Cordon a GPU node of the run and evict its pods (the Eviction API, as ``kubectl drain`` does)."""
+
+
+class Fault(SchemaModel):
+    kind: FaultKind
+    at_step: int = Field(ge=1)
+    """Injected once the driver log shows this rollout step complete."""
+
+
+class Arm(SchemaModel):
+    name: str = Field(pattern=NAME)
+    set: dict[str, Any] = {}
+    """Run-file fields this arm overrides (camelCase, as in a run file), deep-merged onto ``base``."""
+    faults: list[Fault] = []
+    """A fault arm: failures injected at chosen steps; its figures are kept out of the comparison."""
+
+
+class Link(SchemaModel):
+    """One link of the chain that splits the gain: the share of ``to`` over ``from_``."""
+
+    name: str = Field(pattern=NAME)
+    from_: str = Field(alias="from")
+    to: str
+
+
+class Assumptions(SchemaModel):
+    """What ``estimate`` assumes before anything has been measured (stated, not measured)."""
+
+    step_seconds: float = Field(gt=0)
+    startup_minutes: float = Field(15, ge=0)
+    """Gang scheduling, image pull, model load and engine start of one attempt."""
+
+
+class Experiment(SchemaModel):
+    name: str = Field(pattern=NAME)
+    stack: str
+    """The stack the runs are submitted to (``workloads.submit: runs``)."""
+    base: dict[str, Any]
+    """A run file's fields (team, nodes, model, ...); ``name`` and ``grpo.numRollout`` are set per attempt."""
+    arms: list[Arm] = Field(min_length=2)
+    baseline: str
+    steps: int = Field(ge=1)
+    """Measured rollout steps per attempt."""
+    warmup_steps: int = Field(0, ge=0)
+    """Steps run first and left out of every figure (engine warm-up, CUDA graph capture, caches)."""
+    repeats: int = Field(2, ge=1)
+    order: Literal["alternate", "blocked"] = "alternate"
+    """``alternate``: repeat 1 of every arm, then repeat 2 (A B C A B C), so drift in the cluster does not
+    read as a difference; ``blocked``: every repeat of one arm, then the next (A A B B C C)."""
+    decomposition: list[Link] = []
+    """A chain of links from the baseline to the last arm; each link's share of the whole gain."""
+    estimate: Assumptions
+
+    @model_validator(mode="after")
+    def _names(self) -> "Experiment":
+        names = [a.name for a in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arms: duplicate arm name in {names}")
+        if self.baseline not in names:
+            raise ValueError(f"baseline: {self.baseline!r} is not an arm; arms: {', '.join(names)}")
+        if self.baseline in {a.name for a in self.arms if a.faults}:
+            raise ValueError(f"baseline: {self.baseline!r} is a fault arm; allowed: an arm without faults")
+        prev = self.baseline
+        for link in self.decomposition:
+            for end in (link.from_, link.to):
+                if end not in names:
+                    raise ValueError(f"decomposition[{link.name}]: {end!r} is not an arm; arms: {', '.join(names)}")
+            if link.from_ != prev:
+                raise ValueError(f"decomposition[{link.name}].from: {link.from_!r}; allowed: {prev!r} (the links "
+                                 f"form one chain starting at the baseline)")
+            prev = link.to
+        for arm in self.arms:
+            for f in arm.faults:
+                if f.at_step > self.warmup_steps + self.steps:
+                    raise ValueError(f"arms[{arm.name}].faults: step {f.at_step} is after the last step "
+                                     f"{self.warmup_steps + self.steps}")
+        return self
+
+    @property
+    def total_steps(self) -> int:
+        return self.warmup_steps + self.steps
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` onto ``base``: mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
+
+
+def run_name(experiment: str, arm: str, repeat: int) -> str:
+    return f"{experiment}-{arm}-r{repeat}"
+
+
+def arm_run(exp: Experiment, arm: str, repeat: int = 1) -> RunFile:
+    """The run file of one attempt: base + the arm's overrides, named and sized for the experiment."""
+    raw = deep_merge(exp.base, exp.arm(arm).set)
+    raw = deep_merge(raw, {"name": run_name(exp.name, arm, repeat), "grpo": {"numRollout": exp.total_steps}})
+    try:
+        return RunFile.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ValueError(f"arm {arm}: {problems}") from None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    arm: str
+    repeat: int
+    run: RunFile
+
+    @property
+    def folder(self) -> str:
+        """``<arm>/r<repeat>``: where the attempt's artifacts are collected."""
+        return f"{self.arm}/r{self.repeat}"
+
+
+def schedule(exp: Experiment) -> list[Attempt]:
+    """Every attempt in the order it runs."""
+    pairs = ([(a.name, r) for r in range(1, exp.repeats + 1) for a in exp.arms] if exp.order == "alternate"
+             else [(a.name, r) for a in exp.arms for r in range(1, exp.repeats + 1)])
+    return [Attempt(arm, r, arm_run(exp, arm, r)) for arm, r in pairs]
+
+
+def parse_experiment(raw: Any, source: str) -> Experiment:
+    """An experiment from its parsed YAML, every arm validated as a run file; ValueError naming ``source``."""
+    try:
+        exp = Experiment.model_validate(raw)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ValueError(f"experiment {source}: {problems}") from None
+    try:
+        for arm in exp.arms:
+            arm_run(exp, arm.name)
+    except ValueError as err:
+        raise ValueError(f"experiment {source}: {err}") from None
+    return exp
+
+
+def load_experiment(path: Path) -> Experiment:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"experiment {path}: {err}") from None
+    return parse_experiment(raw, str(path))
+
+
+def differences(exp: Experiment, a: str, b: str) -> dict[str, tuple[Any, Any]]:
+    """Run-file fields that differ between two arms (dotted camelCase path -> (a, b))."""
+    def flat(d: dict, prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out |= flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+        return out
+    ra, rb = (flat(arm_run(exp, x).model_dump(mode="json", by_alias=True, exclude={"name"})) for x in (a, b))
+    return {k: (ra.get(k), rb.get(k)) for k in sorted(set(ra) | set(rb)) if ra.get(k) != rb.get(k)}
+

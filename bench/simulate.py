@@ -1,0 +1,208 @@
+"""A simulator of collected artifacts, for the tests and the shipped example; never a measurement.
+
+``simulate(experiment, truth, root)`` writes what ``run`` collects, for every attempt of the
+experiment: a driver log shaped like a Miles driver log as ``ray job logs`` returns it (Ray's
+coloured actor prefix, Miles' logging prefix, both ``perf`` lines of each step with the pinned
+Miles' keys; see ``bench.logparse``), with one truncated line where the log ends; the RayJob(s) with
+KubeRay status times; the Node objects with EKS labels and GPU capacity; GetMetricData results; and,
+for a fault arm, the faults with the resume they cause. Figures follow ``truth`` (rollout tokens/s
+of the pool, relative noise, response length, step overheads), so a report on the directory must
+find them. ``simulated.json`` marks the directory as simulated.
+
+    python -m bench.simulate experiments/example-ab.yaml examples/bench-report   # the shipped example
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from stackconfig.stack import POOL_LABEL, ROLE_LABEL
+from workloads.render.runs import RUN_LABEL
+
+from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, queries
+from .experiment import Attempt, Experiment, FaultKind, load_experiment, schedule
+from .report import SIMULATED_FILE
+
+GPUS_PER_NODE = 8
+START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class ArmTruth:
+    tokens_per_s: float
+    """Rollout throughput of the whole rollout pool, tokens/s."""
+    noise: float = 0.03
+    """Relative standard deviation from step to step."""
+    repeat_drift: float = 0.01
+    """Relative standard deviation of a whole repeat (the cluster's drift)."""
+    response_len: float = 3000.0
+    train_s: float = 60.0
+    gpu_util: float = 70.0
+    efa_gbps: float = 100.0
+
+
+@dataclass(frozen=True)
+class Truth:
+    arms: dict[str, ArmTruth]
+    instance_type: str = "p5en.48xlarge"
+    capacity_type: str = "CAPACITY_BLOCK"
+    startup_s: float = 600.0
+    seed: int = 7
+    note: str = "bench/simulate.py from its configured figures"
+
+
+def _stamp(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S.") + f"{t.microsecond // 1000:03d}"
+
+
+def _line(t: datetime, actor: str, pid: int, process: str, where: str, message: str) -> str:
+    """One actor line as the Ray driver prints it (ray/_private/worker.py:2350-2353) around Miles'
+    logging format (miles/utils/logging_utils.py:35)."""
+    return f"\x1b[36m({actor} pid={pid}, ip=10.0.3.17)\x1b[0m [{_stamp(t)} {process}] {where} - {message}"
+
+
+def _rollout_metrics(rng: random.Random, tput: float, truth: ArmTruth, samples: int, gpus: int) -> dict:
+    length = max(50.0, rng.gauss(truth.response_len, truth.response_len * 0.03))
+    tokens = samples * length
+    rollout_time = tokens / tput
+    longest = min(8192.0, length * 2.6)
+    return {"rollout/response_len/mean": length, "rollout/response_len/median": length * 0.92,
+            "rollout/response_len/max": longest, "rollout/response_len/min": length * 0.08,
+            "rollout/zero_std/count_0.0": float(rng.randint(0, 6)), "rollout/repetition_frac": 0.0,
+            "rollout/truncated_ratio": 0.0, "perf/rollout_time": rollout_time,
+            "perf/tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
+            "perf/longest_sample_tokens_per_sec": longest / rollout_time,
+            "perf/effective_tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
+            "perf/longest_effective_sample_tokens_per_sec": longest / rollout_time}
+
+
+def _train_metrics(rng: random.Random, truth: ArmTruth, rollout_time: float) -> dict:
+    train = truth.train_s * rng.uniform(0.97, 1.03)
+    return {"perf/train_wait_time": rollout_time, "perf/data_preprocess_time": 0.4, "perf/train_time": train,
+            "perf/actor_train_time": train * 0.8, "perf/update_weights_time": train * 0.15,
+            "perf/actor_train_tflops": 180.0, "perf/actor_train_tok_per_s": 9000.0,
+            "perf/step_time": rollout_time + train, "perf/wait_time_ratio": rollout_time / (rollout_time + train)}
+
+
+def _nodes(attempt: Attempt, truth: Truth) -> list[dict]:
+    out = []
+    for pool, count in sorted(attempt.run.nodes.items()):
+        for i in range(count):
+            name = f"ip-10-0-{3 if pool == 'rollout' else 2}-{10 + i}.ec2.internal"
+            out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+                ROLE_LABEL: pool, POOL_LABEL: pool, INSTANCE_TYPE_LABEL: truth.instance_type,
+                CAPACITY_TYPE_LABEL: truth.capacity_type}},
+                "spec": {"providerID": f"aws:///us-east-1a/i-0{zlib.crc32(f'{attempt.folder}/{name}'.encode()):016x}"},
+                "status": {"capacity": {GPU_RESOURCE: str(GPUS_PER_NODE)}}})
+    return out
+
+
+def _rayjob(attempt: Attempt, n: int, start: datetime, end: datetime, failed: bool) -> dict:
+    name = f"{attempt.run.name}-{n}"
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {
+        "name": name, "namespace": f"team-{attempt.run.team}", "labels": {RUN_LABEL: attempt.run.name}},
+        "status": {"jobDeploymentStatus": "Failed" if failed else "Complete",
+                   "jobStatus": "FAILED" if failed else "SUCCEEDED", "startTime": start.isoformat(),
+                   "endTime": end.isoformat(), "rayJobInfo": {"startTime": (start + timedelta(minutes=5)).isoformat(),
+                                                               "endTime": end.isoformat()}}}
+
+
+def _cloudwatch(nodes: list[dict], arm: ArmTruth, start: datetime, end: datetime, rng: random.Random) -> dict:
+    pairs = [(n["metadata"]["name"], n["spec"]["providerID"].rsplit("/", 1)[-1]) for n in nodes]
+    stamps = [start + timedelta(minutes=m) for m in range(int((end - start).total_seconds() // 60))]
+    results = []
+    for q in queries("rl-p5en-shared", pairs):
+        metric = q["MetricStat"]["Metric"]["MetricName"]
+        mean = {GPU_UTIL: arm.gpu_util, EFA_RX: arm.efa_gbps / 2 * 1e9 / 8, EFA_TX: arm.efa_gbps / 2 * 1e9 / 8}[metric]
+        results.append({"Id": q["Id"], "Label": q["Label"], "Timestamps": [t.isoformat() for t in stamps],
+                        "Values": [mean * rng.uniform(0.95, 1.05) for _ in stamps], "StatusCode": "Complete"})
+    return {"namespace": "ContainerInsights", "cluster": "rl-p5en-shared", "periodSeconds": 60,
+            "start": start.isoformat(), "end": end.isoformat(), "MetricDataResults": results}
+
+
+def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, rng: random.Random,
+             folder: Path) -> datetime:
+    arm = truth.arms[attempt.arm]
+    run = attempt.run
+    nodes = _nodes(attempt, truth)
+    gpus = attempt.run.nodes["rollout"] * GPUS_PER_NODE
+    samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
+    drift = rng.gauss(1.0, arm.repeat_drift)
+    faults = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
+    lines = ["2026-11-30 08:00:01,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
+             "Running entrypoint for job raysubmit_sim: python3 -m workloads.miles_launcher ..."]
+    t = start + timedelta(seconds=truth.startup_s)
+    jobs, fault_records, job_start, step, slow = [], [], start, 0, 0
+    while step < exp.total_steps:
+        tput = arm.tokens_per_s * drift * rng.gauss(1.0, arm.noise) * (0.6 if slow else 1.0)
+        slow = max(0, slow - 1)
+        r = _rollout_metrics(rng, tput, arm, samples, gpus)
+        t += timedelta(seconds=r["perf/rollout_time"])
+        lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step}: {r}"))
+        tr = _train_metrics(rng, arm, r["perf/rollout_time"])
+        t += timedelta(seconds=tr["perf/train_time"])
+        lines.append(_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "train_metric_utils.py:56",
+                           f"perf {step}: {tr}"))
+        kind = faults.pop(step, None)
+        if kind is None:
+            step += 1
+            continue
+        injected = t + timedelta(seconds=5)
+        detected = injected + timedelta(seconds=20 if kind is FaultKind.DELETE_ROLLOUT_POD else 45)
+        fault_records.append({"kind": kind.value, "step": step, "target": "simulated",
+                              "injectedAt": injected.isoformat(), "detectedAt": detected.isoformat()})
+        if kind is FaultKind.DELETE_ROLLOUT_POD:  # the engine restarts in place (--use-fault-tolerance)
+            t = detected + timedelta(seconds=120)
+            step, slow = step + 1, 2
+            continue
+        # a trainer lost: the job fails, the next attempt resumes at the last checkpoint boundary
+        cut = str({"perf/rollout_time": 1.0, "perf/tokens_per_gpu_per_sec": 2.0})[:25]
+        lines.append(_line(injected, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
+        jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, detected, failed=True))
+        job_start = detected + timedelta(seconds=30)
+        t = job_start + timedelta(seconds=truth.startup_s)
+        step, slow = (step + 1) // run.save_interval * run.save_interval, 2
+    jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, t + timedelta(seconds=30), failed=False))
+    # the log of a stopped job often ends mid-line
+    lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:53", "eval 99: {'eval/aime': 0.4")[:60])
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "driver.log").write_text("\n".join(lines) + "\n")
+    (folder / "rayjob.json").write_text(json.dumps(jobs[0] if len(jobs) == 1 else
+                                                   {"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": jobs}, indent=1))
+    (folder / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}, indent=1))
+    (folder / "cloudwatch.json").write_text(json.dumps(_cloudwatch(nodes, arm, start, t, rng)))
+    if fault_records:
+        (folder / "faults.json").write_text(json.dumps(fault_records, indent=1))
+    return t + timedelta(seconds=120)
+
+
+def simulate(experiment: Path, truth: Truth, root: Path) -> Experiment:
+    exp = load_experiment(experiment)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(experiment, root / EXPERIMENT_FILE)
+    (root / SIMULATED_FILE).write_text(json.dumps({"note": truth.note}) + "\n")
+    rng = random.Random(truth.seed)
+    t = START
+    for attempt in schedule(exp):
+        t = _attempt(exp, attempt, truth, t, rng, root / attempt.folder)
+    return exp
+
+
+EXAMPLE_TRUTH = Truth(arms={
+    "nccl": ArmTruth(tokens_per_s=52000, response_len=3100, gpu_util=61, efa_gbps=38),
+    "deepep-v1": ArmTruth(tokens_per_s=57200, response_len=3150, gpu_util=66, efa_gbps=45),
+    "deepep-v1-faults": ArmTruth(tokens_per_s=57200, response_len=3150, gpu_util=64, efa_gbps=44)},
+    note="bench/simulate.py (EXAMPLE_TRUTH: nccl 52,000 tokens/s, deepep-v1 57,200 tokens/s, 3% step noise); "
+         "an illustration of the report, not a measurement")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    simulate(Path(sys.argv[1]), EXAMPLE_TRUTH, Path(sys.argv[2]))

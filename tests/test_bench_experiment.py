@@ -1,0 +1,97 @@
+"""Experiment files: arms deep-merged onto the base and validated as run files, the run order, and
+`estimate` from the stack's pool prices."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.__main__ import main
+from bench.cost import estimate
+from bench.experiment import arm_run, deep_merge, differences, load_experiment, parse_experiment, schedule
+from stackconfig.files import read_stack
+from workloads.stack import ProgramConfig
+
+EXAMPLE = Path("experiments/example-ab.yaml")
+
+
+def raw() -> dict:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def test_arms_are_the_base_with_their_overrides():
+    exp = load_experiment(EXAMPLE)
+    nccl, deepep = arm_run(exp, "nccl", 2), arm_run(exp, "deepep-v1")
+    assert nccl.name == "example-ab-nccl-r2" and nccl.grpo.num_rollout == exp.warmup_steps + exp.steps
+    assert nccl.deepep.version.value == "off" and deepep.deepep.version.value == "v1"
+    assert nccl.model == deepep.model == "Qwen/Qwen3-30B-A3B-FP8" and nccl.nodes == deepep.nodes
+    assert differences(exp, "nccl", "deepep-v1") == {"deepep.version": ("off", "v1")}
+
+
+def test_any_run_file_field_can_vary():
+    doc = raw()
+    doc["arms"][1]["set"] = {"nodes": {"rollout": 4}, "rollout": {"nodesPerEngine": 2}, "grpo": {"lr": 2e-6}}
+    exp = parse_experiment(doc, "x.yaml")
+    run = arm_run(exp, "deepep-v1")
+    assert run.nodes == {"train": 2, "rollout": 4} and run.rollout.nodes_per_engine == 2
+    assert run.grpo.lr == 2e-6 and run.grpo.rollout_batch_size == 32  # merged, not replaced
+
+
+def test_deep_merge_replaces_lists_and_scalars():
+    assert deep_merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "d": 2}) == {"a": {"b": 1, "c": [2]}, "d": 2}
+
+
+def test_order_alternates_by_default():
+    exp = load_experiment(EXAMPLE)
+    assert [a.folder for a in schedule(exp)][:4] == ["nccl/r1", "deepep-v1/r1", "deepep-v1-faults/r1", "nccl/r2"]
+    blocked = parse_experiment({**raw(), "order": "blocked"}, "x.yaml")
+    assert blocked.order == "blocked"
+    assert [a.folder for a in schedule(blocked)][:2] == ["nccl/r1", "nccl/r2"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["arms"][1]["set"].update({"deepep": {"version": "v9"}}), "arm deepep-v1: deepep.version"),
+    (lambda d: d["arms"][0]["set"].update({"nodez": {}}), "arm nccl: nodez: Extra inputs are not permitted"),
+    (lambda d: d.update({"baseline": "nope"}), "baseline: 'nope' is not an arm"),
+    (lambda d: d.update({"baseline": "deepep-v1-faults"}), "is a fault arm"),
+    (lambda d: d["decomposition"][0].update({"from": "deepep-v1"}), "the links form one chain"),
+    (lambda d: d["arms"][2]["faults"][0].update({"atStep": 999}), "step 999 is after the last step 33"),
+    (lambda d: d.update({"steps": 0}), "steps: Input should be greater than or equal to 1"),
+])
+def test_bad_files_fail_naming_file_and_field(change, message):
+    doc = raw()
+    change(doc)
+    with pytest.raises(ValueError, match="experiment bad.yaml: ") as err:
+        parse_experiment(doc, "bad.yaml")
+    assert message in str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason="needs RunFile.software/fabric")
+def test_seed_ab_validates():
+    exp = load_experiment(Path("experiments/seed-ab.yaml"))
+    assert [a.name for a in exp.arms] == ["slime", "miles-nccl", "miles-deepep-v2"]
+    runs = {a.name: arm_run(exp, a.name) for a in exp.arms}
+    assert {r.model for r in runs.values()} == {"Qwen/Qwen3-30B-A3B-FP8"}
+    assert len({(tuple(sorted(r.nodes.items())), r.grpo.rollout_max_response_len) for r in runs.values()}) == 1
+    assert differences(exp, "miles-nccl", "miles-deepep-v2").keys() == {"software", "deepep.version"}
+
+
+def test_estimate_from_the_stack_prices(capsys):
+    exp = load_experiment(EXAMPLE)
+    stack = read_stack("p5en-shared", model=ProgramConfig)
+    est = estimate(exp, stack)
+    p5en = stack.pools[1].hourly_price  # the catalog's on-demand price of p5en.48xlarge
+    hours = (15 * 60 + 33 * 150) / 3600
+    assert est.attempts == 6 and est.hours == pytest.approx(6 * hours)
+    assert est.usd == pytest.approx(6 * 4 * p5en * hours)
+    assert main(["estimate", str(EXAMPLE), "--stack", "p5en-prod"]) == 0
+    text = capsys.readouterr().out
+    assert "total: 6 attempts" in text and "Assumed (experiment file, not measured): 150 s per step" in text
+
+
+def test_estimate_refuses_a_pool_the_stack_lacks(capsys, tmp_path):
+    doc = raw()
+    doc["base"]["nodes"] = {"train": 2, "gpu": 2}
+    (tmp_path / "x.yaml").write_text(yaml.safe_dump(doc))
+    assert main(["estimate", str(tmp_path / "x.yaml")]) == 1
+    assert "nodes.gpu: stack 'p5en-shared' has no pool 'gpu'" in capsys.readouterr().err

@@ -1,0 +1,123 @@
+"""`python -m bench report` on directories the simulator made: the configured figures come back."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from bench.simulate import ArmTruth, Truth, simulate
+
+EXPERIMENT = Path("experiments/example-ab.yaml")
+TRUTH = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000, repeat_drift=0.0, response_len=3000, efa_gbps=40, gpu_util=60),
+                    "deepep-v1": ArmTruth(tokens_per_s=60000, repeat_drift=0.0, response_len=3000, efa_gbps=50,
+                                          gpu_util=70),
+                    "deepep-v1-faults": ArmTruth(tokens_per_s=60000, repeat_drift=0.0)}, seed=3)
+
+
+@pytest.fixture()
+def simulated(tmp_path: Path) -> Path:
+    simulate(EXPERIMENT, TRUTH, tmp_path / "d")
+    return tmp_path / "d"
+
+
+def test_report_finds_the_configured_figures(simulated: Path):
+    assert main(["report", str(simulated), "--stack", "p5en-shared"]) == 0
+    report = json.loads((simulated / "report.json").read_text())
+    nccl, deepep = report["arms"]["nccl"], report["arms"]["deepep-v1"]
+    lo, hi = deepep["ratio_vs_baseline"]["ci95"]
+    assert lo <= 60000 / 50000 <= hi
+    assert deepep["ratio_vs_baseline"]["beyond_noise"] is True
+    assert nccl["rollout_tokens_per_s"]["iqr"][0] <= 50000 <= nccl["rollout_tokens_per_s"]["iqr"][1]
+    assert nccl["gpu_util"] == pytest.approx(60, rel=0.03) and deepep["efa_gbps"] == pytest.approx(50, rel=0.03)
+    assert nccl["mean_response_len"] == pytest.approx(3000, rel=0.02)
+    # 4 p5en nodes held per attempt at the stack's price (the catalog's on-demand p5en price)
+    assert nccl["price_basis"] == ["pool rollout of stack p5en-shared", "pool train of stack p5en-shared"]
+    assert nccl["cost_usd"] > 0 and nccl["usd_per_million_tokens"] > deepep["usd_per_million_tokens"]
+    assert report["decomposition"]["links"][0]["share"] == pytest.approx(1.0)
+    assert report["decomposition"]["links"][0]["changes"] == {"deepep.version": ["off", "v1"]}
+    md = (simulated / "report.md").read_text()
+    assert md.startswith("**Made by the simulator, not measured")
+    for svg in ("throughput.svg", "cost.svg", "faults.svg"):
+        assert (simulated / svg).read_text().startswith("<svg")
+
+
+def test_fault_figures(simulated: Path):
+    assert main(["report", str(simulated)]) == 0
+    faults = json.loads((simulated / "report.json").read_text())["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
+    rollout, trainer = faults
+    assert rollout["kind"] == "delete-rollout-pod" and rollout["steps_lost"] == 0
+    assert rollout["detection_s"] == 20.0 and rollout["back_to_steady_s"] is not None
+    # trainer lost after step 24 with saveInterval 10: the resume starts at step 20, steps 20-24 redone
+    assert trainer["resumed_at_step"] == 20 and trainer["steps_lost"] == 5 and trainer["resumed_from_last_checkpoint"]
+    assert trainer["tokens_lost"] > 0
+
+
+def test_equal_arms_are_not_beyond_the_noise(tmp_path: Path):
+    same = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000, repeat_drift=0.05),
+                       "deepep-v1": ArmTruth(tokens_per_s=50000, repeat_drift=0.05),
+                       "deepep-v1-faults": ArmTruth(tokens_per_s=50000)}, seed=11)
+    simulate(EXPERIMENT, same, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d")]) == 0
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    assert report["arms"]["deepep-v1"]["ratio_vs_baseline"]["beyond_noise"] is False
+    assert report["decomposition"]["links"][0]["share"] is None
+    assert "Shares withheld" in (tmp_path / "d" / "report.md").read_text()
+
+
+def test_different_work_is_stated(tmp_path: Path):
+    longer = Truth(arms={**TRUTH.arms, "deepep-v1": ArmTruth(tokens_per_s=60000, response_len=4000)}, seed=5)
+    simulate(EXPERIMENT, longer, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d")]) == 0
+    assert "Different work: mean response length +33" in (tmp_path / "d" / "report.md").read_text()
+
+
+def _fails(root: Path, capsys) -> str:
+    assert main(["report", str(root)]) == 1
+    assert not (root / "report.json").exists()
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    return err
+
+
+def test_missing_arm_fails_in_one_line(simulated: Path, capsys):
+    shutil.rmtree(simulated / "deepep-v1" / "r2")
+    assert "deepep-v1/r2: no folder" in _fails(simulated, capsys)
+
+
+def test_no_measured_step_fails(simulated: Path, capsys):
+    log = simulated / "nccl" / "r1" / "driver.log"
+    log.write_text("\n".join(line for line in log.read_text().splitlines() if "tokens_per_gpu_per_sec" not in line))
+    assert "nccl/r1: no measured step" in _fails(simulated, capsys)
+
+
+def test_log_of_another_run_fails(simulated: Path, capsys):
+    other = simulated / "nccl" / "r1" / "rayjob.json"
+    other.write_text(other.read_text().replace("example-ab-nccl-r1", "someone-else"))
+    assert "not of run 'example-ab-nccl-r1'" in _fails(simulated, capsys)
+
+
+def test_steps_beyond_the_run_fail(simulated: Path, capsys):
+    log = simulated / "nccl" / "r2" / "driver.log"
+    log.write_text(log.read_text().replace("perf 20:", "perf 900:"))
+    assert "step 900, beyond the run's 33 steps" in _fails(simulated, capsys)
+
+
+def test_the_shipped_example_is_the_simulators():
+    root = Path("examples/bench-report")
+    assert (root / "report.md").read_text().splitlines()[0].startswith("**Made by the simulator, not measured")
+    assert json.loads((root / "simulated.json").read_text())["note"]
+
+
+def test_one_repeat_states_unknown_noise_and_withholds_shares(tmp_path: Path):
+    import yaml
+    doc = yaml.safe_load(EXPERIMENT.read_text()) | {"repeats": 1}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(doc))
+    simulate(tmp_path / "one.yaml", TRUTH, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d")]) == 0
+    report = json.loads((tmp_path / "d" / "report.json").read_text())
+    r = report["arms"]["deepep-v1"]["ratio_vs_baseline"]
+    assert r["repeat_noise"] is None and r["beyond_noise"] is None
+    assert report["decomposition"]["shares_withheld_because"] == "one repeat per arm: the noise between repeats is unknown"
+    assert "noise between repeats unknown (one repeat)" in (tmp_path / "d" / "report.md").read_text()
