@@ -176,3 +176,10 @@ def test_a_later_404_without_a_name_says_a_crd_is_missing():
     named = ApiException(status=404, reason="Not Found",
                          body=json.dumps(not_found({"name": "team-x", "kind": "namespaces"})[1]))
     assert kube.explain(named).startswith("namespace 'team-x' does not exist")
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken").write_text("clusters: [unclosed\n")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "broken"))
+    assert runs_main(["list"]) == 1
+    assert one_line(capsys).startswith(f"runs: cannot read the kubeconfig {tmp_path / 'broken'}: ")

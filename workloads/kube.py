@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client import ApiException
 from kubernetes.config import ConfigException
@@ -30,6 +31,14 @@ TIMEOUT_S = 15
 
 class NoCluster(Exception):
     """No usable cluster: one line naming what is missing and what to do."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks and runs of spaces folded (YAML and API messages span lines)."""
+    return " ".join(str(text).split())
 
 
 CLUSTER_ERRORS = (NoCluster, ApiException, urllib3.exceptions.HTTPError)
@@ -80,7 +89,7 @@ def _load(context: str | None) -> tuple[client.Configuration, list[str]]:
                             f"(kubectl config get-contexts) or leave --context out") from None
         raise NoCluster(f"no usable kubeconfig at {kubeconfig_path()} ({err}): write one with `pulumi stack output "
                         f"kubeconfig --show-secrets > kubeconfig` and export KUBECONFIG=$PWD/kubeconfig") from None
-    except (OSError, ValueError) as err:  # unreadable file, malformed YAML or certificate data
+    except (OSError, ValueError, yaml.YAMLError) as err:  # unreadable file, malformed YAML or certificate data
         raise NoCluster(f"cannot read the kubeconfig {_where(context)}: {err}") from None
     finally:
         root.removeHandler(collector)
@@ -97,6 +106,10 @@ def _status(err: ApiException) -> dict:
 
 def explain(err: BaseException, host: str = "", credential_log: Sequence[str] = ()) -> str:
     """One line for an error from a cluster call: what happened and what to do."""
+    return one_line(_explain(err, host, credential_log))
+
+
+def _explain(err: BaseException, host: str, credential_log: Sequence[str]) -> str:
     server = f"the API server {host}" if host else "the API server"
     if isinstance(err, NoCluster):
         return str(err)
