@@ -6,8 +6,8 @@ every EFA type in the catalog; the NVIDIA plugin selects nodes by the ``nvidia.c
 label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepEP); the EFA plugin's
 image comes from the EKS add-on registry of the cluster's own region (the chart's default is the
 us-west-2 one, which a cluster elsewhere would reach across regions through its NAT gateway, while
-its own region's registry is served by the stack's ECR interface endpoints). They take the
-pools, the region and chart pins, not a whole stack, so a program that owns its cluster (pulumi-eks, say) can
+its own region's registry is served by the stack's ECR interface endpoints). They take the pools,
+the region and chart pins, not a whole stack, so a program that owns its cluster (pulumi-eks, say) can
 install them for the pools it attaches. Both are DaemonSet-only charts: they are installed without
 ``atomic`` (which waits for every pod) and without waiting, since GPU nodes join over many minutes
 and a DaemonSet pod appears only once its node has joined.
@@ -40,9 +40,9 @@ def _registries() -> dict:
 
 def eks_addon_registry(region: str) -> str:
     """The registry EKS replicates its add-on images to in ``region`` (EKS User Guide, "View Amazon
-    container image registries for Amazon EKS add-ons"); nodes pull from it with the node role's
-    ECR pull permission (``platform.NODE_POLICIES``), as they pull EKS's own add-on images. ValueError naming the
-    regions that have one when ``region`` has none this program can derive."""
+    container image registries for Amazon EKS add-ons"); nodes pull from it with the node role's ECR
+    pull permission (``platform.NODE_POLICIES``), as they pull EKS's own add-on images. ValueError
+    naming the regions that have one when ``region`` has none this program can derive."""
     table = _registries()
     if region not in table["accounts"]:
         listed = table["notDerivable"].get(region)

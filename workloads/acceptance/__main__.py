@@ -80,8 +80,8 @@ def apply(job: dict, context: str | None) -> str:
         CustomObjectsApi(api).create_namespaced_custom_object(group, version, namespace, kube.VOLCANO_JOBS.plural, job)
     except ApiException as err:
         if err.status == 409:
-            raise kube.NoCluster(f"job {namespace}/{name} exists from an earlier run: read its logs, then "
-                                 f"`kubectl -n {namespace} delete jobs.batch.volcano.sh {name}` and apply again") from None
+            raise kube.NoCluster(f"job {namespace}/{name} exists from an earlier run: read its logs, then `kubectl "
+                                 f"-n {namespace} delete jobs.batch.volcano.sh {name}` and apply again") from None
         raise
     return f"{namespace}/{name}"
 
