@@ -1,13 +1,22 @@
-"""The program behind every stack: the platform components plus the workloads, one graph."""
+"""The program behind every stack: the platform components plus the workloads, one graph.
+
+``build`` refuses a stack before registering anything: the schema (``ProgramConfig``) has checked
+each field and the workloads against the pools; here come the checks that need the program's
+other parts: the stack's region has an EKS add-on registry (the EFA device plugin's image), each
+run declared in the stack is placeable and valid as a run file would be, and every workload pod
+fits its pool.
+"""
 
 from __future__ import annotations
 
 import pulumi
 
 from components import Platform
+from components.device_plugins import eks_addon_registry
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
+from workloads.runs.config import check_declared_runs
 from workloads.runs.submit import run_objects
 from workloads.schedulability import check, unschedulable
 from workloads.stack import ProgramConfig
@@ -17,6 +26,17 @@ def as_program_config(cfg: StackConfig) -> ProgramConfig:
     if isinstance(cfg, ProgramConfig):
         return cfg
     return ProgramConfig.model_validate(cfg.model_dump())
+
+
+def check_program(cfg: ProgramConfig) -> None:
+    """StackConfigError in ``load_stack``'s form ("stack 'x': invalid configuration" and one line
+    "<field>: <problem>; allowed: ...") for a region without an EKS add-on registry or a declared
+    run that could not be submitted."""
+    try:
+        eks_addon_registry(cfg.region)
+        check_declared_runs(cfg)
+    except ValueError as err:
+        raise StackConfigError(f"stack {cfg.stack!r}: invalid configuration\n  {err}") from None
 
 
 def check_schedulable(model: WorkloadModel) -> None:
@@ -30,6 +50,7 @@ def check_schedulable(model: WorkloadModel) -> None:
 def build(cfg: StackConfig) -> Platform:
     """Validate, derive the workload model once, prove it schedules, then register everything."""
     cfg = as_program_config(cfg)
+    check_program(cfg)  # before any resource is registered
     model = derive(cfg)
     check_schedulable(model)  # before any resource is registered
     platform = Platform(cfg, gpu_setups=model.gpu_setups)

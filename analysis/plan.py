@@ -130,7 +130,7 @@ def render_text(plan) -> str:
     out.append("")
 
     s = plan.schedule
-    out.append(f"Deploy critical path (modelled from typical create times, components/create_times.py): "
+    out.append(f"Deploy critical path (modelled from typical create times, analysis/create_times.py): "
                f"{_duration(s.critical_seconds)}; fully serial {_duration(s.serial_seconds)} "
                f"({s.parallelism:.1f}x parallelism kept)")
     rows = [["start", "takes", "resource", "waits on previous by"]]

@@ -167,7 +167,7 @@ def report(runs: int) -> str:
 
     s = base["deploy"]
     lines += ["## Deploy critical path vs fully serial (p5en-prod)", "",
-              "Modelled from the typical create times in `components/create_times.py` (not measured "
+              "Modelled from the typical create times in `analysis/create_times.py` (not measured "
               "against AWS) over the recorded dependency graph:", "",
               f"- critical path: {_duration(s['criticalPathSeconds'])} "
               f"({' -> '.join(p['type'].rsplit(':', 1)[1] + ' ' + p['name'] for p in s['criticalPath'])})",

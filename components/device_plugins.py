@@ -3,8 +3,11 @@
 Guarantees: both tolerate exactly the taints our GPU pools carry (derived from the pools, so a
 new taint cannot leave GPUs or EFA devices unadvertised); the EFA plugin's supported types cover
 every EFA type in the catalog; the NVIDIA plugin selects nodes by the ``nvidia.com/gpu.present``
-label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepEP). They take the
-pools and chart pins, not a whole stack, so a program that owns its cluster (pulumi-eks, say) can
+label every GPU pool sets and exposes GDRCopy for GPU-initiated transfers (DeepEP); the EFA plugin's
+image comes from the EKS add-on registry of the cluster's own region (the chart's default is the
+us-west-2 one, which a cluster elsewhere would reach across regions through its NAT gateway, while
+its own region's registry is served by the stack's ECR interface endpoints). They take the pools,
+the region and chart pins, not a whole stack, so a program that owns its cluster (pulumi-eks, say) can
 install them for the pools it attaches. Both are DaemonSet-only charts: they are installed without
 ``atomic`` (which waits for every pod) and without waiting, since GPU nodes join over many minutes
 and a DaemonSet pod appears only once its node has joined.
@@ -12,6 +15,9 @@ and a DaemonSet pod appears only once its node has joined.
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from importlib import resources
 from typing import Sequence
 
 import pulumi
@@ -19,9 +25,31 @@ import pulumi_kubernetes as k8s
 
 from catalog import EFA_TYPES
 from stackconfig.stack import Pool, Taint
-from stackconfig.versions import Chart, Charts
+from stackconfig.versions import EFA_DEVICE_PLUGIN_IMAGE, Chart, Charts
+
+from .registry import registry_host
 
 NAMESPACE = "kube-system"
+
+
+@cache
+def _registries() -> dict:
+    """catalog/data/eks-addon-registries.json (scripts/generate_eks_registries.py; its origin inside)."""
+    return json.loads((resources.files("catalog") / "data" / "eks-addon-registries.json").read_text())
+
+
+def eks_addon_registry(region: str) -> str:
+    """The registry EKS replicates its add-on images to in ``region`` (EKS User Guide, "View Amazon
+    container image registries for Amazon EKS add-ons"); nodes pull from it with the node role's ECR
+    pull permission (``platform.NODE_POLICIES``), as they pull EKS's own add-on images. ValueError
+    naming the regions that have one when ``region`` has none this program can derive."""
+    table = _registries()
+    if region not in table["accounts"]:
+        listed = table["notDerivable"].get(region)
+        why = f"its listed registry {listed} is not in that region's ECR" if listed else "none is listed"
+        raise ValueError(f"region: no EKS add-on image registry for {region!r} ({why}); allowed: "
+                         f"{', '.join(table['accounts'])}")
+    return registry_host(table["accounts"][region], region)
 
 
 def gpu_taints(pools: Sequence[Pool]) -> list[Taint]:
@@ -34,8 +62,10 @@ def tolerations(taints: Sequence[Taint]) -> list[dict]:
     return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in taints]
 
 
-def efa_plugin_values(taints: Sequence[Taint]) -> dict:
+def efa_plugin_values(taints: Sequence[Taint], region: str) -> dict:
+    """``image.repository`` in ``region``'s EKS registry; the tag stays the chart's (values.yaml ``image.tag``)."""
     return {
+        "image": {"repository": f"{eks_addon_registry(region)}/{EFA_DEVICE_PLUGIN_IMAGE}"},
         "tolerations": tolerations(taints),
         "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"],
                                     "values": list(EFA_TYPES)},
@@ -66,11 +96,12 @@ def _release(name: str, chart: Chart, values: dict, provider: k8s.Provider,
 class DevicePlugins(pulumi.ComponentResource):
     """Helm releases of the NVIDIA and EFA device plugins."""
 
-    def __init__(self, name: str, taints: Sequence[Taint], charts: Charts, provider: k8s.Provider,
+    def __init__(self, name: str, taints: Sequence[Taint], charts: Charts, provider: k8s.Provider, region: str,
                  after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
+        efa_values = efa_plugin_values(taints, region)  # an unknown region fails before anything is registered
         super().__init__("rlplatform:k8s:DevicePlugins", name, None, opts)
         self.nvidia = _release("nvidia-device-plugin", charts.nvidia_device_plugin,
                                nvidia_plugin_values(taints), provider, self, after)
         self.efa = _release("aws-efa-k8s-device-plugin", charts.efa_device_plugin,
-                            efa_plugin_values(taints), provider, self, after)
+                            efa_values, provider, self, after)
         self.register_outputs({})

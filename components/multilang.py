@@ -22,7 +22,7 @@ from stackconfig.stack import GPU_TAINT, SPOT_TAINT, CheckpointSettings, Pool
 from stackconfig.versions import Charts
 
 from .checkpoints import CheckpointBucket
-from .device_plugins import DevicePlugins
+from .device_plugins import DevicePlugins, eks_addon_registry
 from .efa import EfaSecurityGroup
 from .node_pool import NodePool, PoolNetwork
 
@@ -136,6 +136,8 @@ class CheckpointStore(pulumi.ComponentResource):
 class GpuDevicePluginsArgs(TypedDict):
     kubeconfig: pulumi.Input[str]
     """Kubeconfig (JSON or YAML) of the cluster the GPU pools joined."""
+    region: str
+    """AWS region of that cluster: the EFA device plugin's image comes from its EKS add-on registry."""
     spot_gpu_pools: NotRequired[bool]
     """Tolerate the Spot taint too (a GPU pool with capacity type SPOT)."""
 
@@ -144,10 +146,14 @@ class GpuDevicePlugins(pulumi.ComponentResource):
     """NVIDIA and EFA device plugins (Helm, pinned), tolerating the GPU pools' taints."""
 
     def __init__(self, name: str, args: GpuDevicePluginsArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        try:
+            eks_addon_registry(args["region"])  # an unknown region fails before anything is registered
+        except ValueError as err:
+            raise pulumi.RunError(f"GpuDevicePlugins {name}: {err}") from None
         super().__init__(f"{PACKAGE}:index:GpuDevicePlugins", name, {}, opts)
         provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=pulumi.ResourceOptions(parent=self))
         taints = [GPU_TAINT, SPOT_TAINT] if args.get("spot_gpu_pools") else [GPU_TAINT]
-        DevicePlugins(name, taints, Charts(), provider, opts=pulumi.ResourceOptions(parent=self))
+        DevicePlugins(name, taints, Charts(), provider, args["region"], opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({})
 
 

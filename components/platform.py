@@ -56,7 +56,7 @@ class Platform(pulumi.ComponentResource):
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])
         self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts,
-                                            self.cluster.provider, after=[system], opts=child)
+                                            self.cluster.provider, cfg.region, after=[system], opts=child)
         self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
                                             opts=child)
         self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,

@@ -102,6 +102,9 @@ class Capacity(SchemaModel):
 
 
 class NodeCounts(SchemaModel):
+    """``nodes: N`` is a fixed size (min = desired = max = N), except on a Capacity Block pool, where it
+    is min 0 (``Pool``)."""
+
     min: int = Field(ge=0)
     desired: int = Field(ge=0)
     max: int = Field(ge=1, le=1000)
@@ -138,6 +141,22 @@ class Pool(SchemaModel):
     """Spot only: further instance types the node group may launch (EKS recommends several Spot types
     so one reclaimed capacity pool does not starve the group). Each must be a drop-in: same
     architecture, GPUs, EFA layout, and at least the vCPUs and memory of ``instanceType``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _capacity_block_may_reach_zero(cls, data: Any) -> Any:
+        """``nodes: N`` on a Capacity Block pool is ``{min: 0, desired: N, max: N}``: EKS scales the
+        group to 0 forty minutes before the block ends, and a node group update needs its desired
+        size at 0 (EKS User Guide, capacity-blocks-mng: "When upgrading managed node groups with
+        Capacity Blocks, make sure that the desired size of the node group is set to 0"), which a
+        minimum of N forbids. Written as a mapping, the counts are taken as written."""
+        if not isinstance(data, Mapping):
+            return data
+        nodes, capacity = data.get("nodes"), data.get("capacity")
+        kind = capacity.get("type") if isinstance(capacity, Mapping) else getattr(capacity, "type", None)
+        if kind == CapacityType.CAPACITY_BLOCK and isinstance(nodes, int) and not isinstance(nodes, bool):
+            return {**data, "nodes": {"min": 0, "desired": nodes, "max": nodes}}
+        return data
 
     @field_validator("labels")
     @classmethod

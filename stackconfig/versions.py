@@ -41,6 +41,13 @@ class Chart(SchemaModel):
     repo: str
 
 
+EFA_DEVICE_PLUGIN_IMAGE = "eks/aws-efa-k8s-device-plugin"
+"""The EFA device plugin's repository inside a region's EKS add-on registry. Chart v0.5.30 (aws/eks-charts
+bfe91c4b, stable/aws-efa-k8s-device-plugin/values.yaml lines 1-4) defaults ``image.repository`` to
+this path in the us-west-2 registry, tag v0.5.20 (its appVersion); the program sets the registry
+of the stack's own region (``components.device_plugins.eks_addon_registry``) and keeps the tag."""
+
+
 class Charts(SchemaModel):
     efa_device_plugin: Chart = Chart(chart="aws-efa-k8s-device-plugin", version="v0.5.30",
                                      repo="https://aws.github.io/eks-charts")

@@ -112,3 +112,31 @@ def test_every_package_ships_in_the_distribution():
     assert set(tool["packages"]) == folders and tool["py-modules"] == ["program"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"moe-rl-plan": "analysis.plan:main", "moe-rl-bench": "bench.__main__:main"}
+
+
+def reached(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def derived(module: str) -> bool:
+    """The workload model, its renderers and the run files: built from the schema, never under it."""
+    return module == "workloads.model" or module.startswith(("workloads.render", "workloads.runs"))
+
+
+def test_the_stack_schema_reaches_no_model_renderer_or_run_file():
+    """``workloads.stack`` (the schema) depends on settings and validation only; runs declared in a
+    stack are checked by ``program.build`` instead. Annotation-only imports count: they are what a
+    reader follows."""
+    assert sorted(filter(derived, reached(graph(annotations=True), "workloads.stack"))) == []
+
+
+def test_the_model_renderers_and_run_files_sit_in_no_import_circle():
+    edges = graph(annotations=True)
+    assert sorted(m for m in edges if derived(m) and m in reached(edges, m)) == []

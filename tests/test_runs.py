@@ -222,13 +222,15 @@ def test_runs_declared_in_the_stack_are_in_the_graph_with_their_team_objects():
      "workloads.runs[r]: run r: pool train: 17 nodes requested"),
 ])
 def test_a_bad_runs_stack_names_the_field(override, message):
+    from program import check_program
     from stackconfig.stack import StackConfigError
     with pytest.raises(StackConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        variant(SHARED, override)
+        check_program(variant(SHARED, override))  # declared runs: checked by program.build, before any resource
     with pytest.raises(StackConfigError, match=r"workloads.runs\[r\]: run r: stack 'p5en-prod' has workloads.submit "
                                                r"raycluster, where the GPU nodes are held by the stack's own run"):
-        variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
-                                            "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}})
+        check_program(variant("p5en-prod", {"workloads": {
+            "teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
+            "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}}))
 
 
 # --- the scripts that make preemption checkpoint first --------------------------------------------

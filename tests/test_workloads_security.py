@@ -172,7 +172,7 @@ HOST_ACCESS_RELEASES = {
 """Releases whose charts run pods with host access, and why. Every other release gets no host access
 from its chart's defaults or from our values."""
 PLUGIN_VALUES = {
-    "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels"},
+    "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels", "image"},  # image: registry only
     "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled"},
     "aws-fsx-csi-driver": {"nodeComponentOnly", "controller", "node"},
 }
@@ -203,6 +203,7 @@ def test_only_the_device_plugins_and_the_csi_node_plugin_get_host_access(stack):
     for name, allowed in PLUGIN_VALUES.items():
         assert set(releases[name]) <= allowed, (name, set(releases[name]) - allowed)
     assert releases["aws-fsx-csi-driver"]["nodeComponentOnly"] is True
+    assert set(releases["aws-efa-k8s-device-plugin"]["image"]) == {"repository"}  # the chart's pinned tag stays
 
 
 # --- hardening of the CPU containers ----------------------------------------------------------------------

@@ -12,7 +12,10 @@ Command line (Volcano and the ``miles`` queue are installed by the stack):
         workloads/torchx_miles.py:miles_grpo --stack p5en-prod
 
 ``reserved_millicpu=0,reserved_memmb=0`` keep requests equal to limits as in the RayCluster
-(TorchX otherwise requests 100m CPU and 1024 MB less than the limits).
+(TorchX otherwise requests 100m CPU and 1024 MB less than the limits). The same submission, with one
+line instead of a traceback when no cluster answers:
+
+    python -m workloads.torchx_miles p5en-prod --repository <imageRepository output> [--dry-run]
 """
 
 
@@ -119,15 +122,8 @@ def appdef(m: WorkloadModel, repository: str = "") -> specs.AppDef:
     return specs.AppDef(name=m.settings.run.name, roles=roles)
 
 
-def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks", repository: str = "") -> specs.AppDef:
-    """Miles GRPO run of a stack, as its stack file declares it (same argv as a RayJob would run).
-
-    Args:
-        stack: stack name; its file is <stack_dir>/Pulumi.<stack>.yaml, with workloads.submit: torchx
-        stack_dir: folder of the stack files
-        repository: the stack's ECR repository (`pulumi stack output imageRepository`), when the stack
-            runs the default image there
-    """
+def stack_model(stack: str, stack_dir: str) -> WorkloadModel:
+    """The stack's workload model; ValueError when its RayCluster holds the GPU nodes."""
     from pathlib import Path
 
     from stackconfig.files import read_stack
@@ -137,4 +133,58 @@ def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks", repository: 
     if model.raycluster:
         raise ValueError(f"stack {stack!r}: workloads.submit is raycluster, so its RayCluster holds every GPU node "
                          f"and a TorchX job would stay Pending; set workloads.submit: torchx and pulumi up first")
-    return appdef(model, repository)
+    return model
+
+
+def miles_grpo(stack: str = "p5en-prod", stack_dir: str = "stacks", repository: str = "") -> specs.AppDef:
+    """Miles GRPO run of a stack, as its stack file declares it (same argv as a RayJob would run).
+
+    Args:
+        stack: stack name; its file is <stack_dir>/Pulumi.<stack>.yaml, with workloads.submit: torchx
+        stack_dir: folder of the stack files
+        repository: the stack's ECR repository (`pulumi stack output imageRepository`), when the stack
+            runs the default image there
+    """
+    return appdef(stack_model(stack, stack_dir), repository)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workloads.torchx_miles <stack> [--repository R] [--context C] [--dry-run]``: submit
+    through TorchX's kubernetes scheduler into the stack's namespace and queue, on a client from
+    ``workloads.kube`` (one line and exit 1 when no cluster answers, instead of torchx's traceback)."""
+    import argparse
+    import sys
+
+    from torchx.runner import get_runner
+
+    from stackconfig.stack import StackConfigError
+
+    from . import kube
+    from .render.common import VOLCANO_QUEUE
+    p = argparse.ArgumentParser(prog="python -m workloads.torchx_miles", description=main.__doc__.split(":")[0])
+    p.add_argument("stack")
+    p.add_argument("--stack-dir", default="stacks")
+    p.add_argument("--repository", default="", help="pulumi stack output imageRepository")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--dry-run", action="store_true", help="print the Volcano Job; contact no cluster")
+    args = p.parse_args(argv)
+    try:
+        m = stack_model(args.stack, args.stack_dir)
+        app = appdef(m, args.repository)
+        cfg = {"namespace": m.namespace, "queue": VOLCANO_QUEUE, "reserved_millicpu": 0, "reserved_memmb": 0}
+        if args.dry_run:
+            print(get_runner().dryrun(app, "kubernetes", cfg={**cfg, "validate_spec": False}))
+            return 0
+        with get_runner(client=kube.connect(args.context, (kube.VOLCANO_JOBS,), m.namespace)) as runner:
+            print(f"torchx: submitted {runner.run(app, 'kubernetes', cfg=cfg)}", file=sys.stderr)
+    except kube.CLUSTER_ERRORS as err:
+        print(f"torchx: {kube.explain(err)}", file=sys.stderr)
+        return 1
+    except (ValueError, StackConfigError) as err:  # the stack file, the image repository
+        print(f"torchx: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

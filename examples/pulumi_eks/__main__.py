@@ -82,7 +82,7 @@ train = GpuNodePool("rl-train", {
     "min_nodes": 0, "desired_nodes": 2, "max_nodes": 2,
     "capacity_type": cfg.get("capacityType") or "CAPACITY_BLOCK",
     "reservation_id": cfg.get("reservationId") or "cr-0123456789abcdef0", **nodes}, after)
-plugins = GpuDevicePlugins("rl-device-plugins", {"kubeconfig": cluster.kubeconfig_json},
+plugins = GpuDevicePlugins("rl-device-plugins", {"kubeconfig": cluster.kubeconfig_json, "region": zone[:-1]},
                            pulumi.ResourceOptions(depends_on=[system]))
 store = CheckpointStore("rl-checkpoints", {"cluster_name": cluster_name, "namespace": "rl"})
 

@@ -68,12 +68,28 @@ def _report_main(argv: Sequence[str]) -> int:
     return 0 if report["ok"] else 1
 
 
+def apply(job: dict, context: str | None) -> str:
+    """Create the Job on the cluster (``kube.connect``: one line, ``kube.NoCluster``, when there is none)."""
+    from kubernetes.client import ApiException, CustomObjectsApi
+
+    from .. import kube
+    api = kube.connect(context, (kube.VOLCANO_JOBS,), job["metadata"]["namespace"])
+    group, version = job["apiVersion"].split("/")
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    try:
+        CustomObjectsApi(api).create_namespaced_custom_object(group, version, namespace, kube.VOLCANO_JOBS.plural, job)
+    except ApiException as err:
+        if err.status == 409:
+            raise kube.NoCluster(f"job {namespace}/{name} exists from an earlier run: read its logs, then `kubectl "
+                                 f"-n {namespace} delete jobs.batch.volcano.sh {name}` and apply again") from None
+        raise
+    return f"{namespace}/{name}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return _report_main(argv[1:])
-    import subprocess
-
     import yaml
 
     from stackconfig.files import STACKS_DIR
@@ -83,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("stack")
     p.add_argument("pool")
     p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
-    p.add_argument("--apply", action="store_true", help="pipe the Job to `kubectl apply -f -`")
+    p.add_argument("--apply", action="store_true", help="create the Job on the cluster")
+    p.add_argument("--context", help="kubeconfig context for --apply (default: the current one)")
     args = p.parse_args(argv)
     try:
         m = _model(args.stack, args.stack_dir)
@@ -91,13 +108,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"acceptance: {e}", file=sys.stderr)
         return 2
-    text = yaml.safe_dump(job, sort_keys=False, width=120)
+    if args.apply:
+        from .. import kube
+        try:
+            print(f"acceptance: created {apply(job, args.context)}", file=sys.stderr)
+        except kube.CLUSTER_ERRORS as e:
+            print(f"acceptance: {kube.explain(e)}", file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(yaml.safe_dump(job, sort_keys=False, width=120))
     if (why := holds_pool(m, args.pool)) is not None:
         print(f"acceptance: warning: {why}", file=sys.stderr)
     print(f"acceptance: when it has finished: {report_command(m, args.pool)}", file=sys.stderr)
-    if args.apply:
-        return subprocess.run(["kubectl", "apply", "-f", "-"], input=text, text=True).returncode
-    sys.stdout.write(text)
     return 0
 
 

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml
-from kubernetes.client import ApiException
 
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
+from .. import kube
 from ..checkpoint_budget import GB
+from ..render.teams import namespace_of
 from ..stack import ProgramConfig
 from .client import RunClient, attempt_of
 from .config import load_run, run_pools
@@ -153,17 +154,15 @@ def on_cluster(args: argparse.Namespace, client: Callable[[], RunClient], out: C
     return 0
 
 
-def kube_client(context: str | None) -> RunClient:
-    from kubernetes import config
-    from kubernetes.client import ApiClient
-    config.load_kube_config(context=context)  # sets the client's default configuration
-    return RunClient(ApiClient())
+def kube_client(context: str | None, team: str | None = None) -> RunClient:
+    """A client of the cluster that answers, serves RayJobs and, for a team, has its namespace."""
+    return RunClient(kube.connect(context, (kube.RAYJOBS,), namespace_of(team) if team else None))
 
 
 def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | None = None,
          out: Callable[[str], None] = print) -> int:
     args = _parser().parse_args(argv)
-    make = client or (lambda: kube_client(args.context))
+    make = client or (lambda: kube_client(args.context, getattr(args, "team", None)))
     try:
         if args.command == "plan":
             return plan(args, out)
@@ -173,8 +172,8 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
     except (ValueError, LookupError) as err:  # NeverFits, a bad run or stack file, no such run
         print(f"runs: {err}", file=sys.stderr)
         return 1
-    except ApiException as err:
-        print(f"runs: the cluster answered {err.status} {err.reason}: {err.body or ''}".rstrip(), file=sys.stderr)
+    except kube.CLUSTER_ERRORS as err:  # no kubeconfig or context, no answer, no CRD or namespace
+        print(f"runs: {kube.explain(err)}", file=sys.stderr)
         return 1
 
 
