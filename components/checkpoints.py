@@ -119,7 +119,7 @@ class CheckpointBucket(pulumi.ComponentResource):
                                deletion_window_in_days=30, opts=kept)
         on_bucket = pulumi.ResourceOptions(parent=self.bucket, retain_on_delete=retain)
         bucket_id = self.bucket.id
-        aws.kms.KeyPolicy(name, key_id=self.key.key_id, policy=pulumi.Output.all(self.key.arn, self.bucket.arn).apply(
+        aws.kms.KeyPolicy(name, key_id=self.key.id, policy=pulumi.Output.all(self.key.arn, self.bucket.arn).apply(
             lambda a: key_policy(*a)), opts=pulumi.ResourceOptions(parent=self.key, retain_on_delete=retain))
         aws.s3.BucketPublicAccessBlock(name, bucket=bucket_id, block_public_acls=True,
                                        block_public_policy=True, ignore_public_acls=True,
