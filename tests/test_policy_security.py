@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_policy import Break, _copy, _drop, _run, _set
+from test_policy import Break, _drop, _set, assert_break_caught
 
 from analysis.rules import security as S
 from analysis.rules import view
-from policy.rules import POLICIES
 
 SHARED = "rl-p5en-shared"
 ALPHA = f"{SHARED}-team-alpha-writer"
@@ -185,13 +184,4 @@ def test_every_security_policy_is_broken_at_least_once():
 @pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
 @pytest.mark.parametrize("case", SECURITY_BREAKS, ids=[b.id for b in SECURITY_BREAKS])
 def test_security_policy_names_the_broken_resource(case, preview):
-    graph = _copy(case.stack)
-    type_, name = case.mutate(graph)
-    target = graph.named(type_, name)
-    found = _run(case.stack, graph, policies=[POLICIES[case.policy]], preview=preview, raw=case.raw)
-    if preview and case.known_only:
-        assert found == []
-        return
-    mine = [v for v in found if v.urn == target.urn]
-    assert mine, f"{case.policy} reported nothing on {name}: {found}"
-    assert any(case.expect in v.message for v in mine), mine
+    assert_break_caught(case, preview)
