@@ -66,6 +66,9 @@ class CheckpointFileSystem(pulumi.ComponentResource):
             name, storage_capacity=capacity_gib, subnet_ids=subnet_id, deployment_type="PERSISTENT_2",
             per_unit_storage_throughput=throughput_per_tib, file_system_type_version="2.15",
             data_compression_type="LZ4", security_group_ids=[sg], skip_final_backup=not retain,
+            # Failed exports and imports go to CloudWatch Logs (/aws/fsx/lustre by default): FSx for
+            # Lustre user guide, "Data repository event logs" (LogConfiguration level WARN_ERROR).
+            log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(level="WARN_ERROR"),
             tags={"Name": name}, opts=pulumi.ResourceOptions(parent=self, depends_on=rules))
         self.association = aws.fsx.DataRepositoryAssociation(
             name, file_system_id=self.file_system.id, file_system_path=f"/{export_dir}",
