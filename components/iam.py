@@ -90,7 +90,7 @@ class PodRole(pulumi.ComponentResource):
     ``by_addon``: an EKS add-on creates the association itself (its ``podIdentityAssociations``);
     a second association for the same service account would be refused by EKS.
     ``cluster_arn``: when given, the permissions are held to the ``eks-cluster-arn`` session tag
-    (account and region included), else to ``eks-cluster-name``.
+    (account and region included), else to ``eks-cluster-name``; the trust always names the cluster.
     ``tags``: tags of the role itself; IAM evaluates them as ``aws:PrincipalTag`` too (the key
     policy of the checkpoint key reads ``checkpoint-prefix`` from there).
     """
@@ -101,12 +101,14 @@ class PodRole(pulumi.ComponentResource):
                  cluster_arn: pulumi.Input[str] | None = None, tags: dict[str, str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:iam:PodRole", name, None, opts)
+        # The trust names the cluster by name: known before the cluster exists, so a first preview
+        # can judge it; the permissions use the ARN where the caller has it.
         trust = pulumi.Output.from_input(cluster_name).apply(
-            lambda cluster: pod_trust_policy(cluster, namespace, service_account))
+            lambda value: pod_trust_policy(value, namespace, service_account))
+        cluster, tag = (cluster_arn, CLUSTER_ARN_TAG) if cluster_arn is not None else (cluster_name, CLUSTER_NAME_TAG)
         self.role = service_role(name, POD_IDENTITY_PRINCIPAL, managed_policies, self,
                                  assume_role_policy=trust, tags=tags).role
         if inline_policy is not None:
-            cluster, tag = (cluster_arn, CLUSTER_ARN_TAG) if cluster_arn is not None else (cluster_name, CLUSTER_NAME_TAG)
             bound = pulumi.Output.all(inline_policy, cluster).apply(lambda a: bind_to_session(
                 a[0], session_tags("aws:PrincipalTag", a[1], namespace, service_account, tag)))
             aws.iam.RolePolicy(name, role=self.role.id, policy=bound, opts=pulumi.ResourceOptions(parent=self))
