@@ -122,11 +122,11 @@ def check_pod_roles_bound(stack: Stack) -> Iterator[tuple[str, str]]:
         for st in statements(trust):
             if st.get("Effect") == ALLOW and st.get("Principal") != pod:
                 yield role.urn, f"{role.label}: a pod role trusts {st.get('Principal')!r} as well; only {pod}"
-        request = {f"aws:RequestTag/{NAMESPACE_TAG}": namespace, f"aws:RequestTag/{SERVICE_ACCOUNT_TAG}": account}
-        for other in (f"{namespace}-{FOREIGN}", FOREIGN):
-            probe = {**request, f"aws:RequestTag/{NAMESPACE_TAG}": other} if other != FOREIGN else {
-                **request, f"aws:RequestTag/{SERVICE_ACCOUNT_TAG}": other}
-            probe = {**probe, **{f"aws:RequestTag/{k}": v for k, v in _cluster_tags(trust).items()}}
+        # A session of the same cluster that differs from the bound one in namespace or service account.
+        cluster = {f"aws:RequestTag/{k}": v for k, v in _cluster_tags(trust).items()}
+        for other_namespace, other_account in ((FOREIGN, account), (namespace, FOREIGN)):
+            probe = {**cluster, f"aws:RequestTag/{NAMESPACE_TAG}": other_namespace,
+                     f"aws:RequestTag/{SERVICE_ACCOUNT_TAG}": other_account}
             if decide([trust], "sts:AssumeRole", role.props.get("arn") or "*", probe, pod) == ALLOW:
                 yield role.urn, (f"{role.label}: its trust policy admits a Pod Identity session of another "
                                  f"namespace or service account than {namespace}/{account} ({binding.label})")
