@@ -75,6 +75,12 @@ def _extra_trust_principal(g):
     return view.ROLE, role.name
 
 
+def _team_key_widened(g):
+    pol = g.named(view.ROLE_POLICY, ALPHA)
+    _edit_json(pol, "policy", lambda d: _statement(d, "Key").pop("Condition"))
+    return view.ROLE, ALPHA
+
+
 def _bound_to_another_team(g):
     assoc = g.named(view.POD_IDENTITY, ALPHA)
     _set(assoc, "namespace", "team-beta")
@@ -149,6 +155,8 @@ SECURITY_BREAKS = [
     Break("iam-not-action", "p5en-prod", "iam-no-broad-allow", _not_action, "NotAction", known_only=True),
     Break("team-widened-to-bucket", "p5en-shared", "team-writers-scoped-to-prefix", _team_widened_to_bucket,
           "outside it", known_only=True),
+    Break("team-key-widened", "p5en-shared", "team-writers-scoped-to-prefix", _team_key_widened,
+          "kms:Decrypt", known_only=True),
     Break("tls-deny-narrowed", "p5", "checkpoint-bucket-secure", _tls_deny_narrowed_to_a_prefix, "TLS", known_only=True),
     Break("tls-deny-wrong-bucket", "p4d", "checkpoint-bucket-secure", _tls_deny_on_another_bucket, "TLS", known_only=True),
     Break("tls-deny-one-account", "p5en-prod", "checkpoint-bucket-secure", _tls_deny_for_one_account, "TLS",

@@ -168,14 +168,15 @@ def check_team_writers_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
         if documents is None:
             continue
         tags = _principal_tags(documents)
-        buckets = {r.split(":::", 1)[1].split("/", 1)[0] for d in documents for st in statements(d)
-                   for r in as_list(st.get("Resource")) if isinstance(r, str) and ":s3:::" in r}
+        named = {r for d in documents for st in statements(d) for r in as_list(st.get("Resource")) if isinstance(r, str)}
+        buckets = {r.split(":::", 1)[1].split("/", 1)[0] for r in named if ":s3:::" in r}
+        keys = sorted({r for r in named if ":kms:" in r} | {"*"})
         for bucket in sorted(buckets):
             arn = f"arn:aws:s3:::{bucket}"
             outside = f"{arn}/{FOREIGN}/x"
             probes = [("s3:GetObject", outside, {}), ("s3:PutObject", outside, {}),
-                      ("s3:ListBucket", arn, {"s3:prefix": f"{FOREIGN}/"}),
-                      ("kms:Decrypt", "*", {"kms:EncryptionContext:aws:s3:arn": outside})]
+                      ("s3:ListBucket", arn, {"s3:prefix": f"{FOREIGN}/"})]
+            probes += [("kms:Decrypt", key, {"kms:EncryptionContext:aws:s3:arn": outside}) for key in keys]
             for action, resource, extra in probes:
                 if decide(documents, action, resource, {**tags, **extra}) == ALLOW:
                     yield role.urn, (f"{role.label}: team writer for {prefix!r} is allowed {action} outside it "
