@@ -38,6 +38,7 @@ SECONDS: dict[str, int] = {
     "aws:ec2/routeTable:RouteTable": 2,
     "aws:ec2/routeTableAssociation:RouteTableAssociation": 1,
     "aws:ec2/vpcEndpoint:VpcEndpoint": 10,
+    "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy": 2,
     "aws:ec2/securityGroup:SecurityGroup": 3,
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": 1,
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": 1,
@@ -45,13 +46,13 @@ SECONDS: dict[str, int] = {
     # Image registry
     "aws:ecr/repository:Repository": 2,
     "aws:ecr/lifecyclePolicy:LifecyclePolicy": 1,
-    "aws:ecr/pullThroughCacheRule:PullThroughCacheRule": 1,
     # Nodes
     "aws:ec2/launchTemplate:LaunchTemplate": 2,
     "aws:ec2/placementGroup:PlacementGroup": 2,
     "aws:eks/nodeGroup:NodeGroup": 240,
     # Control plane and its add-ons
     "aws:kms/key:Key": 15,
+    "aws:kms/keyPolicy:KeyPolicy": 2,
     "aws:eks/cluster:Cluster": 600,
     "aws:eks/addon:Addon": 60,
     "aws:eks/accessEntry:AccessEntry": 2,
@@ -66,6 +67,7 @@ SECONDS: dict[str, int] = {
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": 2,
     "aws:s3/bucketOwnershipControls:BucketOwnershipControls": 2,
     "aws:s3/bucketVersioning:BucketVersioning": 2,
+    "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration": 2,
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": 2,
     "aws:s3/bucketPolicy:BucketPolicy": 2,
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": 5,

@@ -5,12 +5,16 @@ O_TRUNC and sequential writes, while torch DCP's FileSystemWriter writes ``.meta
 renames it, and Megatron rewrites ``latest_checkpointed_iteration.txt``. FSx for Lustre is a full
 POSIX file system (atomic rename, overwrite, parallel writes from every rank), and a data repository
 association exports what is written under ``/checkpoints`` to ``s3://<bucket>/checkpoints/``
-(new, changed and deleted files) and imports what appears there.
+(new and changed files) and imports new and changed objects from there.
 
 Guarantees: PERSISTENT_2 (replicated storage, survives node loss) in the single EFA zone's node
 subnet; its own security group allowing Lustre (TCP 988, 1018-1023) only from itself and the
 nodes' cluster security group, and the nodes accepting Lustre from it; auto export AND import on
-the association. (The FSx CSI driver that mounts it is the workloads' pinned Helm release.)
+the association, neither of them of deletions: a file deleted on the file system stays in S3, and
+an object deleted in S3 (a delete marker) stays on the file system. FSx for Lustre user guide,
+"Automatically import updates from your S3 bucket" (AutoImportPolicy: NEW, CHANGED, DELETED; with
+DELETED, a deleted object's file is deleted from the file system) and "Automatically export
+updates to your S3 bucket" (AutoExportPolicy events, same names). (The FSx CSI driver that mounts it is the workloads' pinned Helm release.)
 ``pulumi destroy`` keeps a final backup unless the stack's
 checkpoints opt out of retention.
 """
@@ -21,7 +25,8 @@ import pulumi
 import pulumi_aws as aws
 
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
-IMPORT_EVENTS = ["NEW", "CHANGED", "DELETED"]
+IMPORT_EVENTS = ["NEW", "CHANGED"]
+"""Deletions in S3 are not imported: a delete in the bucket never deletes a checkpoint file."""
 EXPORT_EVENTS = ["NEW", "CHANGED"]
 """Deletions on the file system (Megatron's checkpoint retention) are not exported: S3 keeps every save."""
 
@@ -61,6 +66,9 @@ class CheckpointFileSystem(pulumi.ComponentResource):
             name, storage_capacity=capacity_gib, subnet_ids=subnet_id, deployment_type="PERSISTENT_2",
             per_unit_storage_throughput=throughput_per_tib, file_system_type_version="2.15",
             data_compression_type="LZ4", security_group_ids=[sg], skip_final_backup=not retain,
+            # Failed exports and imports go to CloudWatch Logs (/aws/fsx/lustre by default): FSx for
+            # Lustre user guide, "Data repository event logs" (LogConfiguration level WARN_ERROR).
+            log_configuration=aws.fsx.LustreFileSystemLogConfigurationArgs(level="WARN_ERROR"),
             tags={"Name": name}, opts=pulumi.ResourceOptions(parent=self, depends_on=rules))
         self.association = aws.fsx.DataRepositoryAssociation(
             name, file_system_id=self.file_system.id, file_system_path=f"/{export_dir}",

@@ -5,13 +5,18 @@ Guarantees:
   pod IPs (EFA-only interfaces take none); a stack that cannot fit fails before anything is built;
 - private subnets in two zones for the EKS control plane and the pools that may span zones;
 - nodes are private and reach out through a NAT gateway in the EFA zone;
-- S3 traffic (checkpoints) goes through a gateway endpoint, not the NAT.
+- S3 traffic (checkpoints) goes through a gateway endpoint, not the NAT; once the platform's
+  buckets exist (``limit_s3_endpoint``) the endpoint reaches only them, ECR's layer bucket and the
+  Amazon Linux 2023 package repositories, so a pod cannot copy data to another bucket of the
+  region through it (other regions' buckets are not routed through a gateway endpoint at all).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -24,6 +29,14 @@ MIN_PRIVATE_PREFIX = 24
 PUBLIC_PREFIX = 26
 WARM_PREFIX_IPS = 16
 """With prefix delegation the CNI keeps one /28 (16 addresses) warm per node."""
+ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
+"""Where ECR serves image layers from; a restrictive S3 gateway endpoint policy must allow
+s3:GetObject on it (ECR user guide, "Amazon ECR interface VPC endpoints", "Create the Amazon S3
+gateway endpoint": minimum Amazon S3 bucket permissions)."""
+AL2023_REPOSITORY_BUCKET = "al2023-repos-{region}-de612dc2"
+"""The Amazon Linux 2023 package repositories nodes install from with dnf (GPU node setup's kernel
+headers): AL2023 user guide, "Amazon Linux 2023 ... repositories ... through a VPC endpoint"
+(the bucket ARN an S3 gateway endpoint policy must allow)."""
 
 
 def pods_per_node(pool: Pool) -> int:
@@ -149,15 +162,36 @@ class Network(pulumi.ComponentResource):
             for s in plan]
         self.egress = [nat, private_rt, *associations]
         """Nodes need these to pull images and reach AWS APIs: node groups wait for them."""
-        aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, vpc_endpoint_type="Gateway",
-                            service_name=f"com.amazonaws.{cfg.region}.s3",
-                            route_table_ids=[private_rt.id], tags=tags, opts=child)
+        self.region = cfg.region
+        self.s3_endpoint = aws.ec2.VpcEndpoint(f"{name}-s3", vpc_id=self.vpc.id, vpc_endpoint_type="Gateway",
+                                               service_name=f"com.amazonaws.{cfg.region}.s3",
+                                               route_table_ids=[private_rt.id], tags=tags, opts=child)
         self.plan = plan
         self.node_subnet_id = self.subnets["nodes"].id
         self.private_subnet_ids = [self.subnets["private-a"].id, self.subnets["private-b"].id]
         self.register_outputs({"vpcId": self.vpc.id, "nodeSubnetId": self.node_subnet_id})
 
+    def limit_s3_endpoint(self, bucket_arns: Sequence[pulumi.Input[str]]) -> aws.ec2.VpcEndpointPolicy:
+        """The S3 gateway endpoint's policy: ``bucket_arns`` (the platform's buckets) and what nodes
+        need from S3 (``s3_endpoint_policy``)."""
+        policy = pulumi.Output.all(*bucket_arns).apply(lambda arns: s3_endpoint_policy(self.region, arns))
+        return aws.ec2.VpcEndpointPolicy(self.s3_endpoint._name, vpc_endpoint_id=self.s3_endpoint.id,
+                                         policy=policy, opts=pulumi.ResourceOptions(parent=self.s3_endpoint))
+
     def _route_table(self, name: str, **route) -> aws.ec2.RouteTable:
         return aws.ec2.RouteTable(name, vpc_id=self.vpc.id,
                                   routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", **route)],
                                   opts=pulumi.ResourceOptions(parent=self))
+
+
+def s3_endpoint_policy(region: str, bucket_arns: Sequence[str]) -> str:
+    """An endpoint policy bounds every request through the endpoint, whoever's credentials sign it
+    (AWS PrivateLink guide, "Control access to VPC endpoints using endpoint policies")."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "PlatformBuckets", "Effect": "Allow", "Principal": "*", "Action": "s3:*",
+         "Resource": [r for arn in bucket_arns for r in (arn, f"{arn}/*")]},
+        {"Sid": "EcrLayers", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{ECR_LAYER_BUCKET.format(region=region)}/*"},
+        {"Sid": "AmazonLinuxRepositories", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{AL2023_REPOSITORY_BUCKET.format(region=region)}/*"},
+    ]})

@@ -2,8 +2,8 @@
 
 Network -> cluster (control plane, pre-node add-ons) -> EFA security group and node role -> one
 NodePool per pool -> add-ons that need nodes (CoreDNS, node monitoring, CloudWatch) and the device
-plugins; the checkpoint bucket and the image registry (ECR repository, pull-through cache rules,
-ECR interface endpoints so image pulls skip the NAT) in parallel. Everything is derived
+plugins; the checkpoint bucket and the image registry (ECR repository, ECR interface endpoints so
+image pulls skip the NAT, the node role's pulls scoped to the platform's repositories). Everything is derived
 from one validated StackConfig; nothing is registered for a config that does not validate.
 """
 
@@ -24,8 +24,10 @@ from .network import Network, plan_subnets
 from .registry import ImageRegistry
 from .node_pool import NodePool, PoolNetwork
 
-NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"]
-"""The node role's only permissions; the CNI gets its own Pod Identity role."""
+NODE_POLICIES = ["AmazonEKSWorkerNodePolicy"]
+"""The node role's only managed policy; its ECR pulls are the registry's ``node_pull_policy`` (no
+AmazonEC2ContainerRegistryPullOnly: that pulls every repository of the account); the CNI gets its
+own Pod Identity role."""
 
 
 class Platform(pulumi.ComponentResource):
@@ -48,7 +50,12 @@ class Platform(pulumi.ComponentResource):
                           spread_subnet_ids=self.network.private_subnet_ids,
                           cluster_security_group_id=self.cluster.security_group_id,
                           efa_security_group_id=efa_sg.id)
-        after = [*self.cluster.node_addons, *node_role.attachments, *self.network.egress]
+        self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,
+                                      self.network.private_subnet_ids, self.cluster.security_group_id,
+                                      repository_name=f"{name.lower()}/workloads",  # ECR names are lowercase
+                                      puller_role_name=node_role.role.name, opts=child)
+        after = [*self.cluster.node_addons, *node_role.attachments, self.registry.pull_policy,
+                 *self.network.egress]
         setups = gpu_setups or {}
         self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.role.arn, net,
                                        after=after, gpu_setup=setups.get(p.name, GpuNodeSetup()), opts=child)
@@ -58,11 +65,8 @@ class Platform(pulumi.ComponentResource):
         self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts,
                                             self.cluster.provider, cfg.region, after=[system], opts=child)
         self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
-                                            opts=child)
-        self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,
-                                      self.network.private_subnet_ids, self.cluster.security_group_id,
-                                      repository_name=f"{name.lower()}/workloads",  # ECR names are lowercase
-                                      puller_role_name=node_role.role.name, opts=child)
+                                            cluster_arn=self.cluster.eks.arn, opts=child)
+        self.network.limit_s3_endpoint([self.checkpoints.arn])
         self.register_outputs({})
 
     def outputs(self) -> dict:

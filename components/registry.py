@@ -11,21 +11,9 @@ Guarantees:
   the third required piece; ``components.network.Network`` already creates it and it is assumed
   here. Both interface endpoints plus the S3 gateway endpoint are AWS's documented set:
   https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html
-- public images come through pull-through cache rules, one per upstream given and no others.
-  ECR Public, registry.k8s.io and Quay need no credential; Docker Hub, GitHub Container Registry,
-  GitLab Container Registry (and Azure, Chainguard, not offered here) need a Secrets Manager
-  secret whose name starts with ``ecr-pullthroughcache/``, in the rule's account and region:
-  https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache.html
-  https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache-creating-rule.html
-  nvcr.io (NGC) is not a supported upstream: copy NGC images into the repository instead.
-
-Limits, per the same AWS pages: the FIRST pull of an image through a cache rule makes ECR fetch it
-from the upstream, and with ECR reached through interface endpoints AWS documents that this first
-pull needs a NAT route from the pulling subnet (the network keeps its NAT for that); every later
-pull is served from the cache in-region. The pulling principal needs
-``ecr:BatchImportUpstreamImage`` and, for the first pull of a new repository,
-``ecr:CreateRepository`` (https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache-iam.html);
-``puller_role_name`` grants exactly those, on the cache prefixes only.
+- the node role (``puller_role_name``) pulls from this repository and from the registries the
+  EKS add-ons and the EFA device plugin come from, and from no other repository of the account:
+  a team pod cannot run a private image the platform does not own.
 
 Nothing here calls a provider function (the offline mocks refuse them): the region is an argument
 and the registry id is read from the repository ARN.
@@ -35,8 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -45,44 +32,55 @@ HTTPS = 443
 ECR_SERVICES = ("ecr.api", "ecr.dkr")
 """Both are required: ecr.api for GetAuthorizationToken, ecr.dkr for the registry v2 API."""
 
+EKS_ADDON_REGISTRIES = {
+    "af-south-1": "877085696533", "ap-east-1": "800184023465", "ap-east-2": "533267051163",
+    "ap-northeast-1": "602401143452", "ap-northeast-2": "602401143452", "ap-northeast-3": "602401143452",
+    "ap-south-1": "602401143452", "ap-south-2": "900889452093", "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452", "ap-southeast-3": "296578399912", "ap-southeast-4": "491585149902",
+    "ap-southeast-6": "333609536671", "ap-southeast-7": "121268973566", "ca-central-1": "602401143452",
+    "ca-west-1": "761377655185", "eu-central-1": "602401143452", "eu-central-2": "900612956339",
+    "eu-north-1": "602401143452", "eu-south-1": "590381155156", "eu-south-2": "455263428931",
+    "eu-west-1": "602401143452", "eu-west-2": "602401143452", "eu-west-3": "602401143452",
+    "il-central-1": "066635153087", "me-central-1": "759879836304", "me-south-1": "558608220178",
+    "mx-central-1": "730335286997", "sa-east-1": "602401143452", "us-east-1": "602401143452",
+    "us-east-2": "602401143452", "us-west-1": "602401143452", "us-west-2": "602401143452",
+}
+"""Per region, the AWS account whose ECR registry serves the EKS add-on images (VPC CNI,
+kube-proxy, CoreDNS, Pod Identity agent, node monitoring agent, CloudWatch observability) that
+the node role pulls: EKS user guide "View Amazon container image registries for Amazon EKS add-ons"
+(awsdocs/amazon-eks-user-guide latest/ug/workloads/add-ons-images.adoc @ 1cc6ebb4; the commercial
+partition's rows)."""
 
-class Upstream(NamedTuple):
-    prefix: str
-    """The rule's ``ecr_repository_prefix``: cached images live under ``<registry>/<prefix>/``."""
-    url: str
-    """The rule's ``upstream_registry_url``."""
-    hosts: tuple[str, ...]
-    """Registry hosts as written in image references."""
-    credential: bool
-    """AWS requires a Secrets Manager credential (``ecr-pullthroughcache/...``) for this upstream."""
+EFA_PLUGIN_IMAGE = ("us-west-2", "602401143452", "eks/aws-efa-k8s-device-plugin")
+"""(region, account, repository) of the EFA device plugin image the pinned chart pulls by default,
+whatever the cluster's region: aws/eks-charts stable/aws-efa-k8s-device-plugin/values.yaml
+``image.repository``."""
+
+PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+"""What the kubelet's ECR credential provider and containerd need per repository (the actions of
+AmazonEC2ContainerRegistryPullOnly less the pull-through cache import)."""
 
 
-UPSTREAMS: dict[str, Upstream] = {u.prefix: u for u in (
-    Upstream("ecr-public", "public.ecr.aws", ("public.ecr.aws",), False),
-    Upstream("k8s", "registry.k8s.io", ("registry.k8s.io",), False),
-    Upstream("quay", "quay.io", ("quay.io",), False),
-    Upstream("docker-hub", "registry-1.docker.io", ("docker.io", "index.docker.io", "registry-1.docker.io"), True),
-    Upstream("ghcr", "ghcr.io", ("ghcr.io",), True),
-    Upstream("gitlab", "registry.gitlab.com", ("registry.gitlab.com",), True),
-)}
-"""Upstreams ECR pull-through cache supports, keyed by the cache prefix this component gives them."""
+def node_pull_policy(repository_arn: str, region: str) -> str:
+    """The node role's ECR permissions: a token (``GetAuthorizationToken`` takes no resource) and
+    pulls from the platform's repository, the region's EKS add-on registry and the EFA plugin's
+    repository, nothing else."""
+    partition = repository_arn.split(":")[1]
+    plugin_region, plugin_account, plugin_repo = EFA_PLUGIN_IMAGE
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
+        {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": [
+            repository_arn,
+            f"arn:{partition}:ecr:{region}:{EKS_ADDON_REGISTRIES[region]}:repository/*",
+            f"arn:{partition}:ecr:{plugin_region}:{plugin_account}:repository/{plugin_repo}"]},
+    ]})
 
-ANONYMOUS_UPSTREAMS: dict[str, None] = {k: None for k, u in UPSTREAMS.items() if not u.credential}
-"""The default: every upstream that needs no credential."""
-
-DOCKER_HUB = "docker-hub"
-UNSUPPORTED_HOSTS = {"nvcr.io": "NGC (nvcr.io) is not an ECR pull-through cache upstream; copy the image "
-                                "into the workload repository"}
 
 REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 ACCOUNT = re.compile(r"^\d{12}$")
 REPOSITORY_NAME = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DIGEST = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
-CREDENTIAL_ARN = re.compile(
-    r"^arn:aws[a-z-]*:secretsmanager:(?P<region>[a-z0-9-]+):(?P<account>\d{12}):"
-    r"secret:ecr-pullthroughcache/[A-Za-z0-9/_+=.@-]+$")
-"""The API's credentialArn pattern (CreatePullThroughCacheRule), with the region captured."""
 
 
 def _check_region(region: str) -> str:
@@ -122,71 +120,11 @@ def image_ref(repository_url: pulumi.Input[str], tag: str, digest: str) -> pulum
     return pulumi.Output.from_input(repository_url).apply(build)
 
 
-def _split_host(image: str) -> tuple[str | None, str]:
-    """(registry host or None for Docker Hub's implicit one, the rest of the reference)."""
-    first, _, rest = image.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return first.lower(), rest
-    return None, image
-
-
-def pull_through_prefix(image: str, registry_id: str, region: str,
-                        upstreams: Iterable[str] | None = None) -> str:
-    """The cached ECR path of upstream ``image``: ``<account>.dkr.ecr.<region>.amazonaws.com/<prefix>/<rest>``.
-
-    ``public.ecr.aws/neuron/foo:1`` -> ``<registry>/ecr-public/neuron/foo:1``; a Docker Hub
-    reference without a host (``nginx:1``, ``docker.io/nginx:1``) maps to
-    ``docker-hub/library/nginx:1`` (official images need ``library/``). Tag and digest are kept.
-    ``upstreams`` (cache prefixes, default all of ``UPSTREAMS``) limits the mapping to the rules a
-    registry actually has; an image from any other registry is refused with ValueError.
-    """
-    host_name = registry_host(registry_id, region)
-    if not isinstance(image, str) or not image or any(c.isspace() for c in image):
-        raise ValueError(f"image: {image!r} is not an image reference")
-    allowed = set(UPSTREAMS) if upstreams is None else set(upstreams)
-    unknown = allowed - set(UPSTREAMS)
-    if unknown:
-        raise ValueError(f"upstreams: {sorted(unknown)} are not known cache prefixes; allowed: {sorted(UPSTREAMS)}")
-    host, rest = _split_host(image)
-    key = DOCKER_HUB if host is None else next(
-        (k for k, u in UPSTREAMS.items() if host in u.hosts), None)
-    if key is None or key not in allowed:
-        reason = UNSUPPORTED_HOSTS.get(host or "", "")
-        have = ", ".join(sorted(allowed)) or "none"
-        raise ValueError(f"image {image!r}: no pull-through cache rule for registry {host or 'docker.io'} "
-                         f"(rules: {have}){'; ' + reason if reason else ''}")
-    if key == DOCKER_HUB and "/" not in rest.split("@")[0].split(":")[0]:
-        rest = f"library/{rest}"
-    return f"{host_name}/{UPSTREAMS[key].prefix}/{rest}"
-
-
-def _check_upstreams(upstreams: Mapping[str, pulumi.Input[str] | None], region: str) -> None:
-    for key, credential in upstreams.items():
-        if key not in UPSTREAMS:
-            raise ValueError(f"upstreams: {key!r} is not a supported upstream; allowed: {sorted(UPSTREAMS)} "
-                             f"({UNSUPPORTED_HOSTS['nvcr.io']})")
-        upstream = UPSTREAMS[key]
-        if upstream.credential and credential is None:
-            raise ValueError(f"upstreams: {key!r} ({upstream.url}) needs a Secrets Manager credential ARN "
-                             f"(secret named ecr-pullthroughcache/...); leave it out to create no rule")
-        if not upstream.credential and credential is not None:
-            raise ValueError(f"upstreams: {key!r} ({upstream.url}) takes no credential")
-        if isinstance(credential, str):
-            found = CREDENTIAL_ARN.match(credential)
-            if not found:
-                raise ValueError(f"upstreams: {key!r}: {credential!r} is not a Secrets Manager secret ARN "
-                                 f"named ecr-pullthroughcache/...")
-            if found.group("region") != region:
-                raise ValueError(f"upstreams: {key!r}: the secret is in {found.group('region')}; "
-                                 f"ECR requires it in the rule's region {region}")
-
-
 class ImageRegistry(pulumi.ComponentResource):
-    """ECR repository, pull-through cache rules and private ECR endpoints for one cluster's VPC."""
+    """ECR repository, private ECR endpoints and the nodes' pull permissions for one cluster's VPC."""
 
     def __init__(self, name: str, region: str, vpc_id: pulumi.Input[str],
                  subnet_ids: Sequence[pulumi.Input[str]], node_security_group_id: pulumi.Input[str],
-                 upstreams: Mapping[str, pulumi.Input[str] | None] = ANONYMOUS_UPSTREAMS,
                  repository_name: str | None = None, kms_key_arn: pulumi.Input[str] | None = None,
                  untagged_days: int = 14, puller_role_name: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
@@ -197,22 +135,19 @@ class ImageRegistry(pulumi.ComponentResource):
             endpoints answer for the whole VPC, so nodes in other subnets use them too.
         :param node_security_group_id: the security group every node carries; the only source
             admitted on 443.
-        :param upstreams: cache prefix (a key of ``UPSTREAMS``) -> credential ARN, None for the
-            upstreams that take none. A rule is created for each entry and for nothing else.
         :param repository_name: the workload repository (default ``name``).
         :param kms_key_arn: KMS key for the repository; AES256 when None.
         :param untagged_days: untagged images are expired this many days after push.
-        :param puller_role_name: role (the node role) granted what the first pull through a cache
-            rule needs; nothing is granted when None.
+        :param puller_role_name: role (the node role) granted ``node_pull_policy``; nothing is
+            granted when None.
         """
         _check_region(region)
+        if puller_role_name is not None and region not in EKS_ADDON_REGISTRIES:
+            raise ValueError(f"region: {region!r} has no EKS add-on registry on record; known: "
+                             f"{', '.join(sorted(EKS_ADDON_REGISTRIES))}")
         repository_name = repository_name or name
         if not REPOSITORY_NAME.match(repository_name) or not 2 <= len(repository_name) <= 256:
             raise ValueError(f"repository_name: {repository_name!r} is not a valid ECR repository name")
-        _check_upstreams(upstreams, region)
-        if repository_name.split("/")[0] in upstreams:
-            raise ValueError(f"repository_name: {repository_name!r} lies under the pull-through cache "
-                             f"prefix {repository_name.split('/')[0]!r}")
         if isinstance(untagged_days, bool) or not isinstance(untagged_days, int) or untagged_days < 1:
             raise ValueError(f"untagged_days: {untagged_days!r} must be a whole number of days >= 1")
         subnet_ids = list(subnet_ids)
@@ -247,13 +182,6 @@ class ImageRegistry(pulumi.ComponentResource):
         self.repository_url: pulumi.Output[str] = pulumi.Output.all(self.registry_id, self.repository.name).apply(
             lambda a: f"{registry_host(a[0], region)}/{a[1]}")
 
-        self.rules = {
-            key: aws.ecr.PullThroughCacheRule(
-                f"{name}-{key}", ecr_repository_prefix=UPSTREAMS[key].prefix,
-                upstream_registry_url=UPSTREAMS[key].url, credential_arn=credential, opts=child)
-            for key, credential in upstreams.items()}
-        self.region = region
-
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-ecr-endpoints", vpc_id=vpc_id,
             description="ECR interface endpoints: HTTPS from cluster nodes only",
@@ -271,22 +199,11 @@ class ImageRegistry(pulumi.ComponentResource):
             for service in ECR_SERVICES}
         self.endpoint_ids = {service: e.id for service, e in self.endpoints.items()}
 
-        if puller_role_name is not None and self.rules:
-            prefixes = sorted(UPSTREAMS[k].prefix for k in self.rules)
-            aws.iam.RolePolicy(
-                f"{name}-pull-through", role=puller_role_name,
-                policy=arn_parts.apply(lambda p: json.dumps({"Version": "2012-10-17", "Statement": [{
-                    "Sid": "FirstPullThroughCache", "Effect": "Allow",
-                    "Action": ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"],
-                    "Resource": [f"arn:{p[1]}:ecr:{region}:{p[4]}:repository/{prefix}/*"
-                                 for prefix in prefixes]}]})),
-                opts=child)
+        self.pull_policy = None if puller_role_name is None else aws.iam.RolePolicy(
+            f"{name}-node-pulls", role=puller_role_name,
+            policy=self.repository.arn.apply(lambda arn: node_pull_policy(arn, region)), opts=child)
+        """Nodes need it to pull any image: node groups wait for it."""
 
         self.register_outputs({"repositoryUrl": self.repository_url, "registryId": self.registry_id,
                                "ecrApiEndpointId": self.endpoint_ids["ecr.api"],
                                "ecrDkrEndpointId": self.endpoint_ids["ecr.dkr"]})
-
-    def cached(self, image: str) -> pulumi.Output[str]:
-        """``image`` as pulled through this registry's cache rules (see ``pull_through_prefix``)."""
-        rules = list(self.rules)
-        return self.registry_id.apply(lambda account: pull_through_prefix(image, account, self.region, rules))

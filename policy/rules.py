@@ -30,6 +30,7 @@ from analysis.rules.data import (check_bucket_kept, check_buckets_secure, check_
 from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, check_efa_single_az, check_imdsv2,
                                    check_no_placement_with_reservation, check_no_world_ingress,
                                    check_training_not_spot)
+from analysis.rules.security import SECURITY_POLICIES
 from analysis.rules.view import (BUCKET, IAM_POLICY, INGRESS_RULE, LAUNCH_TEMPLATE, LEGACY_RULE, ROLE,
                                  ROLE_POLICY, ROLE_POLICY_ATTACHMENT, SECURITY_GROUP, Resource, Stack, plain)
 
@@ -73,6 +74,11 @@ def stack_policy(name: str, description: str, check: StackCheck,
     return policy
 
 
+def summary(check: Callable) -> str:
+    """A check's first docstring paragraph on one line: the description of its policy."""
+    return " ".join((check.__doc__ or "").split("\n\n")[0].split())
+
+
 ALL: list = [
     stack_policy("efa-interface-layout",
                  "EFA launch templates carry the instance type's full EFA layout (ENA primary, one "
@@ -114,6 +120,8 @@ ALL: list = [
     resource_policy("s3-access-scoped-to-bucket",
                     "IAM permissions for S3 name the bucket, never Resource \"*\".",
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
+    *[resource_policy(name, summary(check), types, check) if types else stack_policy(name, summary(check), check)
+      for name, check, types in SECURITY_POLICIES],
 ]
 """Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]

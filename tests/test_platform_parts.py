@@ -233,8 +233,9 @@ def test_checkpoint_writer_scoped_to_bucket_and_service_account(stack):
     name = f"{cfg.cluster_name}-checkpoints"
     bucket_arn = graph.named("aws:s3/bucket:Bucket", name).outputs["arn"]
     policy = json.loads(graph.named("aws:iam/rolePolicy:RolePolicy", f"{name}-writer").inputs["policy"])
+    key_arn = graph.named("aws:kms/key:Key", name).outputs["arn"]
     resources = {r for s in policy["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"])}
-    assert resources == {bucket_arn, f"{bucket_arn}/*"}
+    assert resources == {bucket_arn, f"{bucket_arn}/*", key_arn}
     assert not any("*" == a or a.endswith(":*") for s in policy["Statement"] for a in s["Action"])
     assoc = graph.named("aws:eks/podIdentityAssociation:PodIdentityAssociation", f"{name}-writer")
     assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == (
@@ -248,7 +249,7 @@ def test_node_role_has_no_admin(stack):
     graph = graph_of(stack)
     node_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-node")
     attached = {a.inputs["policyArn"].rsplit("/", 1)[-1] for a in graph.children(node_role)}
-    assert attached == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"}
+    assert attached == {"AmazonEKSWorkerNodePolicy"}
 
 
 def test_create_and_delete_order_of_roles_and_egress(stack):

@@ -1,29 +1,20 @@
 """Image registry: an immutable, scanned ECR repository; ECR reachable through private endpoints that
-admit only the nodes; pull-through cache rules for exactly the upstreams given; digest-pinned refs."""
+admit only the nodes; node pulls scoped to the platform's repositories; digest-pinned refs."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from analysis import mocks
-from components.registry import (
-    ANONYMOUS_UPSTREAMS,
-    UPSTREAMS,
-    ImageRegistry,
-    image_ref,
-    pull_through_prefix,
-)
+from components.registry import EKS_ADDON_REGISTRIES, ImageRegistry, image_ref
 from workloads.settings import IMAGE_DIGEST
 
 REGION = "us-west-2"
 ACCOUNT = mocks.ACCOUNT
 HOST = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com"
 HEX = "0123456789abcdef" * 4
-DOCKER_SECRET = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:ecr-pullthroughcache/docker-hub-AbCdEf"
-GHCR_SECRET = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:ecr-pullthroughcache/ghcr-123456"
 NODE_SG = "sg-nodes"
 SUBNETS = ["subnet-private-a", "subnet-private-b"]
 BASE = {"region": REGION, "vpc_id": "vpc-1", "subnet_ids": SUBNETS, "node_security_group_id": NODE_SG}
@@ -37,8 +28,6 @@ def build(**overrides):
         reg = ImageRegistry("rl", **{**BASE, **overrides})
         reg.repository_url.apply(lambda v: seen.__setitem__("url", v))
         reg.registry_id.apply(lambda v: seen.__setitem__("registry", v))
-        if "ecr-public" in reg.rules:
-            reg.cached("public.ecr.aws/neuron/foo:1").apply(lambda v: seen.__setitem__("cached", v))
         image_ref(reg.repository_url, "v1", HEX).apply(lambda v: seen.__setitem__("ref", v))
 
     return mocks.run(program, region=REGION, stack="registry"), seen
@@ -97,59 +86,33 @@ def test_endpoint_security_group_admits_https_from_nodes_only(default):
     assert graph.of_type("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule") == []
 
 
-def test_default_rules_are_the_anonymous_upstreams(default):
-    graph, seen = default
-    rules = {r.inputs["ecrRepositoryPrefix"]: r.inputs for r in
-             graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
-    assert rules == {"ecr-public": {"ecrRepositoryPrefix": "ecr-public", "upstreamRegistryUrl": "public.ecr.aws"},
-                     "k8s": {"ecrRepositoryPrefix": "k8s", "upstreamRegistryUrl": "registry.k8s.io"},
-                     "quay": {"ecrRepositoryPrefix": "quay", "upstreamRegistryUrl": "quay.io"}}
-    assert set(ANONYMOUS_UPSTREAMS) == set(rules)
-    assert seen["cached"] == f"{HOST}/ecr-public/neuron/foo:1"
+def test_no_pull_through_cache_and_no_grant_without_a_puller(default):
+    graph, _ = default
+    assert graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule") == []
     assert graph.of_type("aws:iam/rolePolicy:RolePolicy") == []
 
 
-def test_rules_only_for_upstreams_given_with_credentials_where_required():
-    graph, _ = build(upstreams={"ecr-public": None, "docker-hub": DOCKER_SECRET, "ghcr": GHCR_SECRET},
-                     puller_role_name="node-role")
-    rules = {r.inputs["ecrRepositoryPrefix"]: r.inputs for r in
-             graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
-    assert set(rules) == {"ecr-public", "docker-hub", "ghcr"}
-    assert "credentialArn" not in rules["ecr-public"]
-    assert rules["docker-hub"]["upstreamRegistryUrl"] == "registry-1.docker.io"
-    assert rules["docker-hub"]["credentialArn"] == DOCKER_SECRET
-    assert rules["ghcr"] == {"ecrRepositoryPrefix": "ghcr", "upstreamRegistryUrl": "ghcr.io",
-                             "credentialArn": GHCR_SECRET}
-    policy = graph.named("aws:iam/rolePolicy:RolePolicy", "rl-pull-through")
+def test_node_pulls_only_the_platform_repository_and_the_eks_registries():
+    """A team pod runs on a node whose role pulls: it must not reach another private repository of
+    the account (AmazonEC2ContainerRegistryPullOnly would allow ``repository/*``)."""
+    graph, _ = build(puller_role_name="node-role")
+    policy = graph.named("aws:iam/rolePolicy:RolePolicy", "rl-node-pulls")
     assert policy.inputs["role"] == "node-role"
-    [stmt] = json.loads(policy.inputs["policy"])["Statement"]
-    assert stmt["Action"] == ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
-    assert stmt["Resource"] == [f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/{p}/*"
-                                for p in ("docker-hub", "ecr-public", "ghcr")]
+    token, pulls = json.loads(policy.inputs["policy"])["Statement"]
+    assert (token["Action"], token["Resource"]) == ("ecr:GetAuthorizationToken", "*")
+    repo_arn = graph.named("aws:ecr/repository:Repository", "rl").outputs["arn"]
+    assert pulls["Resource"] == [
+        repo_arn, f"arn:aws:ecr:{REGION}:{EKS_ADDON_REGISTRIES[REGION]}:repository/*",
+        "arn:aws:ecr:us-west-2:602401143452:repository/eks/aws-efa-k8s-device-plugin"]
+    assert not any(ACCOUNT in r and r.endswith("repository/*") for r in pulls["Resource"])
+    assert set(pulls["Action"]) == {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
+                                    "ecr:BatchCheckLayerAvailability"}
 
 
-def test_only_upstreams_given():
-    graph, _ = build(upstreams={"k8s": None})
-    rules = graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")
-    assert [r.inputs["upstreamRegistryUrl"] for r in rules] == ["registry.k8s.io"]
-    graph, _ = build(upstreams={})
-    assert graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule") == []
-
-
-@pytest.mark.parametrize("upstreams, match", [
-    ({"docker-hub": None}, "needs a Secrets Manager credential"),
-    ({"ghcr": None}, "needs a Secrets Manager credential"),
-    ({"quay": DOCKER_SECRET}, "takes no credential"),
-    ({"docker-hub": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:dockerhub"}, "ecr-pullthroughcache/"),
-    ({"docker-hub": DOCKER_SECRET.replace(REGION, "us-east-1")}, "rule's region us-west-2"),
-    ({"nvcr": None}, "not a supported upstream"),
-])
-def test_bad_upstreams_refused_before_anything_is_registered(upstreams, match):
-    graph = mocks.Graph()
-    with pytest.raises(Exception, match=match):
-        mocks.run(lambda: ImageRegistry("rl", REGION, "vpc-1", SUBNETS, NODE_SG, upstreams=upstreams),
-                  region=REGION, stack="registry", graph=graph)
-    assert graph.resources == []
+def test_a_region_without_a_known_add_on_registry_is_refused():
+    with pytest.raises(Exception, match="no EKS add-on registry"):
+        mocks.run(lambda: ImageRegistry("rl", **{**BASE, "region": "xx-moon-1"}, puller_role_name="r"),
+                  region=REGION, stack="registry")
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -157,7 +120,6 @@ def test_bad_upstreams_refused_before_anything_is_registered(upstreams, match):
     ({"subnet_ids": []}, "at least one subnet"),
     ({"subnet_ids": ["subnet-a", "subnet-a"]}, "twice"),
     ({"repository_name": "Miles"}, "not a valid ECR repository name"),
-    ({"repository_name": "quay/miles"}, "pull-through cache prefix"),
     ({"untagged_days": 0}, "untagged_days"),
 ])
 def test_bad_arguments_refused(kwargs, match):
@@ -189,44 +151,6 @@ def test_image_ref_refuses_a_bad_digest(digest):
 def test_image_ref_refuses_bad_tag_or_url(url, tag):
     with pytest.raises(ValueError):
         image_ref(url, tag, HEX)
-
-
-@pytest.mark.parametrize("image, cached", [
-    ("public.ecr.aws/neuron/foo:1", "ecr-public/neuron/foo:1"),
-    ("public.ecr.aws/docker/library/busybox:1.37.0", "ecr-public/docker/library/busybox:1.37.0"),
-    ("registry.k8s.io/pause:3.10", "k8s/pause:3.10"),
-    (f"quay.io/prometheus/node-exporter@sha256:{HEX}", f"quay/prometheus/node-exporter@sha256:{HEX}"),
-    ("nginx:1.27", "docker-hub/library/nginx:1.27"),
-    ("docker.io/nginx", "docker-hub/library/nginx"),
-    (f"nginx@sha256:{HEX}", f"docker-hub/library/nginx@sha256:{HEX}"),
-    ("docker.io/bitnami/redis:7", "docker-hub/bitnami/redis:7"),
-    ("ghcr.io/radixark/miles:v0.1.0", "ghcr/radixark/miles:v0.1.0"),
-])
-def test_pull_through_prefix_maps_upstream_images(image, cached):
-    assert pull_through_prefix(image, ACCOUNT, REGION) == f"{HOST}/{cached}"
-
-
-def test_pull_through_prefix_refuses_registries_without_a_rule():
-    with pytest.raises(ValueError, match="nvcr.io.*not an ECR pull-through cache upstream"):
-        pull_through_prefix("nvcr.io/nvidia/pytorch:25.01-py3", ACCOUNT, REGION)
-    with pytest.raises(ValueError, match="no pull-through cache rule for registry docker.io"):
-        pull_through_prefix("nginx:1", ACCOUNT, REGION, upstreams=ANONYMOUS_UPSTREAMS)
-    with pytest.raises(ValueError, match="registry.example"):
-        pull_through_prefix("registry.example/x:1", ACCOUNT, REGION)
-    with pytest.raises(ValueError, match="12-digit"):
-        pull_through_prefix("quay.io/x:1", "12345", REGION)
-    with pytest.raises(ValueError, match="region"):
-        pull_through_prefix("quay.io/x:1", ACCOUNT, "moon-1")
-    with pytest.raises(ValueError, match="known cache prefixes"):
-        pull_through_prefix("quay.io/x:1", ACCOUNT, REGION, upstreams=["nvcr"])
-
-
-def test_every_upstream_needs_credentials_exactly_as_aws_documents():
-    """ECR Public, registry.k8s.io, Quay: no authentication; Docker Hub, GHCR, GitLab: a secret
-    (https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache.html)."""
-    assert {k for k, u in UPSTREAMS.items() if u.credential} == {"docker-hub", "ghcr", "gitlab"}
-    for upstream in UPSTREAMS.values():
-        assert re.fullmatch(r"[a-z0-9]+(?:[._-][a-z0-9]+)*", upstream.prefix) and 2 <= len(upstream.prefix) <= 30
 
 
 def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():

@@ -144,7 +144,7 @@ def test_a_teams_role_reaches_only_its_own_checkpoint_prefix():
         assert not any(other in str(r) for r in resources) and not any(str(r).endswith("/*") and "teams" not in str(r)
                                                                          for r in resources)
         listing = next(s for s in policy["Statement"] if "s3:ListBucket" in s["Action"])
-        assert listing["Condition"] == {"StringLike": {"s3:prefix": [f"checkpoints/teams/{team}/*"]}}
+        assert listing["Condition"]["StringLike"] == {"s3:prefix": [f"checkpoints/teams/{team}/*"]}
     sa = {r.inputs["metadata"]["namespace"] for r in graph.resources if r.inputs.get("kind") == "ServiceAccount"}
     assert {"team-alpha", "team-beta"} <= sa
     import yaml

@@ -443,7 +443,8 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     assert dra.inputs["dataRepositoryPath"] == f"s3://{bucket.outputs['bucket']}/{L.CHECKPOINT_DIR}/"
     # Retention deletes old saves on the file system; the export must not delete them in S3.
     assert sorted(dra.inputs["s3"]["autoExportPolicy"]["events"]) == ["CHANGED", "NEW"]
-    assert sorted(dra.inputs["s3"]["autoImportPolicy"]["events"]) == ["CHANGED", "DELETED", "NEW"]
+    assert sorted(dra.inputs["s3"]["autoImportPolicy"]["events"]) == ["CHANGED", "NEW"]  # an S3 delete never deletes a file
+    assert fs.inputs["logConfiguration"] == {"level": "WARN_ERROR"}  # a failed export is logged
     # Lustre ports from the file system itself and from the nodes' cluster security group.
     (sg,) = [r for r in graph.of_type("aws:ec2/securityGroup:SecurityGroup") if r.urn in fs.dependencies]
     cluster_sg = graph.of_type("aws:eks/cluster:Cluster")[0].outputs["vpcConfig"]["clusterSecurityGroupId"]

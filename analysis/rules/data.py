@@ -13,7 +13,12 @@ from components.iam import POD_IDENTITY_PRINCIPAL
 from stackconfig.files import PROJECT
 from stackconfig.stack import CONFIG_KEY, CheckpointSettings
 
+from .iam_eval import DENY, decide
 from .view import (ADDON, BROAD_S3_MANAGED_POLICIES, BUCKET, BUCKET_ENCRYPTION, BUCKET_OWNERSHIP, BUCKET_POLICY, BUCKET_PUBLIC_ACCESS, BUCKET_VERSIONING, IAM_POLICY, KMS_ALGORITHMS, POD_IDENTITY, PUBLIC_ACCESS_FLAGS, ROLE, ROLE_POLICY, ROLE_POLICY_ATTACHMENT, Resource, Stack, UNKNOWN, as_list, dig, parse_json)
+
+
+FOREIGN = "not-this-platform"
+"""A name no resource of a stack has: the probes' other bucket, namespace, repository."""
 
 
 # --- IAM ---------------------------------------------------------------------------------------
@@ -232,19 +237,16 @@ def _bucket_parts(stack: Stack, bucket: Resource, type_: str) -> list[Resource]:
     return [r for r in stack.of_type(type_) if bucket in stack.refs(r, "bucket", BUCKET)[0]]
 
 
-def _tls_only(document: Any) -> bool | None:
-    """Whether a bucket policy denies every request not made over TLS (None: unknown yet)."""
+def tls_deny_covers(document: Any, bucket_arn: str) -> bool | None:
+    """Whether ``document`` denies, to anyone, every request to ``bucket_arn`` and its objects made
+    without TLS (None: unknown yet)."""
     if document is UNKNOWN:
         return None
-    for st in _statements(document):
-        actions = as_list(st.get("Action"))
-        insecure = dig(st, "Condition", "Bool", "aws:SecureTransport")
-        if (st.get("Effect") == "Deny" and ("s3:*" in actions or "*" in actions)
-                and str(insecure).lower() == "false" and st.get("Principal") in ("*", {"AWS": "*"})):
-            resources = [r for r in as_list(st.get("Resource")) if isinstance(r, str)]
-            if any(r.endswith("/*") for r in resources) and any("/" not in r.split(":::", 1)[-1] for r in resources):
-                return True
-    return False
+    insecure = {"aws:SecureTransport": "false"}
+    probes = [("s3:GetObject", f"{bucket_arn}/{FOREIGN}/deep/key"), ("s3:PutObject", f"{bucket_arn}/k"),
+              ("s3:ListBucket", bucket_arn), ("s3:GetBucketPolicy", bucket_arn)]
+    return all(decide([document], a, r, insecure, {"AWS": f"arn:aws:iam::000000000000:role/{FOREIGN}"}) == DENY
+               for a, r in probes)
 
 
 def check_buckets_secure(stack: Stack) -> Iterator[tuple[str, str]]:
@@ -276,7 +278,9 @@ def check_buckets_secure(stack: Stack) -> Iterator[tuple[str, str]]:
         ownership = [dig(o.props, "rule", "objectOwnership") for o in _bucket_parts(stack, bucket, BUCKET_OWNERSHIP)]
         if "BucketOwnerEnforced" not in ownership and UNKNOWN not in ownership:
             yield bucket.urn, f"{label}: ACLs are not disabled (objectOwnership {ownership or 'not set'}, want BucketOwnerEnforced)"
-        verdicts = [_tls_only(parse_json(p.props.get("policy"))) for p in _bucket_parts(stack, bucket, BUCKET_POLICY)]
+        arn = bucket.props.get("arn")
+        verdicts = [tls_deny_covers(parse_json(p.props.get("policy")), arn) if isinstance(arn, str) else None
+                    for p in _bucket_parts(stack, bucket, BUCKET_POLICY)]
         if not any(v is not False for v in verdicts):
             yield bucket.urn, (f"{label}: no bucket policy denies requests without TLS (Deny s3:* on the bucket and "
                                f"its objects when aws:SecureTransport is false)")

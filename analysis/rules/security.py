@@ -1,0 +1,346 @@
+"""Guardrail checks of isolation on the AWS side: what a team member could reach if a change
+loosened an IAM document, a bucket, a key, an endpoint or a launch template.
+
+Each check plays requests against the documents the stack renders (``iam_eval``), statement by
+statement, rather than matching their shape: a narrowed Deny, an Allow with ``NotAction``, a
+prefix widened to the bucket or a trust policy with one more principal changes the answer.
+Values unknown during a first preview skip the check for that resource (``pulumi up`` runs it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Iterator
+
+from components.checkpoints import PREFIX_TAG
+from components.iam import NAMESPACE_TAG, POD_IDENTITY_PRINCIPAL, SERVICE_ACCOUNT_TAG
+from stackconfig.stack import ClusterSettings
+
+from .data import ADDON_NAMESPACES, FOREIGN, stack_platform_config
+from .iam_eval import ALLOW, DENY, decide, statements
+from .view import (ADDON, BUCKET, IAM_POLICY, LAUNCH_TEMPLATE, POD_IDENTITY, ROLE, ROLE_POLICY,
+                   ROLE_POLICY_ATTACHMENT, Resource, Stack, UNKNOWN, as_list, dig, has_unknown, parse_json)
+
+CLUSTER = "aws:eks/cluster:Cluster"
+KMS_KEY = "aws:kms/key:Key"
+KEY_POLICY = "aws:kms/keyPolicy:KeyPolicy"
+OBJECT_LOCK = "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration"
+DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
+WORLD = ("0.0.0.0/0", "::/0")
+BROAD_MANAGED = {"AdministratorAccess", "PowerUserAccess", "IAMFullAccess", "AmazonEC2ContainerRegistryReadOnly",
+                 "AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryPowerUser",
+                 "AmazonEC2ContainerRegistryFullAccess"}
+"""Managed policies that reach every resource of a service: admin, or every ECR repository."""
+DESTRUCTIVE = ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectRetention", "s3:BypassGovernanceRetention",
+               "s3:PutBucketObjectLockConfiguration", "s3:PutLifecycleConfiguration", "s3:PutBucketVersioning",
+               "s3:DeleteBucketPolicy", "s3:PutBucketPolicy"]
+"""Actions by which a pod could destroy checkpoints or shorten their retention."""
+
+
+def _documents(stack: Stack, role: Resource) -> list[Any] | None:
+    """Every policy document of ``role`` (inline policies and RolePolicy resources); None if unknown."""
+    docs = [parse_json(p.get("policy")) for p in as_list(role.props.get("inlinePolicies")) if isinstance(p, Mapping)]
+    docs += [parse_json(p.props.get("policy")) for p in stack.of_type(ROLE_POLICY)
+             if role in stack.refs(p, "role", ROLE)[0]]
+    return None if any(d is UNKNOWN for d in docs) else [d for d in docs if d is not None]
+
+
+def _arn_parts(arn: Any) -> list[str] | None:
+    return arn.split(":", 5) if isinstance(arn, str) and arn.count(":") >= 5 else None
+
+
+# --- launch templates and IAM documents --------------------------------------------------------
+
+def check_imds_one_hop(res: Resource) -> list[str]:
+    """IMDS answers one hop only: a container behind the node's network namespace cannot read the
+    node role's credentials (EC2 user guide, "Configure the instance metadata options": hop limit)."""
+    hops = dig(res.props, "metadataOptions", "httpPutResponseHopLimit")
+    if hops is UNKNOWN or hops in (1, 1.0):
+        return []
+    return [f"{res.label}: metadataOptions.httpPutResponseHopLimit is {hops!r}; want 1, so pods cannot reach "
+            f"the node role through IMDS"]
+
+
+def broad_statements(label: str, document: Any) -> list[str]:
+    problems = []
+    for n, st in enumerate(statements(document)):
+        if st.get("Effect") != ALLOW:
+            continue
+        sid = f"statement {st.get('Sid') or n}"
+        if "NotAction" in st or "NotResource" in st:
+            problems.append(f"{label}: {sid} allows with {'NotAction' if 'NotAction' in st else 'NotResource'}; "
+                            f"name the actions and resources")
+        wild = [a for a in as_list(st.get("Action")) if isinstance(a, str) and a.split(":")[-1] == "*"]
+        if wild:
+            problems.append(f"{label}: {sid} allows {', '.join(wild)}; name the actions")
+    return problems
+
+
+def check_no_broad_allow(res: Resource) -> list[str]:
+    """No Allow with NotAction/NotResource or a service-wide action, no admin or every-repository
+    managed policy."""
+    if res.type in (ROLE_POLICY, IAM_POLICY):
+        document = parse_json(res.props.get("policy"))
+        return [] if document in (UNKNOWN, None) else broad_statements(res.label, document)
+    if res.type == ROLE:
+        return [p for inline in as_list(res.props.get("inlinePolicies")) if isinstance(inline, Mapping)
+                for p in broad_statements(f"{res.label} inline policy", parse_json(inline.get("policy")))]
+    arn = res.props.get("policyArn")
+    name = arn.rsplit("/", 1)[-1] if isinstance(arn, str) else None
+    return [f"{res.label}: attaches {name}, which reaches every resource of its service"] if name in BROAD_MANAGED else []
+
+
+# --- pod roles ---------------------------------------------------------------------------------
+
+def _bindings(stack: Stack) -> Iterator[tuple[Resource, Resource, str, str]]:
+    """(binding resource, role, namespace, service account) of every Pod Identity association."""
+    for assoc in stack.of_type(POD_IDENTITY):
+        for role in stack.refs(assoc, "roleArn", ROLE)[0]:
+            yield assoc, role, assoc.props.get("namespace"), assoc.props.get("serviceAccount")
+    for addon in stack.of_type(ADDON):
+        namespace = ADDON_NAMESPACES.get(addon.props.get("addonName"), UNKNOWN)
+        for assoc in as_list(addon.props.get("podIdentityAssociations")):
+            if not isinstance(assoc, Mapping):
+                continue
+            arn = assoc.get("roleArn")
+            for role in stack.of_type(ROLE):
+                if arn is not UNKNOWN and arn in role.identities():
+                    yield addon, role, namespace, assoc.get("serviceAccount")
+
+
+def check_pod_roles_bound(stack: Stack) -> Iterator[tuple[str, str]]:
+    """A pod role trusts only ``pods.eks.amazonaws.com``, only for the session tags of the namespace
+    and service account its association names, and every permission it has holds only for that
+    namespace and service account (``aws:PrincipalTag``): no extra principal, no second namespace."""
+    for binding, role, namespace, account in _bindings(stack):
+        trust = parse_json(role.props.get("assumeRolePolicy"))
+        if trust is UNKNOWN or UNKNOWN in (namespace, account):
+            continue
+        pod = {"Service": POD_IDENTITY_PRINCIPAL}
+        for st in statements(trust):
+            if st.get("Effect") == ALLOW and st.get("Principal") != pod:
+                yield role.urn, f"{role.label}: a pod role trusts {st.get('Principal')!r} as well; only {pod}"
+        # A session of the same cluster that differs from the bound one in namespace or service account.
+        cluster = {f"aws:RequestTag/{k}": v for k, v in _cluster_tags(trust).items()}
+        for other_namespace, other_account in ((FOREIGN, account), (namespace, FOREIGN)):
+            probe = {**cluster, f"aws:RequestTag/{NAMESPACE_TAG}": other_namespace,
+                     f"aws:RequestTag/{SERVICE_ACCOUNT_TAG}": other_account}
+            if decide([trust], "sts:AssumeRole", role.props.get("arn") or "*", probe, pod) == ALLOW:
+                yield role.urn, (f"{role.label}: its trust policy admits a Pod Identity session of another "
+                                 f"namespace or service account than {namespace}/{account} ({binding.label})")
+                break
+        documents = _documents(stack, role)
+        for document in documents or []:
+            for n, st in enumerate(statements(document)):
+                if st.get("Effect") != ALLOW:
+                    continue
+                tags = {k.split("/", 1)[1]: v for k, v in dig(st, "Condition", "StringEquals", default={}).items()
+                        if isinstance(k, str) and k.startswith("aws:PrincipalTag/")}
+                if tags.get(NAMESPACE_TAG) != namespace or tags.get(SERVICE_ACCOUNT_TAG) != account:
+                    yield role.urn, (f"{role.label}: permission statement {st.get('Sid') or n} is not held to the "
+                                     f"session tags of {namespace}/{account} ({binding.label}); it names "
+                                     f"{tags.get(NAMESPACE_TAG)!r}/{tags.get(SERVICE_ACCOUNT_TAG)!r}")
+
+
+def _cluster_tags(trust: Any) -> dict[str, str]:
+    """The cluster tag values the trust policy asks for (so a probe differs in one tag only)."""
+    found = {}
+    for st in statements(trust):
+        for key, value in dig(st, "Condition", "StringEquals", default={}).items():
+            if isinstance(key, str) and key.startswith("aws:RequestTag/eks-cluster") and isinstance(value, str):
+                found[key.split("/", 1)[1]] = value
+    return found
+
+
+def check_team_writers_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
+    """A role tagged ``checkpoint-prefix`` (a team's writer) reaches no object, listing or key use
+    outside that prefix of any bucket its documents name, and has no managed policy."""
+    for role in stack.of_type(ROLE):
+        prefix = dig(role.props, "tags", PREFIX_TAG)
+        if not isinstance(prefix, str):
+            continue
+        for att in stack.of_type(ROLE_POLICY_ATTACHMENT):
+            if role in stack.refs(att, "role", ROLE)[0]:
+                yield role.urn, f"{role.label}: a team writer with managed policy {att.props.get('policyArn')!r}"
+        documents = _documents(stack, role)
+        if documents is None:
+            continue
+        tags = _principal_tags(documents)
+        named = {r for d in documents for st in statements(d) for r in as_list(st.get("Resource")) if isinstance(r, str)}
+        buckets = {r.split(":::", 1)[1].split("/", 1)[0] for r in named if ":s3:::" in r}
+        keys = sorted({r for r in named if ":kms:" in r} | {"*"})
+        for bucket in sorted(buckets):
+            arn = f"arn:aws:s3:::{bucket}"
+            outside = f"{arn}/{FOREIGN}/x"
+            probes = [("s3:GetObject", outside, {}), ("s3:PutObject", outside, {}),
+                      ("s3:ListBucket", arn, {"s3:prefix": f"{FOREIGN}/"})]
+            probes += [("kms:Decrypt", key, {"kms:EncryptionContext:aws:s3:arn": outside}) for key in keys]
+            for action, resource, extra in probes:
+                if decide(documents, action, resource, {**tags, **extra}) == ALLOW:
+                    yield role.urn, (f"{role.label}: team writer for {prefix!r} is allowed {action} outside it "
+                                     f"({resource} {extra or ''})".rstrip())
+
+
+def _principal_tags(documents: list) -> dict[str, str]:
+    """The session tags the documents ask for, as the request of the bound pod carries them."""
+    return {k: v for d in documents for st in statements(d)
+            for k, v in dig(st, "Condition", "StringEquals", default={}).items()
+            if isinstance(k, str) and k.startswith("aws:PrincipalTag/") and isinstance(v, str)}
+
+
+# --- the checkpoint bucket ----------------------------------------------------------------------
+
+def _bucket_arn(bucket: Resource) -> Any:
+    arn = bucket.props.get("arn")
+    if isinstance(arn, str):
+        return arn
+    name = bucket.props.get("bucket")
+    return f"arn:aws:s3:::{name}" if isinstance(name, str) else UNKNOWN
+
+
+def _parts(stack: Stack, bucket: Resource, type_: str) -> list[Resource]:
+    return [r for r in stack.of_type(type_) if bucket in stack.refs(r, "bucket", BUCKET)[0]]
+
+
+def check_bucket_key_enforced(stack: Stack) -> Iterator[tuple[str, str]]:
+    """Each bucket encrypts by default with a KMS key of this stack, bucket keys off (per-object
+    encryption context); its policy refuses uploads asking for SSE-S3, SSE-C or another key; the
+    key's policy refuses a team writer the key for an object outside its prefix."""
+    for bucket in stack.of_type(BUCKET):
+        arn = _bucket_arn(bucket)
+        rules = [rule for enc in _parts(stack, bucket, "aws:s3/bucketServerSideEncryptionConfiguration:"
+                                         "BucketServerSideEncryptionConfiguration")
+                 for rule in as_list(enc.props.get("rules")) if isinstance(rule, Mapping)]
+        keys = [k for enc in _parts(stack, bucket, "aws:s3/bucketServerSideEncryptionConfiguration:"
+                                               "BucketServerSideEncryptionConfiguration")
+                for k in stack.refs(enc, "rules", KMS_KEY)[0]]
+        if not keys:
+            yield bucket.urn, f"{bucket.label}: default encryption names no customer-managed KMS key of this stack (aws/s3 has no per-team scoping)"
+        if any(r.get("bucketKeyEnabled") is True for r in rules):
+            yield bucket.urn, (f"{bucket.label}: S3 Bucket Keys are on, so KMS sees the bucket ARN as encryption "
+                               f"context and cannot scope a team to its prefix")
+        policies = [parse_json(p.props.get("policy")) for p in _parts(stack, bucket, "aws:s3/bucketPolicy:BucketPolicy")]
+        if arn is UNKNOWN or UNKNOWN in policies or not keys:
+            continue
+        put = {"aws:SecureTransport": "true"}
+        for header, value in (("s3:x-amz-server-side-encryption", "AES256"),
+                              ("s3:x-amz-server-side-encryption-aws-kms-key-id", f"arn:aws:kms:us-east-1:000000000000:key/{FOREIGN}"),
+                              ("s3:x-amz-server-side-encryption-customer-algorithm", "AES256")):
+            if decide(policies, "s3:PutObject", f"{arn}/k", {**put, header: value}) != DENY:
+                yield bucket.urn, f"{bucket.label}: its policy does not refuse an upload with {header}={value}"
+        for key in keys:
+            for kp in stack.of_type(KEY_POLICY):
+                if key not in stack.refs(kp, "keyId", KMS_KEY)[0]:
+                    continue
+                document = parse_json(kp.props.get("policy"))
+                context = {f"aws:PrincipalTag/{PREFIX_TAG}": "checkpoints/teams/a/",
+                           "kms:EncryptionContext:aws:s3:arn": f"{arn}/checkpoints/teams/b/x"}
+                if document is not UNKNOWN and decide([document], "kms:Decrypt", "*", context,
+                                                      {"AWS": f"arn:aws:iam::000000000000:role/{FOREIGN}"}) != DENY:
+                    yield kp.urn, (f"{kp.label}: a role tagged {PREFIX_TAG}=checkpoints/teams/a/ may decrypt "
+                                   f"{context['kms:EncryptionContext:aws:s3:arn']}")
+
+
+def check_bucket_retained(stack: Stack) -> Iterator[tuple[str, str]]:
+    """A kept bucket (forceDestroy false) has Object Lock with a default retention; no file-system
+    link imports S3 deletions; no pod role may delete objects or touch retention."""
+    for bucket in stack.of_type(BUCKET):
+        if bucket.props.get("forceDestroy") is True:
+            continue
+        locks = _parts(stack, bucket, OBJECT_LOCK)
+        retention = [dig(l.props, "rule", "defaultRetention") for l in locks]
+        if not any(isinstance(r, Mapping) and r.get("mode") in ("GOVERNANCE", "COMPLIANCE")
+                   and (r.get("days") or r.get("years")) for r in retention) and UNKNOWN not in retention:
+            yield bucket.urn, (f"{bucket.label}: kept on destroy but has no Object Lock default retention "
+                               f"(GOVERNANCE or COMPLIANCE with days); a writer's delete would expire")
+    for dra in stack.of_type(DATA_REPOSITORY):
+        events = dig(dra.props, "s3", "autoImportPolicy", "events")
+        if isinstance(events, list) and "DELETED" in events:
+            yield dra.urn, f"{dra.label}: imports DELETED, so a delete in S3 deletes the file on the file system"
+    for _, role, _, _ in _bindings(stack):
+        documents = _documents(stack, role)
+        if not documents:
+            continue
+        tags = _principal_tags(documents)
+        buckets = [_bucket_arn(b) for b in stack.of_type(BUCKET)]
+        for arn in (a for a in buckets if isinstance(a, str)):
+            bad = [a for a in DESTRUCTIVE if decide(documents, a, f"{arn}/x" if "Object" in a else arn, tags) == ALLOW]
+            if bad:
+                yield role.urn, f"{role.label}: a pod role may {', '.join(bad)} on {arn}"
+
+
+# --- nodes, endpoints, the API -----------------------------------------------------------------
+
+def check_node_pulls_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
+    """No role trusted by EC2 may pull from a repository of its account that the stack does not own."""
+    owned = {r.props.get("arn") for r in stack.of_type("aws:ecr/repository:Repository")}
+    for role in stack.of_type(ROLE):
+        trust = parse_json(role.props.get("assumeRolePolicy"))
+        if trust is UNKNOWN or not any("ec2.amazonaws.com" in as_list(dig(s, "Principal", "Service"))
+                                       for s in statements(trust)):
+            continue
+        for att in stack.of_type(ROLE_POLICY_ATTACHMENT):
+            name = str(att.props.get("policyArn")).rsplit("/", 1)[-1]
+            if role in stack.refs(att, "role", ROLE)[0] and name in BROAD_MANAGED:
+                yield att.urn, f"{att.label}: gives the node role {name}: every repository of the account"
+        documents, parts = _documents(stack, role), _arn_parts(role.props.get("arn"))
+        if not documents or parts is None or has_unknown(owned):
+            continue
+        regions = {p[3] for d in documents for st in statements(d) for r in as_list(st.get("Resource"))
+                   if (p := _arn_parts(r)) and p[2] == "ecr"}
+        for region in sorted(regions):
+            probe = f"arn:{parts[1]}:ecr:{region}:{parts[4]}:repository/{FOREIGN}"
+            if probe not in owned and decide(documents, "ecr:BatchGetImage", probe) == ALLOW:
+                yield role.urn, f"{role.label}: may pull {probe}, a repository this stack does not own"
+
+
+def check_s3_endpoint_limited(stack: Stack) -> Iterator[tuple[str, str]]:
+    """An S3 gateway endpoint carries a policy that refuses buckets of other owners."""
+    for ep in stack.of_type(VPC_ENDPOINT):
+        service = ep.props.get("serviceName")
+        if not (isinstance(service, str) and service.endswith(".s3")):
+            continue
+        policies = [parse_json(ep.props.get("policy"))] + [
+            parse_json(p.props.get("policy")) for p in stack.of_type(ENDPOINT_POLICY)
+            if ep in stack.refs(p, "vpcEndpointId", VPC_ENDPOINT)[0]]
+        policies = [p for p in policies if p is not None]
+        if UNKNOWN in policies:
+            continue
+        if not policies or decide(policies, "s3:PutObject", f"arn:aws:s3:::{FOREIGN}/x") == ALLOW:
+            yield ep.urn, f"{ep.label}: lets any bucket through (no endpoint policy limiting it to the platform's)"
+
+
+def check_api_endpoint_as_configured(stack: Stack) -> Iterator[tuple[str, str]]:
+    """The EKS API is public to the world only when the stack's own validated settings say so."""
+    raw = dig(stack_platform_config(), "cluster")
+    try:
+        wanted = ClusterSettings.model_validate(raw if isinstance(raw, Mapping) else {})
+    except ValueError:
+        return
+    allowed = wanted.endpoint_public_access and any(c in WORLD for c in wanted.public_access_cidrs)
+    for cluster in stack.of_type(CLUSTER):
+        vpc = cluster.props.get("vpcConfig")
+        if not isinstance(vpc, Mapping) or has_unknown(vpc.get("endpointPublicAccess")):
+            continue
+        cidrs = vpc.get("publicAccessCidrs")
+        world = vpc.get("endpointPublicAccess") is not False and (not cidrs or any(c in WORLD for c in as_list(cidrs)))
+        if world and not allowed:
+            yield cluster.urn, (f"{cluster.label}: the API endpoint is public to {as_list(cidrs) or '0.0.0.0/0 (default)'}, "
+                                f"which the stack's cluster settings do not ask for")
+
+
+SECURITY_POLICIES = [
+    ("imds-one-hop", check_imds_one_hop, (LAUNCH_TEMPLATE,)),
+    ("iam-no-broad-allow", check_no_broad_allow, (ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT)),
+    ("pod-roles-bound-to-session-tags", check_pod_roles_bound, ()),
+    ("team-writers-scoped-to-prefix", check_team_writers_scoped, ()),
+    ("checkpoint-key-enforced", check_bucket_key_enforced, ()),
+    ("checkpoint-retained", check_bucket_retained, ()),
+    ("node-pulls-scoped", check_node_pulls_scoped, ()),
+    ("s3-endpoint-limited", check_s3_endpoint_limited, ()),
+    ("api-endpoint-as-configured", check_api_endpoint_as_configured, ()),
+]
+"""(policy name, check, resource types: empty for a stack policy); the pack registers them as they
+are, its description the check's first docstring paragraph."""

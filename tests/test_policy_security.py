@@ -1,0 +1,195 @@
+"""The AWS isolation policies on broken variants of real stacks: take the recorded graph of a
+mocked run, change one input, and the policy must name the resource (issue: IMDS hop limit 2,
+NotAction, a team role widened to the bucket, a narrowed or wrong-bucket TLS deny, extra trust
+principals, a role bound to another team's namespace, a public API endpoint; and the checkpoint
+key, retention, node pulls and S3 endpoint of this change)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_policy import Break, _drop, _set, assert_break_caught
+
+from analysis.rules import security as S
+from analysis.rules import view
+
+SHARED = "rl-p5en-shared"
+ALPHA = f"{SHARED}-team-alpha-writer"
+
+
+def _edit_json(r, key, change):
+    document = json.loads(r.inputs[key])
+    change(document)
+    _set(r, key, json.dumps(document))
+
+
+def _statement(document, sid):
+    return next(s for s in document["Statement"] if s.get("Sid") == sid)
+
+
+def _imds_two_hops(g):
+    lt = g.named(view.LAUNCH_TEMPLATE, "rl-p5en-prod-train")
+    _set(lt, "metadataOptions", {**lt.inputs["metadataOptions"], "httpPutResponseHopLimit": 2})
+    return view.LAUNCH_TEMPLATE, lt.name
+
+
+def _not_action(g):
+    pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-checkpoints-writer")
+    _edit_json(pol, "policy", lambda d: d["Statement"].append(
+        {"Effect": "Allow", "NotAction": "iam:*", "Resource": "*"}))
+    return view.ROLE_POLICY, pol.name
+
+
+def _team_widened_to_bucket(g):
+    pol = g.named(view.ROLE_POLICY, ALPHA)
+    _set(pol, "policy", pol.inputs["policy"].replace("checkpoints/teams/alpha/*", "*"))
+    return view.ROLE, ALPHA
+
+
+def _tls_deny_narrowed_to_a_prefix(g):
+    pol = g.named(view.BUCKET_POLICY, "rl-p5-checkpoints")
+    _edit_json(pol, "policy", lambda d: _statement(d, "DenyInsecureTransport").update(
+        Resource=["arn:aws:s3:::rl-p5-checkpoints", "arn:aws:s3:::rl-p5-checkpoints/checkpoints/*"]))
+    return view.BUCKET, "rl-p5-checkpoints"
+
+
+def _tls_deny_on_another_bucket(g):
+    pol = g.named(view.BUCKET_POLICY, "rl-p4d-checkpoints")
+    _edit_json(pol, "policy", lambda d: _statement(d, "DenyInsecureTransport").update(
+        Resource=["arn:aws:s3:::other-bucket", "arn:aws:s3:::other-bucket/*"]))
+    return view.BUCKET, "rl-p4d-checkpoints"
+
+
+def _tls_deny_for_one_account(g):
+    pol = g.named(view.BUCKET_POLICY, "rl-p5en-prod-checkpoints")
+    _edit_json(pol, "policy", lambda d: _statement(d, "DenyInsecureTransport")["Condition"].update(
+        StringEquals={"aws:PrincipalAccount": "111122223333"}))
+    return view.BUCKET, "rl-p5en-prod-checkpoints"
+
+
+def _extra_trust_principal(g):
+    role = g.named(view.ROLE, "rl-p5en-prod-checkpoints-writer")
+    _edit_json(role, "assumeRolePolicy", lambda d: d["Statement"].append(
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"}, "Action": "sts:AssumeRole"}))
+    return view.ROLE, role.name
+
+
+def _team_key_widened(g):
+    pol = g.named(view.ROLE_POLICY, ALPHA)
+    _edit_json(pol, "policy", lambda d: _statement(d, "Key").pop("Condition"))
+    return view.ROLE, ALPHA
+
+
+def _bound_to_another_team(g):
+    assoc = g.named(view.POD_IDENTITY, ALPHA)
+    _set(assoc, "namespace", "team-beta")
+    return view.ROLE, ALPHA
+
+
+def _trust_without_session_tags(g):
+    role = g.named(view.ROLE, "rl-p5-vpc-cni")
+    _edit_json(role, "assumeRolePolicy", lambda d: d["Statement"][0].pop("Condition"))
+    return view.ROLE, role.name
+
+
+def _public_api(g):
+    return S.CLUSTER, "rl-p5en-prod"
+
+
+def _sse_s3_default(g):
+    enc = g.named(view.BUCKET_ENCRYPTION, "rl-p5-checkpoints")
+    _set(enc, "rules", [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}, "bucketKeyEnabled": False}])
+    return view.BUCKET, "rl-p5-checkpoints"
+
+
+def _bucket_key_on(g):
+    enc = g.named(view.BUCKET_ENCRYPTION, "rl-p6-b200-checkpoints")
+    _set(enc, "rules", [{**enc.inputs["rules"][0], "bucketKeyEnabled": True}])
+    return view.BUCKET, "rl-p6-b200-checkpoints"
+
+
+def _foreign_key_accepted(g):
+    pol = g.named(view.BUCKET_POLICY, "rl-p5e-checkpoints")
+    _edit_json(pol, "policy", lambda d: d["Statement"].remove(_statement(d, "DenyOtherKmsKey")))
+    return view.BUCKET, "rl-p5e-checkpoints"
+
+
+def _key_policy_without_team_deny(g):
+    kp = g.named(S.KEY_POLICY, f"{SHARED}-checkpoints")
+    _edit_json(kp, "policy", lambda d: d["Statement"].remove(_statement(d, "DenyPrefixWritersOutsideTheirPrefix")))
+    return S.KEY_POLICY, kp.name
+
+
+def _no_object_lock(g):
+    _drop(g, S.OBJECT_LOCK, "rl-p5en-prod-checkpoints")
+    return view.BUCKET, "rl-p5en-prod-checkpoints"
+
+
+def _import_deletes(g):
+    dra = g.named(S.DATA_REPOSITORY, "rl-p5en-prod-fsx")
+    _set(dra, "s3", {**dra.inputs["s3"], "autoImportPolicy": {"events": ["NEW", "CHANGED", "DELETED"]}})
+    return S.DATA_REPOSITORY, dra.name
+
+
+def _writer_may_delete(g):
+    pol = g.named(view.ROLE_POLICY, f"{SHARED}-checkpoints-writer")
+    _edit_json(pol, "policy", lambda d: _statement(d, "Objects")["Action"].append("s3:DeleteObject"))
+    return view.ROLE, f"{SHARED}-checkpoints-writer"
+
+
+def _node_pulls_everything(g):
+    pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-images-node-pulls")
+    _edit_json(pol, "policy", lambda d: _statement(d, "PullPlatformImages")["Resource"].append(
+        "arn:aws:ecr:us-east-1:123456789012:repository/*"))
+    return view.ROLE, "rl-p5en-prod-node"
+
+
+def _endpoint_without_policy(g):
+    _drop(g, S.ENDPOINT_POLICY, "rl-p4de-s3")
+    return S.VPC_ENDPOINT, "rl-p4de-s3"
+
+
+SECURITY_BREAKS = [
+    Break("imds-two-hops", "p5en-prod", "imds-one-hop", _imds_two_hops, "2"),
+    Break("iam-not-action", "p5en-prod", "iam-no-broad-allow", _not_action, "NotAction", known_only=True),
+    Break("team-widened-to-bucket", "p5en-shared", "team-writers-scoped-to-prefix", _team_widened_to_bucket,
+          "outside it", known_only=True),
+    Break("team-key-widened", "p5en-shared", "team-writers-scoped-to-prefix", _team_key_widened,
+          "kms:Decrypt", known_only=True),
+    Break("tls-deny-narrowed", "p5", "checkpoint-bucket-secure", _tls_deny_narrowed_to_a_prefix, "TLS", known_only=True),
+    Break("tls-deny-wrong-bucket", "p4d", "checkpoint-bucket-secure", _tls_deny_on_another_bucket, "TLS", known_only=True),
+    Break("tls-deny-one-account", "p5en-prod", "checkpoint-bucket-secure", _tls_deny_for_one_account, "TLS",
+          known_only=True),
+    Break("pod-role-extra-principal", "p5en-prod", "pod-roles-bound-to-session-tags", _extra_trust_principal,
+          "trusts"),
+    Break("pod-role-other-team", "p5en-shared", "pod-roles-bound-to-session-tags", _bound_to_another_team,
+          "team-beta", known_only=True),
+    Break("pod-role-any-session", "p5", "pod-roles-bound-to-session-tags", _trust_without_session_tags,
+          "another namespace", known_only=True),
+    Break("api-public-unasked", "p5en-prod", "api-endpoint-as-configured", _public_api, "0.0.0.0/0",
+          raw={"cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}),
+    Break("bucket-aws-managed-key", "p5", "checkpoint-key-enforced", _sse_s3_default, "customer-managed"),
+    Break("bucket-key-on", "p6-b200", "checkpoint-key-enforced", _bucket_key_on, "Bucket Keys"),
+    Break("bucket-foreign-key", "p5e", "checkpoint-key-enforced", _foreign_key_accepted, "kms-key-id",
+          known_only=True),
+    Break("key-policy-no-team-deny", "p5en-shared", "checkpoint-key-enforced", _key_policy_without_team_deny,
+          "may decrypt", known_only=True),
+    Break("bucket-unlocked", "p5en-prod", "checkpoint-retained", _no_object_lock, "Object Lock"),
+    Break("fsx-imports-deletes", "p5en-prod", "checkpoint-retained", _import_deletes, "DELETED"),
+    Break("writer-deletes", "p5en-shared", "checkpoint-retained", _writer_may_delete, "s3:DeleteObject",
+          known_only=True),
+    Break("node-pulls-any-repository", "p5en-prod", "node-pulls-scoped", _node_pulls_everything, "not-this-platform",
+          known_only=True),
+    Break("s3-endpoint-open", "p4de", "s3-endpoint-limited", _endpoint_without_policy, "any bucket"),
+]
+
+
+def test_every_security_policy_is_broken_at_least_once():
+    assert {name for name, _, _ in S.SECURITY_POLICIES} <= {b.policy for b in SECURITY_BREAKS}
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+@pytest.mark.parametrize("case", SECURITY_BREAKS, ids=[b.id for b in SECURITY_BREAKS])
+def test_security_policy_names_the_broken_resource(case, preview):
+    assert_break_caught(case, preview)
