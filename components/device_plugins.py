@@ -15,9 +15,6 @@ and a DaemonSet pod appears only once its node has joined.
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from importlib import resources
 from typing import Sequence
 
 import pulumi
@@ -27,29 +24,9 @@ from catalog import EFA_TYPES
 from stackconfig.stack import Pool, Taint
 from stackconfig.versions import EFA_DEVICE_PLUGIN_IMAGE, Chart, Charts
 
-from .registry import registry_host
+from .registry import eks_addon_registry
 
 NAMESPACE = "kube-system"
-
-
-@cache
-def _registries() -> dict:
-    """catalog/data/eks-addon-registries.json (scripts/generate_eks_registries.py; its origin inside)."""
-    return json.loads((resources.files("catalog") / "data" / "eks-addon-registries.json").read_text())
-
-
-def eks_addon_registry(region: str) -> str:
-    """The registry EKS replicates its add-on images to in ``region`` (EKS User Guide, "View Amazon
-    container image registries for Amazon EKS add-ons"); nodes pull from it with the node role's ECR
-    pull permission (``platform.NODE_POLICIES``), as they pull EKS's own add-on images. ValueError
-    naming the regions that have one when ``region`` has none this program can derive."""
-    table = _registries()
-    if region not in table["accounts"]:
-        listed = table["notDerivable"].get(region)
-        why = f"its listed registry {listed} is not in that region's ECR" if listed else "none is listed"
-        raise ValueError(f"region: no EKS add-on image registry for {region!r} ({why}); allowed: "
-                         f"{', '.join(table['accounts'])}")
-    return registry_host(table["accounts"][region], region)
 
 
 def gpu_taints(pools: Sequence[Pool]) -> list[Taint]:

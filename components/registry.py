@@ -11,8 +11,8 @@ Guarantees:
   the third required piece; ``components.network.Network`` already creates it and it is assumed
   here. Both interface endpoints plus the S3 gateway endpoint are AWS's documented set:
   https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html
-- the node role (``puller_role_name``) pulls from this repository and from the registries the
-  EKS add-ons and the EFA device plugin come from, and from no other repository of the account:
+- the node role (``puller_role_name``) pulls from this repository and from the region's EKS
+  add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other repository of the account:
   a team pod cannot run a private image the platform does not own.
 
 Nothing here calls a provider function (the offline mocks refuse them): the region is an argument
@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from functools import cache
+from importlib import resources
 
 import pulumi
 import pulumi_aws as aws
@@ -32,29 +34,31 @@ HTTPS = 443
 ECR_SERVICES = ("ecr.api", "ecr.dkr")
 """Both are required: ecr.api for GetAuthorizationToken, ecr.dkr for the registry v2 API."""
 
-EKS_ADDON_REGISTRIES = {
-    "af-south-1": "877085696533", "ap-east-1": "800184023465", "ap-east-2": "533267051163",
-    "ap-northeast-1": "602401143452", "ap-northeast-2": "602401143452", "ap-northeast-3": "602401143452",
-    "ap-south-1": "602401143452", "ap-south-2": "900889452093", "ap-southeast-1": "602401143452",
-    "ap-southeast-2": "602401143452", "ap-southeast-3": "296578399912", "ap-southeast-4": "491585149902",
-    "ap-southeast-6": "333609536671", "ap-southeast-7": "121268973566", "ca-central-1": "602401143452",
-    "ca-west-1": "761377655185", "eu-central-1": "602401143452", "eu-central-2": "900612956339",
-    "eu-north-1": "602401143452", "eu-south-1": "590381155156", "eu-south-2": "455263428931",
-    "eu-west-1": "602401143452", "eu-west-2": "602401143452", "eu-west-3": "602401143452",
-    "il-central-1": "066635153087", "me-central-1": "759879836304", "me-south-1": "558608220178",
-    "mx-central-1": "730335286997", "sa-east-1": "602401143452", "us-east-1": "602401143452",
-    "us-east-2": "602401143452", "us-west-1": "602401143452", "us-west-2": "602401143452",
-}
-"""Per region, the AWS account whose ECR registry serves the EKS add-on images (VPC CNI,
-kube-proxy, CoreDNS, Pod Identity agent, node monitoring agent, CloudWatch observability) that
-the node role pulls: EKS user guide "View Amazon container image registries for Amazon EKS add-ons"
-(awsdocs/amazon-eks-user-guide latest/ug/workloads/add-ons-images.adoc @ 1cc6ebb4; the commercial
-partition's rows)."""
+@cache
+def _addon_registries() -> dict:
+    """catalog/data/eks-addon-registries.json (scripts/generate_eks_registries.py; its origin inside):
+    per region, the AWS account whose ECR registry serves the EKS add-on images (VPC CNI, kube-proxy,
+    CoreDNS, Pod Identity agent, CloudWatch observability) and the EFA device plugin."""
+    return json.loads((resources.files("catalog") / "data" / "eks-addon-registries.json").read_text())
 
-EFA_PLUGIN_IMAGE = ("us-west-2", "602401143452", "eks/aws-efa-k8s-device-plugin")
-"""(region, account, repository) of the EFA device plugin image the pinned chart pulls by default,
-whatever the cluster's region: aws/eks-charts stable/aws-efa-k8s-device-plugin/values.yaml
-``image.repository``."""
+
+def eks_addon_account(region: str) -> str:
+    """The account of ``region``'s EKS add-on registry (EKS User Guide, "View Amazon container image
+    registries for Amazon EKS add-ons"). ValueError naming the regions that have one when ``region``
+    has none this program can derive."""
+    table = _addon_registries()
+    if region not in table["accounts"]:
+        listed = table["notDerivable"].get(region)
+        why = f"its listed registry {listed} is not in that region's ECR" if listed else "none is listed"
+        raise ValueError(f"region: no EKS add-on image registry for {region!r} ({why}); allowed: "
+                         f"{', '.join(table['accounts'])}")
+    return table["accounts"][region]
+
+
+def eks_addon_registry(region: str) -> str:
+    """The registry host EKS replicates its add-on images to in ``region``."""
+    return registry_host(eks_addon_account(region), region)
+
 
 PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
 """What the kubelet's ECR credential provider and containerd need per repository (the actions of
@@ -63,16 +67,14 @@ AmazonEC2ContainerRegistryPullOnly less the pull-through cache import)."""
 
 def node_pull_policy(repository_arn: str, region: str) -> str:
     """The node role's ECR permissions: a token (``GetAuthorizationToken`` takes no resource) and
-    pulls from the platform's repository, the region's EKS add-on registry and the EFA plugin's
-    repository, nothing else."""
+    pulls from the platform's repository and the region's EKS add-on registry (which also serves the
+    EFA device plugin, ``device_plugins.efa_plugin_values``), nothing else."""
     partition = repository_arn.split(":")[1]
-    plugin_region, plugin_account, plugin_repo = EFA_PLUGIN_IMAGE
     return json.dumps({"Version": "2012-10-17", "Statement": [
         {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
         {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": [
             repository_arn,
-            f"arn:{partition}:ecr:{region}:{EKS_ADDON_REGISTRIES[region]}:repository/*",
-            f"arn:{partition}:ecr:{plugin_region}:{plugin_account}:repository/{plugin_repo}"]},
+            f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]},
     ]})
 
 
@@ -142,9 +144,8 @@ class ImageRegistry(pulumi.ComponentResource):
             granted when None.
         """
         _check_region(region)
-        if puller_role_name is not None and region not in EKS_ADDON_REGISTRIES:
-            raise ValueError(f"region: {region!r} has no EKS add-on registry on record; known: "
-                             f"{', '.join(sorted(EKS_ADDON_REGISTRIES))}")
+        if puller_role_name is not None:
+            eks_addon_account(region)
         repository_name = repository_name or name
         if not REPOSITORY_NAME.match(repository_name) or not 2 <= len(repository_name) <= 256:
             raise ValueError(f"repository_name: {repository_name!r} is not a valid ECR repository name")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from analysis import mocks
-from components.registry import EKS_ADDON_REGISTRIES, ImageRegistry, image_ref
+from components.registry import ImageRegistry, eks_addon_account, image_ref
 from workloads.settings import IMAGE_DIGEST
 
 REGION = "us-west-2"
@@ -102,15 +102,14 @@ def test_node_pulls_only_the_platform_repository_and_the_eks_registries():
     assert (token["Action"], token["Resource"]) == ("ecr:GetAuthorizationToken", "*")
     repo_arn = graph.named("aws:ecr/repository:Repository", "rl").outputs["arn"]
     assert pulls["Resource"] == [
-        repo_arn, f"arn:aws:ecr:{REGION}:{EKS_ADDON_REGISTRIES[REGION]}:repository/*",
-        "arn:aws:ecr:us-west-2:602401143452:repository/eks/aws-efa-k8s-device-plugin"]
+        repo_arn, f"arn:aws:ecr:{REGION}:{eks_addon_account(REGION)}:repository/*"]
     assert not any(ACCOUNT in r and r.endswith("repository/*") for r in pulls["Resource"])
     assert set(pulls["Action"]) == {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                                     "ecr:BatchCheckLayerAvailability"}
 
 
 def test_a_region_without_a_known_add_on_registry_is_refused():
-    with pytest.raises(Exception, match="no EKS add-on registry"):
+    with pytest.raises(Exception, match="no EKS add-on image registry"):
         mocks.run(lambda: ImageRegistry("rl", **{**BASE, "region": "xx-moon-1"}, puller_role_name="r"),
                   region=REGION, stack="registry")
 

@@ -106,7 +106,7 @@ def _bindings(stack: Stack) -> Iterator[tuple[Resource, Resource, str, str]]:
                 continue
             arn = assoc.get("roleArn")
             for role in stack.of_type(ROLE):
-                if arn is not UNKNOWN and arn in role.identities():
+                if isinstance(arn, str) and arn in role.identities():
                     yield addon, role, namespace, assoc.get("serviceAccount")
 
 
