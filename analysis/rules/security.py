@@ -100,7 +100,8 @@ def _bindings(stack: Stack) -> Iterator[tuple[Resource, Resource, str, str]]:
         for role in stack.refs(assoc, "roleArn", ROLE)[0]:
             yield assoc, role, assoc.props.get("namespace"), assoc.props.get("serviceAccount")
     for addon in stack.of_type(ADDON):
-        namespace = ADDON_NAMESPACES.get(addon.props.get("addonName"), UNKNOWN)
+        name = addon.props.get("addonName")
+        namespace = ADDON_NAMESPACES.get(name, UNKNOWN) if isinstance(name, str) else UNKNOWN
         for assoc in as_list(addon.props.get("podIdentityAssociations")):
             if not isinstance(assoc, Mapping):
                 continue
