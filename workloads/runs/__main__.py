@@ -104,8 +104,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")
-        out(yaml.safe_dump_all([with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), objs.budget],
-                               sort_keys=False))
+        out(yaml.safe_dump(with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), sort_keys=False))
         return 0
     with_repository(run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
     api = client()
@@ -118,7 +117,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     train, rollout = run_pools(cfg)
     sizes = api.tier_sizes((train.name, rollout.name))
     objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
-    created = api.submit(with_repository(objs.rayjob, args.repository), objs.budget)
+    created = api.submit(with_repository(objs.rayjob, args.repository))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")
     return 0
