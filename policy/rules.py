@@ -30,6 +30,7 @@ from analysis.rules.data import (check_bucket_kept, check_buckets_secure, check_
 from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, check_efa_single_az, check_imdsv2,
                                    check_no_placement_with_reservation, check_no_world_ingress,
                                    check_training_not_spot)
+from analysis.rules.tenancy import check_team_isolation
 from analysis.rules.view import (BUCKET, IAM_POLICY, INGRESS_RULE, LAUNCH_TEMPLATE, LEGACY_RULE, ROLE,
                                  ROLE_POLICY, ROLE_POLICY_ATTACHMENT, SECURITY_GROUP, Resource, Stack, plain)
 
@@ -114,6 +115,10 @@ ALL: list = [
     resource_policy("s3-access-scoped-to-bucket",
                     "IAM permissions for S3 name the bucket, never Resource \"*\".",
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
+    stack_policy("team-isolation",
+                 "Every team namespace is covered by each team admission policy, unweakened and bound with Deny, "
+                 "and holds a default-deny NetworkPolicy.",
+                 check_team_isolation),
 ]
 """Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]
