@@ -28,7 +28,7 @@ from . import layout as L
 from . import render as M
 from .model import WorkloadModel
 from .render.admission import admission_policies
-from .render.runs import priority_class_name, team_run_budget
+from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts)
 from .teams import team_group
@@ -103,7 +103,7 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        admission = admission_policies(map(priority_class_name, m.settings.priority_classes))
+        admission = admission_policies(pc["metadata"]["name"] for pc in M.priority_classes(m))
         submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *admission)]
                       if m.settings.teams else [])
         self.members = self._team_members(m, platform)
