@@ -235,23 +235,47 @@ def test_priority_classes_and_the_schedulers_preempt_and_reclaim_configuration()
     assert "overcommit" not in plugins  # it would keep a run that must preempt out of Inqueue
 
 
-def test_the_team_directory_is_the_only_part_of_the_file_system_its_pods_mount():
+def test_the_team_directories_are_the_only_parts_of_the_file_system_its_pods_mount():
     cfg = variant(SHARED, {})
     from workloads.model import derive
     m = derive(cfg)
     alpha = cfg.workloads.teams[0]
-    pv, pvc = team_fsx_pv(m, alpha, "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh"), team_fsx_pvc(m, alpha)
-    assert pv["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/checkpoints/teams/alpha"
+    pv, pvc = (team_fsx_pv(m, alpha, "fsx", "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh"),
+               team_fsx_pvc(m, alpha, "fsx"))
+    assert pv["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/teams/alpha"  # not exported
     assert pv["spec"]["claimRef"] == {"namespace": "team-alpha", "name": "fsx"} and pvc["spec"]["volumeName"] == "team-alpha-fsx"
-    assert pv["spec"]["csi"]["volumeHandle"] == "fs-0123::checkpoints/teams/alpha"  # not the root PV's handle
+    assert pv["spec"]["csi"]["volumeHandle"] == "fs-0123::teams/alpha"  # not the root PV's handle
+    saves = team_fsx_pv(m, alpha, "fsx-checkpoints", "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh")
+    assert saves["spec"]["csi"]["volumeAttributes"]["mountname"] == "abcdefgh/checkpoints/teams/alpha"  # exported
+    assert saves["spec"]["csi"]["volumeHandle"] == "fs-0123::checkpoints/teams/alpha"
+    assert saves["spec"]["claimRef"] == {"namespace": "team-alpha", "name": "fsx-checkpoints"}
     job = team_directories_job(m)
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
     assert job["spec"]["activeDeadlineSeconds"] == 600  # fails, and is replaced next time, if FSx cannot mount
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "mkdir", "-p", "/mnt/fsx/checkpoints/teams/alpha", "/mnt/fsx/checkpoints/teams/beta"]
+        "mkdir", "-p", "/mnt/fsx/teams/alpha", "/mnt/fsx/checkpoints/teams/alpha",
+        "/mnt/fsx/teams/beta", "/mnt/fsx/checkpoints/teams/beta"]
     import kubernetes_validate
-    for o in (pv, pvc, job):
+    for o in (pv, pvc, saves, job):
         kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
+
+
+def test_a_runs_staged_model_and_data_stay_out_of_the_bucket_and_its_checkpoints_go_to_the_teams_prefix():
+    """The file system exports ``checkpoints/`` to the bucket: every container of a run that mounts the
+    team's directory (model, data: /mnt/fsx/models, /mnt/fsx/datasets) mounts the team's checkpoint
+    directory over /mnt/fsx/checkpoints, where Miles saves."""
+    cfg = variant(SHARED, TIERS)
+    job = run_objects(cfg, load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")).rayjob
+    cluster = job["spec"]["rayClusterSpec"]
+    argv = job_argv(job)
+    assert argv[argv.index("--save") + 1].startswith("/mnt/fsx/checkpoints/")
+    assert not argv[argv.index("--hf-checkpoint") + 1].startswith("/mnt/fsx/checkpoints")
+    for template in [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]:
+        spec = template["spec"]
+        assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-checkpoints"}} in spec["volumes"]
+        for c in [*spec["containers"], *spec.get("initContainers", [])]:
+            mounts = {v["name"]: v["mountPath"] for v in c.get("volumeMounts", [])}
+            assert "fsx" not in mounts or mounts.get("checkpoints") == "/mnt/fsx/checkpoints", c["name"]
 
 
 def test_runs_declared_in_the_stack_are_in_the_graph_with_their_team_objects():
@@ -601,7 +625,7 @@ def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpo
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
     raw["workloads"]["storage"] = {"mountPath": str(tmp_path)}
     m = derive(load_stack(SHARED, raw, model=ProgramConfig))
-    runs = {name: tmp_path / "checkpoints" / "teams" / team / "checkpoints" / name
+    runs = {name: tmp_path / "checkpoints" / "teams" / team / name
             for team, name in (("alpha", "a1"), ("beta", "b1"), ("beta", "b-done"))}
     for name, d in runs.items():
         d.mkdir(parents=True)

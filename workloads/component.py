@@ -30,7 +30,7 @@ from .model import WorkloadModel
 from .render.admission import admission_policies
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
-                           team_fsx_pv, team_fsx_pvc, team_objects, team_scripts)
+                           team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
 from .teams import team_group
 from .runs.submit import RunObjects
 
@@ -141,19 +141,20 @@ class Workloads(pulumi.ComponentResource):
               directories: pulumi.Resource) -> list[pulumi.Resource]:
         """A team's namespace first, then its quota, service account, scripts and policies in it, its
         queue once Volcano is up, the Pod Identity role that reaches only the team's checkpoint prefix,
-        and the PV/PVC of its directory once that directory exists."""
+        and the PVs/PVCs of its directories once they exist."""
         reward = m.settings.reward.port if m.reward else None
         ns, *rest = team_objects(team, m.pools, m.namespace, reward, m.head)
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
             team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
-        fs = self.storage
-        pv = self._object(team_fsx_pv(m, team, fs.id, fs.dns_name, fs.mount_name), after=[directories])
+        fs, volumes = self.storage, []
+        for claim, _ in team_volumes(team):
+            pv = self._object(team_fsx_pv(m, team, claim, fs.id, fs.dns_name, fs.mount_name), after=[directories])
+            volumes += [pv, self._object(team_fsx_pvc(m, team, claim), after=[namespace, pv])]
         return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
                                    else self._object(o, after=[namespace]) for o in rest),
-                self._object(team_scripts(m, team), after=[namespace]),
-                pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]
+                self._object(team_scripts(m, team), after=[namespace]), *volumes]
 
     def _team_members(self, m: WorkloadModel, platform: Platform) -> list[aws.eks.AccessEntry]:
         """One EKS access entry per member ARN ("An IAM principal can't be included in more than one

@@ -29,17 +29,17 @@ from __future__ import annotations
 import copy
 import json
 
-from ..layout import RUNNING_MARKER
+from ..layout import CHECKPOINT_DIR, RUNNING_MARKER
 from ..argv import driver
 from ..miles_launcher import LEASE_STALE_MIN
 from ..model import WorkloadModel
 from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL, TeamSettings
-from .common import RAY_GROUP_LABEL, labels
+from .common import FSX_VOLUME, RAY_GROUP_LABEL, labels
 from .operators import tier_label
 from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml
 from .services import stage_template
-from .teams import namespace_of, team_labels
+from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
 RUN_LABEL = "rl.platform/run"
 QUEUE_LABEL = "volcano.sh/queue-name"
@@ -126,6 +126,21 @@ def _stage_first(m: WorkloadModel, head: dict) -> None:
     head["spec"]["volumes"] += [v for v in stage["volumes"] if v["name"] not in have]
 
 
+CHECKPOINTS_VOLUME = "checkpoints"
+
+
+def _team_checkpoints(m: WorkloadModel, template: dict) -> None:
+    """The team's checkpoint volume (``render.teams.team_volumes``) over ``<mount>/checkpoints`` in every
+    container that mounts the file system: checkpoints go to the exported directory, the staged model
+    and data stay in the team's own."""
+    spec = template["spec"]
+    spec["volumes"].append({"name": CHECKPOINTS_VOLUME, "persistentVolumeClaim": {"claimName": TEAM_CHECKPOINT_CLAIM}})
+    for c in [*spec["containers"], *spec.get("initContainers", [])]:
+        if any(v["name"] == FSX_VOLUME for v in c.get("volumeMounts", [])):
+            c["volumeMounts"] = [*c["volumeMounts"],
+                                 {"name": CHECKPOINTS_VOLUME, "mountPath": f"{m.paths.mount}/{CHECKPOINT_DIR}"}]
+
+
 def _term(run: RunFile, groups: list[str], tier: int) -> dict:
     return {"labelSelector": {"matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
                               "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]},
@@ -155,14 +170,16 @@ def network_affinity(run: RunFile, group: str, gang_tier: int | None, trainer_ti
 def run_cluster_spec(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
                      trainer_tier: int | None = None) -> dict:
     """The run's own Ray cluster: head and the GPU groups at the run's node counts, every pod
-    labelled with team, run and attempt and checkpointing before it stops; the GPU pods held to
-    their network tiers."""
+    labelled with team, run and attempt, writing checkpoints to the team's exported directory and
+    checkpointing before it stops; the GPU pods held to their network tiers."""
     spec = cluster_spec(m, tuple(g for g in m.workers if g.gpus))
     head = _save_on_stop(m, run, spec["headGroupSpec"]["template"])
     _stage_first(m, head)
+    _team_checkpoints(m, head)
     spec["headGroupSpec"]["template"] = head
     for group in spec["workerGroupSpecs"]:
         group["template"] = _save_on_stop(m, run, group["template"])
+        _team_checkpoints(m, group["template"])
         affinity = network_affinity(run, group["groupName"], gang_tier, trainer_tier)
         if affinity:
             group["template"]["spec"]["affinity"] = affinity

@@ -10,7 +10,7 @@ from stackconfig.stack import Pool
 
 from ..layout import Group
 from ..resources import EFA, GI, GPU
-from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory, team_group
+from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
 from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, file_system_task,
@@ -185,15 +185,26 @@ def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: 
 
 # --- the team's directory on the file system ---------------------------------------------------
 
-def team_fsx_pv(m: WorkloadModel, team: TeamSettings, file_system_id: Any, dns_name: Any, mount_name: Any) -> dict:
-    """A static PV of the team's directory only: a Lustre fileset mount (``<dns>@tcp:/<mountname>/<dir>``;
-    FSx for Lustre user guide, "Mounting specific filesets"; the CSI driver v1.9.0 builds the source as
-    ``dnsname@tcp:/mountname``, pkg/driver/node.go:119). Pre-bound to the team's claim, so no other
-    namespace can claim it; the team's pods see nothing outside their directory."""
+TEAM_CHECKPOINT_CLAIM = "fsx-checkpoints"
+
+
+def team_volumes(team: TeamSettings) -> list[tuple[str, str]]:
+    """(claim, directory) of the team's file system volumes: its directory, the pods' file system root
+    (``FSX_CLAIM``), and its checkpoint directory, mounted over ``<mount>/checkpoints``
+    (``TEAM_CHECKPOINT_CLAIM``, ``render.runs``): staged models and data stay out of the bucket."""
+    return [(FSX_CLAIM, team_directory(team.name)), (TEAM_CHECKPOINT_CLAIM, team_checkpoint_directory(team.name))]
+
+
+def team_fsx_pv(m: WorkloadModel, team: TeamSettings, claim: str, file_system_id: Any, dns_name: Any,
+                mount_name: Any) -> dict:
+    """A static PV of one of the team's directories only (``team_volumes``): a Lustre fileset mount
+    (``<dns>@tcp:/<mountname>/<dir>``; FSx for Lustre user guide, "Mounting specific filesets"; the CSI
+    driver v1.9.0 builds the source as ``dnsname@tcp:/mountname``, pkg/driver/node.go:119). Pre-bound to
+    the team's claim, so no other namespace can claim it; the team's pods see nothing outside it."""
     pv = fsx_pv(m, file_system_id, dns_name, mount_name)
-    pv["metadata"] = {"name": f"{namespace_of(team.name)}-fsx", "labels": team_labels(team, "fsx")}
-    pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": FSX_CLAIM}
-    directory = team_directory(team.name)
+    pv["metadata"] = {"name": f"{namespace_of(team.name)}-{claim}", "labels": team_labels(team, "fsx")}
+    pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": claim}
+    directory = dict(team_volumes(team))[claim]
     pv["spec"]["csi"]["volumeAttributes"]["mountname"] = _joined(mount_name, "/", directory)
     # Its own handle: the kubelet names a CSI volume by driver and handle, and a pod with two PVs of
     # one handle never starts (kubernetes/kubernetes#91556); the driver only checks it is not empty
@@ -208,10 +219,10 @@ def _joined(value: Any, sep: str, suffix: str) -> Any:
     return value.apply(lambda v: f"{v}{sep}{suffix}")  # a Pulumi Output at deployment
 
 
-def team_fsx_pvc(m: WorkloadModel, team: TeamSettings) -> dict:
+def team_fsx_pvc(m: WorkloadModel, team: TeamSettings, claim: str) -> dict:
     pvc = fsx_pvc(m)
-    pvc["metadata"] = {"name": FSX_CLAIM, "namespace": namespace_of(team.name), "labels": team_labels(team, "fsx")}
-    pvc["spec"]["volumeName"] = f"{namespace_of(team.name)}-fsx"
+    pvc["metadata"] = {"name": claim, "namespace": namespace_of(team.name), "labels": team_labels(team, "fsx")}
+    pvc["spec"]["volumeName"] = f"{namespace_of(team.name)}-{claim}"
     return pvc
 
 
@@ -227,8 +238,8 @@ TEAM_DIRS = "team-directories"
 
 def team_directories_job(m: WorkloadModel) -> dict:
     """A Job in the workloads' namespace (which mounts the whole file system) that creates every
-    team's directory: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
-    dirs = [f"{m.paths.mount}/{team_directory(t.name)}" for t in m.settings.teams]
+    team's directories: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
+    dirs = [f"{m.paths.mount}/{d}" for t in m.settings.teams for _, d in team_volumes(t)]
     template = file_system_task(m, TEAM_DIRS, ["mkdir", "-p", *dirs])
     md = meta(m, TEAM_DIRS)
     # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is
