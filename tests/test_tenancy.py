@@ -10,8 +10,8 @@ import pytest
 from conftest import graph_of
 
 from analysis import mocks
-from analysis.rules.tenancy import NAMESPACE, NETWORK_POLICY, VAP, VAP_BINDING, check_team_isolation
-from analysis.rules.view import Resource, Stack
+from analysis.rules.tenancy import check_team_isolation
+from analysis.rules.view import NAMESPACE, NETWORK_POLICY, VAP, VAP_BINDING, Resource, Stack
 
 SHARED = "p5en-shared"
 NS = "namespace-team-alpha"

@@ -12,13 +12,8 @@ from workloads.render.admission import admission_policies
 from workloads.render.runs import PRIORITY_CLASS_PREFIX
 from workloads.teams import TEAM_LABEL
 
-from .view import UNKNOWN, Resource, Stack, as_list, dig
-
-NAMESPACE = "kubernetes:core/v1:Namespace"
-NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
-VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-VAP_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+from .view import (NAMESPACE, NETWORK_POLICY, PRIORITY_CLASS, UNKNOWN, VAP, VAP_BINDING, Resource, Stack, as_list,
+                   dig)
 
 
 def _name(res: Resource) -> Any:
