@@ -207,6 +207,7 @@ HEAD = "spec.rayClusterSpec.headGroupSpec"
     ("metadata.labels.ray.io/priority-class-name", "system-cluster-critical", "run priorities"),
     ("metadata.labels.ray.io/priority-class-name", None, "run priorities"),
     ("spec.submissionMode", "K8sJobMode", "HTTPMode"),
+    ("metadata.annotations", None, "disable-provisioned-head-restart"),
     ("spec.clusterSelector", {"ray.io/cluster": "ray"}, "clusterSelector"),
     (f"{HEAD}.headService", {"spec": {"type": "ExternalName", "externalName": "ray-head-svc.rl.svc.cluster.local"}},
      "no headGroupSpec.headService"),

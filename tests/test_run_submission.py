@@ -120,6 +120,13 @@ def test_exec_reads_the_exit_status_from_the_status_channel(api, monkeypatch):
         assert client()._exec("alpha", "r-1-head", ["touch", "x"]) == (code, text)
     assert all(kw["_preload_content"] is False for kw in calls)  # a preloaded answer has no status channel
 
+    class NoExitCode(_Stream):
+        @property
+        def returncode(self):
+            raise KeyError("details")  # a Failure status (container not found) carries no exit code
+    monkeypatch.setattr("kubernetes.stream.stream", lambda *a, **kw: NoExitCode(1))
+    assert client()._exec("alpha", "r-1-head", ["touch", "x"]) == (None, "")
+
 
 def test_a_resume_after_cancel_is_numbered_after_the_cancelled_attempt(api, monkeypatch):
     attempt = _running()

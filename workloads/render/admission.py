@@ -11,7 +11,8 @@ a team member's. What they guarantee:
 - Services: ClusterIP only, no ``externalIPs`` (no load balancer, NodePort, ExternalName; the
   CVE-2020-8554 class);
 - RayJobs: in the namespace's own queue at a platform priority, submitted over HTTP by the operator
-  to the run's own head (no ``clusterSelector``, no custom head Service), with Ray token auth;
+  to the run's own head (no ``clusterSelector``, no custom head Service), with Ray token auth and
+  no head restart;
 - RayClusters (the operator's copy of a RayJob's cluster): the same cluster rules.
 """
 
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 
 from ..teams import PART_OF_LABEL, TEAM_LABEL
 from .common import PART_OF
-from .runs import PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE
+from .runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE
 
 POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY = (
     "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters")
@@ -142,6 +143,10 @@ def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
          f"a team's RayJob has one of the platform's run priorities {classes} (label {PRIORITY_LABEL})"),
         (f"has(object.spec.submissionMode) && object.spec.submissionMode == '{SUBMISSION_MODE}'",
          f"a team's RayJob is submitted in {SUBMISSION_MODE}"),
+        (f"has(object.metadata.annotations) && '{NO_HEAD_RESTART}' in object.metadata.annotations"
+         f" && object.metadata.annotations['{NO_HEAD_RESTART}'] == 'true'",
+         f"a team's RayJob keeps {NO_HEAD_RESTART}: a lost head ends the run and frees its nodes instead of "
+         "holding them"),
         ("(!has(object.spec.clusterSelector) || size(object.spec.clusterSelector) == 0)"
          " && has(object.spec.rayClusterSpec)",
          "a team's RayJob brings up its own Ray cluster (rayClusterSpec, no clusterSelector)"),

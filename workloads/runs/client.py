@@ -191,7 +191,11 @@ class RunClient:
                     command=command, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
         try:
             ws.run_forever(timeout=EXEC_TIMEOUT_S)
-            return ws.returncode, ws.read_stdout(timeout=0) if ws.peek_stdout(timeout=0) else ""
+            try:
+                code = ws.returncode
+            except (KeyError, IndexError, TypeError, ValueError):  # a Failure status without an exit code
+                code = None
+            return code, ws.read_stdout(timeout=0) if ws.peek_stdout(timeout=0) else ""
         finally:
             ws.close()
 
