@@ -250,3 +250,17 @@ def test_a_cancelled_attempt_stays_cancelled(policies, rayjob):
     resumed = _set(rayjob, "spec.suspend", False)
     assert "stays cancelled" in refused(policies[RAYJOB_POLICY], resumed, "UPDATE", suspended)[0]
     assert refused(policies[RAYJOB_POLICY], suspended, "UPDATE", suspended) == []
+
+
+def test_an_update_that_keeps_the_spec_is_not_held_but_one_that_moves_the_queue_is(policies, rayjob):
+    """Objects admitted before the policies (a K8sJobMode RayJob, its submitter pod without Volcano) can
+    still lose their finalizers; a relabelling into another team's queue cannot pass as such an update."""
+    old = _set(rayjob, "spec.submissionMode", "K8sJobMode")
+    assert refused(policies[RAYJOB_POLICY], _set(old, "metadata.finalizers", []), "UPDATE", old) == []
+    submitter = {"metadata": {"finalizers": ["batch.kubernetes.io/job-tracking"]},
+                 "spec": {"containers": [{"name": "ray-job-submitter", "image": "x"}]}}
+    assert refused(policies[POD_POLICY], _set(submitter, "metadata.finalizers", []), "UPDATE", submitter) == []
+    assert refused(policies[POD_POLICY], submitter)  # as a new pod it is refused (no Volcano)
+    moved = copy.deepcopy(rayjob)
+    moved["metadata"]["labels"]["volcano.sh/queue-name"] = "team-beta"
+    assert "own team's queue" in refused(policies[RAYJOB_POLICY], moved, "UPDATE", rayjob)[0]

@@ -75,6 +75,14 @@ def rayjob_policy_skips_updates(g):
     return VAP, "validatingadmissionpolicy-rl-team-rayjobs"
 
 
+def pod_policy_never_checks(g):
+    def edit(p):
+        p["spec"]["variables"] = [{**v, "expression": "true"} if v["name"] == "unchanged" else v
+                                  for v in p["spec"]["variables"]]
+    _edit(g.named(VAP, "validatingadmissionpolicy-rl-team-pods"), edit)
+    return VAP, "validatingadmissionpolicy-rl-team-pods"
+
+
 def drop_default_deny(g):
     _drop(g, NETWORK_POLICY, "networkpolicy-team-alpha-default-deny")
     return NAMESPACE, NS
@@ -94,6 +102,7 @@ BROKEN = {
     "hostPort check removed": (pod_policy_loses_host_port, "lost the check(s): a team's containers may not take a hostPort"),
     "failurePolicy Ignore": (service_policy_ignores, "failurePolicy Ignore"),
     "UPDATE not matched": (rayjob_policy_skips_updates, "no longer matches ray.io/v1/rayjobs/UPDATE"),
+    "checks skipped by a variable": (pod_policy_never_checks, "a variable its checks read was changed"),
     "no default deny": (drop_default_deny, "no default-deny NetworkPolicy in team-alpha"),
     "default deny allows ingress": (default_deny_allows_ingress, "no default-deny NetworkPolicy in team-alpha"),
 }

@@ -157,18 +157,27 @@ def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
     ]
 
 
+SPEC_UNCHANGED = "request.operation == 'UPDATE' && object.spec == oldObject.spec"
+"""An update that leaves the spec as it was (a finalizer removed, a status-like label): objects admitted
+before a policy existed or changed (a K8sJobMode submitter's pods losing the Job controller's tracking
+finalizer, an older RayJob being deleted) are not held by it forever."""
+META_UNCHANGED = ("(has(object.metadata.labels) ? object.metadata.labels : {}) =="
+                  " (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})"
+                  " && (has(object.metadata.annotations) ? object.metadata.annotations : {}) =="
+                  " (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})")
+
+
 def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[tuple[str, str]],
-            variables: list[dict] | None = None) -> list[dict]:
-    """A policy on ``resources`` ((group, version, resources)) at CREATE and UPDATE, and its Deny binding on
-    every team namespace."""
+            variables: list[dict] | None = None, unchanged: str = SPEC_UNCHANGED) -> list[dict]:
+    """A policy on ``resources`` ((group, version, resources)) at CREATE and at every UPDATE not
+    ``unchanged``, and its Deny binding on every team namespace."""
     md = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
     spec: dict = {"failurePolicy": "Fail",
                   "matchConstraints": {"resourceRules": [
                       {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": r}
                       for g, v, r in resources]},
-                  "validations": [{"expression": e, "message": m} for e, m in rules]}
-    if variables:
-        spec["variables"] = variables
+                  "variables": [{"name": "unchanged", "expression": unchanged}, *(variables or [])],
+                  "validations": [{"expression": f"variables.unchanged || ({e})", "message": m} for e, m in rules]}
     return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,
              "spec": spec},
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -184,5 +193,6 @@ def admission_policies(priority_classes: Iterable[str]) -> list[dict]:
                   " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes), [containers]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
-            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes)),
+            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes),
+                     unchanged=f"{SPEC_UNCHANGED} && {META_UNCHANGED}"),
             *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])], cluster_rules("object.spec"))]
