@@ -78,7 +78,7 @@ def test_cancel_says_no_checkpoint_when_the_touch_failed(api, monkeypatch):
     monkeypatch.setattr(RunClient, "_exec", lambda self, team, pod, command: execs.append(command) or (1, ""))
     out = []
     assert main(["cancel", "alpha", "r"], client=client, out=out.append) == 0
-    assert out == ["cancelled r-1 (no checkpoint within 30 min (or none running))"]
+    assert out == ["cancelled r-1 (no checkpoint: none running, the request failed, or none within 30 min)"]
     assert execs == [["touch", "/mnt/fsx/checkpoints/r/SAVE_NOW"]]  # no wait for a save nobody asked for
 
 

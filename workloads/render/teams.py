@@ -145,7 +145,7 @@ SUBMITTER_RULES = [
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
 ]
 """What ``python -m workloads.runs`` does in a team's namespace (``runs.client.RunClient``): ``patch`` on
-RayJobs to suspend one (``cancel``). No PodDisruptionBudgets: a budget of maxUnavailable 0 holds every
+RayJobs to suspend one (``cancel``); ``delete`` to remove old attempts by hand. No PodDisruptionBudgets: a budget of maxUnavailable 0 holds every
 node drain and node group update of the cluster; the platform renders the runs' one budget per team
 (``render.runs.team_run_budget``). Every write passes the admission policies (``render.admission``)."""
 CLUSTER_READ_RULES = [

@@ -146,8 +146,8 @@ def on_cluster(args: argparse.Namespace, client: Callable[[], RunClient], out: C
     else:
         saved = None if args.now else api.checkpoint(args.team, args.run, args.wait_minutes * 60)
         names = api.cancel(args.team, args.run, now=args.now)
-        how = ("pods deleted at once, no checkpoint" if args.now else
-               "after its checkpoint" if saved else f"no checkpoint within {args.wait_minutes} min (or none running)")
+        how = ("pods deleted at once, no checkpoint" if args.now else "after its checkpoint" if saved else
+               f"no checkpoint: none running, the request failed, or none within {args.wait_minutes} min")
         out(f"cancelled {', '.join(names) or 'nothing'} ({how})")
     return 0
 
