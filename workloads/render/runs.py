@@ -6,7 +6,9 @@ one Volcano gang, its GPU pods held to their network tiers; the stack's Priority
   ``ray.io/priority-class-name`` become the PodGroup ``ray-<rayjob>-pg``'s queue and priority; its
   minMember is the head plus every worker, so Volcano places all of the run's pods or none.
 - Submission (``HTTPMode``): the operator posts the job to the run's own head and polls it
-  (rayjob_controller.go:225-236 and 296-330, v1.7.0); no submitter Job, whose failures or early exit
+  (rayjob_controller.go:225-236 and 296-330, v1.7.0), sending the entrypoint, ``runtimeEnvYAML`` and
+  ``entrypointResources`` as the Jobs API request (utils/dashboardclient/dashboard_httpclient.go:358-380;
+  the entrypoint then meets only Ray's shell); no submitter Job, whose failures or early exit
   would end a healthy run (K8sJobMode, ray-project/kuberay#4921) and whose pods outlive the cluster.
 - Release: ``shutdownAfterJobFinishes`` deletes the run's Ray cluster when the job ends.
 - A lost head is not recreated (``ray.io/disable-provisioned-head-restart``, copied from the RayJob's
