@@ -31,6 +31,7 @@ from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, 
                                    check_no_placement_with_reservation, check_no_world_ingress,
                                    check_training_not_spot)
 from analysis.rules.security import SECURITY_POLICIES
+from analysis.rules.tenancy import check_team_isolation
 from analysis.rules.view import (BUCKET, IAM_POLICY, INGRESS_RULE, LAUNCH_TEMPLATE, LEGACY_RULE, ROLE,
                                  ROLE_POLICY, ROLE_POLICY_ATTACHMENT, SECURITY_GROUP, Resource, Stack, plain)
 
@@ -122,6 +123,10 @@ ALL: list = [
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
     *[resource_policy(name, summary(check), types, check) if types else stack_policy(name, summary(check), check)
       for name, check, types in SECURITY_POLICIES],
+    stack_policy("team-isolation",
+                 "Every team namespace is covered by each team admission policy, unweakened and bound with Deny, "
+                 "and holds a default-deny NetworkPolicy.",
+                 check_team_isolation),
 ]
 """Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]

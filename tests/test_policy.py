@@ -15,6 +15,7 @@ import pytest
 import yaml
 from pulumi_policy.proxy import UnknownValueError
 from conftest import ROOT, graph_of, load
+from test_tenancy import BROKEN as TEAM_BREAKS
 
 from analysis import mocks
 from components.efa import efa_layout
@@ -71,7 +72,7 @@ def test_entry_point_does_nothing_but_build_the_pack():
 
 
 def test_policies_are_unique_mandatory_and_described():
-    assert len(POLICIES) == len(ALL) == 21
+    assert len(POLICIES) == len(ALL) == 22
     assert MANDATORY == ALL
     for policy in ALL:
         assert policy.description.endswith(".")
@@ -440,6 +441,7 @@ BREAKS = [
     Break("s3-wildcard-bucket", "p6-b200", "s3-access-scoped-to-bucket", _writer_on_wildcard_bucket, "rl-*",
           known_only=True),
     Break("s3-managed-full-access", "p5en-prod", "s3-access-scoped-to-bucket", _s3_full_access, "AmazonS3FullAccess"),
+    *(Break(f"team-{n}", "p5en-shared", "team-isolation", mutate, expect) for n, (mutate, expect) in TEAM_BREAKS.items()),
 ]
 
 

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from workloads.crds import crd_schema, validate
 from workloads.render.teams import team_namespace, team_objects, team_queue, team_resource_quota
+from workloads.layout import Group
 from workloads.teams import GpuQuota, TeamSettings, validate_teams
 
 K8S = "1.35.0"
@@ -17,6 +18,11 @@ K8S = "1.35.0"
 @pytest.fixture(scope="module")
 def pools():
     return load("p5en-prod").pools  # train 16 x p5en (128 GPUs), rollout 32 x p5en (256 GPUs)
+
+
+def head(pools) -> Group:
+    """A run's head: 8 cores, 32 GB."""
+    return Group(name="head", pool=pools[0], replicas=1, cpu=8, memory_g=32)
 
 
 def team(name: str, **gpus: tuple[int, int]) -> TeamSettings:
@@ -34,7 +40,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     validate_teams(teams, pools)
     queue_schema = crd_schema("scheduling.volcano.sh/v1beta1", "Queue")
     for t in teams:
-        objs = team_objects(t, pools, "rl", 8000)
+        objs = team_objects(t, pools, "rl", 8000, head(pools))
         assert objs[0] == team_namespace(t)
         assert [o["kind"] for o in objs] == (["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
                                                + ["Role", "RoleBinding", "ClusterRoleBinding"])
@@ -59,12 +65,12 @@ def test_quota_numbers(teams, pools):
                          "deserved": {"nvidia.com/gpu": 96}, "guarantee": {"resource": {"nvidia.com/gpu": 96}}}
     assert team_queue(beta, pools)["spec"]["priority"] == 5
     assert team_queue(beta, pools)["spec"]["reclaimable"] is False
-    rq = team_resource_quota(alpha, pools)
+    rq = team_resource_quota(alpha, pools, head(pools))
     assert rq["metadata"]["name"] == "gpu-quota"
     # p5en: 8 GPUs and 16 EFA devices per node; 128 + 64 GPUs -> 24 nodes' worth -> 384 EFA
-    assert rq["spec"]["hard"] == {"requests.nvidia.com/gpu": "192", "requests.vpc.amazonaws.com/efa": "384"}
-    rollout64 = team_resource_quota(team("gamma", rollout=(0, 64)), pools)
-    assert rollout64["spec"]["hard"] == {"requests.nvidia.com/gpu": "64", "requests.vpc.amazonaws.com/efa": "128"}
+    assert rq["spec"]["hard"].items() >= {"requests.nvidia.com/gpu": "192", "requests.vpc.amazonaws.com/efa": "384"}.items()
+    rollout64 = team_resource_quota(team("gamma", rollout=(0, 64)), pools, head(pools))
+    assert rollout64["spec"]["hard"].items() >= {"requests.nvidia.com/gpu": "64", "requests.vpc.amazonaws.com/efa": "128"}.items()
     no_guarantee = team_queue(team("gamma", rollout=(0, 64)), pools)["spec"]
     assert "guarantee" not in no_guarantee
 

@@ -469,8 +469,10 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     for t in templates:
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in t["spec"]["volumes"]
                   if "persistentVolumeClaim" in v}
-        assert {m["mountPath"] for m in container(t)["volumeMounts"] if m["name"] in claims} == {p.mount}
-        assert set(claims.values()) == {pvc["metadata"]["name"]}
+        team = cfg.workloads.submit.value == "runs"  # a team's run: its checkpoint directory over its own
+        assert {m["mountPath"] for m in container(t)["volumeMounts"] if m["name"] in claims} == (
+            {p.mount, f"{p.mount}/checkpoints"} if team else {p.mount})
+        assert set(claims.values()) == {pvc["metadata"]["name"], *(["fsx-checkpoints"] if team else [])}
 
 
 # --- reward service and preprocessing Job ----------------------------------------------------------

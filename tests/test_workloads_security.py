@@ -75,7 +75,8 @@ def pod_specs(obj: dict) -> list[tuple[str, dict]]:
     if kind == "RayJob":
         own = pod_specs({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec["rayClusterSpec"]}) \
             if "rayClusterSpec" in spec else []
-        return own + [(f"{kind}/{name}/submitter", spec["submitterPodTemplate"]["spec"])]
+        return own + ([(f"{kind}/{name}/submitter", spec["submitterPodTemplate"]["spec"])]
+                      if "submitterPodTemplate" in spec else [])
     raise AssertionError(f"{kind} {name}: unknown kind; say whether it creates pods")
 
 

@@ -27,8 +27,10 @@ from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
+from .render.admission import admission_policies
+from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
-                           team_fsx_pv, team_fsx_pvc, team_objects, team_pod_policy, team_scripts)
+                           team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
 from .teams import team_group
 from .runs.submit import RunObjects
 
@@ -101,7 +103,8 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *team_pod_policy())]
+        admission = admission_policies(pc["metadata"]["name"] for pc in M.priority_classes(m))
+        submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *admission)]
                       if m.settings.teams else [])
         self.members = self._team_members(m, platform)
         self.teams = {team.name: self._team(team, m, platform, after=[system, *submitters], directories=dirs)
@@ -109,7 +112,7 @@ class Workloads(pulumi.ComponentResource):
         self.runs = [self._custom(r.rayjob, after=[self.kuberay, self.volcano, *self.teams[r.run.team],
                                                    *self.priority_classes, *plugins, *gpu_groups])
                      for r in runs]
-        self.run_budgets = [self._object(r.budget, after=self.teams[r.run.team][:1]) for r in runs]
+        self.run_budgets = [self._object(team_run_budget(m, t), after=self.teams[t.name][:1]) for t in m.settings.teams]
         self.rayjob = (self._custom(M.rayjob(m), after=[self.raycluster])
                        if m.ray_job else None)
 
@@ -138,19 +141,20 @@ class Workloads(pulumi.ComponentResource):
               directories: pulumi.Resource) -> list[pulumi.Resource]:
         """A team's namespace first, then its quota, service account, scripts and policies in it, its
         queue once Volcano is up, the Pod Identity role that reaches only the team's checkpoint prefix,
-        and the PV/PVC of its directory once that directory exists."""
+        and the PVs/PVCs of its directories once they exist."""
         reward = m.settings.reward.port if m.reward else None
-        ns, *rest = team_objects(team, m.pools, m.namespace, reward)
+        ns, *rest = team_objects(team, m.pools, m.namespace, reward, m.head)
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
             team_checkpoint_prefix(team), opts=pulumi.ResourceOptions(parent=self))
-        fs = self.storage
-        pv = self._object(team_fsx_pv(m, team, fs.id, fs.dns_name, fs.mount_name), after=[directories])
+        fs, volumes = self.storage, []
+        for claim, _ in team_volumes(team):
+            pv = self._object(team_fsx_pv(m, team, claim, fs.id, fs.dns_name, fs.mount_name), after=[directories])
+            volumes += [pv, self._object(team_fsx_pvc(m, team, claim), after=[namespace, pv])]
         return [namespace, role, *(self._custom(o, after=[self.volcano]) if o["kind"] == "Queue"
                                    else self._object(o, after=[namespace]) for o in rest),
-                self._object(team_scripts(m, team), after=[namespace]),
-                pv, self._object(team_fsx_pvc(m, team), after=[namespace, pv])]
+                self._object(team_scripts(m, team), after=[namespace]), *volumes]
 
     def _team_members(self, m: WorkloadModel, platform: Platform) -> list[aws.eks.AccessEntry]:
         """One EKS access entry per member ARN ("An IAM principal can't be included in more than one

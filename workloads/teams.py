@@ -16,8 +16,9 @@ each pool's GPUs at its desired size (``validate_teams``). Volcano and ResourceQ
 admission-time check here, not something the scheduler enforces.
 
 - a service account whose EKS Pod Identity role reaches only ``checkpoints/teams/<name>/`` in the bucket;
-- its directory on the file system (``team_directory``), mounted alone in its namespace (a fileset
-  PV/PVC), so its pods see no other team's files;
+- its directory on the file system (``team_directory``) and its checkpoint directory
+  (``team_checkpoint_directory``), mounted alone in its namespace (fileset PVs/PVCs), so its pods see
+  no other team's files and only its checkpoints are exported to the bucket;
 - the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.runs``;
 - a Role for that command in its namespace, bound to the Kubernetes group ``rl-team-<name>`` that
   its members' EKS access entries carry.
@@ -106,8 +107,15 @@ class TeamSettings(SchemaModel):
 
 
 def team_directory(team: str) -> str:
-    """The team's directory on the file system: under the exported ``checkpoints/``, so the
-    association exports it to the team's bucket prefix (``render.teams.team_checkpoint_prefix``)."""
+    """The team's directory on the file system, mounted as its pods' file system root: what its runs
+    stage (models, data). Outside the exported ``checkpoints/``, so none of it goes to the bucket."""
+    return f"teams/{team}"
+
+
+def team_checkpoint_directory(team: str) -> str:
+    """The team's checkpoints on the file system, mounted over its pods' ``<mount>/checkpoints``: under
+    the exported ``checkpoints/``, so the association exports them to the team's bucket prefix
+    (``render.teams.team_checkpoint_prefix``) and nothing else of the team's."""
     return f"checkpoints/teams/{team}"
 
 

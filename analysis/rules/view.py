@@ -35,6 +35,10 @@ IAM_POLICY = "aws:iam/policy:Policy"
 ROLE_POLICY_ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
 POD_IDENTITY = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 ADDON = "aws:eks/addon:Addon"
+NAMESPACE, NETWORK_POLICY = "kubernetes:core/v1:Namespace", "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+VAP = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+VAP_BINDING = VAP + "Binding"
 
 EFA_KINDS = ("efa", "efa-only")
 ALL_PROTOCOLS = ("-1", "all")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 
 from ..model import WorkloadModel
-from ..layout import CHECKPOINT_DIR, RUNNING_MARKER, SAVE_TRIGGER
+from ..layout import RUNNING_MARKER, SAVE_TRIGGER
 from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
-from ..teams import team_directory
+from ..teams import team_checkpoint_directory
 from .common import file_system_task, labels, meta
 
 # --- Capacity Block end --------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def _the_stack_run(m: WorkloadModel) -> list[str]:
 def _every_running_run(m: WorkloadModel) -> list[str]:
     """With ``submit: runs``: the sentinel of every run in progress (its entrypoint keeps ``RUNNING``
     in its checkpoint directory, ``render.runs``), in every team's directory."""
-    pattern = f"{m.paths.mount}/{team_directory('*')}/{CHECKPOINT_DIR}/*/{RUNNING_MARKER}"
+    pattern = f"{m.paths.mount}/{team_checkpoint_directory('*')}/*/{RUNNING_MARKER}"
     return [f"for marker in {pattern}; do",
             '  [ -e "$marker" ] || continue',
             f'  touch "${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}"',

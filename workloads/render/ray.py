@@ -98,12 +98,22 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     return {"metadata": {"labels": ray_labels("ray-head" if head else f"ray-{g.name}")}, "spec": spec}
 
 
+TOKEN_AUTH = {"mode": "token"}
+"""Ray token authentication (Ray >= 2.52; KubeRay v1.7.0 refuses older ``rayVersion``, utils/validation.go:284-298).
+KubeRay creates a Secret with a random token per cluster (raycluster_controller.go:423-470) and sets
+``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from it in the Ray container of every pod
+(common/pod.go:345-425); Ray then refuses dashboard, Jobs API and GCS requests without that token
+(ray-2.53.0 src/ray/rpc/authentication/authentication_token_loader.cc: the token from RAY_AUTH_TOKEN
+first). The operator's dashboard client reads the Secret and sends the token (utils/util.go:1056-1080), and
+a K8sJobMode submitter gets the same variables (rayjob_controller.go:656-658)."""
+
+
 def cluster_spec(m: WorkloadModel, workers: tuple[L.Group, ...]) -> dict:
     """A RayCluster spec: the head, and one fixed-size group per worker group (no autoscaling)."""
     head = m.head
     groups = [{"groupName": g.name, "replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas,
                "rayStartParams": ray_start_params(g), "template": ray_pod_template(m, g)} for g in workers]
-    return {"rayVersion": m.software.ray, "enableInTreeAutoscaling": False,
+    return {"rayVersion": m.software.ray, "enableInTreeAutoscaling": False, "authOptions": TOKEN_AUTH,
             "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": ray_start_params(head, head=True),
                               "template": ray_pod_template(m, head, head=True)},
             "workerGroupSpecs": groups}

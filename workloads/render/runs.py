@@ -5,7 +5,18 @@ one Volcano gang, its GPU pods held to their network tiers; the stack's Priority
   ``--batch-scheduler=volcano``): the RayJob's labels ``volcano.sh/queue-name`` and
   ``ray.io/priority-class-name`` become the PodGroup ``ray-<rayjob>-pg``'s queue and priority; its
   minMember is the head plus every worker, so Volcano places all of the run's pods or none.
+- Submission (``HTTPMode``): the operator posts the job to the run's own head and polls it
+  (rayjob_controller.go:225-236 and 296-330, v1.7.0), sending the entrypoint, ``runtimeEnvYAML`` and
+  ``entrypointResources`` as the Jobs API request (utils/dashboardclient/dashboard_httpclient.go:358-380;
+  the entrypoint then meets only Ray's shell); no submitter Job, whose failures or early exit
+  would end a healthy run (K8sJobMode, ray-project/kuberay#4921) and whose pods outlive the cluster.
 - Release: ``shutdownAfterJobFinishes`` deletes the run's Ray cluster when the job ends.
+- A lost head is not recreated (``ray.io/disable-provisioned-head-restart``, copied from the RayJob's
+  annotations to its RayCluster, rayjob_controller.go:1002-1007; raycluster_controller.go:1025-1043): a new
+  head would kill the workers or find the submission id used, and the operator would resubmit onto a
+  partial cluster (rayjob_controller.go:1305-1321) where Miles waits for its placement group forever.
+  Instead the operator's status polls fail, after 300 s the RayJob is Failed (utils/constant.go:288-290)
+  and its cluster is deleted: the nodes are free and ``submit --resume`` continues from the checkpoint.
 - Checkpoint before preemption: Volcano evicts with a plain DELETE and no grace override
   (pkg/scheduler/cache/cache.go:270-316, v1.15.1), so each pod's preStop hook runs within its
   termination grace period. While the run is in progress (the entrypoint keeps ``RUNNING`` in the
@@ -20,17 +31,17 @@ from __future__ import annotations
 import copy
 import json
 
-from ..layout import RUNNING_MARKER
+from ..layout import CHECKPOINT_DIR, RUNNING_MARKER
 from ..argv import driver
 from ..miles_launcher import LEASE_STALE_MIN
 from ..model import WorkloadModel
 from ..settings import RunFile, Submission, TopologyMode
-from ..teams import TEAM_LABEL
-from .common import RAY_GROUP_LABEL, labels
+from ..teams import TEAM_LABEL, TeamSettings
+from .common import FSX_VOLUME, RAY_GROUP_LABEL, labels
 from .operators import tier_label
-from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml, submitter_template
+from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml
 from .services import stage_template
-from .teams import namespace_of
+from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
 RUN_LABEL = "rl.platform/run"
 QUEUE_LABEL = "volcano.sh/queue-name"
@@ -44,6 +55,10 @@ TASK_ORDER = {TRAINER: "2", ROLLOUT: "1"}
 """Trainers first: a trainer's two affinity terms let the first one in only while no pod of the
 attempt is placed (upstream InterPodAffinity's first-pod rule); placed after a rollout pod, none fits."""
 PRIORITY_CLASS_PREFIX = "rl-"
+SUBMISSION_MODE = "HTTPMode"
+"""How every run is submitted (see the module docstring; ``render.admission`` holds team RayJobs to it)."""
+NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
+"""KubeRay v1.7.0 utils/constant.go:33-34."""
 
 LEASE_ARGS = 'lease="$1"; sentinel="$2"; attempt="$3"; '
 FRESH = (f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ] && '
@@ -113,6 +128,21 @@ def _stage_first(m: WorkloadModel, head: dict) -> None:
     head["spec"]["volumes"] += [v for v in stage["volumes"] if v["name"] not in have]
 
 
+CHECKPOINTS_VOLUME = "checkpoints"
+
+
+def _team_checkpoints(m: WorkloadModel, template: dict) -> None:
+    """The team's checkpoint volume (``render.teams.team_volumes``) over ``<mount>/checkpoints`` in every
+    container that mounts the file system: checkpoints go to the exported directory, the staged model
+    and data stay in the team's own."""
+    spec = template["spec"]
+    spec["volumes"].append({"name": CHECKPOINTS_VOLUME, "persistentVolumeClaim": {"claimName": TEAM_CHECKPOINT_CLAIM}})
+    for c in [*spec["containers"], *spec.get("initContainers", [])]:
+        if any(v["name"] == FSX_VOLUME for v in c.get("volumeMounts", [])):
+            c["volumeMounts"] = [*c["volumeMounts"],
+                                 {"name": CHECKPOINTS_VOLUME, "mountPath": f"{m.paths.mount}/{CHECKPOINT_DIR}"}]
+
+
 def _term(run: RunFile, groups: list[str], tier: int) -> dict:
     return {"labelSelector": {"matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
                               "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]},
@@ -142,14 +172,16 @@ def network_affinity(run: RunFile, group: str, gang_tier: int | None, trainer_ti
 def run_cluster_spec(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
                      trainer_tier: int | None = None) -> dict:
     """The run's own Ray cluster: head and the GPU groups at the run's node counts, every pod
-    labelled with team, run and attempt and checkpointing before it stops; the GPU pods held to
-    their network tiers."""
+    labelled with team, run and attempt, writing checkpoints to the team's exported directory and
+    checkpointing before it stops; the GPU pods held to their network tiers."""
     spec = cluster_spec(m, tuple(g for g in m.workers if g.gpus))
     head = _save_on_stop(m, run, spec["headGroupSpec"]["template"])
     _stage_first(m, head)
+    _team_checkpoints(m, head)
     spec["headGroupSpec"]["template"] = head
     for group in spec["workerGroupSpecs"]:
         group["template"] = _save_on_stop(m, run, group["template"])
+        _team_checkpoints(m, group["template"])
         affinity = network_affinity(run, group["groupName"], gang_tier, trainer_tier)
         if affinity:
             group["template"]["spec"]["affinity"] = affinity
@@ -163,38 +195,38 @@ def run_rayjob(m: WorkloadModel, run: RunFile, gang_tier: int | None = None,
     md = {"name": rayjob_name(run), "namespace": namespace_of(run.team),
           "labels": {**run_labels(run), QUEUE_LABEL: namespace_of(run.team),
                      PRIORITY_LABEL: priority_class_name(run.priority)}}
+    md["annotations"] = {NO_HEAD_RESTART: "true"}
     entrypoint, env = driver(m.run_argv(), dict(m.runtime_env), marker=_marker(m), attempt=run.attempt)
-    submitter = submitter_template(m)
-    submitter["metadata"]["labels"].update(pod_labels(run))
     return {
         "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": md,
         "spec": {
             "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
             "runtimeEnvYAML": runtime_env_yaml(env),
-            "submissionMode": "K8sJobMode",
+            "submissionMode": SUBMISSION_MODE,
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 60,
             "backoffLimit": 0,
             "rayClusterSpec": run_cluster_spec(m, run, gang_tier, trainer_tier),
-            "submitterPodTemplate": submitter,
         },
     }
 
 
-def run_pdb(m: WorkloadModel, run: RunFile, owner_uid: str | None = None) -> dict:
-    """maxUnavailable 0 over the attempt's head, trainers and (unless Spot) rollout pods: a node group
+RUN_BUDGET = "runs"
+
+
+def team_run_budget(m: WorkloadModel, team: TeamSettings) -> dict:
+    """One PodDisruptionBudget per team namespace, the platform's (teams may not create budgets):
+    maxUnavailable 0 over every run's head, trainers and (unless Spot) rollout pods, so a node group
     update or ``kubectl drain`` waits instead of evicting them. Volcano's preemption deletes pods
-    without the Eviction API, so it is not held up. Owned by the RayJob when submitted (deleted with it)."""
+    without the Eviction API, so it is not held up."""
     groups = ["headgroup", TRAINER] + ([] if m.rollout_spot else [ROLLOUT])
-    md: dict = {"name": rayjob_name(run), "namespace": namespace_of(run.team), "labels": run_labels(run, "run-budget")}
-    if owner_uid:
-        md["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": rayjob_name(run),
-                                  "uid": owner_uid}]
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": md,
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": RUN_BUDGET, "namespace": namespace_of(team.name),
+                         "labels": team_labels(team, "run-budget")},
             "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {
-                "matchLabels": {RUN_LABEL: run.name, ATTEMPT_LABEL: str(run.attempt)},
-                "matchExpressions": [{"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]}}}
+                "matchExpressions": [{"key": RUN_LABEL, "operator": "Exists"},
+                                     {"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]}}}
 
 
 def priority_classes(m: WorkloadModel) -> list[dict]:

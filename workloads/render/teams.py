@@ -8,8 +8,9 @@ from typing import Any
 
 from stackconfig.stack import Pool
 
-from ..resources import EFA, GPU
-from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_directory, team_group
+from ..layout import Group
+from ..resources import EFA, GI, GPU
+from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
 from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, file_system_task,
@@ -76,9 +77,17 @@ def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
             "spec": spec}
 
 
-def team_resource_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict:
-    """The team namespace's ResourceQuota ``gpu-quota``: GPUs (sum of caps) and the EFA devices with them."""
-    hard = {f"requests.{GPU}": str(_sum_caps(team))}
+def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) -> dict:
+    """The team namespace's ResourceQuota ``gpu-quota``: GPUs (sum of caps), the EFA devices with them, and
+    CPU and memory: the whole GPU nodes the caps allow plus one run head (``head``) per such node (a run
+    needs at least one). A pod that states no CPU or memory request is then refused; the team cannot
+    fill the CPU pools the platform's and other teams' heads run on."""
+    caps = _cap_nodes(team, pools)
+    heads = sum(n for _, n in caps)
+    hard = {f"requests.{GPU}": str(_sum_caps(team)),
+            "requests.cpu": str(sum(p.instance.vcpu * n for p, n in caps) + head.cpu * heads)}
+    memory = sum(p.instance.memory_gib * GI * n for p, n in caps) + head.memory_bytes * heads
+    hard["requests.memory"] = hard["limits.memory"] = str(memory)
     efa = team_efa(team, pools)
     if efa:
         hard[f"requests.{EFA}"] = str(efa)
@@ -86,6 +95,12 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict:
             "metadata": {"name": QUOTA_NAME, "namespace": namespace_of(team.name),
                          "labels": team_labels(team, "resource-quota")},
             "spec": {"hard": hard}}
+
+
+def _cap_nodes(team: TeamSettings, pools: Iterable[Pool]) -> list[tuple[Pool, int]]:
+    """(pool, whole nodes the team's cap on it spans) for each of the team's GPU pools."""
+    by_name = {p.name: p for p in pools}
+    return [(by_name[n], math.ceil(q.cap / by_name[n].instance.gpus)) for n, q in team.gpus.items()]
 
 
 def team_network_policies(team: TeamSettings, platform_namespace: str, reward_port: int | None) -> list[dict]:
@@ -128,14 +143,16 @@ def team_service_account(team: TeamSettings) -> dict:
 
 RUN_SUBMITTER = "rl-run-submitter"
 SUBMITTER_RULES = [
-    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
     {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["pods", "pods/log", "events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["deletecollection"]},
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
 ]
-"""What ``python -m workloads.runs`` does in a team's namespace (``runs.client.RunClient``)."""
+"""What ``python -m workloads.runs`` does in a team's namespace (``runs.client.RunClient``): ``patch`` on
+RayJobs to suspend one (``cancel``); ``delete`` to remove old attempts by hand. No PodDisruptionBudgets: a budget of maxUnavailable 0 holds every
+node drain and node group update of the cluster; the platform renders the runs' one budget per team
+(``render.runs.team_run_budget``). Every write passes the admission policies (``render.admission``)."""
 CLUSTER_READ_RULES = [
     {"apiGroups": ["topology.volcano.sh"], "resources": ["hypernodes"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
@@ -157,72 +174,42 @@ def team_rbac(team: TeamSettings) -> list[dict]:
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": RUN_SUBMITTER}}]
 
 
-TEAM_POD_POLICY = "rl-team-pods"
-TEAM_POD_RULES = [
-    ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID)"
-     " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
-     "a team's pods may not use the node's network, PID or IPC namespaces"),
-    ("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
-     "a team's pods may not mount a hostPath (other teams' volumes live under the node's kubelet directory)"),
-    ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
-     " || !c.securityContext.privileged)",
-     "a team's containers may not be privileged"),
-    ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
-     " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'IPC_LOCK'))",
-     "a team's containers may add IPC_LOCK (RDMA memory registration) and no other capability"),
-]
-"""(CEL expression, message): what a team member's pod template may not do. Members create RayJobs,
-and with them any pod template; a privileged or hostPath pod could read another team's mounted
-directory on a shared node. Pod Security ``baseline`` would do most of this but refuses IPC_LOCK,
-which every GPU pod needs."""
-
-
-def team_pod_policy() -> list[dict]:
-    """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30) on every pod of every team
-    namespace (label ``rl.platform/team``), and its binding that denies what it rejects."""
-    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-              "metadata": {"name": TEAM_POD_POLICY, "labels": {PART_OF_LABEL: PART_OF}},
-              "spec": {"failurePolicy": "Fail",
-                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                                               "operations": ["CREATE", "UPDATE"],
-                                                               "resources": ["pods"]}]},
-                       "variables": [{"name": "containers", "expression":
-                                      "object.spec.containers + (has(object.spec.initContainers) ? "
-                                      "object.spec.initContainers : [])"}],
-                       "validations": [{"expression": e, "message": m} for e, m in TEAM_POD_RULES]}}
-    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-               "metadata": {"name": TEAM_POD_POLICY, "labels": {PART_OF_LABEL: PART_OF}},
-               "spec": {"policyName": TEAM_POD_POLICY, "validationActions": ["Deny"],
-                        "matchResources": {"namespaceSelector": {"matchExpressions": [
-                            {"key": TEAM_LABEL, "operator": "Exists"}]}}}}
-    return [policy, binding]
-
-
 def run_submitter_cluster_role() -> dict:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": RUN_SUBMITTER, "labels": {PART_OF_LABEL: PART_OF}}, "rules": CLUSTER_READ_RULES}
 
 
 def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: str,
-                 reward_port: int | None) -> list[dict]:
-    """Every object of one team that needs no file system, namespace first."""
+                 reward_port: int | None, head: Group) -> list[dict]:
+    """Every object of one team that needs no file system, namespace first; ``head`` is a run's head group."""
     pools = list(pools)
-    return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools),
+    return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools, head),
             team_service_account(team), *team_network_policies(team, platform_namespace, reward_port),
             *team_rbac(team)]
 
 
 # --- the team's directory on the file system ---------------------------------------------------
 
-def team_fsx_pv(m: WorkloadModel, team: TeamSettings, file_system_id: Any, dns_name: Any, mount_name: Any) -> dict:
-    """A static PV of the team's directory only: a Lustre fileset mount (``<dns>@tcp:/<mountname>/<dir>``;
-    FSx for Lustre user guide, "Mounting specific filesets"; the CSI driver v1.9.0 builds the source as
-    ``dnsname@tcp:/mountname``, pkg/driver/node.go:119). Pre-bound to the team's claim, so no other
-    namespace can claim it; the team's pods see nothing outside their directory."""
+TEAM_CHECKPOINT_CLAIM = "fsx-checkpoints"
+
+
+def team_volumes(team: TeamSettings) -> list[tuple[str, str]]:
+    """(claim, directory) of the team's file system volumes: its directory, the pods' file system root
+    (``FSX_CLAIM``), and its checkpoint directory, mounted over ``<mount>/checkpoints``
+    (``TEAM_CHECKPOINT_CLAIM``, ``render.runs``): staged models and data stay out of the bucket."""
+    return [(FSX_CLAIM, team_directory(team.name)), (TEAM_CHECKPOINT_CLAIM, team_checkpoint_directory(team.name))]
+
+
+def team_fsx_pv(m: WorkloadModel, team: TeamSettings, claim: str, file_system_id: Any, dns_name: Any,
+                mount_name: Any) -> dict:
+    """A static PV of one of the team's directories only (``team_volumes``): a Lustre fileset mount
+    (``<dns>@tcp:/<mountname>/<dir>``; FSx for Lustre user guide, "Mounting specific filesets"; the CSI
+    driver v1.9.0 builds the source as ``dnsname@tcp:/mountname``, pkg/driver/node.go:119). Pre-bound to
+    the team's claim, so no other namespace can claim it; the team's pods see nothing outside it."""
     pv = fsx_pv(m, file_system_id, dns_name, mount_name)
-    pv["metadata"] = {"name": f"{namespace_of(team.name)}-fsx", "labels": team_labels(team, "fsx")}
-    pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": FSX_CLAIM}
-    directory = team_directory(team.name)
+    pv["metadata"] = {"name": f"{namespace_of(team.name)}-{claim}", "labels": team_labels(team, "fsx")}
+    pv["spec"]["claimRef"] = {"namespace": namespace_of(team.name), "name": claim}
+    directory = dict(team_volumes(team))[claim]
     pv["spec"]["csi"]["volumeAttributes"]["mountname"] = _joined(mount_name, "/", directory)
     # Its own handle: the kubelet names a CSI volume by driver and handle, and a pod with two PVs of
     # one handle never starts (kubernetes/kubernetes#91556); the driver only checks it is not empty
@@ -237,10 +224,10 @@ def _joined(value: Any, sep: str, suffix: str) -> Any:
     return value.apply(lambda v: f"{v}{sep}{suffix}")  # a Pulumi Output at deployment
 
 
-def team_fsx_pvc(m: WorkloadModel, team: TeamSettings) -> dict:
+def team_fsx_pvc(m: WorkloadModel, team: TeamSettings, claim: str) -> dict:
     pvc = fsx_pvc(m)
-    pvc["metadata"] = {"name": FSX_CLAIM, "namespace": namespace_of(team.name), "labels": team_labels(team, "fsx")}
-    pvc["spec"]["volumeName"] = f"{namespace_of(team.name)}-fsx"
+    pvc["metadata"] = {"name": claim, "namespace": namespace_of(team.name), "labels": team_labels(team, "fsx")}
+    pvc["spec"]["volumeName"] = f"{namespace_of(team.name)}-{claim}"
     return pvc
 
 
@@ -256,8 +243,8 @@ TEAM_DIRS = "team-directories"
 
 def team_directories_job(m: WorkloadModel) -> dict:
     """A Job in the workloads' namespace (which mounts the whole file system) that creates every
-    team's directory: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
-    dirs = [f"{m.paths.mount}/{team_directory(t.name)}" for t in m.settings.teams]
+    team's directories: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
+    dirs = [f"{m.paths.mount}/{d}" for t in m.settings.teams for _, d in team_volumes(t)]
     template = file_system_task(m, TEAM_DIRS, ["mkdir", "-p", *dirs])
     md = meta(m, TEAM_DIRS)
     # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is

@@ -105,8 +105,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")
-        out(yaml.safe_dump_all([with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), objs.budget],
-                               sort_keys=False))
+        out(yaml.safe_dump(with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), sort_keys=False))
         return 0
     with_repository(run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
     api = client()
@@ -119,7 +118,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     train, rollout = run_pools(cfg)
     sizes = api.tier_sizes((train.name, rollout.name))
     objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
-    created = api.submit(with_repository(objs.rayjob, args.repository), objs.budget)
+    created = api.submit(with_repository(objs.rayjob, args.repository))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")
     return 0
@@ -148,8 +147,8 @@ def on_cluster(args: argparse.Namespace, client: Callable[[], RunClient], out: C
     else:
         saved = None if args.now else api.checkpoint(args.team, args.run, args.wait_minutes * 60)
         names = api.cancel(args.team, args.run, now=args.now)
-        how = ("pods deleted at once, no checkpoint" if args.now else
-               "after its checkpoint" if saved else f"no checkpoint within {args.wait_minutes} min (or none running)")
+        how = ("pods deleted at once, no checkpoint" if args.now else "after its checkpoint" if saved else
+               f"no checkpoint: none running, the request failed, or none within {args.wait_minutes} min")
         out(f"cancelled {', '.join(names) or 'nothing'} ({how})")
     return 0
 

@@ -1,8 +1,9 @@
 """The run command's Kubernetes calls, through the official client (``kubernetes``).
 
-A run lives in its team's namespace as one RayJob ``<run>-<attempt>`` labelled ``rl.platform/run``
-and ``rl.platform/team``; KubeRay makes its Ray cluster and Volcano PodGroup, and its submitter Job
-(named like the RayJob) runs ``ray job submit`` and streams the driver's log.
+A run lives in its team's namespace as one RayJob ``<run>-<attempt>`` per attempt, labelled
+``rl.platform/run`` and ``rl.platform/team``; KubeRay makes its Ray cluster and Volcano PodGroup and,
+in HTTPMode, posts the job to the run's head itself. Attempts are kept after they end or are
+cancelled (suspended), so the next one is numbered after them.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ RAYJOB = ("ray.io", "v1", "rayjobs")
 PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 HYPERNODE = ("topology.volcano.sh", "v1alpha1", "hypernodes")
 HEAD_CONTAINER = "ray-head"
-FINISHED = {"Complete", "Failed", "ValidationFailed"}
-"""KubeRay v1.7.0 JobDeploymentStatus values after which a RayJob does no more (rayjob_types.go)."""
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-"""Set by the Job controller on a Job's pods (Kubernetes >= 1.27)."""
+FINISHED = {"Complete", "Failed", "ValidationFailed", "Suspended"}
+"""KubeRay v1.7.0 JobDeploymentStatus values after which a RayJob does no more (rayjob_types.go); a
+Suspended one has had its cluster deleted and its PodGroup emptied (rayjob_controller.go:366-410)."""
+DASHBOARD = "http://127.0.0.1:8265"
+"""The head's own Jobs API, from inside the head container (which has the cluster's RAY_AUTH_TOKEN)."""
+EXEC_TIMEOUT_S = 120
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,6 @@ class RunClient:
     def __init__(self, api: k8s.ApiClient):
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
-        self.policy = k8s.PolicyV1Api(api)
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -134,21 +136,10 @@ class RunClient:
 
     # --- writes --------------------------------------------------------------------------------
 
-    def submit(self, rayjob: dict, budget: dict) -> dict:
-        """Create the RayJob, then its disruption budget owned by it (garbage-collected with it)."""
+    def submit(self, rayjob: dict) -> dict:
+        """Create the RayJob (its disruption budget is the team's, ``render.runs.team_run_budget``)."""
         md = rayjob["metadata"]
-        created = self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
-        owned = {**budget, "metadata": {**budget["metadata"], "ownerReferences": [
-            {"apiVersion": rayjob["apiVersion"], "kind": rayjob["kind"], "name": md["name"],
-             "uid": created["metadata"]["uid"]}]}}
-        try:
-            self.policy.create_namespaced_pod_disruption_budget(md["namespace"], owned)
-        except k8s.ApiException as err:
-            if err.status != 409:
-                raise
-            # A budget of that name not yet collected (a cancelled attempt of the same number): take it over.
-            self.policy.patch_namespaced_pod_disruption_budget(budget["metadata"]["name"], md["namespace"], owned)
-        return created
+        return self.custom.create_namespaced_custom_object(*RAYJOB[:2], md["namespace"], RAYJOB[2], rayjob)
 
     def checkpoint(self, team: str, run: str, timeout_s: int, poll_s: float = 10.0) -> bool:
         """Ask the run's latest attempt for a checkpoint and wait for it: create Miles' save sentinel
@@ -167,57 +158,88 @@ class RunClient:
             return False
         state = ["sh", "-c", SAVE_STATE, "save-state", lease, sentinel, str(attempt)]
         try:
-            self._exec(team, running[0], ["touch", sentinel])
+            if self._exec(team, running[0], ["touch", sentinel])[0] != 0:
+                return False  # nothing was asked for
             deadline = time.monotonic() + timeout_s
-            while (answer := self._exec(team, running[0], state).strip()) == "waiting" and time.monotonic() < deadline:
+            while (answer := self._answer(team, running[0], state)) == "waiting" and time.monotonic() < deadline:
                 time.sleep(poll_s)
+            if answer != "saved":
+                self._exec(team, running[0], ["rm", "-f", sentinel])  # no request left for a later attempt
         except k8s.ApiException:
             return False
-        if answer != "saved":
-            self._exec(team, running[0], ["rm", "-f", sentinel])  # no request left for a later attempt
         return answer == "saved"
 
+    def _answer(self, team: str, pod: str, command: list[str]) -> str:
+        """The stripped output of ``command``, or "failed" when it does not exit 0."""
+        code, out = self._exec(team, pod, command)
+        return out.strip() if code == 0 else "failed"
+
     def unfinished(self, team: str, run: str) -> list[str]:
-        """The run's attempts that have not finished, or whose pods still exist (stopping)."""
+        """The run's attempts that have not finished, or whose Ray pods still exist (stopping). Only Ray
+        pods count: a K8sJobMode submitter's pods outlive the cluster (rayjob_controller.go:1543-1549, v1.7.0)."""
         busy = [j["metadata"]["name"] for j in self.rayjobs(team, run)
                 if (j.get("status") or {}).get("jobDeploymentStatus") not in FINISHED]
-        pods = self.core.list_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run}").items
+        pods = self.core.list_namespaced_pod(namespace_of(team),
+                                             label_selector=f"{RUN_LABEL}={run},{RAY_NODE_TYPE_LABEL}").items
         return busy + ([f"{len(pods)} pods still stopping"] if pods and not busy else [])
 
-    def _exec(self, team: str, pod: str, command: list[str]) -> str:
-        """Run ``command`` in the pod's Ray container (the exec subresource); its output."""
+    def _exec(self, team: str, pod: str, command: list[str]) -> tuple[int | None, str]:
+        """Run ``command`` in the pod's Ray container (the exec subresource): its exit status, read from
+        the exec stream's status channel (None when it did not end within ``EXEC_TIMEOUT_S``), and its stdout."""
         from kubernetes.stream import stream  # noqa: PLC0415  (websocket client, only for exec)
-        return stream(self.core.connect_get_namespaced_pod_exec, pod, namespace_of(team), container=HEAD_CONTAINER,
-                      command=command, stderr=True, stdin=False, stdout=True, tty=False)
+        ws = stream(self.core.connect_get_namespaced_pod_exec, pod, namespace_of(team), container=HEAD_CONTAINER,
+                    command=command, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+        try:
+            ws.run_forever(timeout=EXEC_TIMEOUT_S)
+            try:
+                code = ws.returncode
+            except (KeyError, IndexError, TypeError, ValueError):  # a Failure status without an exit code
+                code = None
+            return code, ws.read_stdout(timeout=0) if ws.peek_stdout(timeout=0) else ""
+        finally:
+            ws.close()
 
     def cancel(self, team: str, run: str, now: bool = False) -> list[str]:
-        """Delete the run's RayJobs (KubeRay stops the job and deletes its Ray cluster); ``now`` also
-        deletes the run's pods at once. Ask for a checkpoint first (``checkpoint``): once the job is
-        stopped its lease lapses, and the pods' preStop hooks no longer ask for one."""
-        names = [j["metadata"]["name"] for j in self.rayjobs(team, run)]
+        """Suspend the run's unfinished attempts: KubeRay deletes their Ray clusters and empties their
+        PodGroups (rayjob_controller.go:366-410, 1043-1060); the RayJobs stay, so ``submit --resume``
+        numbers the next attempt after them. ``now`` also deletes the run's pods at once. Ask for a
+        checkpoint first (``checkpoint``): once the job is stopped its lease lapses, and the pods'
+        preStop hooks no longer ask for one."""
+        names = [j["metadata"]["name"] for j in self.rayjobs(team, run)
+                 if (j.get("status") or {}).get("jobDeploymentStatus") not in FINISHED]
         for name in names:
-            self.custom.delete_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2], name,
-                                                        propagation_policy="Background")
+            self.custom.patch_namespaced_custom_object(*RAYJOB[:2], namespace_of(team), RAYJOB[2], name,
+                                                       {"spec": {"suspend": True}})
         if now:
             self.core.delete_collection_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run}",
                                                        grace_period_seconds=0)
         return names
 
     def follow(self, team: str, run: str) -> Iterator[str]:
-        """The driver's log, as the latest attempt's submitter pod streams it (``ray job logs --follow``)."""
+        """The driver's log, from the latest attempt's head: ``ray job logs --follow`` against its own Jobs
+        API (HTTPMode has no submitter pod to read)."""
         jobs = self.rayjobs(team, run)
         if not jobs:
             raise LookupError(f"no run {run!r} in namespace {namespace_of(team)}")
-        latest = jobs[-1]["metadata"]["name"]
-        pods = self.core.list_namespaced_pod(namespace_of(team), label_selector=f"{JOB_NAME_LABEL}={latest}").items
-        if not pods:
-            raise LookupError(f"run {run!r}: the submitter of {latest} has no pod yet (the gang may be waiting: "
-                              f"see `show`)")
-        pod = sorted(pods, key=lambda p: p.metadata.creation_timestamp or 0)[-1]
-        stream = self.core.read_namespaced_pod_log(pod.metadata.name, namespace_of(team), follow=True,
-                                                   _preload_content=False)
-        for chunk in stream.stream():
-            yield chunk.decode(errors="replace")
+        latest = jobs[-1]
+        job_id = (latest.get("status") or {}).get("jobId")
+        heads = self.core.list_namespaced_pod(namespace_of(team), label_selector=(
+            f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt(latest)},{RAY_NODE_TYPE_LABEL}=head")).items
+        running = [p.metadata.name for p in heads if p.status.phase == "Running"]
+        if not job_id or not running:
+            raise LookupError(f"run {run!r}: {latest['metadata']['name']} has no running head yet (the gang may be "
+                              f"waiting: see `show`)")
+        from kubernetes.stream import stream  # noqa: PLC0415
+        ws = stream(self.core.connect_get_namespaced_pod_exec, running[0], namespace_of(team),
+                    container=HEAD_CONTAINER, command=["ray", "job", "logs", "--follow", "--address", DASHBOARD, job_id],
+                    stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+        try:
+            while ws.is_open():
+                ws.update(timeout=1)
+                if ws.peek_stdout():
+                    yield ws.read_stdout()
+        finally:
+            ws.close()
 
 
 def attempt_of(run: RunFile, attempt: int) -> RunFile:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..model import WorkloadModel
-from ..render.runs import run_pdb, run_rayjob
+from ..render.runs import run_rayjob
 from ..settings import RunFile
 from .config import NeverFits, run_model, run_pools
 from .topology import TierChoice, run_tiers, unplaceable
@@ -24,8 +24,6 @@ class RunObjects:
     gang: TierChoice
     trainer: TierChoice
     rayjob: dict
-    budget: dict
-    """The attempt's PodDisruptionBudget (``render.runs.run_pdb``), without its owner until submitted."""
 
 
 def run_objects(cfg: "ProgramConfig", run: RunFile, tier_nodes: Mapping[int, int] | None = None,
@@ -38,4 +36,4 @@ def run_objects(cfg: "ProgramConfig", run: RunFile, tier_nodes: Mapping[int, int
         raise NeverFits(why)
     rayjob = run_rayjob(model, run, gang.tier if gang.constrained else None,
                         trainer.tier if trainer.constrained else None)
-    return RunObjects(run, model, gang, trainer, rayjob, run_pdb(model, run))
+    return RunObjects(run, model, gang, trainer, rayjob)

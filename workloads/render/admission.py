@@ -1,0 +1,198 @@
+"""Admission in team namespaces: ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, GA since
+Kubernetes 1.30) and their Deny bindings on every namespace labelled ``rl.platform/team``.
+
+A binding matches requests by namespace, whoever sends them, so the KubeRay operator's own requests
+(the RayCluster it copies from a RayJob, the head Service, the pods) are held to the same rules as
+a team member's. What they guarantee:
+
+- pods: no weaker than Pod Security ``baseline`` (every control of the Pod Security Standards'
+  baseline list), narrower where the platform can be (capabilities: IPC_LOCK only), scheduled by
+  Volcano only, never created bound to a node, and only at the platform's priorities;
+- Services: ClusterIP only, no ``externalIPs`` (no load balancer, NodePort, ExternalName; the
+  CVE-2020-8554 class);
+- RayJobs: in the namespace's own queue at a platform priority, submitted over HTTP by the operator
+  to the run's own head (no ``clusterSelector``, no custom head Service), with Ray token auth and
+  no head restart;
+- RayClusters (the operator's copy of a RayJob's cluster): the same cluster rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..teams import PART_OF_LABEL, TEAM_LABEL
+from .common import PART_OF
+from .runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE
+
+POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY = (
+    "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters")
+TEAM_NAMESPACES = {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}}
+SCHEDULER = "volcano"
+"""The scheduler name KubeRay sets on every pod of a RayCluster when started with
+``--batch-scheduler=volcano`` (volcano_scheduler.go:44-46 and 122-129, raycluster_controller.go:1652,
+1675, 1699, v1.7.0)."""
+SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                "net.ipv4.tcp_keepalive_probes")
+"""Pod Security Standards, baseline, "Sysctls" (kubernetes.io/docs/concepts/security/pod-security-standards, v1.35)."""
+SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+"""Pod Security Standards, baseline, "SELinux": the allowed ``seLinuxOptions.type`` values besides empty."""
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _cel_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _contexts(check: str) -> str:
+    """``check`` (a CEL predicate of ``s``, a securityContext) holds for the pod's and every container's."""
+    return (f"(!has(object.spec.securityContext) || [object.spec.securityContext].all(s, {check}))"
+            f" && variables.containers.all(c, !has(c.securityContext) || [c.securityContext].all(s, {check}))")
+
+
+def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+    """(CEL expression, message) of every check on a team pod, the Pod Security baseline list in its order."""
+    classes = _cel_list(sorted(priority_classes))
+    return [
+        (_contexts("!has(s.windowsOptions) || !has(s.windowsOptions.hostProcess) || !s.windowsOptions.hostProcess"),
+         "a team's pods may not run Windows HostProcess containers"),
+        ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID)"
+         " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
+         "a team's pods may not use the node's network, PID or IPC namespaces"),
+        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+         " || !c.securityContext.privileged)",
+         "a team's containers may not be privileged"),
+        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
+         " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'IPC_LOCK'))",
+         "a team's containers may add IPC_LOCK (RDMA memory registration) and no other capability"),
+        ("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
+         "a team's pods may not mount a hostPath (other teams' volumes live under the node's kubelet directory)"),
+        ("variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))",
+         "a team's containers may not take a hostPort (with the VPC CNI's portmap it captures that port of the "
+         "node's addresses, the Pod Identity agent's included)"),
+        (_contexts("!has(s.appArmorProfile) || s.appArmorProfile.type in ['RuntimeDefault', 'Localhost']")
+         + " && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, "
+           f"!k.startsWith('{APPARMOR_ANNOTATION}') || object.metadata.annotations[k] == 'runtime/default'"
+           " || object.metadata.annotations[k].startsWith('localhost/')))",
+         "a team's pods may not run AppArmor Unconfined"),
+        (_contexts("!has(s.seLinuxOptions) || ((!has(s.seLinuxOptions.type) || s.seLinuxOptions.type == ''"
+                   f" || s.seLinuxOptions.type in {_cel_list(SELINUX_TYPES)})"
+                   " && (!has(s.seLinuxOptions.user) || s.seLinuxOptions.user == '')"
+                   " && (!has(s.seLinuxOptions.role) || s.seLinuxOptions.role == ''))"),
+         "a team's pods may not set an SELinux user or role, or a type other than the container types"),
+        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.procMount)"
+         " || c.securityContext.procMount == 'Default')",
+         "a team's containers may not mount /proc Unmasked"),
+        (_contexts("!has(s.seccompProfile) || s.seccompProfile.type != 'Unconfined'"),
+         "a team's pods may not run seccomp Unconfined"),
+        ("!has(object.spec.securityContext) || !has(object.spec.securityContext.sysctls)"
+         f" || object.spec.securityContext.sysctls.all(x, x.name in {_cel_list(SAFE_SYSCTLS)})",
+         "a team's pods may set only the namespaced sysctls Pod Security baseline allows"),
+        ("request.operation != 'CREATE' || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+         "a team's pods may not be created bound to a node (spec.nodeName skips the scheduler, its queue and quota)"),
+        ("variables.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'RAY_AUTH_MODE'"
+         " || (has(e.value) && e.value == 'token')))",
+         "a team's containers may not turn Ray token authentication off (KubeRay keeps a RAY_AUTH_MODE the "
+         "template sets, common/pod.go:387-393, v1.7.0)"),
+        (f"has(object.spec.schedulerName) && object.spec.schedulerName == '{SCHEDULER}'",
+         f"a team's pods are scheduled by Volcano (schedulerName {SCHEDULER}), in their team's queue"),
+        (f"!has(object.spec.priorityClassName) || object.spec.priorityClassName in {classes}",
+         f"a team's pods may use only the platform's run priorities {classes}"),
+    ]
+
+
+def service_rules() -> list[tuple[str, str]]:
+    return [
+        ("!has(object.spec.type) || object.spec.type == 'ClusterIP'",
+         "a team's Services are ClusterIP only (no LoadBalancer, NodePort or ExternalName: KubeRay posts jobs to "
+         "the head Service's DNS name)"),
+        ("!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
+         "a team's Services may not claim externalIPs (CVE-2020-8554)"),
+    ]
+
+
+def cluster_rules(spec: str) -> list[tuple[str, str]]:
+    """Checks of a Ray cluster spec at CEL path ``spec``: KubeRay keeps a user-supplied head Service and its
+    type (common/service.go:79-110, 350-364, v1.7.0), and the operator's dashboard client goes to that
+    Service's DNS name (utils/util.go:1022-1053); token auth makes KubeRay create the cluster's token
+    Secret (raycluster_controller.go:423-470) and set RAY_AUTH_MODE/RAY_AUTH_TOKEN in every Ray container
+    (common/pod.go:345-425), and the operator's client sends that token (utils/util.go:1061-1080)."""
+    return [
+        (f"!has({spec}.headGroupSpec.headService)",
+         "a team's Ray cluster uses the head Service KubeRay makes (no headGroupSpec.headService)"),
+        (f"!has({spec}.headGroupSpec.serviceType) || {spec}.headGroupSpec.serviceType == 'ClusterIP'",
+         "a team's Ray head Service is ClusterIP"),
+        (f"has({spec}.authOptions) && has({spec}.authOptions.mode) && {spec}.authOptions.mode == 'token'"
+         f" && !has({spec}.authOptions.secretName)"
+         f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
+         "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
+         "(authOptions.mode token, no secretName)"),
+    ]
+
+
+def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+    classes = _cel_list(sorted(priority_classes))
+    return [
+        (f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels"
+         f" && object.metadata.labels['{QUEUE_LABEL}'] == request.namespace",
+         f"a team's RayJob is in its own team's queue (label {QUEUE_LABEL} = its namespace): KubeRay copies the "
+         "label to the PodGroup unchecked (volcano_scheduler.go:253-258, v1.7.0)"),
+        (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels"
+         f" && object.metadata.labels['{PRIORITY_LABEL}'] in {classes}",
+         f"a team's RayJob has one of the platform's run priorities {classes} (label {PRIORITY_LABEL})"),
+        (f"has(object.spec.submissionMode) && object.spec.submissionMode == '{SUBMISSION_MODE}'",
+         f"a team's RayJob is submitted in {SUBMISSION_MODE}"),
+        (f"has(object.metadata.annotations) && '{NO_HEAD_RESTART}' in object.metadata.annotations"
+         f" && object.metadata.annotations['{NO_HEAD_RESTART}'] == 'true'",
+         f"a team's RayJob keeps {NO_HEAD_RESTART}: a lost head ends the run and frees its nodes instead of "
+         "holding them"),
+        ("(!has(object.spec.clusterSelector) || size(object.spec.clusterSelector) == 0)"
+         " && has(object.spec.rayClusterSpec)",
+         "a team's RayJob brings up its own Ray cluster (rayClusterSpec, no clusterSelector)"),
+        ("request.operation != 'UPDATE' || !has(oldObject.spec.suspend) || !oldObject.spec.suspend"
+         " || (has(object.spec.suspend) && object.spec.suspend)",
+         "a cancelled (suspended) attempt stays cancelled: submit --resume starts the next one"),
+        *cluster_rules("object.spec.rayClusterSpec"),
+    ]
+
+
+SPEC_UNCHANGED = "request.operation == 'UPDATE' && object.spec == oldObject.spec"
+"""An update that leaves the spec as it was (a finalizer removed, a status-like label): objects admitted
+before a policy existed or changed (a K8sJobMode submitter's pods losing the Job controller's tracking
+finalizer, an older RayJob being deleted) are not held by it forever."""
+META_UNCHANGED = ("(has(object.metadata.labels) ? object.metadata.labels : {}) =="
+                  " (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})"
+                  " && (has(object.metadata.annotations) ? object.metadata.annotations : {}) =="
+                  " (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})")
+
+
+def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[tuple[str, str]],
+            variables: list[dict] | None = None, unchanged: str = SPEC_UNCHANGED) -> list[dict]:
+    """A policy on ``resources`` ((group, version, resources)) at CREATE and at every UPDATE not
+    ``unchanged``, and its Deny binding on every team namespace."""
+    md = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
+    spec: dict = {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [
+                      {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": r}
+                      for g, v, r in resources]},
+                  "variables": [{"name": "unchanged", "expression": unchanged}, *(variables or [])],
+                  "validations": [{"expression": f"variables.unchanged || ({e})", "message": m} for e, m in rules]}
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,
+             "spec": spec},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": md, "spec": {"policyName": name, "validationActions": ["Deny"],
+                                      "matchResources": TEAM_NAMESPACES}}]
+
+
+def admission_policies(priority_classes: Iterable[str]) -> list[dict]:
+    """Every admission policy of the team namespaces and its binding, policy first."""
+    classes = list(priority_classes)
+    containers = {"name": "containers", "expression":
+                  "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+                  " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
+    return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes), [containers]),
+            *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
+            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes),
+                     unchanged=f"{SPEC_UNCHANGED} && {META_UNCHANGED}"),
+            *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])], cluster_rules("object.spec"))]
