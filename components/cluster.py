@@ -2,7 +2,9 @@
 
 Guarantees:
 - pinned Kubernetes version; control-plane subnets in two zones;
-- API authentication mode with access entries (no aws-auth ConfigMap); admins by access entry;
+- API authentication mode with access entries (no aws-auth ConfigMap); admins only by access entry
+  from the stack (no implicit creator admin), the Kubernetes provider waits for them;
+- the API endpoint public only to the stack's CIDRs, or private;
 - Kubernetes secrets encrypted with a customer-managed, rotating KMS key;
 - all control-plane log types on by default;
 - pinned managed add-ons: VPC CNI (Pod Identity for its own role, prefix delegation when a pool
@@ -72,8 +74,11 @@ class Cluster(pulumi.ComponentResource):
                 subnet_ids=list(subnet_ids), endpoint_private_access=True,
                 endpoint_public_access=settings.endpoint_public_access,
                 public_access_cidrs=settings.public_access_cidrs if settings.endpoint_public_access else None),
+            # The creator's admin access would be an access entry EKS makes outside this graph;
+            # admins are the stack's adminRoleArns instead (EKS API CreateCluster,
+            # accessConfig.bootstrapClusterCreatorAdminPermissions, default true).
             access_config=aws.eks.ClusterAccessConfigArgs(
-                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=settings.log_types,
@@ -84,13 +89,15 @@ class Cluster(pulumi.ComponentResource):
         )
         self.name = self.eks.name
         self.security_group_id = self.eks.vpc_config.cluster_security_group_id
+        self.admin_access = []
+        """The admins' access policies: Kubernetes objects wait for them (the deployer is one)."""
         for i, arn in enumerate(settings.admin_role_arns):
             entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.name, principal_arn=arn,
                                         type="STANDARD", opts=child)
-            aws.eks.AccessPolicyAssociation(
+            self.admin_access.append(aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{i}", cluster_name=self.name, principal_arn=entry.principal_arn,
                 policy_arn=ADMIN_POLICY,
-                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child)
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child))
         addons = cfg.versions.addons
         cni_role = PodRole(f"{name}-vpc-cni", self.name, "kube-system", "aws-node",
                            managed_policies=["AmazonEKS_CNI_Policy"], by_addon=True, opts=child)
@@ -104,7 +111,8 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = kubeconfig(self.name, self.eks.endpoint,
                                      self.eks.certificate_authority.data, cfg.region)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
-                                     enable_server_side_apply=True, opts=child)
+                                     enable_server_side_apply=True,
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=self.admin_access))
         self.register_outputs({"name": self.name, "endpoint": self.eks.endpoint})
 
     def _addon(self, addon: str, version: str, depends_on: Sequence[pulumi.Resource] = (),

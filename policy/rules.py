@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs,
                            ResourceValidationPolicy, StackValidationArgs, StackValidationPolicy)
 
+from analysis.rules.cluster_security import POLICIES as CLUSTER_SECURITY
 from analysis.rules.data import (check_bucket_kept, check_buckets_secure, check_pod_identity_unique,
                                  check_pod_roles_scoped, check_s3_scoped)
 from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, check_efa_single_az, check_imdsv2,
@@ -114,6 +115,7 @@ ALL: list = [
     resource_policy("s3-access-scoped-to-bucket",
                     "IAM permissions for S3 name the bucket, never Resource \"*\".",
                     [ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT], check_s3_scoped),
+    *(resource_policy(*policy) for policy in CLUSTER_SECURITY),
 ]
 """Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]

@@ -1,0 +1,205 @@
+"""The cluster's own exposure: the API endpoint, the creator's admin access, load-balancer subnets.
+Each attack is played against the stack schema and the rendered graph, and each invariant's
+policy catches a broken copy of a real stack."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import graph_of
+
+from analysis import mocks
+from analysis.rules import view
+from components.network import NO_LOAD_BALANCER_TAG, PUBLIC_ELB_TAG
+from stackconfig.files import raw_stack, stack_names
+from stackconfig.stack import StackConfigError, load_stack
+from test_policy import Break, _copy, _run, _set
+from policy.rules import POLICIES
+
+EKS = "aws:eks/cluster:Cluster"
+ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
+
+
+def _raw(stack: str = "dev") -> dict:
+    return copy.deepcopy(raw_stack(stack))
+
+
+def _with_cluster(stack: str = "dev", **cluster) -> dict:
+    raw = _raw(stack)
+    raw["cluster"] = {**raw["cluster"], **cluster}
+    return raw
+
+
+def _refused(raw: dict, stack: str = "dev") -> str:
+    with pytest.raises(StackConfigError) as err:
+        load_stack(stack, raw)
+    return str(err.value)
+
+
+def _build(raw: dict, stack: str = "dev") -> mocks.Graph:
+    import program
+    cfg = load_stack(stack, raw)
+    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
+
+
+# --- item 9: the API endpoint --------------------------------------------------------------------
+
+def test_every_stack_names_its_api_networks_and_admins():
+    for stack in stack_names():
+        cluster = raw_stack(stack)["cluster"]
+        assert cluster["publicAccessCidrs"] and "0.0.0.0/0" not in cluster["publicAccessCidrs"], stack
+        assert cluster["adminRoleArns"], stack
+
+
+def test_public_endpoint_without_cidrs_is_refused():
+    raw = _raw()
+    del raw["cluster"]["publicAccessCidrs"]
+    msg = _refused(raw)
+    assert msg.splitlines()[0] == "stack 'dev': invalid configuration"
+    assert "cluster.publicAccessCidrs: the public API endpoint needs the networks allowed" in msg
+    assert "endpointPublicAccess: false" in msg
+
+
+@pytest.mark.parametrize("cidr", ["0.0.0.0/0", "0.0.0.0/00"])
+def test_internet_wide_endpoint_needs_the_stack_to_opt_in_by_name(cidr):
+    msg = _refused(_with_cluster(publicAccessCidrs=["10.1.0.0/16", cidr]))
+    assert f"cluster.publicAccessCidrs: {cidr} opens the Kubernetes API to the internet" in msg
+    assert "cluster.publicAccessFromAnywhere: dev" in msg
+    wrong = _refused(_with_cluster(publicAccessCidrs=["0.0.0.0/0"], publicAccessFromAnywhere="p5en-prod"))
+    assert "cluster.publicAccessFromAnywhere: 'p5en-prod' is not this stack's name; allowed: dev" in wrong
+    cfg = load_stack("dev", _with_cluster(publicAccessCidrs=["0.0.0.0/0"], publicAccessFromAnywhere="dev"))
+    assert cfg.cluster.public_access_cidrs == ["0.0.0.0/0"]
+
+
+def test_private_endpoint_takes_no_cidrs():
+    msg = _refused(_with_cluster(endpointPublicAccess=False))
+    assert "cluster.publicAccessCidrs: only with endpointPublicAccess: true; allowed: []" in msg
+    vpc = _build(_with_cluster(endpointPublicAccess=False, publicAccessCidrs=[])).named(
+        EKS, "rl-dev").inputs["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is False and "publicAccessCidrs" not in vpc
+
+
+def test_rendered_endpoint_admits_only_the_stack_cidrs():
+    vpc = graph_of("p5en-prod").named(EKS, "rl-p5en-prod").inputs["vpcConfig"]
+    assert vpc["endpointPublicAccess"] is True and vpc["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+# --- item 12: no implicit cluster-creator admin ----------------------------------------------------
+
+def test_admins_are_required_and_well_formed():
+    raw = _raw()
+    del raw["cluster"]["adminRoleArns"]
+    assert "cluster.adminRoleArns: at least one IAM role ARN is required" in _refused(raw)
+    msg = _refused(_with_cluster(adminRoleArns=["not-an-arn"]))
+    assert "cluster.adminRoleArns.0: Value error, 'not-an-arn' is not an IAM role or user ARN" in msg \
+        or "'not-an-arn' is not an IAM role or user ARN" in msg
+
+
+def test_creator_is_no_admin_and_kubernetes_waits_for_the_named_admins():
+    graph = graph_of("p5en-shared")
+    eks = graph.named(EKS, "rl-p5en-shared")
+    assert eks.inputs["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is False
+    entries = [r for r in graph.resources if r.type == "aws:eks/accessPolicyAssociation:AccessPolicyAssociation"
+               and r.inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")]
+    assert [e.inputs["principalArn"] for e in entries] == [ADMIN]
+    provider = next(r for r in graph.resources if r.type == "pulumi:providers:kubernetes")
+    assert {e.urn for e in entries} <= set(provider.dependencies)
+
+
+# --- item 2: no internet-facing load balancer subnets unless asked -------------------------------
+
+def _subnet_tags(graph: mocks.Graph, stack: str) -> dict[str, dict]:
+    return {r.name.removeprefix(f"rl-{stack}-"): r.inputs["tags"] for r in graph.resources if r.type == view.SUBNET}
+
+
+def test_public_subnets_are_hidden_from_load_balancer_discovery():
+    tags = _subnet_tags(graph_of("p5en-prod"), "p5en-prod")
+    for name in ("public-a", "public-b"):
+        assert PUBLIC_ELB_TAG not in tags[name] and tags[name][NO_LOAD_BALANCER_TAG] == "shared"
+    for name in ("nodes", "private-a", "private-b"):
+        assert tags[name]["kubernetes.io/role/internal-elb"] == "1"
+        assert not any(k.startswith("kubernetes.io/cluster/") for k in tags[name])
+
+
+def test_no_load_balancer_tag_names_no_possible_cluster():
+    """EKS cluster names start with a letter or digit, so the tag names a cluster that cannot exist."""
+    name = NO_LOAD_BALANCER_TAG.removeprefix("kubernetes.io/cluster/")
+    assert not name[0].isalnum()
+
+
+def test_a_stack_may_ask_for_public_load_balancers():
+    raw = _raw()
+    raw["network"] = {"publicLoadBalancers": True}
+    tags = _subnet_tags(_build(raw), "dev")
+    assert tags["public-a"][PUBLIC_ELB_TAG] == "1" and NO_LOAD_BALANCER_TAG not in tags["public-a"]
+
+
+# --- the policies catch each broken variant ------------------------------------------------------
+
+def _endpoint_open_to_world(g):
+    eks = g.named(EKS, "rl-p5en-prod")
+    _set(eks, "vpcConfig", {**eks.inputs["vpcConfig"], "publicAccessCidrs": ["10.0.0.0/8", "0.0.0.0/0"]})
+    return EKS, eks.name
+
+
+def _endpoint_default_cidrs(g):
+    eks = g.named(EKS, "rl-p5")
+    vpc = {k: v for k, v in eks.inputs["vpcConfig"].items() if k != "publicAccessCidrs"}
+    _set(eks, "vpcConfig", vpc)
+    return EKS, eks.name
+
+
+def _creator_admin(g):
+    eks = g.named(EKS, "rl-p5en-shared")
+    _set(eks, "accessConfig", {**eks.inputs["accessConfig"], "bootstrapClusterCreatorAdminPermissions": True})
+    return EKS, eks.name
+
+
+def _creator_admin_by_default(g):
+    eks = g.named(EKS, "rl-dev")
+    _set(eks, "accessConfig", {"authenticationMode": "API"})
+    return EKS, eks.name
+
+
+def _public_elb_tag(g):
+    subnet = g.named(view.SUBNET, "rl-p5en-shared-public-b")
+    _set(subnet, "tags", {**subnet.inputs["tags"], PUBLIC_ELB_TAG: "1"})
+    return view.SUBNET, subnet.name
+
+
+BREAKS = [
+    Break("endpoint-world", "p5en-prod", "api-endpoint-not-public", _endpoint_open_to_world, "0.0.0.0/0"),
+    Break("endpoint-default-cidrs", "p5", "api-endpoint-not-public", _endpoint_default_cidrs, "the default"),
+    Break("creator-admin", "p5en-shared", "no-implicit-cluster-admin", _creator_admin, "is True"),
+    Break("creator-admin-default", "dev", "no-implicit-cluster-admin", _creator_admin_by_default, "is None"),
+    Break("public-elb-tag", "p5en-shared", "no-public-load-balancer-subnets", _public_elb_tag, PUBLIC_ELB_TAG),
+]
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+@pytest.mark.parametrize("case", BREAKS, ids=[b.id for b in BREAKS])
+def test_policy_names_the_broken_resource(case, preview):
+    graph = _copy(case.stack)
+    type_, name = case.mutate(graph)
+    target = graph.named(type_, name)
+    found = _run(case.stack, graph, policies=[POLICIES[case.policy]], preview=preview, raw=case.raw)
+    mine = [v for v in found if v.urn == target.urn]
+    assert mine, f"{case.policy} reported nothing on {name}: {found}"
+    assert any(name in v.message and case.expect in v.message for v in mine), mine
+
+
+def test_opt_ins_in_the_stack_file_satisfy_the_policies():
+    """A stack that opts in (by name, or publicLoadBalancers) passes; the same graph without the
+    opt-in in its config does not."""
+    graph = _copy("dev")
+    eks = graph.named(EKS, "rl-dev")
+    _set(eks, "vpcConfig", {**eks.inputs["vpcConfig"], "publicAccessCidrs": ["0.0.0.0/0"]})
+    _set(graph.named(view.SUBNET, "rl-dev-public-a"), "tags", {PUBLIC_ELB_TAG: "1"})
+    names = ["api-endpoint-not-public", "no-public-load-balancer-subnets"]
+    policies = [POLICIES[n] for n in names]
+    assert {v.policy for v in _run("dev", graph, policies=policies)} == set(names)
+    raw = _with_cluster(publicAccessCidrs=["0.0.0.0/0"], publicAccessFromAnywhere="dev")
+    raw["network"] = {"publicLoadBalancers": True}
+    assert _run("dev", graph, policies=policies, raw=raw) == []
+
