@@ -203,3 +203,69 @@ def test_opt_ins_in_the_stack_file_satisfy_the_policies():
     raw["network"] = {"publicLoadBalancers": True}
     assert _run("dev", graph, policies=policies, raw=raw) == []
 
+
+
+# --- item 12: the Capacity Block trigger follows no link a team plants -----------------------------
+
+def _shared_with_block_end(mount) -> "object":
+    from datetime import datetime, timedelta, timezone
+
+    from workloads.model import derive
+    from workloads.stack import ProgramConfig
+    raw = _raw("p5en-shared")
+    end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
+    raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    raw["workloads"]["storage"] = {"mountPath": str(mount)}
+    return derive(load_stack("p5en-shared", raw, model=ProgramConfig))
+
+
+def test_the_trigger_creates_sentinels_only_in_real_run_directories(tmp_path):
+    """A real tree: alpha plants a symlinked run directory into beta's run, a SAVE_NOW link to a
+    file outside, a dangling SAVE_NOW link, and a RUNNING link; only alpha's real run gets a sentinel,
+    as a new regular file, and nothing outside alpha's directory changes."""
+    import os
+    import subprocess
+
+    from workloads.render import trigger_script
+    m = _shared_with_block_end(tmp_path)
+    teams = tmp_path / "checkpoints" / "teams"
+    alpha, beta = teams / "alpha" / "checkpoints", teams / "beta" / "checkpoints"
+    for d in (alpha / "a1", alpha / "a-linked-file", alpha / "a-dangling", alpha / "a-marker-link", beta / "b1"):
+        d.mkdir(parents=True)
+    for d in (alpha / "a1", alpha / "a-linked-file", alpha / "a-dangling", beta / "b1"):
+        (d / "RUNNING").write_text("1")
+    victim = tmp_path / "outside" / "victim"
+    victim.parent.mkdir()
+    victim.write_text("keep")
+    os.symlink(beta / "b1", alpha / "into-beta")                          # a run directory that is a link
+    os.symlink(victim, alpha / "a-linked-file" / "SAVE_NOW")              # a sentinel that is a link
+    os.symlink(tmp_path / "outside" / "created", alpha / "a-dangling" / "SAVE_NOW")
+    os.symlink(alpha / "a1" / "RUNNING", alpha / "a-marker-link" / "RUNNING")  # a marker that is a link
+    done = subprocess.run(["/bin/sh", "-c", trigger_script(m, "alpha")], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert (alpha / "a1" / "SAVE_NOW").is_file() and not (alpha / "a1" / "SAVE_NOW").is_symlink()
+    assert not (beta / "b1" / "SAVE_NOW").exists()
+    assert victim.read_text() == "keep" and not (tmp_path / "outside" / "created").exists()
+    assert not (alpha / "a-marker-link" / "SAVE_NOW").exists()
+    assert "a-linked-file/SAVE_NOW exists: left alone" in done.stdout
+    assert "a-dangling/SAVE_NOW exists: left alone" in done.stdout
+
+
+def test_the_trigger_gives_each_team_a_container_that_mounts_only_its_directory():
+    from workloads.render import checkpoint_trigger_cronjob
+    from workloads.teams import team_directory
+    m = _shared_with_block_end("/mnt/fsx")
+    job = checkpoint_trigger_cronjob(m)
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["team-alpha", "team-beta"]
+    for c, team in zip(pod["containers"], ("alpha", "beta")):
+        (mount,) = c["volumeMounts"]
+        assert mount == {"name": "fsx", "mountPath": f"/mnt/fsx/{team_directory(team)}",
+                         "subPath": team_directory(team)}
+        lines = [line.strip() for line in c["command"][-1].splitlines()]
+        (find,) = [line for line in lines if line.startswith("find ")]
+        assert not {"-L", "-H", "-follow"} & set(find.split())
+        assert not [line for line in lines if line.startswith("touch")]
+        assert c["image"].endswith("@sha256:" + "0" * 63 + "2")  # the shared stack pins it
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["automountServiceAccountToken"] is False
