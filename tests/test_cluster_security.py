@@ -5,6 +5,7 @@ policy catches a broken copy of a real stack."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from conftest import graph_of
@@ -168,12 +169,40 @@ def _public_elb_tag(g):
     return view.SUBNET, subnet.name
 
 
+def _vpc_cni(g, stack: str) -> mocks.Registered:
+    return g.named(view.ADDON, f"rl-{stack}-vpc-cni")
+
+
+def _standard_mode(g):
+    addon = _vpc_cni(g, "p5en-shared")
+    values = json.loads(addon.inputs["configurationValues"])
+    values["env"]["NETWORK_POLICY_ENFORCING_MODE"] = "standard"
+    _set(addon, "configurationValues", json.dumps(values))
+    return view.ADDON, addon.name
+
+
+def _mode_unset(g):
+    addon = _vpc_cni(g, "p6-b300")
+    _set(addon, "configurationValues", json.dumps({"enableNetworkPolicy": "true", "env": {}}))
+    return view.ADDON, addon.name
+
+
+def _policies_off(g):
+    addon = _vpc_cni(g, "dev")
+    values = json.loads(addon.inputs["configurationValues"])
+    _set(addon, "configurationValues", json.dumps({**values, "enableNetworkPolicy": "false"}))
+    return view.ADDON, addon.name
+
+
 BREAKS = [
     Break("endpoint-world", "p5en-prod", "api-endpoint-not-public", _endpoint_open_to_world, "0.0.0.0/0"),
     Break("endpoint-default-cidrs", "p5", "api-endpoint-not-public", _endpoint_default_cidrs, "the default"),
     Break("creator-admin", "p5en-shared", "no-implicit-cluster-admin", _creator_admin, "is True"),
     Break("creator-admin-default", "dev", "no-implicit-cluster-admin", _creator_admin_by_default, "is None"),
     Break("public-elb-tag", "p5en-shared", "no-public-load-balancer-subnets", _public_elb_tag, PUBLIC_ELB_TAG),
+    Break("network-policy-standard", "p5en-shared", "network-policy-strict", _standard_mode, "'standard'"),
+    Break("network-policy-mode-unset", "p6-b300", "network-policy-strict", _mode_unset, "None"),
+    Break("network-policy-off", "dev", "network-policy-strict", _policies_off, "'false'"),
 ]
 
 
@@ -269,3 +298,48 @@ def test_the_trigger_gives_each_team_a_container_that_mounts_only_its_directory(
         assert c["image"].endswith("@sha256:" + "0" * 63 + "2")  # the shared stack pins it
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["automountServiceAccountToken"] is False
+
+
+# --- item 4: NetworkPolicy in strict mode, and every platform pod still allowed -------------------
+
+def test_vpc_cni_enforces_network_policy_in_strict_mode():
+    for stack in ("p5en-prod", "dev"):
+        values = json.loads(_vpc_cni(graph_of(stack), stack).inputs["configurationValues"])
+        assert values["enableNetworkPolicy"] == "true"
+        assert values["env"]["NETWORK_POLICY_ENFORCING_MODE"] == "strict"
+
+
+def _k8s(graph: mocks.Graph, kind: str) -> list[mocks.Registered]:
+    return [r for r in graph.resources if r.type == f"kubernetes:{kind}"]
+
+
+def test_every_namespace_with_pods_has_a_policy_before_its_pods():
+    """Strict mode denies a pod that no NetworkPolicy selects (host-network pods excepted). Every
+    namespace the stack puts pods in has a policy selecting them; in the platform's namespaces it
+    exists before the add-on or release that starts the pods (and CoreDNS answers every pod)."""
+    import kubernetes_validate
+
+    from components.cluster import platform_pods_policy
+    kubernetes_validate.validate(platform_pods_policy("kube-system"), "1.35.0", strict=True)
+    graph = graph_of("p5en-shared")
+    policies = {}
+    for r in _k8s(graph, "networking.k8s.io/v1:NetworkPolicy"):
+        md = r.inputs["metadata"]
+        policies.setdefault(md["namespace"], []).append(r)
+    selects_all = {ns: [p for p in ps if p.inputs["spec"]["podSelector"] in ({}, None) or
+                        not p.inputs["spec"]["podSelector"].get("matchLabels")] for ns, ps in policies.items()}
+    addons = {r.inputs["addonName"]: r for r in graph.resources if r.type == view.ADDON}
+    releases = {r.inputs["namespace"]: r for r in graph.resources if r.type == "kubernetes:helm.sh/v3:Release"}
+    installers = {"kube-system": [addons["coredns"], addons["eks-node-monitoring-agent"]],
+                  "amazon-cloudwatch": [addons["amazon-cloudwatch-observability"]],
+                  "kuberay-system": [releases["kuberay-system"]],
+                  "volcano-system": [releases["volcano-system"]]}
+    for ns, starters in installers.items():
+        allow = [p for p in selects_all.get(ns, []) if p.inputs["spec"].get("ingress") == [{}]
+                 and p.inputs["spec"].get("egress") == [{}]]
+        assert allow, ns
+        for starter in starters:
+            assert allow[0].urn in starter.dependencies, (ns, starter.name)
+    namespaces = {r.inputs["metadata"]["name"] for r in _k8s(graph, "core/v1:Namespace")}
+    for ns in namespaces:
+        assert selects_all.get(ns), ns  # rl, team-*: default deny plus DNS; the platform's: allow all

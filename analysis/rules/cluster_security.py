@@ -1,6 +1,6 @@
 """Guardrail checks of the cluster's own exposure: the Kubernetes API endpoint not open to the
 internet, no implicit cluster-creator admin, no internet-facing load balancer subnets unless the
-stack asks for them.
+stack asks for them, and NetworkPolicy enforced in strict mode.
 
 AWS defaults that these checks treat as set when a property is absent (EKS API CreateCluster):
 ``endpointPublicAccess`` true, ``publicAccessCidrs`` 0.0.0.0/0,
@@ -13,10 +13,11 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from components.cluster import STRICT_NETWORK_POLICY
 from components.network import PUBLIC_ELB_TAG
 
 from .data import stack_platform_config
-from .view import SUBNET, UNKNOWN, Resource, dig
+from .view import ADDON, SUBNET, UNKNOWN, Resource, dig, parse_json
 
 EKS_CLUSTER = "aws:eks/cluster:Cluster"
 
@@ -69,6 +70,22 @@ def check_no_public_elb_subnet(res: Resource) -> list[str]:
             f"balancers here; only a stack with network.publicLoadBalancers: true may"]
 
 
+def check_network_policy_strict(res: Resource) -> list[str]:
+    """The VPC CNI enforces NetworkPolicy, in strict mode (a new pod starts denied, not allowed)."""
+    if res.props.get("addonName") != "vpc-cni":
+        return []
+    values = parse_json(res.props.get("configurationValues"))
+    if values is UNKNOWN:
+        return []
+    enabled = dig(values, "enableNetworkPolicy")
+    mode = dig(values, "env", "NETWORK_POLICY_ENFORCING_MODE")
+    if str(enabled).lower() == "true" and str(mode).lower() == STRICT_NETWORK_POLICY:
+        return []
+    return [f"{res.label}: configurationValues set enableNetworkPolicy {enabled!r} and "
+            f"NETWORK_POLICY_ENFORCING_MODE {mode!r}; NetworkPolicy must be on and {STRICT_NETWORK_POLICY}, "
+            f"or new pods start with all traffic allowed"]
+
+
 POLICIES = [
     ("api-endpoint-not-public",
      "The EKS API endpoint is private or public to named networks only, never 0.0.0.0/0 unless the stack "
@@ -79,5 +96,7 @@ POLICIES = [
     ("no-public-load-balancer-subnets",
      "No subnet carries kubernetes.io/role/elb unless the stack sets network.publicLoadBalancers.",
      [SUBNET], check_no_public_elb_subnet),
+    ("network-policy-strict",
+     "The VPC CNI add-on enforces NetworkPolicy in strict mode.", [ADDON], check_network_policy_strict),
 ]
 """(name, description, resource types, check) of each resource policy; ``policy/rules.py`` wraps them."""
