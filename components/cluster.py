@@ -105,7 +105,10 @@ class Cluster(pulumi.ComponentResource):
                 public_access_cidrs=settings.public_access_cidrs if settings.endpoint_public_access else None),
             # The creator's admin access would be an access entry EKS makes outside this graph;
             # admins are the stack's adminRoleArns instead (EKS API CreateCluster,
-            # accessConfig.bootstrapClusterCreatorAdminPermissions, default true).
+            # accessConfig.bootstrapClusterCreatorAdminPermissions, default true). EKS reads it only
+            # at creation (terraform-provider-aws internal/service/eks/cluster.go: ForceNew), so a
+            # cluster created before keeps its creator entry (README: delete it by hand) rather
+            # than being replaced: the change is ignored on update.
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
@@ -114,7 +117,8 @@ class Cluster(pulumi.ComponentResource):
             bootstrap_self_managed_addons=False,
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=settings.support_type),
             deletion_protection=settings.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments,
+                                        ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.name = self.eks.name
         self.security_group_id = self.eks.vpc_config.cluster_security_group_id

@@ -16,6 +16,7 @@ from components.network import NO_LOAD_BALANCER_TAG, PUBLIC_ELB_TAG
 from stackconfig.files import raw_stack, stack_names
 from stackconfig.stack import StackConfigError, load_stack
 from test_policy import Break, _copy, _run, _set
+from test_policy import test_policy_names_the_broken_resource as policy_names_the_broken_resource
 from policy.rules import POLICIES
 
 EKS = "aws:eks/cluster:Cluster"
@@ -209,13 +210,7 @@ BREAKS = [
 @pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
 @pytest.mark.parametrize("case", BREAKS, ids=[b.id for b in BREAKS])
 def test_policy_names_the_broken_resource(case, preview):
-    graph = _copy(case.stack)
-    type_, name = case.mutate(graph)
-    target = graph.named(type_, name)
-    found = _run(case.stack, graph, policies=[POLICIES[case.policy]], preview=preview, raw=case.raw)
-    mine = [v for v in found if v.urn == target.urn]
-    assert mine, f"{case.policy} reported nothing on {name}: {found}"
-    assert any(name in v.message and case.expect in v.message for v in mine), mine
+    policy_names_the_broken_resource(case, preview)
 
 
 def test_opt_ins_in_the_stack_file_satisfy_the_policies():
