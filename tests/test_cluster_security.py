@@ -152,16 +152,13 @@ def _endpoint_default_cidrs(g):
     return EKS, eks.name
 
 
-def _creator_admin(g):
-    eks = g.named(EKS, "rl-p5en-shared")
-    _set(eks, "accessConfig", {**eks.inputs["accessConfig"], "bootstrapClusterCreatorAdminPermissions": True})
-    return EKS, eks.name
-
-
-def _creator_admin_by_default(g):
-    eks = g.named(EKS, "rl-dev")
-    _set(eks, "accessConfig", {"authenticationMode": "API"})
-    return EKS, eks.name
+def _access_config(stack: str, change):
+    """A break that replaces the cluster's accessConfig with ``change(accessConfig)``."""
+    def mutate(g):
+        eks = g.named(EKS, f"rl-{stack}")
+        _set(eks, "accessConfig", change(eks.inputs["accessConfig"]))
+        return EKS, eks.name
+    return mutate
 
 
 def _public_elb_tag(g):
@@ -198,8 +195,10 @@ def _policies_off(g):
 BREAKS = [
     Break("endpoint-world", "p5en-prod", "api-endpoint-not-public", _endpoint_open_to_world, "0.0.0.0/0"),
     Break("endpoint-default-cidrs", "p5", "api-endpoint-not-public", _endpoint_default_cidrs, "the default"),
-    Break("creator-admin", "p5en-shared", "no-implicit-cluster-admin", _creator_admin, "is True"),
-    Break("creator-admin-default", "dev", "no-implicit-cluster-admin", _creator_admin_by_default, "is None"),
+    Break("creator-admin", "p5en-shared", "no-implicit-cluster-admin", _access_config(
+        "p5en-shared", lambda access: {**access, "bootstrapClusterCreatorAdminPermissions": True}), "is True"),
+    Break("creator-admin-default", "dev", "no-implicit-cluster-admin", _access_config(
+        "dev", lambda access: {"authenticationMode": "API"}), "is None"),
     Break("public-elb-tag", "p5en-shared", "no-public-load-balancer-subnets", _public_elb_tag, PUBLIC_ELB_TAG),
     Break("network-policy-standard", "p5en-shared", "network-policy-strict", _standard_mode, "'standard'"),
     Break("network-policy-mode-unset", "p6-b300", "network-policy-strict", _mode_unset, "None"),
