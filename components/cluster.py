@@ -2,9 +2,13 @@
 
 Guarantees:
 - pinned Kubernetes version; control-plane subnets in two zones;
-- API authentication mode with access entries (no aws-auth ConfigMap); admins by access entry;
+- API authentication mode with access entries (no aws-auth ConfigMap); admins only by access entry
+  from the stack (no implicit creator admin), the Kubernetes provider waits for them;
+- the API endpoint public only to the stack's CIDRs, or private;
 - Kubernetes secrets encrypted with a customer-managed, rotating KMS key;
 - all control-plane log types on by default;
+- NetworkPolicy enforced in strict mode, every platform namespace's pods allowed by a policy
+  that exists before they start;
 - pinned managed add-ons: VPC CNI (Pod Identity for its own role, prefix delegation when a pool
   needs it), kube-proxy and the Pod Identity agent before nodes; CoreDNS, the node monitoring
   agent and CloudWatch observability once the system pool exists, so none waits degraded;
@@ -27,11 +31,38 @@ from .network import prefix_delegation
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
+STRICT_NETWORK_POLICY = "strict"
+PLATFORM_PODS_POLICY = "platform-pods"
+CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
+
+
 def vpc_cni_configuration(cfg: StackConfig) -> str:
-    """VPC CNI settings: NetworkPolicy enforcement on (the workloads' namespace is default-deny),
-    prefix delegation only when a pool asks for more pods than IPs allow."""
-    env = {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"} if prefix_delegation(cfg) else {}
+    """VPC CNI settings: NetworkPolicy enforcement on (the workloads' namespace is default-deny), in
+    strict mode, and prefix delegation only when a pool asks for more pods than IPs allow.
+
+    amazon-vpc-cni-k8s v1.21.1 (the add-on's chart): ``enableNetworkPolicy`` turns on the policy
+    controller and agent (charts/aws-vpc-cni/templates/configmap.yaml, daemonset.yaml
+    ``--enable-network-policy``); ``env`` goes to the aws-node container, whose
+    ``NETWORK_POLICY_ENFORCING_MODE`` (values.yaml, default ``standard``; README "v1.17.1+") the node
+    agent reads when a pod is set up (aws-network-policy-agent pkg/rpc/rpc_handler.go: strict ->
+    DEFAULT_DENY until the pod's policies are applied). Strict mode also denies every pod that no
+    policy selects, host-network pods excepted: ``platform_pods_policy`` covers the platform's own."""
+    env = {"NETWORK_POLICY_ENFORCING_MODE": STRICT_NETWORK_POLICY}
+    if prefix_delegation(cfg):
+        env |= {"ENABLE_PREFIX_DELEGATION": "true", "WARM_PREFIX_TARGET": "1"}
     return json.dumps({"enableNetworkPolicy": "true", "env": env})
+
+
+def platform_pods_policy(namespace: str) -> dict:
+    """A NetworkPolicy that lets every pod of a platform namespace (kube-system, add-ons, operators)
+    talk as it did before strict mode: strict mode denies a pod that no policy selects, and these
+    pods (CoreDNS, the operators' webhooks, the CloudWatch agent) need the API server, each other,
+    AWS endpoints and the workloads. Team and workload namespaces get narrow policies instead."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": PLATFORM_PODS_POLICY, "namespace": namespace,
+                         "annotations": {"rl.platform/allows": "all traffic of the platform's pods in this "
+                                                               "namespace, as before strict mode"}},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]}}
 
 
 def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],
@@ -72,25 +103,34 @@ class Cluster(pulumi.ComponentResource):
                 subnet_ids=list(subnet_ids), endpoint_private_access=True,
                 endpoint_public_access=settings.endpoint_public_access,
                 public_access_cidrs=settings.public_access_cidrs if settings.endpoint_public_access else None),
+            # The creator's admin access would be an access entry EKS makes outside this graph;
+            # admins are the stack's adminRoleArns instead (EKS API CreateCluster,
+            # accessConfig.bootstrapClusterCreatorAdminPermissions, default true). EKS reads it only
+            # at creation (terraform-provider-aws internal/service/eks/cluster.go: ForceNew), so a
+            # cluster created before keeps its creator entry (README: delete it by hand) rather
+            # than being replaced: the change is ignored on update.
             access_config=aws.eks.ClusterAccessConfigArgs(
-                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=True),
+                authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
             enabled_cluster_log_types=settings.log_types,
             bootstrap_self_managed_addons=False,
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=settings.support_type),
             deletion_protection=settings.deletion_protection,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=control_plane.attachments,
+                                        ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.name = self.eks.name
         self.security_group_id = self.eks.vpc_config.cluster_security_group_id
+        self.admin_access = []
+        """The admins' access policies: Kubernetes objects wait for them (the deployer is one)."""
         for i, arn in enumerate(settings.admin_role_arns):
             entry = aws.eks.AccessEntry(f"{name}-admin-{i}", cluster_name=self.name, principal_arn=arn,
                                         type="STANDARD", opts=child)
-            aws.eks.AccessPolicyAssociation(
+            self.admin_access.append(aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{i}", cluster_name=self.name, principal_arn=entry.principal_arn,
                 policy_arn=ADMIN_POLICY,
-                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child)
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child))
         addons = cfg.versions.addons
         cni_role = PodRole(f"{name}-vpc-cni", self.name, "kube-system", "aws-node",
                            managed_policies=["AmazonEKS_CNI_Policy"], by_addon=True, opts=child)
@@ -104,7 +144,9 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = kubeconfig(self.name, self.eks.endpoint,
                                      self.eks.certificate_authority.data, cfg.region)
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig,
-                                     enable_server_side_apply=True, opts=child)
+                                     enable_server_side_apply=True,
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=self.admin_access))
+        self.kube_system_pods = self.allow_platform_namespace("kube-system", create=False)
         self.register_outputs({"name": self.name, "endpoint": self.eks.endpoint})
 
     def _addon(self, addon: str, version: str, depends_on: Sequence[pulumi.Resource] = (),
@@ -118,19 +160,35 @@ class Cluster(pulumi.ComponentResource):
     def _pulumi_name(self) -> str:
         return self.eks._name
 
+    def allow_platform_namespace(self, namespace: str, create: bool = True) -> list[pulumi.Resource]:
+        """``platform_pods_policy`` in ``namespace`` (created here when ``create``): whatever installs
+        pods there waits for these, so no platform pod starts under strict mode's deny-all."""
+        opts = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        made: list[pulumi.Resource] = []
+        if create:
+            made.append(k8s.core.v1.Namespace(f"{self._pulumi_name()}-{namespace}", metadata={"name": namespace},
+                                              opts=opts))
+        policy = platform_pods_policy(namespace)
+        made.append(k8s.networking.v1.NetworkPolicy(
+            f"{self._pulumi_name()}-{namespace}-{PLATFORM_PODS_POLICY}", metadata=policy["metadata"],
+            spec=policy["spec"], opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=made))))
+        return made
+
     def add_node_addons(self, after: Sequence[pulumi.Resource]) -> list[aws.eks.Addon]:
         """Add-ons whose pods need schedulable nodes, created after the system pool: CoreDNS,
         the node monitoring agent (feeds node auto-repair) and CloudWatch observability
         (Container Insights with per-node GPU via DCGM and EFA metrics)."""
         addons = self._cfg.versions.addons
         name = self._pulumi_name()
-        cloudwatch = PodRole(f"{name}-cloudwatch", self.name, "amazon-cloudwatch", "cloudwatch-agent",
+        cloudwatch = PodRole(f"{name}-cloudwatch", self.name, CLOUDWATCH_NAMESPACE, "cloudwatch-agent",
                              managed_policies=["CloudWatchAgentServerPolicy"], by_addon=True,
                              opts=pulumi.ResourceOptions(parent=self))
+        kube_system = [*after, *self.kube_system_pods]
         return [
-            self._addon("coredns", addons.coredns, depends_on=after),
-            self._addon("eks-node-monitoring-agent", addons.node_monitoring_agent, depends_on=after),
-            self._addon("amazon-cloudwatch-observability", addons.cloudwatch_observability, depends_on=after,
+            self._addon("coredns", addons.coredns, depends_on=kube_system),
+            self._addon("eks-node-monitoring-agent", addons.node_monitoring_agent, depends_on=kube_system),
+            self._addon("amazon-cloudwatch-observability", addons.cloudwatch_observability,
+                        depends_on=[*after, *self.allow_platform_namespace(CLOUDWATCH_NAMESPACE)],
                         pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
                             role_arn=cloudwatch.arn, service_account="cloudwatch-agent")]),
         ]

@@ -9,6 +9,7 @@ Guarantees:
   buckets exist (``limit_s3_endpoint``) the endpoint reaches only them, ECR's layer bucket and the
   Amazon Linux 2023 package repositories, so a pod cannot copy data to another bucket of the
   region through it (other regions' buckets are not routed through a gateway endpoint at all).
+- no internet-facing load balancer lands in the public subnets unless the stack asks for one.
 """
 
 from __future__ import annotations
@@ -58,6 +59,34 @@ def node_ip_demand(pool: Pool, delegated: bool) -> int:
 
 def pool_ip_demand(pool: Pool, delegated: bool) -> int:
     return pool.nodes.max * node_ip_demand(pool, delegated)
+
+
+PUBLIC_ELB_TAG = "kubernetes.io/role/elb"
+INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
+NO_LOAD_BALANCER_TAG = "kubernetes.io/cluster/_no-load-balancers"
+"""A cluster tag for a name no EKS cluster can have (names start with a letter or digit).
+
+Removing ``kubernetes.io/role/elb`` alone does not keep internet-facing load balancers out of a
+subnet routed to an internet gateway:
+- cloud-provider-aws v1.35.2 (EKS's Service controller), ``pkg/providers/v1/aws.go`` findSubnets
+  and findELBSubnets: candidates are the VPC's subnets with this cluster's tag or with no
+  ``kubernetes.io/cluster/`` tag at all (``tags.go`` hasNoClusterPrefixTag); an internet-facing
+  load balancer takes every public candidate, the role tag only breaks ties within a zone;
+- AWS Load Balancer Controller v2.17.1, ``docs/deploy/subnet_discovery.md``: without a subnet
+  carrying the role tag, candidates are the subnets whose reachability matches the scheme (since
+  v2.12.1); subnets tagged for another cluster only are filtered out.
+A ``kubernetes.io/cluster/<other>`` tag is what both skip."""
+
+
+def load_balancer_tags(cfg: StackConfig, subnet: "SubnetPlan") -> dict[str, str]:
+    """Private subnets take internal load balancers. Public subnets take internet-facing ones only
+    when the stack asks (``network.publicLoadBalancers``); otherwise they hold the NAT gateway alone
+    and are tagged out of both controllers' discovery."""
+    if not subnet.public:
+        return {INTERNAL_ELB_TAG: "1"}
+    if cfg.network.public_load_balancers:
+        return {PUBLIC_ELB_TAG: "1"}
+    return {NO_LOAD_BALANCER_TAG: "shared"}
 
 
 @dataclass(frozen=True)
@@ -143,8 +172,7 @@ class Network(pulumi.ComponentResource):
             s.name: aws.ec2.Subnet(
                 f"{name}-{s.name}", vpc_id=self.vpc.id, cidr_block=s.cidr, availability_zone=s.zone,
                 map_public_ip_on_launch=False,
-                tags={"Name": f"{name}-{s.name}",
-                      ("kubernetes.io/role/elb" if s.public else "kubernetes.io/role/internal-elb"): "1"},
+                tags={"Name": f"{name}-{s.name}", **load_balancer_tags(cfg, s)},
                 opts=after_cidr if s.name == "nodes" else child)
             for s in plan
         }

@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 from pulumi_policy import (EnforcementLevel, ReportViolation, ResourceValidationArgs,
                            ResourceValidationPolicy, StackValidationArgs, StackValidationPolicy)
 
+from analysis.rules.cluster_security import POLICIES as CLUSTER_SECURITY
 from analysis.rules.data import (check_bucket_kept, check_buckets_secure, check_pod_identity_unique,
                                  check_pod_roles_scoped, check_s3_scoped)
 from analysis.rules.fabric import (check_efa_layouts, check_efa_security_group, check_efa_single_az, check_imdsv2,
@@ -127,6 +128,7 @@ ALL: list = [
                  "Every team namespace is covered by each team admission policy, unweakened and bound with Deny, "
                  "and holds a default-deny NetworkPolicy.",
                  check_team_isolation),
+    *(resource_policy(*policy) for policy in CLUSTER_SECURITY),
 ]
 """Every policy of the pack; all mandatory."""
 MANDATORY = [p for p in ALL if p.enforcement_level is EnforcementLevel.MANDATORY]

@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SchemaModel
+from .cluster import ClusterSettings
 from .versions import Versions
 
 CONFIG_KEY = "platform"
@@ -267,30 +268,14 @@ class Pool(SchemaModel):
         return labels
 
 
-class ClusterSettings(SchemaModel):
-    endpoint_public_access: bool = True
-    public_access_cidrs: list[str] = ["0.0.0.0/0"]
-    admin_role_arns: list[str] = []
-    """IAM roles granted cluster-admin through EKS access entries."""
-    log_types: list[str] = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
-    deletion_protection: bool = True
-    """EKS refuses to delete the cluster until this is turned off (a stack opts out, e.g. dev)."""
-    support_type: str = Field("STANDARD", pattern="^(STANDARD|EXTENDED)$")
-    """EKS upgrade policy. An API-created cluster defaults to EXTENDED support (billed extra once its
-    version leaves standard support); STANDARD upgrades it automatically at the end instead."""
-
-    @field_validator("public_access_cidrs")
-    @classmethod
-    def _cidrs(cls, cidrs: list[str]) -> list[str]:
-        for cidr in cidrs:
-            ipaddress.IPv4Network(cidr)
-        return cidrs
-
-
 class NetworkSettings(SchemaModel):
     vpc_cidr: str = "10.0.0.0/16"
     efa_cidr: str | None = None
     """Optional secondary VPC CIDR that holds only the single-AZ EFA node subnet (large stacks)."""
+    public_load_balancers: bool = False
+    """Let Kubernetes place internet-facing load balancers in the public subnets (they carry the
+    ``kubernetes.io/role/elb`` tag then). Off: the public subnets hold only the NAT gateway and are
+    hidden from the load-balancer controllers' subnet discovery (``components.network``)."""
 
     @field_validator("vpc_cidr", "efa_cidr")
     @classmethod
@@ -335,6 +320,9 @@ class StackConfig(SchemaModel):
                 raise ValueError(f"{to_camel(field)}: {zone!r} is not a zone of {self.region} (e.g. {self.region}a)")
         if self.availability_zone == self.secondary_availability_zone:
             raise ValueError("secondaryAvailabilityZone: must differ from availabilityZone")
+        problem = self.cluster.problem(self.stack)
+        if problem:
+            raise ValueError(problem)
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pools: names must be unique, got {names}")

@@ -31,10 +31,24 @@ def refused(override: dict, stack: str = "p5en-prod") -> str:
     return second
 
 
-def test_tags_are_the_default_and_still_work():
+def test_tags_are_the_default_without_teams_and_still_work():
     cfg = load("p5en-prod")
-    assert cfg.workloads.images.require_digest is False
+    assert cfg.workloads.images.require_digest is None and not cfg.workloads.digests_required
     assert not any(L.pinned_by_digest(i) for i in L.images(cfg).values())
+
+
+def test_digests_are_the_default_with_teams():
+    """A stack with teams refuses images by tag unless it turns requireDigest off; the shared stack
+    pins every image it runs, the team-directories Job's included."""
+    teams = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}]}}
+    line = refused(teams)
+    assert line.startswith("  versions.software.image: ") and "(the default with teams)" in line, line
+    off = variant("p5en-prod", {"workloads": {**teams["workloads"], "images": {"requireDigest": False}}})
+    assert not off.workloads.digests_required
+    shared = load("p5en-shared")
+    assert shared.workloads.digests_required and shared.workloads.images.require_digest is None
+    images = L.images(shared)
+    assert "workloads.images.checkpointTrigger" in images and all(map(L.pinned_by_digest, images.values()))
 
 
 def test_require_digest_refuses_a_tag_naming_the_field():

@@ -145,14 +145,14 @@ def test_fsx_waits_for_its_security_group_rules():
 
 def test_endpoint_private_only_and_allow_list():
     raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.dev.yaml"))["config"]["moe-rl-platform:platform"]
-    raw["cluster"] = {"endpointPublicAccess": False}
+    raw["cluster"] = {**raw["cluster"], "endpointPublicAccess": False, "publicAccessCidrs": []}
     cfg = load_stack("dev", raw)
     import program
     graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
     vpc = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name).inputs["vpcConfig"]
     assert vpc["endpointPublicAccess"] is False and vpc["endpointPrivateAccess"] is True
     assert "publicAccessCidrs" not in vpc
-    raw["cluster"] = {"publicAccessCidrs": ["203.0.113.0/24"]}
+    raw["cluster"] = {**raw["cluster"], "endpointPublicAccess": True, "publicAccessCidrs": ["203.0.113.0/24"]}
     cfg = load_stack("dev", raw)
     graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
     vpc = graph.named("aws:eks/cluster:Cluster", cfg.cluster_name).inputs["vpcConfig"]

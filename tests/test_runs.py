@@ -84,7 +84,8 @@ def test_the_file_system_is_shared_by_the_runs_placed_on_it():
 
 def test_the_stack_must_be_in_runs_mode():
     with pytest.raises(NeverFits, match="workloads.submit raycluster, where the GPU nodes are held"):
-        plan_runs(variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}]}}),
+        plan_runs(variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
+                                                      "images": {"requireDigest": False}}}),
                   [run("r", "alpha", train=1, rollout=1)])
 
 
@@ -251,6 +252,7 @@ def test_a_bad_runs_stack_names_the_field(override, message):
                                                r"raycluster, where the GPU nodes are held by the stack's own run"):
         check_program(variant("p5en-prod", {"workloads": {
             "teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
+            "images": {"requireDigest": False},
             "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}}))
 
 
@@ -366,7 +368,7 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     trainer = body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     term = trainer["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "topology.k8s.aws/network-node-layer-3"  # 3 nodes fit one tier-1 node (4)
-    assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0"
+    assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0@sha256:{'0' * 63}1"  # the stack's pin
     node_queries = [c[2]["labelSelector"] for c in fake.calls if c[1] == "/api/v1/nodes"]
     assert node_queries == ["rl.platform/pool=train", "rl.platform/pool=rollout", "rl.platform/pool=train"]
     assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard; pod affinity on topology.k8s.aws/network-node-layer-3)" in lines[0]
@@ -577,7 +579,8 @@ def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpo
         d.mkdir(parents=True)
         if name != "b-done":
             (d / "RUNNING").write_text("1")
-    out = subprocess.run(["/bin/sh", "-c", trigger_script(m)], capture_output=True, text=True, check=True).stdout
+    out = [subprocess.run(["/bin/sh", "-c", trigger_script(m, team)], capture_output=True, text=True,
+                          check=True).stdout for team in ("alpha", "beta")]
     assert [name for name, d in runs.items() if (d / "SAVE_NOW").exists()] == ["a1", "b1"], out
 
 

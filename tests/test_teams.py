@@ -115,7 +115,8 @@ def test_teams_declared_in_the_stack_are_registered_and_refused_when_too_large()
 
     from stackconfig.stack import StackConfigError
     teams = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}}},
-                                     {"name": "beta", "gpus": {"rollout": {"guarantee": 32, "cap": 256}}}]}}
+                                     {"name": "beta", "gpus": {"rollout": {"guarantee": 32, "cap": 256}}}],
+                           "images": {"requireDigest": False}}}
     graph = variant_graph("p5en-prod", teams)
     kinds = {(r.inputs.get("kind"), (r.inputs.get("metadata") or {}).get("namespace") or
               (r.inputs.get("metadata") or {}).get("name")) for r in graph.resources if r.type.startswith("kubernetes:")}
@@ -123,7 +124,8 @@ def test_teams_declared_in_the_stack_are_registered_and_refused_when_too_large()
         assert ("Namespace", f"team-{team}") in kinds and ("ResourceQuota", f"team-{team}") in kinds
         assert ("Queue", f"team-{team}") in kinds and ("NetworkPolicy", f"team-{team}") in kinds
     with pytest.raises(StackConfigError, match=r"workloads.teams\[alpha\]"):
-        variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 200, "cap": 200}}}]}})
+        variant("p5en-prod", {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 200, "cap": 200}}}],
+                                            "images": {"requireDigest": False}}})
 
 
 def test_a_teams_role_reaches_only_its_own_checkpoint_prefix():
@@ -137,7 +139,8 @@ def test_a_teams_role_reaches_only_its_own_checkpoint_prefix():
     from policy.adapter import evaluate
     from policy.rules import MANDATORY
     teams = {"workloads": {"teams": [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128}}},
-                                     {"name": "beta", "gpus": {"rollout": {"cap": 64}}}]}}
+                                     {"name": "beta", "gpus": {"rollout": {"cap": 64}}}],
+                           "images": {"requireDigest": False}}}
     graph = variant_graph("p5en-prod", teams)
     assocs = {(a.inputs["namespace"], a.inputs["serviceAccount"])
               for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")}

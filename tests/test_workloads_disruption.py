@@ -123,7 +123,8 @@ def test_p5en_prod_with_an_end_time_gets_the_cronjob_at_the_utc_minute(end, sche
     assert pod["nodeSelector"] == {POOL_LABEL: cfg.pool(Role.CPU).name}
     (claim,) = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
     (mount,) = pod["containers"][0]["volumeMounts"]
-    assert claim == M.FSX_CLAIM and mount["mountPath"] == L.paths(cfg).mount
+    assert claim == M.FSX_CLAIM and mount["mountPath"] == f"{L.paths(cfg).mount}/{L.CHECKPOINT_DIR}"
+    assert mount["subPath"] == L.CHECKPOINT_DIR  # only the checkpoints, not the models and data
     assert f"touch {shlex.quote(L.paths(cfg).save_trigger)}" in pod["containers"][0]["command"][-1]
     assert job["metadata"]["annotations"]["rl.platform/capacity-block-pools"] == "train"
 

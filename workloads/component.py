@@ -79,10 +79,11 @@ class Workloads(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
 
         charts = m.charts
-        self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE,
-                                     M.kuberay_values(m), after=[system])
+        cluster = platform.cluster  # strict NetworkPolicy mode: the operators' pods are allowed before they start
+        self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE, M.kuberay_values(m),
+                                     after=[system, *cluster.allow_platform_namespace(M.KUBERAY_NAMESPACE)])
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
-                                     after=[system])
+                                     after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
                                      M.fsx_csi_values(), after=[system], daemonset_only=True)
 

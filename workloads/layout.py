@@ -286,7 +286,7 @@ def images(cfg: "ProgramConfig") -> dict[str, str]:
     out = {"versions.software.image": workload_image(soft)}
     if soft.reward_image and reward_enabled(cfg):
         out["versions.software.rewardImage"] = soft.reward_image
-    if capacity_block_end(cfg) is not None:
+    if capacity_block_end(cfg) is not None or w.teams:  # the trigger CronJob, the team-directories Job
         out["workloads.images.checkpointTrigger"] = w.images.checkpoint_trigger
     return out
 

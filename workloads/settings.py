@@ -242,9 +242,11 @@ IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 class ImageSettings(SchemaModel):
     """Images the workloads reference besides ``versions.software.image`` / ``rewardImage``."""
 
-    require_digest: bool = False
+    require_digest: bool | None = None
     """Refuse every image reference of the workloads that is not pinned by ``@sha256:`` digest
-    (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``)."""
+    (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``).
+    Default: on for a stack with teams (a tag can be moved to other content under their runs),
+    off otherwise (``WorkloadSettings.digests_required``)."""
     checkpoint_trigger: str = Field("public.ecr.aws/docker/library/busybox:1.37.0", pattern=r"^\S+$")
     """Small image with a POSIX shell, ``date``, ``mkdir`` and ``touch``: the Capacity Block end
     CronJob and the team-directories Job (``render.common.file_system_task``). Not the training
@@ -334,6 +336,12 @@ class WorkloadSettings(SchemaModel):
     efa_devices: dict[str, int] = {}
     """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
     have been seen advertising 15, not 16). Pods request exactly this many."""
+
+    @property
+    def digests_required(self) -> bool:
+        """``images.requireDigest``, by default on exactly when teams share the stack."""
+        required = self.images.require_digest
+        return bool(self.teams) if required is None else required
 
     @field_validator("priority_classes")
     @classmethod

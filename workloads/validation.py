@@ -32,15 +32,16 @@ DIGEST_FORM = "<name>[:<tag>]@sha256:<64 lowercase hex digits>"
 
 
 def validate_images(cfg: "ProgramConfig") -> None:
-    """A digest, where given, is well-formed; with ``workloads.images.requireDigest`` every image the
-    workloads run must carry one (a tag can be moved to other content, a digest cannot)."""
-    require = cfg.workloads.images.require_digest
+    """A digest, where given, is well-formed; with ``workloads.images.requireDigest`` (default: on
+    with teams) every image the workloads run must carry one (a tag can be moved to other content,
+    a digest cannot)."""
+    require = cfg.workloads.digests_required
     for field, image in images(cfg).items():
         if "@" in image and not pinned_by_digest(image):
             raise ValueError(f"{field}: {image!r} has a malformed digest; allowed: {DIGEST_FORM}")
         if require and not pinned_by_digest(image):
             raise ValueError(f"{field}: {image!r} is not pinned by digest and workloads.images.requireDigest "
-                             f"is on; allowed: {DIGEST_FORM}")
+                             f"is on (the default with teams); allowed: {DIGEST_FORM}")
 
 
 def validate(cfg: "ProgramConfig") -> None:

@@ -1,4 +1,5 @@
-"""Capacity Block end: a CronJob that asks Miles for a checkpoint before the block's nodes drain."""
+"""Capacity Block end: a CronJob that asks Miles for a checkpoint before the block's nodes drain,
+without following any link a team plants in its directory."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ..model import WorkloadModel
 from ..layout import RUNNING_MARKER, SAVE_TRIGGER
 from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
 from ..teams import team_checkpoint_directory
-from .common import file_system_task, labels, meta
+from .common import file_system_container, file_system_pod, file_system_task, labels, meta
 
 # --- Capacity Block end --------------------------------------------------------------------------
 
@@ -21,9 +22,10 @@ def _utc(t) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def trigger_script(m: WorkloadModel) -> str:
+def trigger_script(m: WorkloadModel, team: str | None = None) -> str:
     """Create the sentinel once: only between the scheduled time and the start of the drain. A cron
-    schedule names no year, so the same minute comes back every year; the guard makes it a no-op."""
+    schedule names no year, so the same minute comes back every year; the guard makes it a no-op.
+    ``team``: the script of that team's container (runs mode), else of the stack's own run."""
     end = m.block_end
     start = int(end.trigger.timestamp()) - TRIGGER_EARLY_SECONDS
     stop = int(end.drain.timestamp())
@@ -35,7 +37,7 @@ def trigger_script(m: WorkloadModel) -> str:
         f'{", ".join(end.pools)} ends {_utc(end.end)}): nothing to do"',
         "  exit 0",
         "fi",
-        *(_every_running_run(m) if m.runs else _the_stack_run(m)),
+        *(_the_team_runs(m, team) if team is not None else _the_stack_run(m)),
     ])
 
 
@@ -46,19 +48,37 @@ def _the_stack_run(m: WorkloadModel) -> list[str]:
             f'echo "created {p.save_trigger}: Miles saves a checkpoint after its current step"']
 
 
-def _every_running_run(m: WorkloadModel) -> list[str]:
-    """With ``submit: runs``: the sentinel of every run in progress (its entrypoint keeps ``RUNNING``
-    in its checkpoint directory, ``render.runs``), in every team's directory."""
-    pattern = f"{m.paths.mount}/{team_checkpoint_directory('*')}/*/{RUNNING_MARKER}"
-    return [f"for marker in {pattern}; do",
-            '  [ -e "$marker" ] || continue',
-            f'  touch "${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}"',
-            f'  echo "created ${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}: that run saves after its current step"',
+def _the_team_runs(m: WorkloadModel, team: str) -> list[str]:
+    """The sentinel of every run of ``team`` in progress (its entrypoint keeps ``RUNNING`` in its
+    checkpoint directory, ``render.runs``). The team owns everything below its directory, so
+    nothing there is trusted: ``find`` without -L/-H/-follow lists only a real ``RUNNING`` file
+    reached through real directories, and the sentinel is created with noclobber (``set -C``: POSIX
+    sh, an exclusive create; ``O_CREAT|O_EXCL`` fails on any symlink, dangling or not), never
+    through ``touch``, which follows a planted link."""
+    root = f"{m.paths.mount}/{team_checkpoint_directory(team)}"
+    return [f"root={shlex.quote(root)}",
+            f'find "$root" -mindepth 2 -maxdepth 2 -path "$root/*/{RUNNING_MARKER}" -type f |',
+            "while IFS= read -r marker; do",
+            f'  sentinel="${{marker%/{RUNNING_MARKER}}}/{SAVE_TRIGGER}"',
+            '  if [ -e "$sentinel" ] || [ -L "$sentinel" ]; then echo "$sentinel exists: left alone"; continue; fi',
+            '  if (set -C; : > "$sentinel") 2>/dev/null; then',
+            '    echo "created $sentinel: that run saves after its current step"',
+            "  else",
+            '    echo "could not create $sentinel"',
+            "  fi",
             "done"]
 
 
 def trigger_template(m: WorkloadModel) -> dict:
-    return file_system_task(m, CHECKPOINT_TRIGGER, ["/bin/sh", "-c", trigger_script(m)])
+    """The stack's own run: one container under ``checkpoints/``. Runs mode: one container per
+    team that mounts only that team's directory, so a link a team plants resolves inside its own
+    directory whatever the script does."""
+    if not m.runs:
+        return file_system_task(m, CHECKPOINT_TRIGGER, ["/bin/sh", "-c", trigger_script(m)])
+    return file_system_pod(m, CHECKPOINT_TRIGGER, [
+        file_system_container(m, f"team-{t.name}", ["/bin/sh", "-c", trigger_script(m, t.name)],
+                              sub_path=team_checkpoint_directory(t.name))
+        for t in m.settings.teams])
 
 
 def checkpoint_trigger_cronjob(m: WorkloadModel) -> dict:

@@ -122,16 +122,35 @@ def scripts_volume() -> dict:
     return {"name": "scripts", "configMap": {"name": SCRIPTS}}
 
 
-def file_system_task(m: WorkloadModel, name: str, command: list[str]) -> dict:
-    """Pod template of a small task on the whole file system (the Capacity Block end trigger, the
-    team directories): the small shell image, on the utility pool, as root (the file system's
-    directories belong to root) with no capability, a read-only root filesystem and no API token."""
-    c = {"name": name, "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
-         "command": command,
-         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-         "securityContext": security_context(read_only=True),
-         "volumeMounts": [{"name": FSX_VOLUME, "mountPath": m.paths.mount}]}
+def file_system_container(m: WorkloadModel, name: str, command: list[str],
+                          sub_path: str = L.CHECKPOINT_DIR) -> dict:
+    """A container of a small task on the file system that sees only ``sub_path`` of it (mounted at
+    its usual place under the mount path), with the small shell image.
+
+    It runs as root with no capability: the directories it writes in belong to root (the file
+    system's, and those the training image creates); it can therefore not drop to another user.
+    Its reach is bounded by the mount instead: the kubelet opens ``subPath`` one component at a
+    time with O_NOFOLLOW inside the volume and bind-mounts that open directory
+    (kubernetes/kubernetes pkg/volume/util/subpath/subpath_linux.go, doBindSubPath and
+    safeOpenSubPath), so the container sees that directory alone and a link below it resolves
+    within it or the container's own read-only root."""
+    return {"name": name, "image": m.settings.images.checkpoint_trigger, "imagePullPolicy": "IfNotPresent",
+            "command": command,
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
+            "securityContext": security_context(read_only=True),
+            "volumeMounts": [{"name": FSX_VOLUME, "mountPath": f"{m.paths.mount}/{sub_path}", "subPath": sub_path}]}
+
+
+def file_system_pod(m: WorkloadModel, name: str, containers: list[dict]) -> dict:
+    """Pod template of small file-system tasks: on the utility pool, no API token, the default
+    seccomp profile, a read-only root filesystem."""
     spec = {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
-            "securityContext": pod_security_context(), "containers": [c], "volumes": [fsx_volume()],
+            "securityContext": pod_security_context(), "containers": containers, "volumes": [fsx_volume()],
             **placement(m.utility_pool)}
     return {"metadata": {"labels": labels(name)}, "spec": spec}
+
+
+def file_system_task(m: WorkloadModel, name: str, command: list[str]) -> dict:
+    """Pod template of one small task under ``checkpoints/`` (the Capacity Block end trigger of a
+    stack's own run, the team directories)."""
+    return file_system_pod(m, name, [file_system_container(m, name, command)])

@@ -13,8 +13,8 @@ from ..resources import EFA, GI, GPU
 from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
-from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS, file_system_task,
-                     labels, meta)
+from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS,
+                     file_system_container, file_system_pod, labels, meta)
 from .network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
 from .services import fsx_pv, fsx_pvc, scripts_configmap
 
@@ -244,8 +244,13 @@ TEAM_DIRS = "team-directories"
 def team_directories_job(m: WorkloadModel) -> dict:
     """A Job in the workloads' namespace (which mounts the whole file system) that creates every
     team's directories: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
-    dirs = [f"{m.paths.mount}/{d}" for t in m.settings.teams for _, d in team_volumes(t)]
-    template = file_system_task(m, TEAM_DIRS, ["mkdir", "-p", *dirs])
+    tops: dict[str, list[str]] = {}
+    for d in (d for t in m.settings.teams for _, d in team_volumes(t)):
+        tops.setdefault(d.split("/", 1)[0], []).append(f"{m.paths.mount}/{d}")
+    # One container per top-level directory, each mounting only that one (file_system_container).
+    template = file_system_pod(m, TEAM_DIRS, [
+        file_system_container(m, f"{TEAM_DIRS}-{top}", ["mkdir", "-p", *dirs], sub_path=top)
+        for top, dirs in sorted(tops.items())])
     md = meta(m, TEAM_DIRS)
     # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is
     # replaced by the next `pulumi up` instead of failing it again (pulumi-kubernetes 4.34.2
