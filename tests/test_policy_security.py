@@ -93,10 +93,6 @@ def _trust_without_session_tags(g):
     return view.ROLE, role.name
 
 
-def _public_api(g):
-    return S.CLUSTER, "rl-p5en-prod"
-
-
 def _sse_s3_default(g):
     enc = g.named(view.BUCKET_ENCRYPTION, "rl-p5-checkpoints")
     _set(enc, "rules", [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "aws:kms"}, "bucketKeyEnabled": False}])
@@ -167,8 +163,6 @@ SECURITY_BREAKS = [
           "team-beta", known_only=True),
     Break("pod-role-any-session", "p5", "pod-roles-bound-to-session-tags", _trust_without_session_tags,
           "another namespace", known_only=True),
-    Break("api-public-unasked", "p5en-prod", "api-endpoint-as-configured", _public_api, "0.0.0.0/0",
-          raw={"cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}),
     Break("bucket-aws-managed-key", "p5", "checkpoint-key-enforced", _sse_s3_default, "customer-managed"),
     Break("bucket-key-on", "p6-b200", "checkpoint-key-enforced", _bucket_key_on, "Bucket Keys"),
     Break("bucket-foreign-key", "p5e", "checkpoint-key-enforced", _foreign_key_accepted, "kms-key-id",

@@ -14,21 +14,18 @@ from typing import Any, Iterator
 
 from components.checkpoints import PREFIX_TAG
 from components.iam import NAMESPACE_TAG, POD_IDENTITY_PRINCIPAL, SERVICE_ACCOUNT_TAG
-from stackconfig.stack import ClusterSettings
 
-from .data import ADDON_NAMESPACES, FOREIGN, stack_platform_config
+from .data import ADDON_NAMESPACES, FOREIGN
 from .iam_eval import ALLOW, DENY, decide, statements
 from .view import (ADDON, BUCKET, IAM_POLICY, LAUNCH_TEMPLATE, POD_IDENTITY, ROLE, ROLE_POLICY,
                    ROLE_POLICY_ATTACHMENT, Resource, Stack, UNKNOWN, as_list, dig, has_unknown, parse_json)
 
-CLUSTER = "aws:eks/cluster:Cluster"
 KMS_KEY = "aws:kms/key:Key"
 KEY_POLICY = "aws:kms/keyPolicy:KeyPolicy"
 OBJECT_LOCK = "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration"
 DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
-WORLD = ("0.0.0.0/0", "::/0")
 BROAD_MANAGED = {"AdministratorAccess", "PowerUserAccess", "IAMFullAccess", "AmazonEC2ContainerRegistryReadOnly",
                  "AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryPowerUser",
                  "AmazonEC2ContainerRegistryFullAccess"}
@@ -313,25 +310,6 @@ def check_s3_endpoint_limited(stack: Stack) -> Iterator[tuple[str, str]]:
             yield ep.urn, f"{ep.label}: lets any bucket through (no endpoint policy limiting it to the platform's)"
 
 
-def check_api_endpoint_as_configured(stack: Stack) -> Iterator[tuple[str, str]]:
-    """The EKS API is public to the world only when the stack's own validated settings say so."""
-    raw = dig(stack_platform_config(), "cluster")
-    try:
-        wanted = ClusterSettings.model_validate(raw if isinstance(raw, Mapping) else {})
-    except ValueError:
-        return
-    allowed = wanted.endpoint_public_access and any(c in WORLD for c in wanted.public_access_cidrs)
-    for cluster in stack.of_type(CLUSTER):
-        vpc = cluster.props.get("vpcConfig")
-        if not isinstance(vpc, Mapping) or has_unknown(vpc.get("endpointPublicAccess")):
-            continue
-        cidrs = vpc.get("publicAccessCidrs")
-        world = vpc.get("endpointPublicAccess") is not False and (not cidrs or any(c in WORLD for c in as_list(cidrs)))
-        if world and not allowed:
-            yield cluster.urn, (f"{cluster.label}: the API endpoint is public to {as_list(cidrs) or '0.0.0.0/0 (default)'}, "
-                                f"which the stack's cluster settings do not ask for")
-
-
 SECURITY_POLICIES = [
     ("imds-one-hop", check_imds_one_hop, (LAUNCH_TEMPLATE,)),
     ("iam-no-broad-allow", check_no_broad_allow, (ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT)),
@@ -341,7 +319,6 @@ SECURITY_POLICIES = [
     ("checkpoint-retained", check_bucket_retained, ()),
     ("node-pulls-scoped", check_node_pulls_scoped, ()),
     ("s3-endpoint-limited", check_s3_endpoint_limited, ()),
-    ("api-endpoint-as-configured", check_api_endpoint_as_configured, ()),
 ]
 """(policy name, check, resource types: empty for a stack policy); the pack registers them as they
 are, its description the check's first docstring paragraph."""
