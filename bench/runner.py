@@ -10,8 +10,9 @@ drained node is uncordoned once the platform has reacted, so the run can return 
 reserved nodes; an
 attempt is submitted only when the previous one has finished (the nodes are free again); a fault
 that makes the job fail is followed by the next attempt of the same run, which resumes from its last
-complete checkpoint (as ``runs submit --resume``); the driver log is the submitter pod's log (the
-output of ``ray job submit``, which follows ``ray job logs``).
+complete checkpoint (as ``runs submit --resume``); the driver log is ``ray job logs`` of each
+attempt read from its head at every poll (``RunClient.driver_log``; runs are submitted in HTTPMode,
+with no submitter pod), since the head goes with the Ray cluster a minute after the attempt ends.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import yaml
 
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
-from workloads.runs.client import FINISHED, JOB_NAME_LABEL, RunClient, attempt_of
+from workloads.runs.client import FINISHED, RunClient, attempt_of
 from workloads.runs.config import run_pools
 from workloads.runs.submit import run_objects
 from workloads.render.runs import RUN_LABEL
@@ -47,37 +48,46 @@ def _sanitize(api: RunClient, obj) -> dict:
     return api.core.api_client.sanitize_for_serialization(obj)
 
 
-def driver_log(api: RunClient, team: str, rayjob: str) -> str:
-    """The log of the RayJob's submitter pod (``ray job submit`` streams the driver's log)."""
-    pods = api.core.list_namespaced_pod(namespace_of(team), label_selector=f"{JOB_NAME_LABEL}={rayjob}").items
-    if not pods:
-        return ""
-    pod = sorted(pods, key=lambda p: p.metadata.creation_timestamp or 0)[-1]
-    return api.core.read_namespaced_pod_log(pod.metadata.name, namespace_of(team))
+class Seen:
+    """What an attempt showed while it ran: each RayJob's driver log (the longest read) and the nodes
+    its pods ran on. Its Ray cluster, and with it the head that serves the log and the pods, is
+    deleted ``ttlSecondsAfterFinished`` (60 s) after it ends, so both are read at every poll."""
+
+    def __init__(self) -> None:
+        self.logs: dict[str, str] = {}
+        self.nodes: set[str] = set()
+
+    def look(self, api: RunClient, team: str, run: str, jobs: list[dict]) -> None:
+        """Read the logs of ``jobs`` (the run's RayJobs as just listed) and the nodes of its pods."""
+        for job in jobs:
+            name = job["metadata"]["name"]
+            text = api.driver_log(team, run, name)
+            if len(text) >= len(self.logs.get(name, "")):
+                self.logs[name] = text
+        self.nodes |= {p.spec.node_name for p in api.core.list_namespaced_pod(
+            namespace_of(team), label_selector=RUN_LABEL + "=" + run).items if p.spec.node_name}
 
 
-def _latest(api: RunClient, attempt: Attempt) -> dict | None:
-    jobs = api.rayjobs(attempt.run.team, attempt.run.name)
-    return jobs[-1] if jobs else None
+def _jobs(api: RunClient, attempt: Attempt) -> list[dict]:
+    return api.rayjobs(attempt.run.team, attempt.run.name)
 
 
 def _finished(job: dict | None) -> bool:
     return job is not None and (job.get("status") or {}).get("jobDeploymentStatus") in FINISHED
 
 
-def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict],
+def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict], seen: Seen,
             cloudwatch: tuple[object, str] | None = None) -> None:
     """The attempt's artifacts; ``cloudwatch`` = (boto3 CloudWatch client, EKS cluster name) adds
     ``cloudwatch.json`` over the attempt's RayJob times."""
     team, run = attempt.run.team, attempt.run.name
     folder.mkdir(parents=True, exist_ok=True)
     jobs = api.rayjobs(team, run)
-    (folder / "driver.log").write_text("".join(driver_log(api, team, j["metadata"]["name"]) for j in jobs))
+    seen.look(api, team, run, jobs)
+    (folder / "driver.log").write_text("".join(seen.logs.get(j["metadata"]["name"], "") for j in jobs))
     (folder / "rayjob.json").write_text(json.dumps({"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": jobs},
                                                    indent=1))
-    names = {p.spec.node_name for p in api.core.list_namespaced_pod(
-        namespace_of(team), label_selector=RUN_LABEL + "=" + run).items if p.spec.node_name}
-    nodes = [_sanitize(api, api.core.read_node(n)) for n in sorted(names)]
+    nodes = [_sanitize(api, api.core.read_node(n)) for n in sorted(seen.nodes)]
     (folder / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}, indent=1))
     if cloudwatch is not None:
         starts = [datetime.fromisoformat(j["status"]["startTime"].replace("Z", "+00:00")) for j in jobs]
@@ -111,14 +121,17 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 cloudwatch: object | None = None) -> None:
     run = attempt.run
     objs = _objects(api, cfg, run)
-    api.submit(without_dedup(with_repository(objs.rayjob, repository)), objs.budget)
+    api.submit(without_dedup(with_repository(objs.rayjob, repository)))
     out(f"{attempt.folder}: submitted {run.name}")
+    seen = Seen()
     pending = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
     records: list[dict] = []
     while True:
-        job = _latest(api, attempt)
+        jobs = _jobs(api, attempt)
+        job = jobs[-1] if jobs else None
+        seen.look(api, run.team, run.name, jobs)
         if pending and job is not None:
-            done = parse_log(driver_log(api, run.team, job["metadata"]["name"])).steps
+            done = parse_log(seen.logs.get(job["metadata"]["name"], "")).steps
             last = max((s.rollout_id for s in done), default=-1)
             for step in sorted(s for s in pending if s <= last):
                 record = inject(api, pending.pop(step), run.team, run.name) | {"step": step, "loggedStep": last}
@@ -131,12 +144,12 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 break
             resumed = attempt_of(run, api.next_attempt(run))  # the job failed after a fault: resume
             objs = _objects(api, cfg, resumed)
-            api.submit(without_dedup(with_repository(objs.rayjob, repository)), objs.budget)
+            api.submit(without_dedup(with_repository(objs.rayjob, repository)))
             out(f"{attempt.folder}: resumed as attempt {resumed.attempt}")
             run = resumed
             records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
         time.sleep(poll_s)
-    collect(api, attempt, folder, records, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
+    collect(api, attempt, folder, records, seen, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
     out(f"{attempt.folder}: collected")
 
 

@@ -41,14 +41,8 @@ class FakeCore:
 
     def list_namespaced_pod(self, namespace, label_selector=""):
         want = dict(p.split("=") for p in label_selector.split(",") if "=" in p)
-        if "batch.kubernetes.io/job-name" in want:
-            job = want["batch.kubernetes.io/job-name"]
-            return SimpleNamespace(items=[_pod(f"{job}-submit", "", "", "", datetime.now(timezone.utc))])
         return SimpleNamespace(items=[p for p in self.cluster.pods
                                       if all(p.metadata.labels.get(k) == v for k, v in want.items())])
-
-    def read_namespaced_pod_log(self, name, namespace):
-        return "\n".join(self.cluster.logs[name.removesuffix("-submit")]) + "\n"
 
     def read_node(self, name):
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
@@ -82,7 +76,10 @@ class FakeRuns(RunClient):
     def tier_sizes(self, pools):
         return {}
 
-    def submit(self, rayjob, budget):
+    def driver_log(self, team, run, rayjob):
+        return "\n".join(self.logs[rayjob]) + "\n"
+
+    def submit(self, rayjob):
         md = rayjob["metadata"]
         run = md["labels"][RUN_LABEL]
         done = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run]
@@ -160,7 +157,7 @@ def test_drain_cordons_and_evicts_all_but_daemonsets():
     from bench.faults import inject, uncordon
 
     fake = FakeRuns(save_interval=10, total=33)
-    fake.submit({"metadata": {"name": "r-1", "labels": {RUN_LABEL: "r"}}, "spec": {}}, {})
+    fake.submit({"metadata": {"name": "r-1", "labels": {RUN_LABEL: "r"}}, "spec": {}})
     calls = []
     daemon = _pod("efa-plugin-x", "", "", "rollout-0", datetime.now(timezone.utc))
     daemon.metadata.owner_references = [SimpleNamespace(kind="DaemonSet")]

@@ -252,7 +252,7 @@ def test_the_trigger_creates_sentinels_only_in_real_run_directories(tmp_path):
     from workloads.render import trigger_script
     m = _shared_with_block_end(tmp_path)
     teams = tmp_path / "checkpoints" / "teams"
-    alpha, beta = teams / "alpha" / "checkpoints", teams / "beta" / "checkpoints"
+    alpha, beta = teams / "alpha", teams / "beta"  # team_checkpoint_directory: <run>/RUNNING below it
     for d in (alpha / "a1", alpha / "a-linked-file", alpha / "a-dangling", alpha / "a-marker-link", beta / "b1"):
         d.mkdir(parents=True)
     for d in (alpha / "a1", alpha / "a-linked-file", alpha / "a-dangling", beta / "b1"):
@@ -276,15 +276,15 @@ def test_the_trigger_creates_sentinels_only_in_real_run_directories(tmp_path):
 
 def test_the_trigger_gives_each_team_a_container_that_mounts_only_its_directory():
     from workloads.render import checkpoint_trigger_cronjob
-    from workloads.teams import team_directory
+    from workloads.teams import team_checkpoint_directory
     m = _shared_with_block_end("/mnt/fsx")
     job = checkpoint_trigger_cronjob(m)
     pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["team-alpha", "team-beta"]
     for c, team in zip(pod["containers"], ("alpha", "beta")):
         (mount,) = c["volumeMounts"]
-        assert mount == {"name": "fsx", "mountPath": f"/mnt/fsx/{team_directory(team)}",
-                         "subPath": team_directory(team)}
+        assert mount == {"name": "fsx", "mountPath": f"/mnt/fsx/{team_checkpoint_directory(team)}",
+                         "subPath": team_checkpoint_directory(team)}
         lines = [line.strip() for line in c["command"][-1].splitlines()]
         (find,) = [line for line in lines if line.startswith("find ")]
         assert not {"-L", "-H", "-follow"} & set(find.split())

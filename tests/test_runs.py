@@ -197,9 +197,12 @@ def test_the_team_directories_are_the_only_parts_of_the_file_system_its_pods_mou
     job = team_directories_job(m)
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
     assert job["spec"]["activeDeadlineSeconds"] == 600  # fails, and is replaced next time, if FSx cannot mount
-    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "mkdir", "-p", "/mnt/fsx/teams/alpha", "/mnt/fsx/checkpoints/teams/alpha",
-        "/mnt/fsx/teams/beta", "/mnt/fsx/checkpoints/teams/beta"]
+    # one container per top-level directory, each mounting only that one
+    assert [(c["command"], c["volumeMounts"]) for c in job["spec"]["template"]["spec"]["containers"]] == [
+        (["mkdir", "-p", "/mnt/fsx/checkpoints/teams/alpha", "/mnt/fsx/checkpoints/teams/beta"],
+         [{"name": "fsx", "mountPath": "/mnt/fsx/checkpoints", "subPath": "checkpoints"}]),
+        (["mkdir", "-p", "/mnt/fsx/teams/alpha", "/mnt/fsx/teams/beta"],
+         [{"name": "fsx", "mountPath": "/mnt/fsx/teams", "subPath": "teams"}])]
     import kubernetes_validate
     for o in (pv, pvc, saves, job):
         kubernetes_validate.validate(o, k8s_version(cfg), strict=True)

@@ -151,20 +151,18 @@ class RunClient:
             return False
         job = jobs[-1]
         sentinel, lease, attempt = _flag(job, "--save-trigger-sentinel"), _word(job, "--marker"), _attempt(job)
-        heads = self.core.list_namespaced_pod(namespace_of(team), label_selector=(
-            f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={attempt},{RAY_NODE_TYPE_LABEL}=head")).items
-        running = [p.metadata.name for p in heads if p.status.phase == "Running"]
-        if sentinel is None or lease is None or not running:
+        head = self._head(team, run, job)
+        if sentinel is None or lease is None or head is None:
             return False
         state = ["sh", "-c", SAVE_STATE, "save-state", lease, sentinel, str(attempt)]
         try:
-            if self._exec(team, running[0], ["touch", sentinel])[0] != 0:
+            if self._exec(team, head, ["touch", sentinel])[0] != 0:
                 return False  # nothing was asked for
             deadline = time.monotonic() + timeout_s
-            while (answer := self._answer(team, running[0], state)) == "waiting" and time.monotonic() < deadline:
+            while (answer := self._answer(team, head, state)) == "waiting" and time.monotonic() < deadline:
                 time.sleep(poll_s)
             if answer != "saved":
-                self._exec(team, running[0], ["rm", "-f", sentinel])  # no request left for a later attempt
+                self._exec(team, head, ["rm", "-f", sentinel])  # no request left for a later attempt
         except k8s.ApiException:
             return False
         return answer == "saved"
@@ -215,6 +213,25 @@ class RunClient:
                                                        grace_period_seconds=0)
         return names
 
+    def _head(self, team: str, run: str, job: dict) -> str | None:
+        """The running head pod of the attempt ``job`` of ``run``, if it has one."""
+        heads = self.core.list_namespaced_pod(namespace_of(team), label_selector=(
+            f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt(job)},{RAY_NODE_TYPE_LABEL}=head")).items
+        return next((p.metadata.name for p in heads if p.status.phase == "Running"), None)
+
+    def driver_log(self, team: str, run: str, rayjob: str) -> str:
+        """The driver's log so far of the attempt ``rayjob``: ``ray job logs`` against its head's own Jobs
+        API (HTTPMode has no submitter pod to read). Empty when the attempt has no job id or no running
+        head: its Ray cluster is deleted ``ttlSecondsAfterFinished`` after it ends, so a caller that
+        needs the whole log reads it while the attempt runs and once more as it finishes."""
+        job = next((j for j in self.rayjobs(team, run) if j["metadata"]["name"] == rayjob), None)
+        job_id = None if job is None else (job.get("status") or {}).get("jobId")
+        head = None if job_id is None else self._head(team, run, job)
+        if head is None:
+            return ""
+        code, out = self._exec(team, head, ["ray", "job", "logs", "--address", DASHBOARD, job_id])
+        return out if code == 0 else ""
+
     def follow(self, team: str, run: str) -> Iterator[str]:
         """The driver's log, from the latest attempt's head: ``ray job logs --follow`` against its own Jobs
         API (HTTPMode has no submitter pod to read)."""
@@ -223,14 +240,12 @@ class RunClient:
             raise LookupError(f"no run {run!r} in namespace {namespace_of(team)}")
         latest = jobs[-1]
         job_id = (latest.get("status") or {}).get("jobId")
-        heads = self.core.list_namespaced_pod(namespace_of(team), label_selector=(
-            f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt(latest)},{RAY_NODE_TYPE_LABEL}=head")).items
-        running = [p.metadata.name for p in heads if p.status.phase == "Running"]
-        if not job_id or not running:
+        head = self._head(team, run, latest)
+        if not job_id or head is None:
             raise LookupError(f"run {run!r}: {latest['metadata']['name']} has no running head yet (the gang may be "
                               f"waiting: see `show`)")
         from kubernetes.stream import stream  # noqa: PLC0415
-        ws = stream(self.core.connect_get_namespaced_pod_exec, running[0], namespace_of(team),
+        ws = stream(self.core.connect_get_namespaced_pod_exec, head, namespace_of(team),
                     container=HEAD_CONTAINER, command=["ray", "job", "logs", "--follow", "--address", DASHBOARD, job_id],
                     stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
         try:
