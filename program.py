@@ -5,6 +5,8 @@ from __future__ import annotations
 import pulumi
 
 from components import Platform
+from nodes.burn_in import plans as burn_in_plans
+from nodes.component import BurnIn
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
@@ -32,11 +34,13 @@ def build(cfg: StackConfig) -> Platform:
     cfg = as_program_config(cfg)
     model = derive(cfg)
     check_schedulable(model)  # before any resource is registered
+    burn_in = burn_in_plans(model, cfg)
     platform = Platform(cfg, gpu_setups=model.gpu_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack
     workloads = Workloads(model, platform, runs)
+    BurnIn(model, burn_in, platform)
     if model.raycluster:
         pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                      "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "

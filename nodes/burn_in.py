@@ -62,7 +62,9 @@ class PoolBurnIn:
     efa_devices: int
     budget_seconds: int
     steps: dict[str, int] = field(default_factory=dict)
-    """Allowance per step, seconds (what ``budget_seconds`` adds up)."""
+    """Allowance per step, seconds (what ``budget_seconds`` adds up); 0: the step does not apply."""
+    replace: bool = False
+    """A failed node's instance is marked unhealthy (``burnIn.replaceFailed``)."""
 
     @property
     def name(self) -> str:
@@ -72,8 +74,9 @@ class PoolBurnIn:
     def agent_plan(self) -> dict:
         """What the agent on the node is told (JSON in its command line)."""
         return {"pool": self.pool.name, "gpus": self.group.gpus, "efaDevices": self.efa_devices,
-                "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds,
-                "benchSeconds": self.steps["nccl"], "benchSizes": list(BENCH_SIZES),
+                "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds, "steps": dict(self.steps),
+                "dcgmLevel": self.dcgm_level, "dcgmSeconds": self.steps["dcgm"], "benchSizes": list(BENCH_SIZES),
+                "replace": self.replace,
                 "floors": [{"op": f.op, "busbw": f.busbw, "advisory": f.advisory} for f in self.floors],
                 "taint": {"key": BURN_IN_TAINT.key, "value": BURN_IN_TAINT.value, "effect": BURN_IN_TAINT.effect}}
 
@@ -102,13 +105,13 @@ def floors(pool: Pool, g: L.Group) -> tuple[Floor, ...]:
     return tuple(out)
 
 
-def plan(m: WorkloadModel, pool: Pool, level: int) -> PoolBurnIn:
+def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False) -> PoolBurnIn:
     g, args = _group(m, pool)
     steps = {"preflight": PREFLIGHT_SECONDS, "dcgm": DCGM_SECONDS[level],
              "nccl": BENCH_SECONDS.get(pool.instance.family, BENCH_DEFAULT_SECONDS) if g.gpus > 1 else 0,
              "efa": LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
-                      efa_devices=pool.efa_devices, budget_seconds=sum(steps.values()), steps=steps)
+                      efa_devices=pool.efa_devices, budget_seconds=sum(steps.values()), steps=steps, replace=replace)
 
 
 def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
@@ -121,4 +124,4 @@ def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
                                f"GPU pool; allowed: {', '.join(p.name for p in gpu) or 'none'}")
     if not settings.enabled:
         return []
-    return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level)) for p in gpu]
+    return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed) for p in gpu]
