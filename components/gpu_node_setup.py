@@ -59,7 +59,10 @@ SELF_PATH = "/usr/local/libexec/rl-gpu-node-setup"
 
 BURN_IN_TAINT = Taint(key=f"{LABEL_PREFIX}/burn-in", value="pending")
 """Every GPU node registers with it (``registration_taints``) and keeps it until its burn-in passes
-(``nodes/``): no pod of a run tolerates it."""
+(``nodes/``): no pod of a run tolerates it. DaemonSets that reach GPU nodes by tolerating every taint
+(the FSx CSI node plugin's ``tolerateAllTaints``; the EKS add-ons, which already run there beside the
+``nvidia.com/gpu`` taint they do not name) are not held; the device plugins name their taints and add
+this one (``components.device_plugins.gpu_taints``)."""
 
 
 def registration_taints(pool: Pool, burn_in: bool) -> tuple[Taint, ...]:
