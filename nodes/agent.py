@@ -11,7 +11,8 @@ checks are called, the bench is run, never copied. Steps, each within what is le
 3. NCCL: ``fabric_bench`` on this node's GPUs (all-reduce and all-to-all), each collective's peak
    busbw against the acceptance's floor (a derived floor only warns, as in the acceptance report);
    wrong results fail;
-4. EFA loopback: ``fi_pingpong`` (libfabric fabtests, ``-p efa -e rdm``, data verified with ``-v``)
+4. EFA loopback: ``fi_pingpong`` (built with libfabric beside ``fi_info``, its ``util/``; man page
+   fi_pingpong(1): ``-p efa -e rdm``, data verified with ``-v``, ``-d`` on both sides)
    from each EFA device to the next one of the same node, shared memory off
    (``FI_EFA_ENABLE_SHM_TRANSFER=0``, fi_efa(7)) so the bytes cross the devices.
 
@@ -46,7 +47,7 @@ except ImportError:
     from workloads import fabric_bench, preflight
 
 LOOPBACK_PORT = 47592
-"""fi_pingpong's default control port (fabtests ``-B``/``-P``)."""
+"""fi_pingpong's default control port (fi_pingpong(1), ``-B``/``-P``)."""
 LOOPBACK_ARGS = ["-p", "efa", "-e", "rdm", "-I", "100", "-S", "65536", "-v"]
 LOOPBACK_ENV = {"FI_EFA_ENABLE_SHM_TRANSFER": "0"}
 
