@@ -1,5 +1,6 @@
 """The few Kubernetes API calls the burn-in agent makes from its pod, with the standard library only
-(the workload image has no Kubernetes client): read its node, merge-patch it, create an Event.
+(the workload image has no Kubernetes client): read its node and the pods on it, merge-patch the
+node, create an Event.
 
 Authenticates with the pod's projected service-account token and CA (read again on every call: the
 kubelet rotates the token) at ``KUBERNETES_SERVICE_HOST``/``PORT``. A non-2xx answer raises
@@ -51,6 +52,10 @@ class Api:
 
     def node(self, name: str) -> dict:
         return self._call("GET", f"/api/v1/nodes/{name}")
+
+    def pods_on(self, node: str) -> list[dict]:
+        """Every pod on ``node``, in every namespace."""
+        return self._call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}").get("items", [])
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict:
         return self._call("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")

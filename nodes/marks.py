@@ -26,7 +26,7 @@ ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION)
 PASSED, FAILED, RETEST = "passed", "failed", "retest"
 DONE = (PASSED, FAILED)
 """Results that take the burn-in pod off the node (its DaemonSet's node affinity excludes them)."""
-EVENT_REASON = {PASSED: "BurnInPassed", FAILED: "BurnInFailed"}
+EVENT_REASON = {PASSED: "BurnInPassed", FAILED: "BurnInFailed", RETEST: "BurnInRetest"}
 
 
 def stamp(now: datetime) -> str:
@@ -81,7 +81,7 @@ def event(node: Mapping[str, Any], namespace: str, result: str, message: str, no
             "metadata": {"generateName": f"{md['name']}.burn-in.", "namespace": namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": md["name"], "uid": md.get("uid", "")},
             "reason": EVENT_REASON[result], "message": message[:1024],
-            "type": "Normal" if result == PASSED else "Warning",
+            "type": "Warning" if result == FAILED else "Normal",
             "source": {"component": "rl-burn-in", "host": md["name"]},
             "firstTimestamp": when, "lastTimestamp": when, "count": 1}
 

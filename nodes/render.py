@@ -12,8 +12,10 @@ Guarantees:
   IPC_LOCK), with the DCGM container first (it records the start, so the budget counts from it);
 - the agent's liveness probe stops a container still undecided past the budget (plus a minute), so a
   hang becomes a failure with that reason (``nodes.agent.decide``);
-- RBAC: read and patch nodes, create Events in its namespace; the admission policies
-  (``nodes.policy``) narrow both to the pod's own node and the burn-in keys.
+- the watcher (``nodes.watch``) runs on every GPU node that passed, with no GPU, and re-tests it
+  when a run's preflight fails there;
+- RBAC: read and patch nodes, create Events in its namespace (the watcher also lists pods); the
+  admission policies (``nodes.policy``) narrow both to the pod's own node and the burn-in keys.
 """
 
 from __future__ import annotations
@@ -28,18 +30,20 @@ from workloads.render.common import (container_resources, env_list, labels, pod_
                                      shm_volume, tolerations, SHM_VOLUME)
 
 from .burn_in import PoolBurnIn
-from .marks import DONE, RESULT_LABEL
+from .marks import DONE, PASSED, RESULT_LABEL
 from .policy import burn_in_policies
 
 NAMESPACE = "rl-burn-in"
 SERVICE_ACCOUNT = "burn-in"
+WATCH_ACCOUNT = "burn-in-watch"
+WATCH = "burn-in-watch"
 SCRIPTS = "burn-in-scripts"
 SCRIPTS_DIR = "/opt/burn-in"
 RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {"agent.py": HERE / "agent.py", "marks.py": HERE / "marks.py", "incluster.py": HERE / "incluster.py",
-                "replace.py": HERE / "replace.py", "preflight.py": HERE.parent / "workloads" / "preflight.py",
+                "replace.py": HERE / "replace.py", "watch.py": HERE / "watch.py", "preflight.py": HERE.parent / "workloads" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
 
@@ -51,24 +55,28 @@ def _meta(name: str, namespace: str | None = NAMESPACE) -> dict:
     return md
 
 
+def _binding(kind: str, name: str, accounts: list[str], namespace: str | None) -> dict:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{kind}Binding", "metadata": _meta(name, namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": a, "namespace": NAMESPACE} for a in accounts]}
+
+
 def base_objects() -> list[dict]:
-    """Namespace, service account, RBAC and scripts, shared by every pool's DaemonSet."""
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(NAMESPACE, None),
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]}
-    subject = [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]
-    events = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta("burn-in-events"),
-              "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]}
+    """Namespace, service accounts, RBAC and scripts, shared by every pool's DaemonSet and the watcher."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    node_rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(NAMESPACE, None)},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(SERVICE_ACCOUNT)},
-        role,
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": _meta(NAMESPACE, None),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAMESPACE},
-         "subjects": subject},
-        events,
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta("burn-in-events"),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "burn-in-events"},
-         "subjects": subject},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(WATCH_ACCOUNT)},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(NAMESPACE, None), "rules": [node_rule]},
+        _binding("ClusterRole", NAMESPACE, [SERVICE_ACCOUNT], None),
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(f"{NAMESPACE}-watch", None),
+         "rules": [node_rule, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
+        _binding("ClusterRole", f"{NAMESPACE}-watch", [WATCH_ACCOUNT], None),
+        {"apiVersion": rbac, "kind": "Role", "metadata": _meta("burn-in-events"),
+         "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
+        _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT], NAMESPACE),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(SCRIPTS),
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
     ]
@@ -135,10 +143,37 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
                                            "initContainers": [dcgm], "containers": [agent], "volumes": volumes}}}}
 
 
+def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
+    """``nodes.watch`` on every GPU node that passed: no GPU, a little CPU and memory, read-only root."""
+    taint = plans[0].agent_plan["taint"]
+    tolerated = {json.dumps(t, sort_keys=True): t for b in plans for t in tolerations(b.pool)}
+    tolerated[json.dumps(taint)] = {"key": taint["key"], "operator": "Equal", "value": taint["value"],
+                                    "effect": taint["effect"]}
+    small = {"cpu": "50m", "memory": "128Mi"}
+    c = {"name": "watch", "image": m.image, "imagePullPolicy": "IfNotPresent",
+         "command": ["python3", f"{SCRIPTS_DIR}/watch.py", "--taint", json.dumps(taint, sort_keys=True)],
+         "env": [*env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
+                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+         "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [b.pool.name for b in plans]},
+                              {"key": RESULT_LABEL, "operator": "In", "values": [PASSED]}]}]}}}
+    pod_labels = labels(WATCH)
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(WATCH),
+            "spec": {"selector": {"matchLabels": pod_labels},
+                     "template": {"metadata": {"labels": pod_labels},
+                                  "spec": {"serviceAccountName": WATCH_ACCOUNT, "securityContext": pod_security_context(),
+                                           "affinity": affinity, "tolerations": list(tolerated.values()),
+                                           "containers": [c],
+                                           "volumes": [{"name": "scripts", "configMap": {"name": SCRIPTS}}]}}}}
+
+
 def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     """Everything the burn-in registers; nothing when no pool has a plan (burn-in off)."""
     if not plans:
         return []
     taint_key = plans[0].agent_plan["taint"]["key"]
-    return [*base_objects(), *(daemonset(m, b) for b in plans),
-            *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, taint_key)]
+    return [*base_objects(), *(daemonset(m, b) for b in plans), watch_daemonset(m, plans),
+            *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, taint_key)]

@@ -6,8 +6,8 @@ result label), never as passed unless its result label says so and the burn-in t
 without a result is "testing" while its burn-in pod runs within its budget, "failed" once the pod
 runs past it, and "not tested" with the reason (no pod on the node, the pod pending and why) otherwise.
 A re-test taints the node again and labels it ``retest`` with its ``resourceVersion`` (a stale read is
-refused, and retried), so the DaemonSet's pod returns to it; ``refused_nodes`` finds the nodes whose
-run pods' preflight failed.
+refused, and retried), so the DaemonSet's pod returns to it; ``refused_nodes`` finds the passed nodes
+on which a run pod's preflight failed (the watcher, ``nodes.watch``, does the same on each node).
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from stackconfig.stack import POOL_LABEL
 from .marks import FAILED, FIGURES_ANNOTATION, PASSED, REASON_ANNOTATION, RESULT_LABEL, TIME_LABEL, RETEST, \
     has_taint, parse_stamp, retest_patch
 from .render import NAMESPACE, PROBE_GRACE_SECONDS
+from .watch import refusals
 
 GPU = "nvidia.com/gpu"
-PREFLIGHT_CONTAINER = "preflight"
-"""The init container the run's GPU pods start with (``workloads/render/ray.py``)."""
 TAINT = {"key": BURN_IN_TAINT.key, "value": BURN_IN_TAINT.value, "effect": BURN_IN_TAINT.effect}
 
 
@@ -110,18 +109,6 @@ def classify(node: dict, pods: Iterable[dict], now: datetime) -> NodeRow:
     return NodeRow(state="testing", reason=f"burn-in pod {name}{again}: {elapsed} s of {budget or '?'} s", **row)
 
 
-def refused(pod: dict) -> bool:
-    """The pod's preflight init container ended with a failure (now or before a restart)."""
-    for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
-        if cs.get("name") != PREFLIGHT_CONTAINER:
-            continue
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            done = state.get("terminated")
-            if done and done.get("exitCode", 0) != 0:
-                return True
-    return False
-
-
 class NodesClient:
     """``api``: a configured ``kubernetes.client.ApiClient``."""
 
@@ -150,6 +137,6 @@ class NodesClient:
     def refused_nodes(self) -> list[str]:
         """Nodes that passed their burn-in and on which a run pod's preflight has since failed."""
         pods = self._dicts(self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded"))
-        names = sorted({p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName") and refused(p)})
+        names = sorted({p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName") and refusals(p)})
         passed = {n["metadata"]["name"] for n in self._dicts(self.core.list_node(label_selector=f"{RESULT_LABEL}={PASSED}"))}
         return [n for n in names if n in passed]

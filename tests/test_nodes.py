@@ -18,7 +18,7 @@ from components.node_pool import EKS_TAINT_EFFECT
 from nodes import marks
 from nodes.burn_in import plans
 from nodes.policy import burn_in_policies
-from nodes.render import NAMESPACE, SERVICE_ACCOUNT
+from nodes.render import NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT
 from stackconfig.stack import LABEL_PREFIX, StackConfigError
 
 NODE = "ip-10-0-1-5.ec2.internal"
@@ -63,6 +63,12 @@ def test_no_pod_of_a_run_tolerates_the_burn_in_taint_and_the_burn_in_tolerates_o
         assert all(t.get("key") for t in tolerated), f"{where}: tolerates every taint"
         if not where.startswith("DaemonSet/burn-in-"):
             assert BURN_IN["key"] not in {t["key"] for t in tolerated}, where
+            continue
+        if where == "DaemonSet/burn-in-watch":  # on passed GPU nodes of every pool, tainted again or not
+            assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
+                *((t.key, t.value, t.effect) for p in cfg.pools if p.instance.is_gpu for t in p.taints),
+                (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])}
+            assert not pod["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")
             continue
         pool = next(p for p in cfg.pools if where == f"DaemonSet/burn-in-{p.name}")
         assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
@@ -145,10 +151,9 @@ def request_from(node_name: str | None, user: str = USER) -> dict:
 
 @pytest.fixture(scope="module")
 def policies():
-    found = [o for o in burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, BURN_IN["key"])
-             if o["kind"] == "ValidatingAdmissionPolicy"]
-    bindings = [o for o in burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, BURN_IN["key"])
-                if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    objects = burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, BURN_IN["key"])
+    found = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
     assert all(p["spec"]["failurePolicy"] == "Fail" for p in found)
     return {p["metadata"]["name"]: p for p in found}
@@ -243,3 +248,19 @@ def test_set_instance_health_is_signed_as_botocore_signs_it():
     assert signed_headers("us-east-1", body, creds, when)["authorization"] == req.headers["Authorization"]
     with pytest.raises(ValueError, match="names no EC2 instance"):
         instance_id(merge(new_node(NODE), {"spec": {"providerID": "kind://x"}}))
+
+
+def test_the_watcher_may_only_ask_for_a_retest_of_its_own_node(policies):
+    watch_policy = policies["rl-burn-in-watch-own-node"]
+    user = f"system:serviceaccount:{NAMESPACE}:{WATCH_ACCOUNT}"
+    old = merge(new_node(NODE), {"metadata": {"labels": {marks.RESULT_LABEL: "passed"}}, "spec": {"taints": [GPU_TAINT]}})
+    retest = merge(old, marks.retest_patch(old, BURN_IN))
+    assert evaluate(watch_policy, request_from(NODE, user), retest, old) == []
+    assert evaluate(policies["rl-burn-in-own-node"], request_from(NODE, user), retest, old) is None
+    passed = merge(old, marks.result_patch(old, BURN_IN, "passed", {}, None, NOW))
+    untainted_retest = merge(old, {"metadata": {"labels": {marks.RESULT_LABEL: "retest"}}})
+    bad = {"another node": (request_from("ip-10-0-9-9.ec2.internal", user), retest),
+           "a result": (request_from(NODE, user), passed),
+           "retest without the taint": (request_from(NODE, user), untainted_retest)}
+    for name, (req, new) in bad.items():
+        assert evaluate(watch_policy, req, new, old), name

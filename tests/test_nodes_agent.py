@@ -51,7 +51,7 @@ class FakeApiServer:
     """Nodes and events, as the API server keeps them; ``conflicts`` PATCHes answer 409 first."""
 
     def __init__(self, node: dict, conflicts: int = 0):
-        self.node, self.conflicts, self.requests, self.events = node, conflicts, [], []
+        self.node, self.conflicts, self.requests, self.events, self.pods = node, conflicts, [], [], []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,7 +71,7 @@ class FakeApiServer:
 
             def do_GET(self):
                 fake.requests.append(("GET", self.path, None, None))
-                self._send(200, fake.node)
+                self._send(200, {"items": fake.pods} if self.path.startswith("/api/v1/pods") else fake.node)
 
             def do_PATCH(self):
                 body = self._body()
@@ -265,3 +265,32 @@ def test_a_conflicting_write_is_read_again_and_retried(node_env, train_plan):
 def test_dcgm_failures_are_found_whatever_the_json_layout():
     assert agent.failed_tests({"a": [{"name": "x", "results": [{"result": "FAIL"}]}, {"name": "y", "status": "Pass"}]}) == ["x"]
     assert agent.failed_tests({"tests": [{"test_name": "diagnostic", "status": "fail"}]}) == ["diagnostic"]
+
+
+# --- between runs: the watcher on a passed node -----------------------------------------------------------
+
+def run_pod(exit_code: int, finished: str, last: bool = False) -> dict:
+    term = {"terminated": {"exitCode": exit_code, "finishedAt": finished}}
+    cs = {"name": "preflight", **({"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": term}
+                                   if last else {"state": term})}
+    return {"metadata": {"name": "miles-worker-trainer-x", "namespace": "team-a"},
+            "status": {"initContainerStatuses": [cs]}}
+
+
+def test_the_watcher_taints_its_node_again_when_a_runs_preflight_refused_it_after_its_burn_in():
+    from nodes import watch
+    node = merge(new_node(), {"metadata": {"labels": {marks.RESULT_LABEL: "passed", marks.TIME_LABEL: "20261201T150000Z"}},
+                              "spec": {"taints": [GPU_TAINT]}})
+    server = FakeApiServer(node)
+    try:
+        server.pods = [run_pod(1, "2026-12-01T14:00:00Z"), run_pod(0, "2026-12-01T16:00:00Z")]
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # refused before
+        assert [r[0] for r in server.requests] == ["GET", "GET"]
+        server.pods.append(run_pod(1, "2026-12-01T16:00:00Z", last=True))
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) == "team-a/miles-worker-trainer-x"
+    finally:
+        server.close()
+    assert server.requests[-3][1] == f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node['metadata']['name']}"
+    assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
+    assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "retest"
+    assert [e["reason"] for e in server.events] == ["BurnInRetest"]
