@@ -25,7 +25,7 @@ from stackconfig.stack import POOL_LABEL
 from .marks import FAILED, FIGURES_ANNOTATION, PASSED, REASON_ANNOTATION, RESULT_LABEL, TIME_LABEL, RETEST, \
     has_taint, parse_stamp, retest_patch
 from .render import NAMESPACE, PROBE_GRACE_SECONDS
-from .watch import refusals
+from .watch import parse_time, refusals
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": BURN_IN_TAINT.key, "value": BURN_IN_TAINT.value, "effect": BURN_IN_TAINT.effect}
@@ -41,12 +41,6 @@ class NodeRow:
     tested: str
     figures: dict = field(default_factory=dict)
     reason: str = ""
-
-
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def is_gpu_node(node: dict) -> bool:
@@ -78,7 +72,7 @@ def _pending_why(pod: dict) -> str:
 def classify(node: dict, pods: Iterable[dict], now: datetime) -> NodeRow:
     md = node["metadata"]
     labels, notes = md.get("labels") or {}, md.get("annotations") or {}
-    created = _time(md.get("creationTimestamp")) or now
+    created = parse_time(md.get("creationTimestamp")) or now
     tested = parse_stamp(labels.get(TIME_LABEL, ""))
     row = dict(node=md["name"], pool=labels.get(POOL_LABEL, "?"), age_seconds=int((now - created).total_seconds()),
                tested=tested.isoformat() if tested else "", figures=json.loads(notes.get(FIGURES_ANNOTATION, "{}")))
@@ -100,7 +94,7 @@ def classify(node: dict, pods: Iterable[dict], now: datetime) -> NodeRow:
         return NodeRow(state="not tested", reason=f"burn-in pod {name} pending: {_pending_why(pod)}", **row)
     if phase != "Running":
         return NodeRow(state="not tested", reason=f"burn-in pod {name} {phase}", **row)
-    started = _time(pod["status"].get("startTime")) or now
+    started = parse_time(pod["status"].get("startTime")) or now
     elapsed, budget = int((now - started).total_seconds()), _plan_of(pod).get("budgetSeconds", 0)
     if budget and elapsed > budget + PROBE_GRACE_SECONDS:
         return NodeRow(state="failed", reason=f"burn-in pod {name} running {elapsed} s, past its budget of {budget} s, "

@@ -30,7 +30,8 @@ PREFLIGHT_CONTAINER = "preflight"
 """The init container every GPU pod of a run starts with (``workloads/render/ray.py``)."""
 
 
-def _time(text: str | None) -> datetime | None:
+def parse_time(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``Z``)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
@@ -43,7 +44,7 @@ def refusals(pod: Mapping[str, Any]) -> list[datetime]:
         for state in (cs.get("state") or {}, cs.get("lastState") or {}):
             done = state.get("terminated")
             if done and done.get("exitCode", 0) != 0:
-                out.append(_time(done.get("finishedAt")) or datetime.now(timezone.utc))
+                out.append(parse_time(done.get("finishedAt")) or datetime.now(timezone.utc))
     return out
 
 
