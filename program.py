@@ -13,6 +13,8 @@ import pulumi
 
 from components import Platform
 from components.device_plugins import eks_addon_registry
+from nodes.burn_in import plans as burn_in_plans
+from nodes.component import BurnIn
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
@@ -53,11 +55,13 @@ def build(cfg: StackConfig) -> Platform:
     check_program(cfg)  # before any resource is registered
     model = derive(cfg)
     check_schedulable(model)  # before any resource is registered
+    burn_in = burn_in_plans(model, cfg)
     platform = Platform(cfg, gpu_setups=model.gpu_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack
     workloads = Workloads(model, platform, runs)
+    BurnIn(model, burn_in, platform)
     if model.raycluster:
         pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                      "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "

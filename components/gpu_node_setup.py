@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stackconfig.stack import LABEL_PREFIX, Pool
+from stackconfig.stack import LABEL_PREFIX, Pool, Taint
 
 GDA_FAMILIES = frozenset({"p5en", "p6-b200", "p6-b300"})
 """GPU-initiated EFA (EFA-GDA) instance families: aws/aws-ofi-nccl@2daf7d3:doc/gin-getting-started.md:34."""
@@ -56,6 +56,25 @@ MODPROBE_CONF = "/etc/modprobe.d/50-rl-peer-mapping-override.conf"
 NVIDIA_OPTION = 'options nvidia NVreg_RegistryDwords="PeerMappingOverride=1;"'
 UNIT_NAME = "rl-gpu-node-setup.service"
 SELF_PATH = "/usr/local/libexec/rl-gpu-node-setup"
+
+BURN_IN_TAINT = Taint(key=f"{LABEL_PREFIX}/burn-in", value="pending")
+"""Every GPU node registers with it (``registration_taints``) and keeps it until its burn-in passes
+(``nodes/``): no pod of a run tolerates it. DaemonSets that reach GPU nodes by tolerating every taint
+(the FSx CSI node plugin's ``tolerateAllTaints``; the EKS add-ons, which already run there beside the
+``nvidia.com/gpu`` taint they do not name) are not held; the device plugins name their taints and add
+this one (``components.device_plugins.gpu_taints``)."""
+
+
+def registration_taints(pool: Pool, burn_in: bool) -> tuple[Taint, ...]:
+    """The taints a pool's nodes register with: the pool's own, plus ``BURN_IN_TAINT`` on GPU pools when
+    the stack's burn-in is on. They go in the managed node group's one taint list, which EKS hands kubelet
+    as one ``--register-with-taints`` flag at registration (EKS user guide, node-taints-managed-node-groups).
+    Not a second flag in a NodeConfig: kubelet keeps only the last ``--register-with-taints`` it is given
+    (kubernetes/kubernetes pkg/util/flag/flags.go, ``RegisterWithTaintsVar.Set`` replaces the list), and
+    nodeadm appends every config's flags (amazon-eks-ami@81fec2e:nodeadm/internal/api/merge.go:46-58),
+    so one of the two lists would be lost."""
+    return (*pool.taints, BURN_IN_TAINT) if burn_in and pool.instance.is_gpu else pool.taints
+
 
 SHELLSCRIPT = "text/x-shellscript"
 BOOTHOOK = "text/cloud-boothook"

@@ -25,7 +25,7 @@ import pulumi_aws as aws
 
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
-from .gpu_node_setup import GpuNodeSetup, user_data_parts
+from .gpu_node_setup import GpuNodeSetup, registration_taints, user_data_parts
 from .network import pods_per_node
 
 NODEADM_BOUNDARY = "==NODEADM=="
@@ -91,9 +91,10 @@ class NodePool(pulumi.ComponentResource):
     def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
                  node_role_arn: pulumi.Input[str], net: PoolNetwork,
                  after: Sequence[pulumi.Resource] = (), gpu_setup: GpuNodeSetup = GpuNodeSetup(),
-                 opts: pulumi.ResourceOptions | None = None):
+                 burn_in: bool = False, opts: pulumi.ResourceOptions | None = None):
         """``after``: what the node group must wait for (VPC CNI add-on, node role policies, NAT
-        egress); stated on the node group itself so the dependency is explicit in the graph."""
+        egress); stated on the node group itself so the dependency is explicit in the graph.
+        ``burn_in``: GPU nodes register with the burn-in taint (``gpu_node_setup.registration_taints``)."""
         super().__init__("rlplatform:nodes:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.placement_group = (
@@ -120,7 +121,7 @@ class NodePool(pulumi.ComponentResource):
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             labels=pool.node_labels,
             taints=[aws.eks.NodeGroupTaintArgs(key=t.key, value=t.value, effect=EKS_TAINT_EFFECT[t.effect])
-                    for t in pool.taints],
+                    for t in registration_taints(pool, burn_in)],
             tags={"Name": name},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after),
                                         ignore_changes=["scalingConfig.desiredSize"]),

@@ -58,7 +58,8 @@ class Platform(pulumi.ComponentResource):
                  *self.network.egress]
         setups = gpu_setups or {}
         self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.role.arn, net,
-                                       after=after, gpu_setup=setups.get(p.name, GpuNodeSetup()), opts=child)
+                                       after=after, gpu_setup=setups.get(p.name, GpuNodeSetup()),
+                                       burn_in=cfg.burn_in.enabled, opts=child)
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])

@@ -22,6 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SchemaModel
+from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .versions import Versions
 
@@ -311,6 +312,7 @@ class StackConfig(SchemaModel):
     pools: list[Pool] = Field(min_length=1)
     versions: Versions = Versions()
     checkpoints: CheckpointSettings = CheckpointSettings()
+    burn_in: BurnInSettings = BurnInSettings()
 
     @model_validator(mode="after")
     def _invariants(self) -> "StackConfig":

@@ -109,10 +109,19 @@ class SoftwareStack(SchemaModel):
     """Tag the recipe's build is pushed under in the stack's repository (``workloads/image/README.md``)."""
     reward_image: str | None = None
     """Image of the reward service; default: ``image``."""
+    dcgm: str = Field("4.5.2-1-ubuntu22.04", pattern=r"^\d+\.\d+\.\d+-\d+-[\w.]+$")
+    """NVIDIA DCGM 4.5.2 image tag (``nvcr.io/nvidia/cloud-native/dcgm``) the GPU burn-in runs
+    ``dcgmi diag`` from. NGC is no ECR pull-through upstream
+    (``components/registry.py``): copy it into the stack repository as ``dcgm-<tag>`` (README, Burn-in)."""
 
 
 STACK_REPOSITORY = "{imageRepository}"
 """Stands for the stack's ECR repository URL in image references until registration fills it in."""
+
+
+def dcgm_image(software: SoftwareStack) -> str:
+    """The DCGM image the burn-in pulls: ``dcgm-<tag>`` in the stack repository."""
+    return f"{STACK_REPOSITORY}:dcgm-{software.dcgm}"
 
 
 def workload_image(software: SoftwareStack) -> str:

@@ -12,7 +12,7 @@ from catalog import EFA_TYPES
 from analysis import mocks
 from stackconfig.stack import load_stack
 from components.network import node_ip_demand, plan_subnets, prefix_delegation
-from components.node_pool import node_config
+from components.node_pool import EKS_TAINT_EFFECT, node_config
 from stackconfig.versions import Versions
 
 
@@ -188,7 +188,10 @@ def test_nodeadm_raid0_on_nvme_types(stack):
 def test_device_plugins_tolerate_exactly_gpu_taints(stack):
     cfg = load(stack)
     graph = graph_of(stack)
-    gpu_taints = {(t.key, t.value, t.effect) for p in cfg.pools if p.instance.is_gpu for t in p.taints}
+    effect = {v: k for k, v in EKS_TAINT_EFFECT.items()}
+    gpu_taints = {(t["key"], t["value"], effect[t["effect"]]) for p in cfg.pools if p.instance.is_gpu
+                  for t in graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-{p.name}").inputs["taints"]}
+    assert ("rl.platform/burn-in", "pending", "NoSchedule") in gpu_taints  # what GPU nodes register with
     releases = {r.inputs["name"]: r for r in graph.of_type("kubernetes:helm.sh/v3:Release")}
     charts = cfg.versions.charts
     for release, chart in (("aws-efa-k8s-device-plugin", charts.efa_device_plugin),

@@ -174,4 +174,5 @@ def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
             collect(r.inputs)
     repo = next(r for r in graph.resources if r.type == "aws:ecr/repository:Repository")
     assert images and all(".dkr.ecr.us-east-1.amazonaws.com/" in i and repo.inputs["name"] in i for i in images), images
-    assert {i.rsplit(":", 1)[1] for i in images} == {SoftwareStack().image_tag}
+    software = SoftwareStack()  # the workload image, and the DCGM image the GPU burn-in runs
+    assert {i.rsplit(":", 1)[1] for i in images} == {software.image_tag, f"dcgm-{software.dcgm}"}

@@ -499,7 +499,7 @@ def test_reward_service_is_on_demand_and_is_what_miles_calls():
     assert url.port == svc["spec"]["ports"][0]["port"] == c["ports"][0]["containerPort"]
     assert svc["spec"]["selector"] == spec["selector"]["matchLabels"]
     # The default server's source is shipped in the ConfigMap the pod mounts.
-    cm = one(graph, "ConfigMap")
+    cm = next(o for o in objects(graph, "ConfigMap") if "reward-server.py" in o["data"])
     assert cm["data"]["reward-server.py"] == (ROOT / "workloads" / "reward_server.py").read_text()
 
 

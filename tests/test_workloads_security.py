@@ -65,7 +65,7 @@ def pod_specs(obj: dict) -> list[tuple[str, dict]]:
     kind, spec, name = obj["kind"], obj.get("spec") or {}, obj["metadata"]["name"]
     if kind in PODLESS:
         return []
-    if kind in ("Deployment", "Job"):
+    if kind in ("Deployment", "Job", "DaemonSet"):
         return [(f"{kind}/{name}", spec["template"]["spec"])]
     if kind == "CronJob":
         return [(f"{kind}/{name}", spec["jobTemplate"]["spec"]["template"]["spec"])]
@@ -124,7 +124,8 @@ def test_no_registered_pod_is_privileged_or_reaches_the_host(name):
     for where, pod in pods:  # IPC_LOCK exactly on the trainer and rollout pods (RDMA memory registration)
         adds = {a for c in pod["containers"]
                 for a in ((c.get("securityContext") or {}).get("capabilities") or {}).get("add", [])}
-        gpu_worker = where.endswith(("/trainer", "/rollout"))
+        gpu_worker = where.endswith(("/trainer", "/rollout")) or (  # a GPU node's burn-in runs as its Ray pod
+            where.startswith("DaemonSet/burn-in-") and EFA in pod["containers"][0]["resources"]["limits"])
         assert adds == ({"IPC_LOCK"} if gpu_worker else set()), (where, adds)
 
 

@@ -181,7 +181,8 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as ``checks`` takes it (the GPU burn-in, ``nodes/agent.py``, parses with it too)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--efa", type=int, default=0)
@@ -189,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gin", action="store_true", help="DeepEP V2 over NCCL GIN: require /dev/gdrdrv")
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     node = os.environ.get("NODE_NAME", "this node")
     for name, check in checks(args):
         problem = check()

@@ -13,6 +13,15 @@ from .parsers import (load_fabric_bench, parse_deepep)
 
 # --- comparison ----------------------------------------------------------------------------------------
 
+THRESHOLD = 0.8
+"""Share of its figure a measured series must reach (``compare``'s default)."""
+
+
+def floor_of(fig: Figure, threshold: float = THRESHOLD) -> float:
+    """The busbw a series is held to: ``threshold`` x its figure (the GPU burn-in uses it too)."""
+    return round(threshold * fig.busbw, 2)
+
+
 def _peak(series: Mapping[str, Any]) -> dict[str, Any]:
     return max(series["sizes"], key=lambda s: s["busbw"])
 
@@ -50,7 +59,7 @@ def _deepep_check(records: list[dict], gpus: int, relative: float) -> dict[str, 
     return {"checks": checks, "slow": slow, "ok": not slow, "reference": DEEPEP_REFERENCE}
 
 
-def compare(results: str | Mapping[str, Any], family: str | Family, threshold: float = 0.8,
+def compare(results: str | Mapping[str, Any], family: str | Family, threshold: float = THRESHOLD,
             relative: float = 0.8, deepep: str | Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The acceptance report of a fabric_bench document against ``family``'s figures.
 
@@ -70,7 +79,7 @@ def compare(results: str | Mapping[str, Any], family: str | Family, threshold: f
     node_rows: dict[int, dict] = {}
 
     def check(what: str, scope: str, op: str, measured: dict, fig: Figure, span_nodes: int) -> dict:
-        floor = round(threshold * fig.busbw, 2)
+        floor = floor_of(fig, threshold)
         ok = measured["busbw"] >= floor
         return {"what": what, "scope": scope, "op": op, "nodes": span_nodes, "measured": measured["busbw"],
                 "at_bytes": measured["bytes"], "expected": fig.busbw, "expected_at_bytes": fig.at_bytes,

@@ -1,0 +1,113 @@
+"""``python -m nodes``: the GPU nodes' burn-in, seen and steered from outside.
+
+    python -m nodes status [--context C] [--json]     every GPU node: pool, result, figures, age, reason
+    python -m nodes plan STACK                         the burn-in time each GPU pool adds before its nodes work
+    python -m nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
+                                                       preflight refused since they passed)
+
+``status`` exits 1 when a GPU node is not passed (failed, testing or not tested), so a script can wait on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .status import NodeRow, NodesClient
+
+
+def _figures(f: dict) -> str:
+    parts = []
+    if "all_reduceGBs" in f or "all_to_allGBs" in f:
+        parts.append(f"AR {f.get('all_reduceGBs', '-')} / A2A {f.get('all_to_allGBs', '-')} GB/s")
+    if "efaLoopbackMBsMin" in f:
+        parts.append(f"EFA >= {f['efaLoopbackMBsMin']:g} MB/s")
+    if "seconds" in f:
+        parts.append(f"{f['seconds']} s")
+    return ", ".join(parts) or "-"
+
+
+def _age(seconds: int) -> str:
+    return f"{seconds // 86400}d{seconds % 86400 // 3600}h" if seconds >= 86400 else f"{seconds // 3600}h{seconds % 3600 // 60}m"
+
+
+def status_table(rows: Sequence[NodeRow]) -> list[str]:
+    head = ("NODE", "POOL", "BURN-IN", "AGE", "TESTED", "FIGURES", "REASON")
+    body = [(r.node, r.pool, r.state, _age(r.age_seconds), r.tested or "-", _figures(r.figures), r.reason or "-")
+            for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
+    return ["  ".join(c.ljust(w) for c, w in zip(x, widths)) + "  " + x[-1] for x in [head, *body]]
+
+
+def plan_table(stack: str, stack_dir: Path) -> list[str]:
+    from stackconfig.files import read_stack
+    from workloads.model import derive
+    from workloads.stack import ProgramConfig
+
+    from .burn_in import plans
+    cfg = read_stack(stack, stack_dir, model=ProgramConfig)
+    found = plans(derive(cfg), cfg)
+    if not found:
+        return [f"stack {stack}: burn-in off (burnIn.enabled: false); GPU nodes take work as soon as they join"]
+    lines = [f"stack {stack}: each new GPU node is tainted until its burn-in passes"]
+    for b in found:
+        steps = ", ".join(f"{k} {v // 60} min" for k, v in b.steps.items() if v)
+        floors = ", ".join(f"{f.op} >= {f.busbw:g} GB/s{' (advisory)' if f.advisory else ''}" for f in b.floors)
+        lines.append(f"  {b.pool.name}: {b.pool.instance_type} x {b.pool.nodes.desired}, DCGM level {b.dcgm_level}, "
+                     f"up to {b.budget_seconds // 60} min per node ({steps}); floors: {floors or 'none for this family'}"
+                     f"{'; failed nodes replaced' if b.replace else ''}")
+    return lines
+
+
+def kube_client(context: str | None) -> NodesClient:
+    from kubernetes import config
+    from kubernetes.client import ApiClient
+    config.load_kube_config(context=context)
+    return NodesClient(ApiClient())
+
+
+def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | None = None,
+         out: Callable[[str], None] = print) -> int:
+    from stackconfig.files import STACKS_DIR
+    p = argparse.ArgumentParser(prog="python -m nodes", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("status")
+    s.add_argument("--json", action="store_true")
+    pl = sub.add_parser("plan")
+    pl.add_argument("stack")
+    pl.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
+    r = sub.add_parser("retest")
+    r.add_argument("nodes", nargs="*")
+    r.add_argument("--refused", action="store_true")
+    for q in (s, r):
+        q.add_argument("--context")
+    args = p.parse_args(argv)
+    if args.command == "plan":
+        for line in plan_table(args.stack, args.stack_dir):
+            out(line)
+        return 0
+    api = client() if client else kube_client(args.context)
+    if args.command == "status":
+        rows = api.rows()
+        if args.json:
+            out(json.dumps([asdict(x) for x in rows], indent=2))
+        else:
+            for line in status_table(rows):
+                out(line)
+        return 0 if rows and all(x.state == "passed" for x in rows) else 1
+    if not args.nodes and not args.refused:
+        p.error("retest: name nodes or pass --refused")
+    names = sorted(set(args.nodes) | set(api.refused_nodes() if args.refused else []))
+    for name in names:
+        api.retest(name)
+        out(f"{name}: tainted, burn-in asked again")
+    if not names:
+        out("no node to re-test")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

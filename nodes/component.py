@@ -1,0 +1,65 @@
+"""BurnIn: the burn-in's objects registered in the stack's graph, and its replacement role.
+
+Guarantees: the objects of ``nodes.render`` go through the cluster's provider after the system
+pool's nodes and the device plugins (a GPU node's burn-in pod needs its GPUs and EFA devices
+advertised), the DaemonSets after their namespace, account, scripts and policies; image references
+to the stack repository are filled in with its URL. With ``burnIn.replaceFailed`` an EKS Pod Identity
+role lets the burn-in's service account call ``autoscaling:SetInstanceHealth``, and only on Auto
+Scaling groups tagged ``eks:cluster-name`` = this cluster (the tag EKS puts on a managed node
+group's Auto Scaling group; ``aws:ResourceTag`` is a condition key of SetInstanceHealth in the
+Service Authorization Reference for Amazon EC2 Auto Scaling).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.iam import PodRole, policy_document
+from components.platform import Platform
+from stackconfig.versions import STACK_REPOSITORY, map_images
+from workloads.component import TYPED
+from workloads.model import WorkloadModel
+
+from .burn_in import PoolBurnIn
+from .render import NAMESPACE, SERVICE_ACCOUNT, burn_in_objects
+
+KINDS = {**TYPED, "DaemonSet": k8s.apps.v1.DaemonSet}
+
+
+def replacement_policy(cluster_name: str) -> str:
+    return policy_document([{"Effect": "Allow", "Action": ["autoscaling:SetInstanceHealth"], "Resource": "*",
+                             "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster_name}}}])
+
+
+class BurnIn(pulumi.ComponentResource):
+    def __init__(self, m: WorkloadModel, plans: Sequence[PoolBurnIn], platform: Platform,
+                 opts: pulumi.ResourceOptions | None = None):
+        name = f"{m.cluster_name}-burn-in"
+        super().__init__("rlplatform:nodes:BurnIn", name, None, opts)
+        self._provider = platform.cluster.provider
+        self._repository_url = platform.registry.repository_url
+        system = platform.pools[m.system_pool.name].node_group
+        plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
+        objects = burn_in_objects(m, list(plans))
+        first = [o for o in objects if o["kind"] != "DaemonSet"]
+        namespace = [self._object(o, [system]) for o in first if o["kind"] == "Namespace"]
+        ready = [*namespace, *(self._object(o, [system, *namespace]) for o in first if o["kind"] != "Namespace")]
+        self.daemonsets = [self._object(o, [*ready, *plugins]) for o in objects if o["kind"] == "DaemonSet"]
+        self.replacement = None
+        if any(p.replace for p in plans):
+            self.replacement = PodRole(f"{m.cluster_name}-burn-in-replace", platform.cluster.name, NAMESPACE,
+                                       SERVICE_ACCOUNT, inline_policy=platform.cluster.name.apply(replacement_policy),
+                                       opts=pulumi.ResourceOptions(parent=self))
+        self.register_outputs({})
+
+    def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
+        obj = map_images(obj, lambda image: self._repository_url.apply(
+            lambda url: image.replace(STACK_REPOSITORY, url, 1)))
+        args = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+        return KINDS[obj["kind"]](f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args,
+                                  opts=pulumi.ResourceOptions(parent=self, provider=self._provider,
+                                                              depends_on=list(after)))

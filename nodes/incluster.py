@@ -1,0 +1,64 @@
+"""The few Kubernetes API calls the burn-in agent makes from its pod, with the standard library only
+(the workload image has no Kubernetes client): read its node and the pods on it, merge-patch the
+node, create an Event.
+
+Authenticates with the pod's projected service-account token and CA (read again on every call: the
+kubelet rotates the token) at ``KUBERNETES_SERVICE_HOST``/``PORT``. A non-2xx answer raises
+``ApiError`` with the status, so a refused write (409 conflict, 403 from the admission policy) is
+never mistaken for a written result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any, Mapping
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+class Api:
+    def __init__(self, base: str | None = None, token_file: str = f"{SA_DIR}/token",
+                 ca_file: str | None = f"{SA_DIR}/ca.crt"):
+        if base is None:
+            base = f"https://{os.environ['KUBERNETES_SERVICE_HOST']}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}"
+        self.base, self.token_file = base.rstrip("/"), token_file
+        self.context = ssl.create_default_context(cafile=ca_file) if base.startswith("https") else None
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+              content_type: str = "application/json") -> dict:
+        headers = {"Accept": "application/json"}
+        if os.path.exists(self.token_file):
+            with open(self.token_file) as f:
+                headers["Authorization"] = f"Bearer {f.read().strip()}"
+        data = None
+        if body is not None:
+            data, headers["Content-Type"] = json.dumps(body).encode(), content_type
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self.context) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            raise ApiError(e.code, e.read().decode(errors="replace")) from None
+
+    def node(self, name: str) -> dict:
+        return self._call("GET", f"/api/v1/nodes/{name}")
+
+    def pods_on(self, node: str) -> list[dict]:
+        """Every pod on ``node``, in every namespace."""
+        return self._call("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}").get("items", [])
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict:
+        return self._call("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
+
+    def create_event(self, event: Mapping[str, Any]) -> dict:
+        return self._call("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event)

@@ -1,0 +1,111 @@
+"""The admission policy that holds the burn-in's writes to its own node and its own keys.
+
+RBAC cannot name "the node this pod runs on": the burn-in's ClusterRole may patch any node. These
+ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, GA since Kubernetes 1.30), matched to
+the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Deny``):
+- a node write by that account unless the node is the one named by the request's
+  ``authentication.kubernetes.io/node-name`` user extra, or that changes anything but the burn-in
+  labels and annotations (``nodes.marks``) and the burn-in taint;
+- an Event it creates unless it is about that same node.
+The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
+only set the result label to ``retest``, with the burn-in taint in place.
+
+The node name reaches the request from the pod's bound service-account token: the API server puts
+the pod's node in the token and the authenticator copies it into the user's extra
+(``NodeNameKey`` of k8s.io/apiserver/pkg/authentication/serviceaccount; feature
+``ServiceAccountTokenPodNodeInfo``: beta and on by default in Kubernetes 1.30, GA and locked on in
+1.32, kubernetes/kubernetes pkg/features/kube_features.go). The stacks pin Kubernetes 1.35
+(``stackconfig/versions.py``), so EKS clusters of this platform carry it. A request without it (a
+token that is not a pod's) matches no node and is denied.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .marks import ANNOTATIONS, LABELS, RESULT_LABEL, RETEST
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+BURN_IN_PREFIX = "rl-burn-in"
+WATCH_PREFIX = "rl-burn-in-watch"
+PART_OF = {"app.kubernetes.io/part-of": "moe-rl-platform"}
+
+_NODE = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
+         f"size(request.userInfo.extra['{NODE_NAME_EXTRA}']) > 0 ? request.userInfo.extra['{NODE_NAME_EXTRA}'][0] : ''")
+
+
+def _kept(new: str, old: str, own: str) -> str:
+    """Every key of ``new``/``old`` that is not in ``own`` is in both, with the same value."""
+    return (f"{new}.all(k, k in {own} || (k in {old} && {old}[k] == {new}[k])) && "
+            f"{old}.all(k, k in {own} || k in {new})")
+
+
+def _map(side: str, field: str) -> str:
+    return f"has({side}.metadata.{field}) ? {side}.metadata.{field} : {{}}"
+
+
+def node_rules(taint_key: str, labels: tuple[str, ...], annotations: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [
+        ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
+         "the burn-in may write only the node its own pod runs on (service-account token node-name)"),
+        (_kept("variables.newLabels", "variables.oldLabels", json.dumps(list(labels))),
+         f"the burn-in may change only the labels {', '.join(labels)}"),
+        (_kept("variables.newAnnotations", "variables.oldAnnotations", json.dumps(list(annotations))),
+         f"the burn-in may change only the annotations {', '.join(annotations) or '(none)'}"),
+        ("variables.newTaints == variables.oldTaints", f"the burn-in may add or remove only the {taint_key} taint"),
+        ("(has(object.spec.unschedulable) && object.spec.unschedulable) == "
+         "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
+         "the burn-in may not cordon or uncordon a node"),
+    ]
+
+
+def retest_rules(taint_key: str) -> list[tuple[str, str]]:
+    """What the watcher may write beyond ``node_rules``: the ``retest`` label, with the taint in place."""
+    return [(f"{json.dumps(RESULT_LABEL)} in variables.newLabels && variables.newLabels[{json.dumps(RESULT_LABEL)}] == "
+             f"{json.dumps(RETEST)} && has(object.spec.taints) && object.spec.taints.exists(t, t.key == "
+             f"{json.dumps(taint_key)})",
+             f"the watcher may only ask for a re-test ({RESULT_LABEL}={RETEST}, with the {taint_key} taint)")]
+
+
+EVENT_RULES = [("object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.nodeName",
+                "the burn-in may report only on the node its own pod runs on")]
+
+
+def _policy(name: str, username: str, operations: list[str], resource: str, variables: list[tuple[str, str]],
+            rules: list[tuple[str, str]]) -> list[dict]:
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name, "labels": dict(PART_OF)},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": operations, "resources": [resource]}]},
+                       "matchConditions": [{"name": "burn-in-service-account",
+                                            "expression": f"request.userInfo.username == {json.dumps(username)}"}],
+                       "variables": [{"name": n, "expression": e} for n, e in variables],
+                       "validations": [{"expression": e, "message": m} for e, m in rules]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name, "labels": dict(PART_OF)},
+               "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    return [policy, binding]
+
+
+def own_node_policies(prefix: str, user: str, taint_key: str, labels: tuple[str, ...],
+                      annotations: tuple[str, ...], extra: list[tuple[str, str]] = ()) -> list[dict]:
+    """``<prefix>-own-node`` and ``<prefix>-own-events`` with their bindings, for the account ``user``."""
+    taints = "has({0}.spec.taints) ? {0}.spec.taints.filter(t, t.key != {1}) : []"
+    node_vars = [("nodeName", _NODE),
+                 ("newLabels", _map("object", "labels")), ("oldLabels", _map("oldObject", "labels")),
+                 ("newAnnotations", _map("object", "annotations")),
+                 ("oldAnnotations", _map("oldObject", "annotations")),
+                 ("newTaints", taints.format("object", json.dumps(taint_key))),
+                 ("oldTaints", taints.format("oldObject", json.dumps(taint_key)))]
+    rules = [*node_rules(taint_key, labels, annotations), *extra]
+    return [*_policy(f"{prefix}-own-node", user, ["UPDATE"], "nodes", node_vars, rules),
+            *_policy(f"{prefix}-own-events", user, ["CREATE", "UPDATE"], "events", [("nodeName", _NODE)], EVENT_RULES)]
+
+
+def burn_in_policies(namespace: str, service_account: str, watch_account: str, taint_key: str) -> list[dict]:
+    """The burn-in's (its result, on its node) and the watcher's (a re-test of its node), with bindings."""
+    account = "system:serviceaccount:{}:{}".format
+    return [*own_node_policies(BURN_IN_PREFIX, account(namespace, service_account), taint_key, LABELS, ANNOTATIONS),
+            *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), taint_key, (RESULT_LABEL,), (),
+                               retest_rules(taint_key))]

@@ -1,0 +1,90 @@
+"""Between runs: a node on which a run pod's preflight failed is tainted again and re-tested.
+
+Runs in the pod of the ``burn-in-watch`` DaemonSet (``nodes.render``) on every GPU node that passed
+its burn-in, in the workload image with the standard library only, and asks for nothing but a little
+CPU and memory. Every ``PERIOD_SECONDS`` it lists the pods on its own node; when a pod's ``preflight``
+init container (``workloads/render/ray.py``) has ended with a failure after the node's last burn-in,
+it writes ``nodes.marks.retest_patch`` on its node (the burn-in taint back, result ``retest``) and an
+Event. The node then no longer matches this DaemonSet and matches the pool's burn-in DaemonSet again,
+so the next attempt of the run cannot land on it before it passes once more. The admission policy
+(``nodes.policy``) holds the watcher to exactly that write on its own node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+try:  # in the pod: the ConfigMap puts them beside this file
+    import incluster
+    import marks
+except ImportError:
+    from nodes import incluster, marks
+
+PERIOD_SECONDS = 30
+PREFLIGHT_CONTAINER = "preflight"
+"""The init container every GPU pod of a run starts with (``workloads/render/ray.py``)."""
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, ``Z``)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def refusals(pod: Mapping[str, Any]) -> list[datetime]:
+    """When the pod's preflight container ended with a failure (its current and its last state)."""
+    out = []
+    for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
+        if cs.get("name") != PREFLIGHT_CONTAINER:
+            continue
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            done = state.get("terminated")
+            if done and done.get("exitCode", 0) != 0:
+                out.append(parse_time(done.get("finishedAt")) or datetime.now(timezone.utc))
+    return out
+
+
+def refused_since(pods: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) -> str | None:
+    """The first pod whose preflight failed after the node's last burn-in, if any."""
+    tested = marks.parse_stamp((node["metadata"].get("labels") or {}).get(marks.TIME_LABEL, ""))
+    for pod in pods:
+        if any(tested is None or t > tested for t in refusals(pod)):
+            return f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}"
+    return None
+
+
+def check(api: incluster.Api, node_name: str, namespace: str, taint: Mapping[str, str]) -> str | None:
+    """One look at the node: re-test it when a run's preflight refused it; returns the pod that did."""
+    node = api.node(node_name)
+    if (node["metadata"].get("labels") or {}).get(marks.RESULT_LABEL) != marks.PASSED:
+        return None
+    pod = refused_since(api.pods_on(node_name), node)
+    if pod is None:
+        return None
+    api.patch_node(node_name, marks.retest_patch(node, taint))
+    api.create_event(marks.event(node, namespace, marks.RETEST,
+                                 f"the preflight of pod {pod} failed on this node: burn-in again", datetime.now(timezone.utc)))
+    return pod
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--taint", required=True, help="the burn-in taint, JSON {key, value, effect}")
+    args = p.parse_args(argv)
+    api, taint = incluster.Api(), json.loads(args.taint)
+    while True:
+        try:
+            pod = check(api, os.environ["NODE_NAME"], os.environ["POD_NAMESPACE"], taint)
+            if pod:
+                print(f"re-test asked: the preflight of {pod} failed", flush=True)
+        except (incluster.ApiError, OSError) as e:  # a conflict or a blip: look again next period
+            print(f"watch: {e}", flush=True)
+        time.sleep(PERIOD_SECONDS)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

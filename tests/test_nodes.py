@@ -1,0 +1,266 @@
+"""The burn-in in every GPU stack's graph: the startup taint, the DaemonSets, their RBAC and the
+admission policy (its CEL evaluated with cel-python on the agent's own writes and on others), the plan
+and the replacement role."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import kubernetes_validate
+import pytest
+from conftest import STACKS, graph_of, load
+from test_nodes_agent import BURN_IN, GPU_TAINT, merge, new_node
+from test_workloads import k8s_version, variant, variant_graph
+from test_workloads_security import pod_specs, registered_objects
+
+from components.node_pool import EKS_TAINT_EFFECT
+from nodes import marks
+from nodes.burn_in import plans
+from nodes.policy import burn_in_policies
+from nodes.render import NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT
+from stackconfig.stack import LABEL_PREFIX, StackConfigError
+
+NODE = "ip-10-0-1-5.ec2.internal"
+USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
+NOW = datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)
+
+
+def _registered_taints(graph, cfg, pool) -> set[tuple[str, str, str]]:
+    effect = {v: k for k, v in EKS_TAINT_EFFECT.items()}
+    ng = graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-{pool.name}")
+    return {(t["key"], t["value"], effect[t["effect"]]) for t in ng.inputs.get("taints") or []}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_gpu_pool_registers_tainted_and_has_its_burn_in(stack):
+    cfg, graph = load(stack), graph_of(stack)
+    burn_in = (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])
+    objects = registered_objects(graph)
+    daemonsets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "DaemonSet"}
+    for pool in cfg.pools:
+        assert (burn_in in _registered_taints(graph, cfg, pool)) == pool.instance.is_gpu, pool.name
+        assert (f"burn-in-{pool.name}" in daemonsets) == pool.instance.is_gpu, pool.name
+    kinds = [o["kind"] for o in objects if o["metadata"].get("namespace") == NAMESPACE or o["kind"].startswith("Validating")]
+    assert {"ServiceAccount", "ConfigMap", "Role", "RoleBinding", "DaemonSet"} <= set(kinds)
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
+    assert {"rl-burn-in-own-node", "rl-burn-in-own-events"} <= names
+    for o in objects:
+        if o["metadata"].get("namespace") == NAMESPACE or o["metadata"]["name"].startswith("rl-burn-in"):
+            kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
+    plugins = {r.urn for r in graph.of_type("kubernetes:helm.sh/v3:Release")
+               if r.inputs["name"] in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin")}
+    for r in graph.of_type("kubernetes:apps/v1:DaemonSet"):
+        assert plugins <= set(r.dependencies), "a burn-in pod needs its node's GPUs and EFA devices advertised"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_pod_of_a_run_tolerates_the_burn_in_taint_and_the_burn_in_tolerates_only_its_pools(stack):
+    cfg = load(stack)
+    pods = [(w, p) for o in registered_objects(graph_of(stack)) for w, p in pod_specs(o)]
+    for where, pod in pods:
+        tolerated = pod.get("tolerations") or []
+        assert all(t.get("key") for t in tolerated), f"{where}: tolerates every taint"
+        if not where.startswith("DaemonSet/burn-in-"):
+            assert BURN_IN["key"] not in {t["key"] for t in tolerated}, where
+            continue
+        if where == "DaemonSet/burn-in-watch":  # on passed GPU nodes of every pool, tainted again or not
+            assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
+                *((t.key, t.value, t.effect) for p in cfg.pools if p.instance.is_gpu for t in p.taints),
+                (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])}
+            assert not pod["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")
+            continue
+        pool = next(p for p in cfg.pools if where == f"DaemonSet/burn-in-{p.name}")
+        assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
+            *((t.key, t.value, t.effect) for t in pool.taints), (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])}
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchExpressions": [
+            {"key": f"{LABEL_PREFIX}/pool", "operator": "In", "values": [pool.name]},
+            {"key": marks.RESULT_LABEL, "operator": "NotIn", "values": ["passed", "failed"]}]}]
+
+
+def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
+    cfg = load("p5en-prod")
+    objects = registered_objects(graph_of("p5en-prod"))
+    ds = next(o for o in objects if o["metadata"]["name"] == "burn-in-train")
+    trainer = next(o for o in objects if o["kind"] == "RayCluster")["spec"]["workerGroupSpecs"]
+    trainer = next(g for g in trainer if g["groupName"] == "trainer")["template"]["spec"]["containers"][0]
+    pod = ds["spec"]["template"]["spec"]
+    dcgm, agent = pod["initContainers"][0], pod["containers"][0]
+    assert dcgm["image"].endswith(f":dcgm-{cfg.versions.software.dcgm}") and "dcgmi diag -r 2 -j" in dcgm["command"][2]
+    assert agent["resources"] == trainer["resources"] and agent["image"] == trainer["image"]
+    assert {e["name"]: e.get("value") for e in trainer["env"] if "value" in e}.items() <= \
+        {e["name"]: e.get("value") for e in agent["env"]}.items()
+    plan = json.loads(agent["command"][agent["command"].index("--plan") + 1])
+    assert plan["preflight"] == ["--gpus", "8", "--efa", "16", "--shm-gib", "256", "--hugepages-mi", "5120"]
+    assert str(plan["budgetSeconds"] + 60) in agent["livenessProbe"]["exec"]["command"][2]
+    cm = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "burn-in-scripts")
+    from conftest import ROOT
+    assert cm["data"]["preflight.py"] == (ROOT / "workloads" / "preflight.py").read_text()
+    assert cm["data"]["fabric_bench.py"] == (ROOT / "workloads" / "fabric_bench.py").read_text()
+
+
+def test_burn_in_off_leaves_gpu_pools_untainted_and_registers_nothing():
+    off = {"burnIn": {"enabled": False}}
+    graph = variant_graph("p4d", off)
+    cfg = variant("p4d", off)
+    assert all(BURN_IN["key"] not in {t[0] for t in _registered_taints(graph, cfg, p)} for p in cfg.pools)
+    assert not [o for o in registered_objects(graph) if o["kind"] == "DaemonSet"]
+
+
+def test_a_dcgm_level_for_a_pool_that_is_not_a_gpu_pool_is_refused():
+    from workloads.model import derive
+    cfg = variant("p4d", {"burnIn": {"dcgmLevels": {"system": 3}}})
+    with pytest.raises(StackConfigError, match=r"burnIn.dcgmLevels.system: not a GPU pool; allowed: train, rollout"):
+        plans(derive(cfg), cfg)
+    with pytest.raises(Exception, match="dcgmLevels"):
+        variant("p4d", {"burnIn": {"dcgmLevels": {"train": 5}}})
+
+
+def test_the_plan_adds_the_dcgm_level_of_each_pool():
+    from workloads.model import derive
+    cfg = variant("p4d", {"burnIn": {"dcgmLevels": {"train": 3}}})
+    found = {b.pool.name: b for b in plans(derive(cfg), cfg)}
+    assert found["train"].steps["dcgm"] - found["rollout"].steps["dcgm"] == 1800 - 420
+    assert found["train"].budget_seconds == sum(found["train"].steps.values())
+
+
+# --- the admission policy, evaluated ---------------------------------------------------------------------
+
+def evaluate(policy: dict, request: dict, obj: dict, old: dict | None) -> list[str] | None:
+    """The messages of the validations ``policy`` fails, or None when it does not match the request."""
+    import celpy
+    from celpy import celtypes, json_to_cel
+    env = celpy.Environment()
+    act = {"request": json_to_cel(request), "object": json_to_cel(obj), "oldObject": json_to_cel(old)}
+    spec = policy["spec"]
+    if not all(env.program(env.compile(c["expression"])).evaluate(act) for c in spec["matchConditions"]):
+        return None
+    variables: dict = {}
+    for v in spec["variables"]:
+        variables[celtypes.StringType(v["name"])] = env.program(env.compile(v["expression"])).evaluate(
+            {**act, "variables": celtypes.MapType(variables)})
+    act["variables"] = celtypes.MapType(variables)
+    return [v["message"] for v in spec["validations"] if not env.program(env.compile(v["expression"])).evaluate(act)]
+
+
+def request_from(node_name: str | None, user: str = USER) -> dict:
+    extra = {"authentication.kubernetes.io/node-name": [node_name]} if node_name else {}
+    return {"userInfo": {"username": user, "extra": extra}}
+
+
+@pytest.fixture(scope="module")
+def policies():
+    objects = burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, BURN_IN["key"])
+    found = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    assert all(p["spec"]["failurePolicy"] == "Fail" for p in found)
+    return {p["metadata"]["name"]: p for p in found}
+
+
+def test_the_burn_in_may_write_its_own_result_and_only_on_its_own_node(policies):
+    node_policy = policies["rl-burn-in-own-node"]
+    old = new_node(NODE)
+    for result in ("passed", "failed"):
+        patch = marks.result_patch(old, BURN_IN, result, {"seconds": 1}, "why", NOW)
+        assert evaluate(node_policy, request_from(NODE), merge(old, patch), old) == []
+    retest = merge(old, marks.retest_patch(old, BURN_IN))
+    assert evaluate(node_policy, request_from(NODE), retest, old) == []
+    passed = merge(old, marks.result_patch(old, BURN_IN, "passed", {}, None, NOW))
+    own, msgs = passed["metadata"], {}
+    bad = {
+        "another node": (request_from("ip-10-0-9-9.ec2.internal"), passed),
+        "no node in the token": (request_from(None), passed),
+        "another label": (request_from(NODE), merge(passed, {"metadata": {"labels": {"rl.platform/pool": "rollout"}}})),
+        "a label removed": (request_from(NODE), merge(passed, {"metadata": {"labels": {"rl.platform/pool": None}}})),
+        "another annotation": (request_from(NODE), merge(passed, {"metadata": {"annotations": {"x": "y"}}})),
+        "the GPU taint removed": (request_from(NODE), merge(passed, {"spec": {"taints": []}})),
+        "cordoned": (request_from(NODE), merge(passed, {"spec": {"unschedulable": True}})),
+    }
+    for name, (req, new) in bad.items():
+        msgs[name] = evaluate(node_policy, req, new, old)
+        assert len(msgs[name]) == 1, (name, msgs[name])
+    assert "own pod runs on" in msgs["another node"][0] == msgs["no node in the token"][0]
+    assert "labels" in msgs["another label"][0] and "labels" in msgs["a label removed"][0]
+    assert "taint" in msgs["the GPU taint removed"][0] and "cordon" in msgs["cordoned"][0]
+    assert own["labels"][marks.RESULT_LABEL] == "passed"
+    # Not the burn-in's account: the policy does not apply (kubelet, controllers, admins).
+    assert evaluate(node_policy, request_from(NODE, "system:node:x"), merge(passed, {"spec": {"taints": []}}), old) is None
+
+
+def test_the_burn_in_may_report_events_only_about_its_own_node(policies):
+    event_policy = policies["rl-burn-in-own-events"]
+    node = new_node(NODE)
+    own = marks.event(node, NAMESPACE, "failed", "burn-in failed: x", NOW)
+    assert evaluate(event_policy, request_from(NODE), own, None) == []
+    other = {**own, "involvedObject": {**own["involvedObject"], "name": "ip-10-0-9-9.ec2.internal"}}
+    assert evaluate(event_policy, request_from(NODE), other, None) == [
+        "the burn-in may report only on the node its own pod runs on"]
+    kubernetes_validate.validate(own, "1.35.0", strict=True)
+
+
+def test_the_taint_marks_keep_the_other_taints_and_carry_the_resource_version():
+    node = new_node(NODE)
+    passed = marks.result_patch(node, BURN_IN, "passed", {"a": 1}, "ignored", NOW)
+    assert passed["spec"]["taints"] == [GPU_TAINT] and passed["metadata"]["resourceVersion"] == "100"
+    assert passed["metadata"]["annotations"][marks.REASON_ANNOTATION] is None
+    failed = marks.result_patch(merge(node, {"spec": {"taints": [GPU_TAINT]}}), BURN_IN, "failed", {}, "why", NOW)
+    assert failed["spec"]["taints"] == [GPU_TAINT, BURN_IN]
+    assert marks.stamp(NOW) == "20261201T150000Z" and marks.RESULT_LABEL.startswith(f"{LABEL_PREFIX}/")
+    with pytest.raises(ValueError):
+        marks.result_patch(node, BURN_IN, "retest", {}, None, NOW)
+
+
+# --- replacement -------------------------------------------------------------------------------------------
+
+def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
+    assert not graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") or all(
+        a.inputs["namespace"] != NAMESPACE for a in graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation"))
+    on = {"burnIn": {"replaceFailed": True}}
+    graph, cfg = variant_graph("p4d", on), variant("p4d", on)
+    assoc = [a for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+             if a.inputs["namespace"] == NAMESPACE]
+    assert [a.inputs["serviceAccount"] for a in assoc] == [SERVICE_ACCOUNT]
+    policy = json.loads(next(r for r in graph.of_type("aws:iam/rolePolicy:RolePolicy")
+                             if r.name == f"{cfg.cluster_name}-burn-in-replace").inputs["policy"])
+    assert policy["Statement"] == [{"Effect": "Allow", "Action": ["autoscaling:SetInstanceHealth"], "Resource": "*",
+                                    "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cfg.cluster_name}}}]
+    ds = next(o for o in registered_objects(graph) if o["kind"] == "DaemonSet")
+    agent = ds["spec"]["template"]["spec"]["containers"][0]
+    assert json.loads(agent["command"][agent["command"].index("--plan") + 1])["replace"] is True
+
+
+def test_set_instance_health_is_signed_as_botocore_signs_it():
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from nodes.replace import CONTENT_TYPE, instance_id, set_instance_health_body, signed_headers
+    body = set_instance_health_body(instance_id(new_node(NODE)))
+    assert "InstanceId=i-0123456789abcdef0" in body and "HealthStatus=Unhealthy" in body
+    creds = {"AccessKeyId": "AKIDEXAMPLE", "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "Token": "t"}
+    req = AWSRequest(method="POST", url="https://autoscaling.us-east-1.amazonaws.com/", data=body,
+                     headers={"Content-Type": CONTENT_TYPE})
+    SigV4Auth(Credentials(creds["AccessKeyId"], creds["SecretAccessKey"], creds["Token"]), "autoscaling",
+              "us-east-1").add_auth(req)
+    when = datetime.strptime(req.headers["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+    assert signed_headers("us-east-1", body, creds, when)["authorization"] == req.headers["Authorization"]
+    with pytest.raises(ValueError, match="names no EC2 instance"):
+        instance_id(merge(new_node(NODE), {"spec": {"providerID": "kind://x"}}))
+
+
+def test_the_watcher_may_only_ask_for_a_retest_of_its_own_node(policies):
+    watch_policy = policies["rl-burn-in-watch-own-node"]
+    user = f"system:serviceaccount:{NAMESPACE}:{WATCH_ACCOUNT}"
+    old = merge(new_node(NODE), {"metadata": {"labels": {marks.RESULT_LABEL: "passed"}}, "spec": {"taints": [GPU_TAINT]}})
+    retest = merge(old, marks.retest_patch(old, BURN_IN))
+    assert evaluate(watch_policy, request_from(NODE, user), retest, old) == []
+    assert evaluate(policies["rl-burn-in-own-node"], request_from(NODE, user), retest, old) is None
+    passed = merge(old, marks.result_patch(old, BURN_IN, "passed", {}, None, NOW))
+    untainted_retest = merge(old, {"metadata": {"labels": {marks.RESULT_LABEL: "retest"}}})
+    bad = {"another node": (request_from("ip-10-0-9-9.ec2.internal", user), retest),
+           "a result": (request_from(NODE, user), passed),
+           "retest without the taint": (request_from(NODE, user), untainted_retest)}
+    for name, (req, new) in bad.items():
+        assert evaluate(watch_policy, req, new, old), name

@@ -1,0 +1,296 @@
+"""The burn-in agent on a node, against a Kubernetes API faked at the HTTP layer (a local server that
+answers as the API server does: merge patches applied, resourceVersion checked) and the node's tools
+faked on PATH (nvidia-smi, fi_info, torchrun, fi_pingpong). The preflight's and the bench's own code runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import load
+
+from nodes import agent, incluster, marks
+from nodes.burn_in import plans
+from workloads import fabric_bench, preflight
+from workloads.acceptance.compare import compare
+from workloads.model import derive
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+BURN_IN = {"key": "rl.platform/burn-in", "value": "pending", "effect": "NoSchedule"}
+
+
+def merge(obj, patch):
+    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(obj) if isinstance(obj, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge(out.get(k), v)
+    return out
+
+
+def new_node(name="ip-10-0-1-5.ec2.internal", pool="train"):
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "uid": "u1", "resourceVersion": "100",
+                         "labels": {"rl.platform/pool": pool, "topology.kubernetes.io/region": "us-east-1"},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": [GPU_TAINT, BURN_IN]}}
+
+
+class FakeApiServer:
+    """Nodes and events, as the API server keeps them; ``conflicts`` PATCHes answer 409 first."""
+
+    def __init__(self, node: dict, conflicts: int = 0):
+        self.node, self.conflicts, self.requests, self.events, self.pods = node, conflicts, [], [], []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self):
+                return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
+            def do_GET(self):
+                fake.requests.append(("GET", self.path, None, None))
+                self._send(200, {"items": fake.pods} if self.path.startswith("/api/v1/pods") else fake.node)
+
+            def do_PATCH(self):
+                body = self._body()
+                fake.requests.append(("PATCH", self.path, self.headers["Content-Type"], body))
+                if fake.conflicts:
+                    fake.conflicts -= 1
+                    fake.node = merge(fake.node, {"metadata": {"resourceVersion": str(int(fake.node["metadata"]["resourceVersion"]) + 1)}})
+                if body["metadata"]["resourceVersion"] != fake.node["metadata"]["resourceVersion"]:
+                    return self._send(409, {"kind": "Status", "reason": "Conflict"})
+                fake.node = merge(fake.node, body)
+                fake.node["metadata"]["resourceVersion"] = str(int(fake.node["metadata"]["resourceVersion"]) + 1)
+                self._send(200, fake.node)
+
+            def do_POST(self):
+                body = self._body()
+                fake.requests.append(("POST", self.path, self.headers["Content-Type"], body))
+                fake.events.append(body)
+                self._send(201, body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.api = incluster.Api(f"http://127.0.0.1:{self.server.server_port}", token_file="/nonexistent", ca_file=None)
+
+    def close(self):
+        self.server.shutdown()
+
+
+def _tool(bin_dir: Path, name: str, script: str) -> None:
+    path = bin_dir / name
+    path.write_text(script)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def bench_doc(all_reduce: float, all_to_all: float, wrong: int = 0) -> dict:
+    """What fabric_bench writes on one 8-GPU node (its own point/document functions)."""
+    n, size = 8, 4 * 1024 ** 3
+    results = []
+    for op, busbw in (("all_reduce", all_reduce), ("all_to_all", all_to_all)):
+        seconds = size / (busbw / fabric_bench.bus_factor(op, n) * 1e9)
+        results.append({"scope": "world", "op": op, "ranks": n, "nodes": [0],
+                        "sizes": [fabric_bench.point(op, size, seconds, n, wrong)]})
+    return fabric_bench.document({"env": {}}, {"ranks": n, "nodes": 1, "ranks_per_node": n, "node_of_rank": [0] * n},
+                                 {}, results, [])
+
+
+@pytest.fixture(scope="module")
+def train_plan():
+    cfg = load("p5en-prod")
+    b = next(p for p in plans(derive(cfg), cfg) if p.pool.name == "train")
+    return {**b.agent_plan, "preflight": ["--gpus", "8", "--efa", "2"], "efaDevices": 2}
+
+
+@pytest.fixture
+def node_env(tmp_path, monkeypatch):
+    """A node whose tools answer as a healthy p5en would (2 EFA devices for speed); returns knobs."""
+    bin_dir, results = tmp_path / "bin", tmp_path / "results"
+    bin_dir.mkdir()
+    results.mkdir()
+    knobs = {"gpus": 8, "bench": bench_doc(420.0, 300.0), "pingpong_rc": 0, "results": results}
+    _tool(bin_dir, "nvidia-smi", "#!/bin/sh\ni=0\nwhile [ $i -lt ${FAKE_GPUS:-8} ]; do echo \"GPU $i: NVIDIA H200 (UUID: x)\"; "
+                                 "i=$((i+1)); done\n")
+    _tool(bin_dir, "fi_info", "#!/bin/sh\nfor d in rdmap16s27 rdmap32s27; do printf 'provider: efa\\n    domain: %s-rdm\\n' $d; done\n")
+    _tool(bin_dir, "torchrun", f"#!{sys.executable}\nimport sys, shutil, os\nout = sys.argv[sys.argv.index('--out') + 1]\n"
+                               "shutil.copy(os.environ['FAKE_BENCH'], out)\n")
+    _tool(bin_dir, "fi_pingpong", "#!/bin/sh\ncase \"$*\" in *127.0.0.1*) printf 'bytes #sent #ack total time MB/sec "
+                                  "usec/xfer Mxfers/sec\\n64k 100 =100 12m 0.01s 11800.50 5.55 0.18\\n';; esac\n"
+                                  "exit ${FAKE_PINGPONG_RC:-0}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    for check in ("check_memlock", "check_ofi_plugin", "check_nccl_network"):  # the test machine has no RDMA stack
+        monkeypatch.setattr(preflight, check, lambda *a: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    (results / "started").write_text(str(int(time.time())))
+    (results / "dcgm.rc").write_text("0\n")
+    (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [
+        {"category": "Hardware", "tests": [{"name": "memory", "results": [{"status": "Pass", "gpu_id": "0"}]}]}]}}))
+
+    def run(plan, node=None, conflicts=0):
+        bench = results.parent / "bench.json"
+        bench.write_text(json.dumps(knobs["bench"]))
+        monkeypatch.setenv("FAKE_BENCH", str(bench))
+        monkeypatch.setenv("FAKE_GPUS", str(knobs["gpus"]))
+        monkeypatch.setenv("FAKE_PINGPONG_RC", str(knobs["pingpong_rc"]))
+        monkeypatch.setenv("NODE_NAME", (node or new_node())["metadata"]["name"])
+        monkeypatch.setenv("POD_NAMESPACE", "rl-burn-in")
+        server = FakeApiServer(node or new_node(), conflicts)
+        try:
+            assert agent.main(["--plan", json.dumps(plan), "--results", str(results)], api=server.api) == 0
+        finally:
+            server.close()
+        return server
+
+    knobs["run"] = run
+    return knobs
+
+
+def taint_keys(node):
+    return [t["key"] for t in node["spec"].get("taints", [])]
+
+
+def test_a_healthy_node_loses_the_taint_and_keeps_its_figures(node_env, train_plan):
+    server = node_env["run"](train_plan)
+    node = server.node
+    assert taint_keys(node) == ["nvidia.com/gpu"]
+    labels, notes = node["metadata"]["labels"], node["metadata"]["annotations"]
+    assert labels[marks.RESULT_LABEL] == "passed" and marks.parse_stamp(labels[marks.TIME_LABEL]) is not None
+    figures = json.loads(notes[marks.FIGURES_ANNOTATION])
+    assert figures["all_reduceGBs"] == 420.0 and figures["efaLoopbackPairs"] == 2
+    assert figures["efaLoopbackMBsMin"] == 11800.5 and figures["dcgm"] == "pass (level 2)"
+    assert marks.REASON_ANNOTATION not in notes and labels["rl.platform/pool"] == "train"
+    patch = next(r for r in server.requests if r[0] == "PATCH")
+    assert patch[2] == "application/merge-patch+json" and patch[3]["metadata"]["resourceVersion"] == "100"
+    assert [e["reason"] for e in server.events] == ["BurnInPassed"]
+    assert server.events[0]["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"],
+                                                  "uid": "u1"}
+    # A second start of the same pod writes nothing again.
+    again = node_env["run"](train_plan, node=node)
+    assert [r[0] for r in again.requests] == []
+
+
+@pytest.mark.parametrize("fault, reason", [
+    ("gpu", "preflight GPU: 7 visible, 8 expected"),
+    ("dcgm", "DCGM: dcgmi diag -r 2 failed (exit 226): pcie"),
+    ("dcgm-timeout", "DCGM: dcgmi diag -r 2 did not finish within 420 s"),
+    ("nccl", "NCCL all_reduce: peak busbw 200.0 GB/s < floor 379.3"),
+    ("wrong", "NCCL all_reduce: 3 wrong elements"),
+    ("efa", "EFA rdmap16s27-rdm <- rdmap32s27-rdm: fi_pingpong failed"),
+])
+def test_a_node_that_fails_any_check_keeps_the_taint_with_the_reason(node_env, train_plan, fault, reason):
+    results = node_env["results"]
+    if fault == "gpu":
+        node_env["gpus"] = 7
+    elif fault == "dcgm":
+        (results / "dcgm.rc").write_text("226\n")
+        (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{"tests": [
+            {"name": "pcie", "results": [{"status": "Fail", "gpu_id": "3", "warnings": ["PCIe replay"]}]}]}]}}))
+    elif fault == "dcgm-timeout":
+        (results / "dcgm.rc").write_text("124\n")
+    elif fault == "nccl":
+        node_env["bench"] = bench_doc(200.0, 300.0)
+    elif fault == "wrong":
+        node_env["bench"] = bench_doc(420.0, 300.0, wrong=3)
+    else:
+        node_env["pingpong_rc"] = 1
+    node = node_env["run"](train_plan).node
+    assert taint_keys(node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "failed"
+    assert reason in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+
+
+def test_a_derived_floor_only_warns_as_in_the_acceptance_report(node_env, train_plan):
+    node_env["bench"] = doc = bench_doc(420.0, 100.0)  # all-to-all under its derived floor
+    node = node_env["run"](train_plan).node
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
+    figures = json.loads(node["metadata"]["annotations"][marks.FIGURES_ANNOTATION])
+    assert figures["warnings"] == ["NCCL all_to_all: peak busbw 100.0 GB/s < floor 288"]
+    report = compare(doc, "p5en")  # the acceptance itself: same floors, same verdict
+    assert {c["op"]: c["floor"] for c in report["checks"]} == {f["op"]: f["busbw"] for f in train_plan["floors"]}
+    assert report["ok"] and report["warnings"]
+
+
+def test_a_burn_in_that_died_or_hung_past_its_budget_is_a_failure_never_a_pass(node_env, train_plan):
+    results = node_env["results"]
+    (results / "progress.json").write_text(json.dumps({"step": "nccl", "figures": {"preflight": "ok"}}))
+    node = node_env["run"](train_plan).node  # the container starts again after dying in the NCCL step
+    reason = node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    assert reason == "burn-in its container stopped before the result (see kubectl describe pod), in step nccl"
+    assert "rl.platform/burn-in" in taint_keys(node)
+    for f in ("verdict.json", "written"):
+        (results / f).unlink()
+    (results / "started").write_text(str(int(time.time()) - train_plan["budgetSeconds"] - 5))
+    node = node_env["run"](train_plan).node  # stopped by the liveness probe past the budget
+    assert node["metadata"]["annotations"][marks.REASON_ANNOTATION] == (
+        f"burn-in did not finish within its budget of {train_plan['budgetSeconds']} s, in step nccl")
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "failed"
+
+
+def test_no_time_left_for_a_step_is_a_failure(node_env, train_plan):
+    (node_env["results"] / "started").write_text(str(int(time.time()) - train_plan["budgetSeconds"]))
+    node = node_env["run"](train_plan).node
+    assert "did not finish within its budget" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    assert "rl.platform/burn-in" in taint_keys(node)
+
+
+def test_a_conflicting_write_is_read_again_and_retried(node_env, train_plan):
+    server = node_env["run"](train_plan, conflicts=1)
+    patches = [r for r in server.requests if r[0] == "PATCH"]
+    assert [p[3]["metadata"]["resourceVersion"] for p in patches] == ["100", "101"]
+    assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
+
+
+def test_dcgm_failures_are_found_whatever_the_json_layout():
+    assert agent.failed_tests({"a": [{"name": "x", "results": [{"result": "FAIL"}]}, {"name": "y", "status": "Pass"}]}) == ["x"]
+    assert agent.failed_tests({"tests": [{"test_name": "diagnostic", "status": "fail"}]}) == ["diagnostic"]
+
+
+# --- between runs: the watcher on a passed node -----------------------------------------------------------
+
+def run_pod(exit_code: int, finished: str, last: bool = False) -> dict:
+    term = {"terminated": {"exitCode": exit_code, "finishedAt": finished}}
+    cs = {"name": "preflight", **({"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": term}
+                                   if last else {"state": term})}
+    return {"metadata": {"name": "miles-worker-trainer-x", "namespace": "team-a"},
+            "status": {"initContainerStatuses": [cs]}}
+
+
+def test_the_watcher_taints_its_node_again_when_a_runs_preflight_refused_it_after_its_burn_in():
+    from nodes import watch
+    node = merge(new_node(), {"metadata": {"labels": {marks.RESULT_LABEL: "passed", marks.TIME_LABEL: "20261201T150000Z"}},
+                              "spec": {"taints": [GPU_TAINT]}})
+    server = FakeApiServer(node)
+    try:
+        server.pods = [run_pod(1, "2026-12-01T14:00:00Z"), run_pod(0, "2026-12-01T16:00:00Z")]
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # refused before
+        assert [r[0] for r in server.requests] == ["GET", "GET"]
+        server.pods.append(run_pod(1, "2026-12-01T16:00:00Z", last=True))
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) == "team-a/miles-worker-trainer-x"
+    finally:
+        server.close()
+    assert server.requests[-3][1] == f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node['metadata']['name']}"
+    assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
+    assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "retest"
+    assert [e["reason"] for e in server.events] == ["BurnInRetest"]
