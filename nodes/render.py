@@ -26,6 +26,7 @@ from pathlib import Path
 from stackconfig.stack import POOL_LABEL
 from stackconfig.versions import dcgm_image
 from workloads.model import WorkloadModel
+from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _tcp, baseline, policy
 from workloads.render.common import (container_resources, env_list, labels, pod_security_context, security_context,
                                      shm_volume, tolerations, SHM_VOLUME)
 
@@ -79,7 +80,18 @@ def base_objects() -> list[dict]:
         _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT], NAMESPACE),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(SCRIPTS),
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
+        *network_policies(),
     ]
+
+
+def network_policies() -> list[dict]:
+    """Default deny and DNS (strict mode isolates a pod no policy selects), then what the agent and
+    the watcher reach: the API server and, for replacement, the Auto Scaling API on 443, and the Pod
+    Identity agent for the replacement role's credentials. Nothing reaches them."""
+    return [*baseline(_meta), policy(
+        _meta("allow-api"), None, "burn-in pods -> API server and AWS APIs 443/TCP, Pod Identity agent 80/TCP",
+        egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+                {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}])]
 
 
 def dcgm_script(b: PoolBurnIn) -> str:

@@ -225,7 +225,12 @@ def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
     policy = json.loads(next(r for r in graph.of_type("aws:iam/rolePolicy:RolePolicy")
                              if r.name == f"{cfg.cluster_name}-burn-in-replace").inputs["policy"])
     assert policy["Statement"] == [{"Effect": "Allow", "Action": ["autoscaling:SetInstanceHealth"], "Resource": "*",
-                                    "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cfg.cluster_name}}}]
+                                    "Condition": {"StringEquals": {
+                                        "aws:ResourceTag/eks:cluster-name": cfg.cluster_name,
+                                        # held to the burn-in's own Pod Identity session (components.iam)
+                                        "aws:PrincipalTag/eks-cluster-name": cfg.cluster_name,
+                                        "aws:PrincipalTag/kubernetes-namespace": NAMESPACE,
+                                        "aws:PrincipalTag/kubernetes-service-account": SERVICE_ACCOUNT}}}]
     ds = next(o for o in registered_objects(graph) if o["kind"] == "DaemonSet")
     agent = ds["spec"]["template"]["spec"]["containers"][0]
     assert json.loads(agent["command"][agent["command"].index("--plan") + 1])["replace"] is True
