@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LAYERS = ["catalog", "stackconfig", "components", "workloads", "program", "analysis", "policy"]
+LAYERS = ["catalog", "software", "stackconfig", "components", "workloads", "program", "analysis", "policy"]
 """Bottom to top: each may import the ones before it, never one after it."""
 
 

@@ -233,7 +233,7 @@ def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
     """Default image: the recipe's tag in the stack's own repository (no Docker Hub, no NAT)."""
     from conftest import graph_of
 
-    from stackconfig.versions import SoftwareStack
+    from software import profile
     graph = graph_of("p5en-prod")
     images = set()
 
@@ -251,4 +251,5 @@ def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
             collect(r.inputs)
     repo = next(r for r in graph.resources if r.type == "aws:ecr/repository:Repository")
     assert images and all(".dkr.ecr.us-east-1.amazonaws.com/" in i and repo.inputs["name"] in i for i in images), images
-    assert {i.rsplit(":", 1)[1] for i in images} == {SoftwareStack().image_tag}
+    # the tag of the stack's profile (software/profiles.yaml), pinned by the digest the stack names
+    assert {i.rsplit("/", 1)[1].split("@")[0].split(":", 1)[1] for i in images} == {profile("miles-deepep-v2").image.tag}
