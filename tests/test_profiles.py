@@ -137,3 +137,14 @@ def test_vendored_flag_lists_record_their_origin():
     slime = json.loads((ROOT / "workloads" / "schemas" / "slime" / "bd217a63f113-flags.json").read_text())
     assert "--save-trigger-sentinel" not in slime["miles_flags"] and "--use-slime-router" in slime["miles_flags"]
     assert slime["megatron"]["pinned"]["commit"] == profile("slime-0.2.4").megatron.commit
+
+
+def test_the_stack_plan_prints_each_pools_profile_a2a_backend_and_gin_mode():
+    from analysis.plan import run_lines
+    from conftest import load
+    lines = run_lines(load("p5en-prod"))
+    assert ("    pool rollout: profile miles-deepep-v2, a2a deepep_v2, GIN GPU-initiated (GIN type 5), NCCL 2.31.2 "
+            "over EFA (aws-ofi-nccl)") in lines
+    assert any(line.startswith("    pool train: profile miles-deepep-v2, a2a flex deepepv2") for line in lines)
+    old = run_lines(variant("p5en-prod", MILES_01))
+    assert any(line.startswith("    pool rollout: profile miles-0.1, a2a none, GIN none") for line in old)
