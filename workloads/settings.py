@@ -267,11 +267,11 @@ IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 class ImageSettings(SchemaModel):
-    """Images the workloads reference besides ``versions.software.image`` / ``rewardImage``."""
+    """Images the workloads reference besides ``versions.software.images`` / ``rewardImage``."""
 
     require_digest: bool = False
     """Refuse every image reference of the workloads that is not pinned by ``@sha256:`` digest
-    (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``)."""
+    (``versions.software.images``, ``versions.software.rewardImage``, ``checkpointTrigger``)."""
     checkpoint_trigger: str = Field("public.ecr.aws/docker/library/busybox:1.37.0", pattern=r"^\S+$")
     """Small image with a POSIX shell, ``date``, ``mkdir`` and ``touch``: the Capacity Block end
     CronJob and the team-directories Job (``render.common.file_system_task``). Not the training
@@ -378,7 +378,3 @@ class WorkloadSettings(SchemaModel):
             if n < 1:
                 raise ValueError(f"{pool}: must be >= 1, got {n}")
         return counts
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))
