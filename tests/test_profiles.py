@@ -148,3 +148,16 @@ def test_the_stack_plan_prints_each_pools_profile_a2a_backend_and_gin_mode():
     assert any(line.startswith("    pool train: profile miles-deepep-v2, a2a flex deepepv2") for line in lines)
     old = run_lines(variant("p5en-prod", MILES_01))
     assert any(line.startswith("    pool rollout: profile miles-0.1, a2a none, GIN none") for line in old)
+
+
+def test_a_slime_pod_does_not_wait_on_stop_for_a_save_slime_cannot_make():
+    """Slime has no --save-trigger-sentinel: its pods' preStop hook is Ray's plain stop, so a preempted
+    attempt frees its nodes at once and resumes from its last periodic save; Miles' pods wait for the save."""
+    def hooks(file: str) -> set[str]:
+        job = run_objects(variant(SHARED, {}), load_run(ROOT / "runs" / file)).rayjob
+        spec = job["spec"]["rayClusterSpec"]
+        templates = [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+        return {" ".join(t["spec"]["containers"][0].get("lifecycle", {}).get("preStop", {}).get("exec", {})
+                         .get("command", [])) for t in templates}
+    assert all("save-on-stop" not in h for h in hooks(RUNS["slime-0.2.4"]))
+    assert any("save-on-stop" in h for h in hooks(RUNS["miles-0.1"]))
