@@ -32,6 +32,22 @@ Regenerate the vendored files::
         --rev 49cac7b52507fe6953952c3e1d1ad05a01b144a4 \\
         --megatron-flags workloads/schemas/megatron/37f91617b95c-flags.json \\
         --out workloads/schemas/miles/49cac7b52507-flags.json
+    python scripts/extract_flags.py megatron --git-dir /work/.mirror/NVIDIA+Megatron-LM/repo \
+        --rev 3714d81d418c9f1bca4594fc35f9e8289f652862 --repository NVIDIA/Megatron-LM \
+        --out workloads/schemas/megatron/3714d81d418c-flags.json
+    python scripts/extract_flags.py megatron --git-dir /work/.mirror/radixark+Megatron-LM/repo \
+        --rev 235952df607b3820716e5e67728a5ab470ca33ae --tag miles-main-20260819 \
+        --out workloads/schemas/megatron/235952df607b-flags.json
+    python scripts/extract_flags.py slime --git-dir /work/.mirror/THUDM+slime/repo \
+        --rev bd217a63f113d74488170914e4d39e68c12e8cf0 --tag v0.2.4 \
+        --megatron-flags workloads/schemas/megatron/3714d81d418c-flags.json \
+        --out workloads/schemas/slime/bd217a63f113-flags.json
+    pip download --no-deps sglang==0.5.19   # and 0.5.9
+    python scripts/extract_flags.py sglang --wheel sglang-0.5.19-*.whl --out workloads/schemas/sglang/0.5.19-flags.json
+
+Slime (``slime`` command) has Miles' parser layout under ``slime/``; its output has the same
+structure (the framework's own flags under ``miles_flags``). SGLang (``sglang`` command): the
+``ServerArgs`` flags of a release wheel, with the wheel's sha256.
 """
 
 from __future__ import annotations
@@ -244,6 +260,8 @@ class Modules:
             found = self.lookup(path, node.id, scope)
             if found and not isinstance(found[1], (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 return self.value(found[1], found[0])
+            if (found and isinstance(found[1], ast.FunctionDef)) or (not found and node.id in PRIMITIVES):
+                return node.id  # a converter (argparse ``type=``): a function or a builtin, by name
             raise Unresolved(node.id)
         if isinstance(node, ast.Attribute):
             if ast.unparse(node.value) == "signal" and node.attr.startswith("SIG"):
@@ -338,10 +356,17 @@ def add(out: dict, names: list[str], desc: dict, where: str, conflicts: list[str
 
 # ------------------------------------------------------------------------------------------ Miles
 
-MILES_ARGS = "miles/utils/arguments.py"
-SGLANG_ARGS = "miles/backends/sglang_utils/arguments.py"
-MEGATRON_ARGS = "miles/backends/megatron_utils/arguments.py"
-FSDP_ARGS = "miles/backends/fsdp_utils/arguments.py"
+FRAMEWORKS = {"miles": "radixark/miles", "slime": "THUDM/slime"}
+"""Miles forked from Slime and kept its parser layout: the same files under each package name."""
+
+
+def parser_files(package: str) -> dict[str, str]:
+    """The argument files of Miles or Slime (``package``), by role."""
+    return {"args": f"{package}/utils/arguments.py", "sglang": f"{package}/backends/sglang_utils/arguments.py",
+            "megatron": f"{package}/backends/megatron_utils/arguments.py",
+            "fsdp": f"{package}/backends/fsdp_utils/arguments.py"}
+
+
 FLAG_TOKEN = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 EXAMPLE_DIRS = ("examples/", "scripts/", "docs/")
 
@@ -395,9 +420,13 @@ class MilesWalker:
         add(self.flags, names, desc, path, self.conflicts)
 
 
-def fsdp_flags(mods: Modules) -> dict:
-    """``build_fsdp_parser``: its literal flags plus one flag per ``FSDPArgs`` dataclass field."""
-    mod = mods.need(FSDP_ARGS)
+def fsdp_flags(mods: Modules, package: str) -> dict:
+    """``build_fsdp_parser``: its literal flags plus one flag per ``FSDPArgs`` dataclass field (none
+    where the revision has no FSDP backend, as Slime v0.2.4)."""
+    fsdp_path = parser_files(package)["fsdp"]
+    if mods.tree.read(fsdp_path) is None:
+        return {}
+    mod = mods.need(fsdp_path)
     fn = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "build_fsdp_parser")
     out: dict[str, dict] = {}
     skipped = set()
@@ -409,9 +438,9 @@ def fsdp_flags(mods: Modules) -> dict:
         if isinstance(node, ast.Call) and ast.unparse(node.func) == "dataclasses.fields":
             cls_name = node.args[0].id
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-            names = call_names(mods, node, FSDP_ARGS, {})
+            names = call_names(mods, node, fsdp_path, {})
             if names:
-                d = describe_call(mods, node, FSDP_ARGS, names, {})
+                d = describe_call(mods, node, fsdp_path, names, {})
                 d.pop("dest")
                 for n in names:
                     out[n] = d
@@ -431,7 +460,7 @@ def fsdp_flags(mods: Modules) -> dict:
             ann = ann.slice
         typ = ast.unparse(ann)
         try:
-            default = mods.value(stmt.value, FSDP_ARGS) if stmt.value is not None else None
+            default = mods.value(stmt.value, fsdp_path) if stmt.value is not None else None
         except Unresolved:
             default = None
         flag = "--" + name.replace("_", "-")
@@ -443,27 +472,33 @@ def fsdp_flags(mods: Modules) -> dict:
     return out
 
 
-def sglang_passthrough(mods: Modules) -> tuple[str, list[str]]:
+def sglang_passthrough(mods: Modules, package: str) -> tuple[str, list[str]]:
     """(prefix, skipped ServerArgs fields) of the non-inheriting ``_add_prefixed_server_args`` call."""
-    mod = mods.need(SGLANG_ARGS)
+    sglang_path = parser_files(package)["sglang"]
+    mod = mods.need(sglang_path)
     for node in ast.walk(mod):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
                 node.func.id == "_add_prefixed_server_args":
             kw = {k.arg: k.value for k in node.keywords}
-            if mods.value(kw["inherit"], SGLANG_ARGS) is False:
-                prefix = mods.value(kw["flag_prefix"], SGLANG_ARGS)
-                return f"--{prefix}-", mods.value(kw["skipped_args"], SGLANG_ARGS)
-    raise SystemExit(f"no _add_prefixed_server_args(..., inherit=False) in {SGLANG_ARGS}")
+            if mods.value(kw["inherit"], sglang_path) is False:
+                prefix = mods.value(kw["flag_prefix"], sglang_path)
+                return f"--{prefix}-", mods.value(kw["skipped_args"], sglang_path)
+    # Slime v0.2.4: ``add_sglang_arguments`` wraps ``parser.add_argument`` to prefix every ServerArgs
+    # flag with ``--sglang-`` and drops the dests listed in its local ``skipped_args``.
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["skipped_args"]:
+            return "--sglang-", mods.value(node.value, sglang_path)
+    raise SystemExit(f"no _add_prefixed_server_args(..., inherit=False) nor skipped_args in {sglang_path}")
 
 
-def entry_points(mods: Modules) -> list[str]:
-    """Top-level scripts that build their arguments with ``miles.utils.arguments.parse_args``."""
+def entry_points(mods: Modules, package: str) -> list[str]:
+    """Top-level scripts that build their arguments with ``<package>.utils.arguments.parse_args``."""
     out = []
     for f in mods.tree.files():
         if "/" in f or not f.endswith(".py"):
             continue
         mod = mods.module(f)
-        if mod and any(isinstance(n, ast.ImportFrom) and n.module == "miles.utils.arguments"
+        if mod and any(isinstance(n, ast.ImportFrom) and n.module == f"{package}.utils.arguments"
                        and any(a.name == "parse_args" for a in n.names) for n in mod.body):
             out.append(f)
     return out
@@ -496,20 +531,24 @@ def example_tokens(tree: Tree) -> set[str]:
     return out
 
 
-def extract_miles(tree: Tree, repository: str, tag: str | None, megatron_flags: set[str] | None) -> dict:
+def extract_miles(tree: Tree, repository: str, tag: str | None, megatron_flags: set[str] | None,
+                  package: str = "miles") -> dict:
+    """Miles' flags, or Slime's (``package="slime"``: same parser layout, same output structure)."""
     mods = Modules(tree)
-    mod = mods.need(MILES_ARGS)
-    provider = next(n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "get_miles_extra_args_provider")
+    files = parser_files(package)
+    mod = mods.need(files["args"])
+    provider = next(n for n in mod.body if isinstance(n, ast.FunctionDef)
+                    and n.name == f"get_{package}_extra_args_provider")
     walker = MilesWalker(mods)
-    walker.walk_function(MILES_ARGS, provider, {})
+    walker.walk_function(files["args"], provider, {})
     if walker.conflicts:
         raise SystemExit("argparse would reject: " + "; ".join(walker.conflicts))
     flags = walker.flags
     negations = sorted("--no-" + f[2:] for f, d in flags.items() if d["action"] == "BooleanOptionalAction")
-    prefix, skipped = sglang_passthrough(mods)
-    mods.module(MEGATRON_ARGS)  # calls Megatron's parse_args; read for the record
-    fsdp = fsdp_flags(mods)
-    entries = entry_points(mods)
+    prefix, skipped = sglang_passthrough(mods, package)
+    mods.module(files["megatron"])  # calls Megatron's parse_args; read for the record
+    fsdp = fsdp_flags(mods, package)
+    entries = entry_points(mods, package)
     pin = megatron_pin(mods)
     miles = set(flags) | set(negations)
     no_prefix = "--no-" + prefix[2:]
@@ -718,6 +757,24 @@ def extract_megatron(tree: Tree, repository: str, tag: str | None) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------------ SGLang
+
+def extract_sglang(wheel: Path) -> dict:
+    """Every ``ServerArgs`` CLI flag -> its dest, and the literal choices, of one SGLang release wheel
+    (read with ``workloads.flagcheck.parse_server_args``; the wheel's sha256 is recorded)."""
+    import hashlib
+    import zipfile
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from workloads.flagcheck import SERVER_ARGS, parse_server_args
+    with zipfile.ZipFile(wheel) as z:
+        parsed = parse_server_args(z.read(SERVER_ARGS).decode())
+    version = wheel.name.split("-")[1]
+    return {"origin": {"distribution": "sglang", "version": version, "wheel": wheel.name,
+                       "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "path": SERVER_ARGS},
+            "generated_by": GENERATED_BY, "flags": dict(sorted(parsed.flags.items())),
+            "choices": dict(sorted(parsed.choices.items()))}
+
+
 # -------------------------------------------------------------------------------------------- CLI
 
 def write(doc: dict, out: Path | None) -> None:
@@ -739,7 +796,10 @@ def tree_from(args) -> Tree:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    for name, repo in (("miles", "radixark/miles"), ("megatron", "radixark/Megatron-LM")):
+    wheel = sub.add_parser("sglang", help="SGLang's ServerArgs flags, read from a release wheel")
+    wheel.add_argument("--wheel", type=Path, required=True, help="sglang-<version>-*.whl (pip download --no-deps)")
+    wheel.add_argument("--out", type=Path, help="output file (default: stdout)")
+    for name, repo in (*FRAMEWORKS.items(), ("megatron", "radixark/Megatron-LM")):
         p = sub.add_parser(name)
         src = p.add_mutually_exclusive_group(required=True)
         src.add_argument("--git-dir", type=Path, help="a git directory (bare is fine)")
@@ -749,17 +809,20 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--repository", default=repo)
         p.add_argument("--tag", default=None, help="the tag the revision carries, if any (recorded)")
         p.add_argument("--out", type=Path, help="output file (default: stdout)")
-        if name == "miles":
+        if name in FRAMEWORKS:
             p.add_argument("--megatron-flags", type=Path,
                            help="a Megatron flag file (the megatron command's output) used to pick the "
                                 "Megatron flags Miles' examples use; without it that list is empty")
     args = parser.parse_args(argv)
+    if args.what == "sglang":
+        write(extract_sglang(args.wheel), args.out)
+        return
     tree = tree_from(args)
     if args.what == "megatron":
         doc = extract_megatron(tree, args.repository, args.tag)
     else:
         mflags = set(json.loads(args.megatron_flags.read_text())["flags"]) if args.megatron_flags else None
-        doc = extract_miles(tree, args.repository, args.tag, mflags)
+        doc = extract_miles(tree, args.repository, args.tag, mflags, package=args.what)
     write(doc, args.out)
 
 

@@ -370,7 +370,7 @@ def _describe(raw: Mapping[str, Any], error: Mapping[str, Any]) -> str:
         msg = "unknown key"
     elif error["type"] == "enum":
         msg = f"{error['input']!r} is not allowed; allowed: {error['ctx']['expected']}"
-    field = re.match(r"^([A-Za-z][\w.\[\]]*): ", msg)
+    field = re.match(r"^([A-Za-z][\w.\[\]-]*): ", msg)  # "-": profile names (versions.software.images.<name>)
     if field:
         where = f"{where}.{field.group(1)}" if where else field.group(1)
         msg = msg[field.end():]

@@ -12,6 +12,8 @@ import re
 
 from pydantic import Field, field_validator
 
+from software import Profile, profile
+
 from .base import SchemaModel
 
 
@@ -64,55 +66,29 @@ class Charts(SchemaModel):
 
 
 class SoftwareStack(SchemaModel):
-    """The GPU software set the workloads are generated for, and the images that carry it.
+    """The images the workloads run. What is in them (framework, SGLang, Megatron, CUDA, torch,
+    NCCL, EFA installer, DeepEP, Ray) is a software profile's (``software/profiles.yaml``), chosen
+    per run with ``workloads.run.software`` / a run file's ``software:``; its recipe and tag are in
+    the profile too, so the tag the README builds is the tag the pods pull."""
 
-    The set ``workloads/image/Dockerfile`` builds (its ARGs carry the same pins), and why it differs
-    from the earlier seed (SGLang 0.5.17, Miles 0.1.0, DeepEP 2.0, EFA installer 1.49):
-    - Miles 49cac7b5 (radixark/miles #2682): resume restores the rollout counter; v0.1.0 restarts it.
-    - SGLang: Miles' ``sglang-miles`` fork on the 0.5.16 line (``sglang_fork``), on Miles' base image;
-      0.5.17 stock cannot run Miles, and neither can 0.5.19, the first with ``deepep_v2``.
-    - EFA installer 1.50.0: aws-ofi-nccl 1.21.1 (NET/OFI; also the first plugin with GIN).
-    - ``deepep`` / ``nccl``: the DeepEP V2 commit and NCCL a V2 image needs (NCCL 2.31.2 is what
-      aws-ofi-nccl's GIN is tested with); V2 stays refused until Miles runs on SGLang >= 0.5.19.
-    The Miles release image (``radixark/miles:v0.1.0``) has no EFA userspace (no aws-ofi-nccl): the
-    GPU pods' preflight refuses it on EFA pools.
-    """
-
-    cuda: str = "13.0"
-    pytorch: str = "2.11"
-    """Torch of Miles' base image (lmsysorg/sglang v0.5.16, CUDA 13); the image build prints it."""
-    nccl: str = Field("2.31.2", pattern=r"^\d+\.\d+(\.\d+)?$")
-    """The NCCL a DeepEP V2 image needs (GIN over aws-ofi-nccl); the preflight checks it only then."""
-    efa_installer: str = Field("1.50.0", pattern=r"^\d+\.\d+(\.\d+)?$")
-    deepep: str = Field("dd758caf451848bd150e1046af3d0a73e5fff38d", pattern=r"^[0-9a-f]{40}$")
-    """deepseek-ai/DeepEP commit (v2.1.0): ElasticBuffer and the legacy Buffer."""
-    sglang: str = Field("0.5.16", pattern=r"^\d+\.\d+\.\d+$")
-    """The SGLang release line the image's SGLang follows (its flags and MoE rules are checked against
-    this release's wheel). Miles needs its own fork: ``sglang_fork``."""
-    sglang_fork: str = Field("cb05a44f35a7c9e27e46d74112cc841ca674ef43", pattern=r"^[0-9a-f]{40}$")
-    """sgl-project/sglang ``sglang-miles`` commit Miles' image installs (radixark/miles release-lock.json at
-    286680d1e; docker/Dockerfile:19-20, 203-215 at 49cac7b5). Stock SGLang lacks the weight-sync API Miles
-    imports (ParameterMapper, ParallelismContext), so DeepEP V2 (``deepep_v2``, SGLang >= 0.5.19) is not
-    available with this Miles revision."""
-    miles: str = Field("49cac7b52507fe6953952c3e1d1ad05a01b144a4", pattern=r"^[0-9a-f]{40}$")
-    """radixark/miles commit: 49cac7b5 (PR #2682) resumes the rollout counter from the checkpoint; the
-    v0.1.0 tag sets start_rollout_id = 0 in bridge mode even with --load (miles/utils/arguments.py)."""
-    megatron: str = Field("37f91617b95c1ef4f01fc66210e502572ad97fda", pattern=r"^[0-9a-f]{40}$")
-    """radixark/Megatron-LM commit (the one Miles v0.1.0's release-lock.json pins; 49cac7b5 pins none)."""
-    ray: str = "2.53.0"
-    """Ray in the image (KubeRay ``rayVersion``); head and workers must all run the same one."""
-    image: str | None = None
-    """Image of every Ray pod (head and workers must share Ray and Python versions). Default: the
-    recipe's build (``workloads/image``) in the stack's own ECR repository, ``<imageRepository>:<imageTag>``,
-    so pods pull from ECR in the cluster's region through its endpoints, not from Docker Hub."""
-    image_tag: str = Field("miles-49cac7b5-efa1.50.0", pattern=r"^[\w][\w.-]{0,127}$")
-    """Tag the recipe's build is pushed under in the stack's repository (``workloads/image/README.md``)."""
+    images: dict[str, str] = {}
+    """Profile name -> image reference, in place of the profile's recipe build in the stack's own ECR
+    repository (``<imageRepository>:<profile image tag>``). ``{imageRepository}`` may stand for the
+    repository: ``"{imageRepository}:<tag>@sha256:<digest>"``."""
     reward_image: str | None = None
-    """Image of the reward service; default: ``image``."""
+    """Image of the reward service; default: the run's image."""
     dcgm: str = Field("4.5.2-1-ubuntu22.04", pattern=r"^\d+\.\d+\.\d+-\d+-[\w.]+$")
     """NVIDIA DCGM 4.5.2 image tag (``nvcr.io/nvidia/cloud-native/dcgm``) the GPU burn-in runs
-    ``dcgmi diag`` from. NGC is no ECR pull-through upstream
-    (``components/registry.py``): copy it into the stack repository as ``dcgm-<tag>`` (README, Burn-in)."""
+    ``dcgmi diag`` from: copy it into the stack repository as ``dcgm-<tag>`` (README, Burn-in)."""
+
+    @field_validator("images")
+    @classmethod
+    def _profiles(cls, images: dict[str, str]) -> dict[str, str]:
+        for name, ref in images.items():
+            profile(name)  # ValueError listing the allowed names
+            if not re.fullmatch(r"\S+", ref):
+                raise ValueError(f"{name}: {ref!r} is not an image reference")
+        return images
 
 
 STACK_REPOSITORY = "{imageRepository}"
@@ -124,9 +100,10 @@ def dcgm_image(software: SoftwareStack) -> str:
     return f"{STACK_REPOSITORY}:dcgm-{software.dcgm}"
 
 
-def workload_image(software: SoftwareStack) -> str:
-    """The image every Ray pod runs: the stack's setting, else the recipe's tag in the stack repository."""
-    return software.image or f"{STACK_REPOSITORY}:{software.image_tag}"
+def workload_image(software: SoftwareStack, p: Profile) -> str:
+    """The image every Ray pod of a run on profile ``p`` runs: the stack's setting, else the profile
+    recipe's tag in the stack repository."""
+    return software.images.get(p.name) or f"{STACK_REPOSITORY}:{p.image.tag}"
 
 
 class Versions(SchemaModel):

@@ -14,7 +14,7 @@ import xml.dom.minidom
 import pytest
 import yaml
 from conftest import ROOT, load
-from test_workloads import FP8_V2, container, k8s_version, validate_custom, validate_pod_template, variant
+from test_workloads import FP8_V2, container, merge, k8s_version, validate_custom, validate_pod_template, variant
 
 from workloads import acceptance as A
 from workloads.acceptance import __main__ as CLI
@@ -309,7 +309,7 @@ def test_job_validates_and_its_pods_are_the_pools_ray_workers(stack, pool):
     assert (f"torchrun --nnodes={n} --nproc-per-node={g.gpus} --rdzv-backend=c10d --rdzv-endpoint=\"$MASTER:29500\""
             in script)
     assert "/opt/scripts/fabric_bench.py --out" in script and "VC_NODE_HOSTS" in script
-    assert "DEEPEP" not in script  # no stack here runs DeepEP V2
+    assert ("DEEPEP" in script) == A.uses_deepep_v2(m, g.pool)  # p5en-prod runs DeepEP V2 (miles-deepep-v2)
 
 
 def test_deepep_v2_tests_run_on_the_rollout_pool_only():
@@ -319,7 +319,14 @@ def test_deepep_v2_tests_run_on_the_rollout_pool_only():
     assert "run_ep intranode 1 0 127.0.0.1 8361" in script
     assert "run_ep internode 2 $(( INDEX % 2 ))" in script  # engines of 2 nodes: DeepEP's hybrid mode
     assert "tests/elastic/test_ep.py --num-processes 8" in script and "cd /opt/deepep" in script
-    assert "DEEPEP" not in A.job_script(m, "train")  # Megatron runs NCCL all-to-all with V2
+    # Megatron miles-main-20260819 dispatches with flex deepepv2: V2's tests run on the training pool
+    # too, within a node (expert parallel 8 on 8 GPUs).
+    train = A.job_script(m, "train")
+    assert "run_ep intranode 1 0 127.0.0.1 8361" in train and "run_ep internode" not in train
+    on_01 = derive(variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"software": "miles-0.1",
+                                                                                "deepep": {"version": "v1"},
+                                                                                "rollout": {"nodesPerEngine": 1}}}})))
+    assert "DEEPEP" not in A.job_script(on_01, "rollout")  # legacy DeepEP: no V2 tests
     validate_pod_template(A.acceptance_template(m, "rollout"), k8s_version(variant("p5en-prod", FP8_V2)))
 
 

@@ -228,7 +228,7 @@ def test_a_deepep_v2_run_gets_gdrdrv_on_its_gpu_nodes_and_its_pods_require_it():
     the GPU pods select that label: a V2 pod never lands on a node without /dev/gdrdrv."""
     import base64
 
-    from test_workloads import FP8_V2, variant, variant_graph
+    from test_workloads import FP8_V2, MILES_01, variant, variant_graph
 
     from workloads import render
     from workloads.model import derive
@@ -236,13 +236,14 @@ def test_a_deepep_v2_run_gets_gdrdrv_on_its_gpu_nodes_and_its_pods_require_it():
     m = derive(variant("p5en-prod", FP8_V2))
     assert set(m.gpu_setups) == {"train", "rollout"} and all(s.gdrcopy for s in m.gpu_setups.values())
     trainer = render.ray_pod_template(m, m.worker("trainer"))
-    assert trainer["spec"]["nodeSelector"] == {"rl.platform/pool": "train", "rl.platform/gdrcopy": "true"}
+    assert trainer["spec"]["nodeSelector"] == {"rl.platform/pool": "train", "rl.platform/gdrcopy": "true",
+                                               "rl.platform/efa-gda": "true"}  # p5en: GPU-initiated GIN
     assert all(p.fits for p in check(m))
     graph = variant_graph("p5en-prod", FP8_V2)
     (lt,) = [t for t in graph.of_type("aws:ec2/launchTemplate:LaunchTemplate") if t.name.endswith("-train")]
     mime = base64.b64decode(lt.inputs["userData"]).decode()
     assert "Content-Type: text/x-shellscript" in mime and "application/node.eks.aws" in mime
-    default = derive(variant("p5en-prod", {}))  # legacy DeepEP within a node: nothing to install
+    default = derive(variant("p5en-prod", MILES_01))  # no DeepEP V2: nothing to install
     assert default.gpu_setups == {} and "rl.platform/gdrcopy" not in render.ray_pod_template(
         default, default.worker("trainer"))["spec"]["nodeSelector"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LAYERS = ["catalog", "stackconfig", "components", "workloads", "nodes", "program", "analysis", "policy", "bench"]
+LAYERS = ["catalog", "software", "stackconfig", "components", "workloads", "nodes", "program", "analysis", "policy", "bench"]
 """Bottom to top: each may import the ones before it, never one after it."""
 
 

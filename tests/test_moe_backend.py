@@ -243,7 +243,9 @@ def test_refusals_name_the_field_and_only_working_alternatives():
 def test_refusal_messages_read_well():
     with pytest.raises(ValueError) as e:
         choose("bf16", 1, "v2", "H200", "0.5.19")
-    assert str(e.value).startswith("workloads.run.deepep.version: SGLang's deepep_v2 requires 128x128 blockwise FP8")
+    assert str(e.value).startswith("workloads.run.deepep.version: SGLang 0.5.19's deepep_v2 requires 128x128 "
+                                   "blockwise FP8 experts (bf16 from 0.5.21)")
+    assert choose("bf16", 1, "v2", "H200", "0.5.22").moe_a2a_backend == "deepep_v2"  # 0.5.22 layer.py:260-266
     assert "workloads.run.deepep.version=off" in str(e.value) and "workloads.run.deepep.version=v1" in str(e.value)
     with pytest.raises(ValueError, match=r"^workloads.run.deepep.version: legacy DeepEP across 2 nodes .*"
                                          r"workloads.run.rollout.nodesPerEngine=1"):

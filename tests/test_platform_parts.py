@@ -47,6 +47,7 @@ def test_p5en_prod_ip_demand_counts_pods_not_efa():
 
 def test_efa_cidr_moves_the_node_subnet():
     raw = yaml.safe_load(open(ROOT / "stacks/Pulumi.p5en-prod.yaml"))["config"]["moe-rl-platform:platform"]
+    raw.pop("workloads")  # the program's section; StackConfig is the platform alone
     raw["pools"][2]["nodes"] = 256
     with pytest.raises(Exception, match="network.vpcCidr"):
         plan_subnets(load_stack("big", raw))

@@ -37,7 +37,6 @@ def test_parsers_on_real_formats():
     assert P.count_gpus(NVIDIA_SMI_L * 8) == 8
     assert P.efa_domains(FI_INFO_TWO) == {"rdmap16s27-rdm", "rdmap32s27-rdm"}
     assert P.efa_domains(FI_INFO_TWO + FI_INFO_TWO) == {"rdmap16s27-rdm", "rdmap32s27-rdm"}  # per device
-    assert P.nccl_version(23102) == (2, 31, 2) and P.nccl_version(22809) == (2, 28, 9)
     assert P.hugepages_free_mi(MEMINFO) == 10256
 
 
@@ -111,3 +110,68 @@ def test_nccl_network_is_read_from_real_logs():
     assert "Could not find: ofi libnccl-net-ofi.so" in missing and P.nccl_network(missing) == "Socket"
     assert P.nccl_network((data / "info-ofi-efa-p5.log").read_text()) == "AWS Libfabric"
     assert P.nccl_network("NCCL INFO NCCL version 2.31.2\n") is None
+
+
+def test_memlock_passes_with_cap_ipc_lock_or_unlimited(monkeypatch, tmp_path):
+    """16.11: the kernel skips RLIMIT_MEMLOCK for a task with CAP_IPC_LOCK (the GPU pods keep it), so
+    a finite limit with the capability passes; without either the pod fails."""
+    assert P.has_cap_ipc_lock("CapEff:\t000001fffeffffff\n")  # as read on the H200 (docs/measurements)
+    assert P.has_cap_ipc_lock(f"CapEff:\t{1 << 14:016x}\n") and not P.has_cap_ipc_lock("CapEff:\t0000000000000000\n")
+    monkeypatch.setattr(P.resource, "getrlimit", lambda _: (65536, 65536))
+    status = tmp_path / "status"
+    real_open = open
+
+    def fake_open(path, *a, **kw):
+        return real_open(status if path == "/proc/self/status" else path, *a, **kw)
+    monkeypatch.setattr("builtins.open", fake_open)
+    status.write_text("CapEff:\t0000000000004000\n")
+    assert P.check_memlock() is None
+    status.write_text("CapEff:\t0000000000000000\n")
+    assert P.check_memlock() == "memlock: limit 65536 bytes and no CAP_IPC_LOCK; RDMA pinning needs one of them"
+
+
+def test_nccl_is_the_version_torch_loads_and_the_plugin_may_be_a_path(monkeypatch, tmp_path):
+    """16.11: the NCCL checked is torch's (the H200 log shows the loader's libnccl.so.2 at 2.28.3 while
+    torch loads 2.28.9); 16.10: NCCL_NET_PLUGIN may be a full path from NCCL 2.28, not before."""
+    monkeypatch.setattr(P, "run", lambda cmd: "2.28.9\n" if "torch" in cmd[-1] else None)
+    assert P.torch_nccl() == "2.28.9"
+    assert P.check_nccl("2.28.9", "2.28.9") is None
+    assert P.check_nccl("2.31.2", "2.28.9") == "NCCL: torch loads 2.28.9, 2.31.2 or newer needed"
+    assert P.check_nccl("2.31.2", None).startswith("NCCL: torch.cuda.nccl.version() failed")
+    plugin = tmp_path / "libnccl-net-ofi.so"
+    plugin.write_text("")
+    monkeypatch.setenv("NCCL_NET_PLUGIN", str(plugin))
+    monkeypatch.setattr(P, "_dlopen", lambda names: names[0])
+    assert P.check_ofi_plugin("2.28.9") is None
+    assert "turns into libnccl-net-<path>.so" in P.check_ofi_plugin("2.27.5")
+    monkeypatch.setenv("NCCL_NET_PLUGIN", "libfoo")
+    assert P.check_ofi_plugin("2.28.9").startswith("NCCL: NCCL_NET_PLUGIN='libfoo'; allowed: 'ofi' or")
+
+
+def test_gdrdrv_must_open_and_the_gda_path_is_checked_in_the_pod(monkeypatch, tmp_path):
+    """16.11: /dev/gdrdrv must open, not only exist; GPU-initiated GIN needs its env and driver option."""
+    def refuse(path, flags):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(P.os, "open", refuse)
+    assert P.check_gdrdrv().startswith("GDRCopy: /dev/gdrdrv does not open (Permission denied)")
+    monkeypatch.setenv("NCCL_GIN_TYPE", "5")
+    monkeypatch.setenv("NCCL_SYM_GIN_KERNELS_ENABLE", "0")
+    assert P.check_gda("RegistryDwords: \"PeerMappingOverride=1;\"\n") is None
+    assert "PeerMappingOverride=1" in P.check_gda("RegistryDwords: \"\"\n")
+    monkeypatch.setenv("NCCL_GIN_TYPE", "2")
+    assert P.check_gda("PeerMappingOverride=1").startswith("GIN: NCCL_GIN_TYPE='2', '5' needed")
+
+
+def test_the_pods_ask_the_preflight_for_their_profiles_contract():
+    from conftest import load
+    from test_workloads import MILES_01, variant
+    from workloads.model import derive
+    from workloads.render.ray import preflight_args
+    m = derive(load("p5en-prod"))  # miles-deepep-v2 on p5en: GPU-initiated GIN, NCCL 2.31.2
+    args = preflight_args(m, m.worker("rollout"))
+    assert args[args.index("--nccl") + 1] == "2.31.2" and args[args.index("--gin") + 1] == "gpu"
+    old = derive(variant("p5en-prod", MILES_01))
+    args = preflight_args(old, old.worker("rollout"))
+    assert args[args.index("--nccl") + 1] == "2.28.9" and "--gin" not in args
+    sockets = derive(variant("p5en-prod", {"workloads": {"run": {"fabric": "sockets", "deepep": {"version": "off"}}}}))
+    assert "--fabric" in preflight_args(sockets, sockets.worker("trainer"))

@@ -156,6 +156,7 @@ def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
     """Default image: the recipe's tag in the stack's own repository (no Docker Hub, no NAT)."""
     from conftest import graph_of
 
+    from software import profile
     from stackconfig.versions import SoftwareStack
     graph = graph_of("p5en-prod")
     images = set()
@@ -174,5 +175,7 @@ def test_every_pod_of_the_reference_stack_pulls_from_its_ecr_repository():
             collect(r.inputs)
     repo = next(r for r in graph.resources if r.type == "aws:ecr/repository:Repository")
     assert images and all(".dkr.ecr.us-east-1.amazonaws.com/" in i and repo.inputs["name"] in i for i in images), images
-    software = SoftwareStack()  # the workload image, and the DCGM image the GPU burn-in runs
-    assert {i.rsplit(":", 1)[1] for i in images} == {software.image_tag, f"dcgm-{software.dcgm}"}
+    # the tag of the stack's profile (software/profiles.yaml), pinned by the digest the stack names,
+    # and the DCGM image the GPU burn-in runs
+    tags = {i.rsplit("/", 1)[1].split("@")[0].split(":", 1)[1] for i in images}
+    assert tags == {profile("miles-deepep-v2").image.tag, f"dcgm-{SoftwareStack().dcgm}"}

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from conftest import ROOT, load
+from conftest import ROOT
 
 from workloads.argv import entry_and_flags
 from workloads.flagcheck import argv_pairs, miles_flags
@@ -40,7 +40,9 @@ def miles_names() -> set[str]:
 
 @functools.cache
 def argv() -> tuple[str, ...]:
-    a = derive(load("p5en-prod")).argv
+    """A miles-0.1 run's argv (the profile these files are the lists of)."""
+    from test_workloads import MILES_01, variant
+    a = derive(variant("p5en-prod", MILES_01)).argv
     assert a is not None
     return a
 

@@ -223,7 +223,8 @@ def test_the_opt_in_rayjob_validates_against_its_crd(stack):
 # --- the Ray cluster ----------------------------------------------------------------------------
 
 def test_p5en_prod_reference_shape_and_argv():
-    """The issue's figures: 16 trainer pods x 8 GPUs, 32 rollout pods x 8 GPUs (256), 16 EFA each."""
+    """The issue's figures: 16 trainer pods x 8 GPUs, 32 rollout pods x 8 GPUs (256), 16 EFA each; the
+    reference stack runs miles-deepep-v2: DeepEP V2 across two-node engines, Megatron's flex deepepv2."""
     cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
     g = groups(one(graph, "RayCluster"))
     assert (g["trainer"]["replicas"], g["rollout"]["replicas"]) == (16, 32)
@@ -236,10 +237,11 @@ def test_p5en_prod_reference_shape_and_argv():
     argv = flag_values(recorded_argv(graph))
     assert argv["--actor-num-nodes"] == ["16"] and argv["--actor-num-gpus-per-node"] == ["8"]
     assert argv["--rollout-num-gpus"] == ["256"] and argv["--num-gpus-per-node"] == ["8"]
-    assert argv["--rollout-num-gpus-per-engine"] == ["8"] and argv["--sglang-ep-size"] == ["8"]
-    # bf16 experts on Miles' SGLang (0.5.16 line): legacy DeepEP would need low_latency (IBGDA): off.
-    assert "--sglang-moe-a2a-backend" not in argv and "--moe-enable-deepep" not in argv
-    assert argv["--moe-token-dispatcher-type"] == ["alltoall"]
+    assert argv["--rollout-num-gpus-per-engine"] == ["16"] and argv["--sglang-ep-size"] == ["16"]
+    assert argv["--sglang-moe-a2a-backend"] == ["deepep_v2"] and argv["--sglang-deepep-v2-mode"] == ["hybrid"]
+    assert argv["--sglang-moe-runner-backend"] == ["deep_gemm"]
+    assert argv["--moe-token-dispatcher-type"] == ["flex"] and argv["--moe-flex-dispatcher-backend"] == ["deepepv2"]
+    assert "--moe-enable-deepep" not in argv
     assert "--use-fault-tolerance" not in argv  # rollout pool is an ODCR, not Spot
     assert cfg.pool(Role.ROLLOUT).capacity.type.value == "ODCR"
 
@@ -275,9 +277,11 @@ def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
     if not runs:
         pools["stage"] = L.preprocess_job(cfg).pool
         templates["stage"] = one(graph, "Job")["spec"]["template"]
+    m = derive(cfg)
     for name, pool in pools.items():
         spec = templates[name]["spec"]
-        assert spec["nodeSelector"] == {POOL_LABEL: pool.name}, name
+        # GPU pods of a DeepEP V2 run also select what their nodes' setup proves (gdrdrv, EFA-GDA).
+        assert spec["nodeSelector"] == {POOL_LABEL: pool.name, **m.capabilities(pool)}, name
         assert pool.node_labels[POOL_LABEL] == pool.name
         assert spec.get("tolerations", []) == expected_tolerations(pool), name
     assert not L.head_pool(cfg).instance.is_gpu and L.head_pool(cfg).capacity.type.value != "SPOT"
@@ -319,13 +323,13 @@ def _gpu_env(cfg) -> dict[str, str]:
 
 
 def test_environment_by_family_and_deepep_mode():
-    v1 = _gpu_env(load("p5en-prod"))  # H200, bf16 on Miles' SGLang fork: DeepEP off
-    assert not any(k.startswith(("NCCL_GIN", "NVSHMEM")) for k in v1) and v1["NCCL_NVLS_ENABLE"] == "1"
-    fp8_v2 = FP8_V2
-    v2 = _gpu_env(variant("p5en-prod", fp8_v2))  # DeepEP V2 on aws-ofi-nccl's GIN, proxy by default
-    assert (v2["NCCL_GIN_TYPE"], v2["NCCL_GIN_ENABLE"], v2["NCCL_CUMEM_ENABLE"]) == ("2", "1", "1")
-    gda = _gpu_env(variant("p5en-prod", merge(fp8_v2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}})))
-    assert gda["NCCL_GIN_TYPE"] == "5"  # GPU-initiated EFA, p5en/p6 only
+    gda = _gpu_env(load("p5en-prod"))  # miles-deepep-v2 on p5en: GPU-initiated EFA (GIN type 5)
+    assert (gda["NCCL_GIN_TYPE"], gda["NCCL_GIN_ENABLE"], gda["NCCL_CUMEM_ENABLE"]) == ("5", "1", "1")
+    assert gda["NCCL_SYM_GIN_KERNELS_ENABLE"] == "0" and gda["NCCL_NVLS_ENABLE"] == "1"
+    off = _gpu_env(variant("p5en-prod", MILES_01))  # bf16 on Miles' SGLang fork: DeepEP off
+    assert not any(k.startswith(("NCCL_GIN", "NCCL_SYM", "NVSHMEM")) for k in off)
+    proxy = _gpu_env(variant("p5e", FP8_V2))  # p5e is no GDA family: the CPU proxy (type 2)
+    assert proxy["NCCL_GIN_TYPE"] == "2" and "NCCL_SYM_GIN_KERNELS_ENABLE" not in proxy
     a100 = load("p4d")  # A100: DeepEP off
     env = _gpu_env(a100)
     assert env["FI_PROVIDER"] == "efa" and env["NCCL_NVLS_ENABLE"] == "0"
@@ -333,6 +337,20 @@ def test_environment_by_family_and_deepep_mode():
     argv = flag_values(job_argv(M.rayjob(derive(a100))))
     assert argv["--moe-token-dispatcher-type"] == ["alltoall"] and "--sglang-moe-a2a-backend" not in argv
     assert "--use-fault-tolerance" in argv  # p4d's rollout pool is Spot
+
+
+def test_efa_env_follows_the_plugins_own_guide():
+    """aws-ofi-nccl 1.21 doc/efa-env-var.md: no RDMAV_FORK_SAFE, no FI_EFA_FORK_SAFE, and
+    FI_EFA_USE_DEVICE_RDMA nowhere; the sockets fabric keeps NCCL off EFA and runs no DeepEP."""
+    for stack in STACKS:
+        for g in derive(load(stack)).workers:
+            assert not {"RDMAV_FORK_SAFE", "FI_EFA_FORK_SAFE", "FI_EFA_USE_DEVICE_RDMA"} & set(g.env), (stack, g.name)
+    sockets = variant("p5en-prod", {"workloads": {"run": {"fabric": "sockets", "deepep": {"version": "off"}}}})
+    env = _gpu_env(sockets)
+    assert (env["NCCL_NET"], env["NCCL_NET_PLUGIN"]) == ("Socket", "none") and "FI_PROVIDER" not in env
+    assert "--sglang-moe-a2a-backend" not in flag_values(list(derive(sockets).argv))
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: v2 needs RDMA .* fabric is sockets"):
+        variant("p5en-prod", {"workloads": {"run": {"fabric": "sockets", "deepep": {"version": "v2"}}}})
 
 
 @pytest.mark.parametrize("override, field", [
@@ -352,54 +370,60 @@ def test_inconsistent_workloads_fail_like_every_config_error(override, field):
     assert second.startswith(f"  {field}: "), second
 
 
-FP8_V2 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"],
-                                "deepep": {"version": "v2"}, "rollout": {"nodesPerEngine": 2}}},
-          "versions": {"software": {"sglang": "0.5.19"}}}
-"""DeepEP V2 as an image with SGLang >= 0.5.19 would run it (not the pinned Miles, which needs its fork)."""
+DIGEST = "sha256:" + "1" * 64
+FP8_V2 = {"workloads": {"run": {"software": "miles-deepep-v2", "model": "Qwen/Qwen3-30B-A3B-FP8",
+                                "modelArgs": ["--num-layers", "48"], "deepep": {"version": "v2"},
+                                "rollout": {"nodesPerEngine": 2}}},
+          "versions": {"software": {"images": {"miles-deepep-v2": f"registry.example/miles:v2@{DIGEST}"}}}}
+"""DeepEP V2 on the miles-deepep-v2 profile (SGLang 0.5.19 line, NCCL 2.31.2), its image pinned by digest."""
+MILES_01 = {"workloads": {"run": {"software": "miles-0.1", "model": "Qwen/Qwen3-30B-A3B",
+                                  "rollout": {"nodesPerEngine": 1}}}}
+"""The platform's first stack (Miles 49cac7b5 on its 0.5.16-line fork) with bf16 experts."""
 
 
-def test_deepep_v2_needs_the_gin_plugin_and_gpu_initiated_needs_a_gda_family():
-    """GIN arrived in aws-ofi-nccl 1.21 (EFA installer 1.50), tested with NCCL 2.31.2; GPU-initiated
-    EFA (type 5) exists on p5en, p6-b200 and p6-b300 only."""
-    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*EFA installer >= 1\.50"):
-        variant("p5en-prod", merge(FP8_V2, {"versions": {"software": {"efaInstaller": "1.49.0"}}}))
+def test_deepep_v2_needs_its_profile_and_gpu_initiated_needs_a_gda_family():
+    """V2 is refused on a profile without GIN, naming the profiles that have it; GPU-initiated EFA
+    (type 5) exists on p5en, p6-b200 and p6-b300 only."""
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: v2 is not available with software "
+                                               r"miles-0.1 .*allowed: off, v1, or software: miles-deepep-v2"):
+        variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"software": "miles-0.1"}}}))
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.ginBackend: .*p5en, p6-b200 and p6-b300"):
         variant("p5e", merge(FP8_V2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}}))
-    cfg = variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"deepep": {"ginBackend": "gpu"}}}}))
-    assert _gpu_env(cfg)["NCCL_GIN_TYPE"] == "5"
+    cfg = variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"deepep": {"ginBackend": "proxy"}}}}))
+    assert _gpu_env(cfg)["NCCL_GIN_TYPE"] == "2"
 
 
 def test_upstream_moe_rules_refuse_what_cannot_run_and_pick_what_can():
-    """bf16 with DeepEP V2, legacy DeepEP across EFA nodes or in low_latency mode (IBGDA), bf16 legacy
-    DeepEP in normal mode before SGLang 0.5.17, DeepEP on A100, and V2 on Miles' SGLang fork are refused
-    before anything is created; the reference stack (bf16 on the fork) runs without DeepEP."""
-    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*working alternatives"):
-        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v2"}}}})
+    """bf16 with DeepEP V2 on SGLang 0.5.19, legacy DeepEP across EFA nodes or in low_latency mode
+    (IBGDA), bf16 legacy DeepEP in normal mode before SGLang 0.5.17, and DeepEP on A100 are refused
+    before anything is created; bf16 on Miles' fork runs without DeepEP."""
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*bf16 from 0.5.21.*working alternatives"):
+        variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B"}}}))
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*low_latency mode only"):
-        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
+        variant("p5en-prod", merge(MILES_01, {"workloads": {"run": {"deepep": {"version": "v1"}}}}))
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: .*IBGDA"):
-        variant("p5en-prod", {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}})
-    with pytest.raises(StackConfigError, match=r"versions.software.sglang: .*first in 0.5.19"):
-        variant("p5en-prod", merge(FP8_V2, {"versions": {"software": {"sglang": "0.5.16"}}}))
+        variant("p5en-prod", merge(MILES_01, {"workloads": {"run": {"deepep": {"version": "v1", "sglangMode": "low_latency"}}}}))
     with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: "):
         variant("p4d", {"workloads": {"run": {"deepep": {"version": "v1"}}}})
-    argv = flag_values(list(derive(load("p5en-prod")).argv))
+    argv = flag_values(list(derive(variant("p5en-prod", MILES_01)).argv))
     assert "--sglang-moe-a2a-backend" not in argv and argv["--moe-token-dispatcher-type"] == ["alltoall"]
-    fp8 = {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"]}}}
+    fp8 = merge(MILES_01, {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "modelArgs": ["--num-layers", "48"]}}})
     v1 = flag_values(list(derive(variant("p5en-prod", fp8)).argv))  # FP8 experts: legacy DeepEP in a node
     assert v1["--sglang-moe-a2a-backend"] == ["deepep"] and v1["--sglang-moe-runner-backend"] == ["deep_gemm"]
     assert v1["--sglang-deepep-mode"] == ["normal"]
     v2 = flag_values(list(derive(variant("p5en-prod", FP8_V2)).argv))
     assert v2["--sglang-moe-a2a-backend"] == ["deepep_v2"] and v2["--sglang-deepep-v2-mode"] == ["hybrid"]
-    assert v2["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-enable-deepep" not in v2
+    assert v2["--moe-token-dispatcher-type"] == ["flex"] and "--moe-enable-deepep" not in v2
 
 
 def test_software_stack_is_one_place_and_overridable():
-    cfg = variant("p5en-prod", {"versions": {"software": {"image": "registry.example/miles:efa"}}})
+    cfg = variant("p5en-prod", {"versions": {"software": {"images": {"miles-deepep-v2": f"registry.example/miles@{DIGEST}"}}}})
     images = {container(t)["image"] for _, t in pod_templates_of(M.raycluster(derive(cfg)))}
     images |= {container(M.stage_template(derive(cfg)))["image"], container(M.reward_template(derive(cfg)))["image"]}
-    assert images == {"registry.example/miles:efa"}
-    assert M.raycluster(derive(cfg))["spec"]["rayVersion"] == cfg.versions.software.ray
+    assert images == {f"registry.example/miles@{DIGEST}"}
+    assert M.raycluster(derive(cfg))["spec"]["rayVersion"] == derive(cfg).profile.ray
+    with pytest.raises(StackConfigError, match=r"versions.software.images: .miles-2. is not a software profile; allowed: slime-0.2.4, miles-0.1"):
+        variant("p5en-prod", {"versions": {"software": {"images": {"miles-2": "registry.example/x:1"}}}})
 
 
 # --- operators, provider, ordering ---------------------------------------------------------------
@@ -539,7 +563,7 @@ def test_stack_files_load_with_the_program_schema():
         assert isinstance(cfg, ProgramConfig) and (declared is not None or
                                                    cfg.workloads == ProgramConfig.model_fields["workloads"].default)
     doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())
-    assert "workloads" not in doc["config"]["moe-rl-platform:platform"]  # defaults derive from the pools
+    assert doc["config"]["moe-rl-platform:platform"]["workloads"]["run"]["software"] == "miles-deepep-v2"
 
 
 def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():

@@ -12,20 +12,22 @@ from conftest import STACKS, load
 from test_workloads import SCHEMAS, variant
 from upstream_wheels import wheel_path
 
-from stackconfig.versions import SoftwareStack
+from software import profile
+from test_workloads import MILES_01, merge
 from workloads.argv import MILES_LAUNCHER, entry_and_flags, miles_argv
 from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
 
-MILES_FLAGS = miles_flags_file(SCHEMAS, SoftwareStack().miles)
+MILES_01_PROFILE = profile("miles-0.1")
+MILES_FLAGS = miles_flags_file(SCHEMAS, MILES_01_PROFILE.framework_source.commit)
 VARIANTS = [
-    ("p5en-prod", {}),
-    ("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "deepep": {"version": "v1"}}}}),
-    ("p5en-prod", {"workloads": {"run": {"entryPoint": "train_async.py", "rollout": {"nodesPerEngine": 2}}}}),
-    ("p5en-prod", {"workloads": {"storage": {"capacityGib": 9600}, "run": {"model": "Qwen/Qwen3-235B-A22B",
-                                         "extraArgs": ["--sglang-cuda-graph-max-bs", "256", "--save-hf",
-                                                       "/mnt/fsx/hf"]}}}),
+    ("p5en-prod", MILES_01),
+    ("p5en-prod", merge(MILES_01, {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B-FP8", "deepep": {"version": "v1"}}}})),
+    ("p5en-prod", merge(MILES_01, {"workloads": {"run": {"entryPoint": "train_async.py"}}})),
+    ("p5en-prod", merge(MILES_01, {"workloads": {"storage": {"capacityGib": 9600}, "run": {
+        "model": "Qwen/Qwen3-235B-A22B", "extraArgs": ["--sglang-cuda-graph-max-bs", "256", "--save-hf", "/mnt/fsx/hf"]}}})),
     ("p4d", {"workloads": {"run": {"deepep": {"version": "off"}, "rollout": {"dpAttention": False}}}}),
 ]
+"""Runs on the miles-0.1 profile: its Miles, Megatron and SGLang (0.5.16) lists."""
 
 
 @functools.cache
@@ -35,14 +37,14 @@ def miles() -> MilesFlags:
 
 @functools.cache
 def sglang():
-    wheel, why = wheel_path("sglang", SoftwareStack().sglang)
+    wheel, why = wheel_path("sglang", MILES_01_PROFILE.sglang.version)
     if wheel is None:
-        pytest.skip(f"sglang=={SoftwareStack().sglang} wheel unavailable (no package registry?): {why}")
+        pytest.skip(f"sglang=={MILES_01_PROFILE.sglang.version} wheel unavailable (no package registry?): {why}")
     return sglang_flags_from_wheel(wheel)
 
 
 def argvs() -> list[tuple[str, list[str]]]:
-    out = [(s, miles_argv(load(s))) for s in STACKS]
+    out = [(s, miles_argv(load(s))) for s in STACKS if load(s).workloads.run.software == MILES_01_PROFILE.name]
     out += [(f"{s}+{o}", miles_argv(variant(s, o))) for s, o in VARIANTS]
     return out
 
@@ -70,7 +72,7 @@ def sglang_problems(argv: list[str]) -> list[str]:
         server_flag = "--" + flag[len(m.sglang_prefix):]
         dest = s.flags.get(server_flag)
         if dest is None:
-            problems.append(f"{flag}: SGLang {SoftwareStack().sglang} has no {server_flag}")
+            problems.append(f"{flag}: SGLang {MILES_01_PROFILE.sglang.version} has no {server_flag}")
         elif dest in m.sglang_skipped:
             problems.append(f"{flag}: Miles sets {dest} itself and does not register {flag}")
         elif dest in s.choices and not set(values) <= {str(c) for c in s.choices[dest]}:

@@ -96,24 +96,25 @@ def test_missing_toleration_wrong_selector_and_too_many_devices_are_named():
     cfg = load("p5en-prod")
     pool = cfg.pool(Role.TRAIN)
     cap = node_capacity(derive(cfg), pool)
-    assert _template_problems("ray-trainer", pool, pool.node_labels, _trainer(cfg), cap) == []
+    labels = derive(cfg).node_labels(pool)  # the pool's labels and what its node setup proves
+    assert _template_problems("ray-trainer", pool, labels, _trainer(cfg), cap) == []
 
     t = _trainer(cfg)
     del t["spec"]["tolerations"]
-    (problem,) = _template_problems("ray-trainer", pool, pool.node_labels, t, cap)
+    (problem,) = _template_problems("ray-trainer", pool, labels, t, cap)
     assert "does not tolerate taint nvidia.com/gpu=true:NoSchedule of pool train" in problem
 
     t = _trainer(cfg)
     t["spec"]["nodeSelector"] = {"rl.platform/pool": "rollout"}
     assert any("node selector rl.platform/pool=rollout does not match pool train" in p
-               for p in _template_problems("ray-trainer", pool, pool.node_labels, t, cap))
+               for p in _template_problems("ray-trainer", pool, labels, t, cap))
 
     for resource, value in ((EFA, str(pool.efa_devices + 1)), (GPU, str(pool.instance.gpus + 1)),
                             (HUGEPAGES, "20Gi")):
         t = _trainer(cfg)
         res = container(t)["resources"]
         res["requests"][resource] = res["limits"][resource] = value
-        (problem,) = _template_problems("ray-trainer", pool, pool.node_labels, t, cap)
+        (problem,) = _template_problems("ray-trainer", pool, labels, t, cap)
         assert resource in problem and "pool train" in problem and "pod ray-trainer" in problem
 
 
@@ -125,5 +126,6 @@ def test_fewer_advertised_efa_devices_are_requested_exactly():
     assert all(p.fits for p in check(derive(cfg)))
     default = load("p5en-prod")
     t = copy.deepcopy(M.ray_pod_template(derive(default), L.worker(default, "trainer")))  # 16 devices
-    (problem,) = _template_problems("ray-trainer", cfg.pool(Role.TRAIN), cfg.pool(Role.TRAIN).node_labels, t, node_capacity(derive(cfg), cfg.pool(Role.TRAIN)))
+    (problem,) = _template_problems("ray-trainer", cfg.pool(Role.TRAIN), derive(cfg).node_labels(cfg.pool(Role.TRAIN)), t,
+                                    node_capacity(derive(cfg), cfg.pool(Role.TRAIN)))
     assert "16 vpc.amazonaws.com/efa" in problem and "15 vpc.amazonaws.com/efa" in problem

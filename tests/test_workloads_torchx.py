@@ -177,9 +177,9 @@ def test_rayjob_with_torchx_submission_is_a_config_error():
 def test_torchx_runs_the_stacks_ecr_image_and_asks_for_the_repository():
     from workloads.torchx_miles import image_of
     m = derive(variant("p5en-prod", TORCHX))
-    assert image_of(m, REPOSITORY) == f"{REPOSITORY}:{m.software.image_tag}"
+    assert image_of(m, REPOSITORY) == f"{REPOSITORY}:{m.profile.image.tag}@sha256:{'0' * 64}"  # p5en-prod's pin
     with pytest.raises(ValueError, match="pass --repository"):
         image_of(m, "")
-    pinned = derive(variant("p5en-prod", {"workloads": {"submit": "torchx"},
-                                          "versions": {"software": {"image": "registry.example/miles:efa"}}}))
-    assert image_of(pinned, "") == "registry.example/miles:efa"
+    pinned = derive(variant("p5en-prod", {"workloads": {"submit": "torchx"}, "versions": {"software": {
+        "images": {"miles-deepep-v2": f"registry.example/miles@sha256:{'1' * 64}"}}}}))
+    assert image_of(pinned, "") == f"registry.example/miles@sha256:{'1' * 64}"

@@ -1,9 +1,11 @@
-"""The full Miles command line of a run, from the run spec and the pools.
+"""The full Miles or Slime command line of a run, from the run spec, its software profile and the pools.
 
 Shared by the KubeRay RayJob (``entrypoint``) and the TorchX component (the head's command), so
 both submit exactly the same argv. Layout flags come from the pools: actor nodes and GPUs from the
 training pool, rollout GPUs and the engine size from the rollout pool. Recipe defaults follow
-Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``.
+Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``; Slime v0.2.4 takes the same launch shape, and
+where its CLI differs the profile says so (``software.Framework``). Every flag is checked against
+the profile's vendored lists before anything is created (``workloads.profile.validate_profile``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,17 @@ import re
 
 from typing import TYPE_CHECKING
 
+from software import Framework
 from stackconfig.stack import Role
 
 from .checkpoint_budget import retain_interval
 from .miles_launcher import ARGV_ENV
 from .layout import is_spot, moe_backend, paths, reward_enabled
+from .profile import run_profile
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
 
-MILES_DIR = "/root/miles"
 SCRIPTS_DIR = "/opt/scripts"
 """Where every GPU pod mounts the stack's scripts (ConfigMap ``workload-scripts``)."""
 MILES_LAUNCHER = f"{SCRIPTS_DIR}/miles_launcher.py"
@@ -108,21 +111,25 @@ def driver(argv: "list[str] | tuple[str, ...]", runtime_env: "dict[str, str]", m
 
 
 def miles_argv(cfg: "ProgramConfig") -> list[str]:
-    """``python3 <placement launcher> /root/miles/<entry point> <flags>``: the one command every submit
-    path runs (the launcher pins the training actors to the training group, then runs the entry point)."""
+    """``python3 <placement launcher> /root/<miles|slime>/<entry point> <flags>``: the one command every
+    submit path runs (the launcher pins the training actors to the training group, then runs the entry
+    point of the run's software profile)."""
     run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
-    p, lay, moe = paths(cfg), layout(cfg), moe_backend(cfg)
+    p, lay, moe, software = paths(cfg), layout(cfg), moe_backend(cfg), run_profile(cfg)
     if not lay["actor_num_nodes"] or not lay["rollout_num_gpus"]:
         idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
         raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
                          f"scale them up (pools[].nodes.desired) before starting a run")
-    a: list[str] = ["python3", MILES_LAUNCHER, f"{MILES_DIR}/{run.entry_point.value}"]
+    a: list[str] = ["python3", MILES_LAUNCHER, f"{software.workdir}/{run.entry_point.value}"]
 
     def f(flag: str, *values: object) -> None:
         a.append(flag)
         a.extend(str(v) for v in values)
 
-    f("--train-backend", "megatron")
+    if software.framework is Framework.MILES:
+        # Slime reads --train-backend in a pre-parser only (choices: megatron, the default:
+        # slime/utils/arguments.py:1392-1405 at bd217a63), so it is no flag of its parser.
+        f("--train-backend", "megatron")
     f("--megatron-to-hf-mode", "bridge")
     # Checkpoints: HF weights (bridge mode loads them directly), Megatron saves on FSx -> S3.
     f("--hf-checkpoint", p.model)
@@ -132,8 +139,10 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--save-interval", run.save_interval)
     # Keep the latest save only (workloads/checkpoint_budget.py): Megatron deletes the previous one.
     f("--save-retain-interval", retain_interval(cfg))
-    # A checkpoint on demand: the Capacity Block end CronJob (or an operator) creates this file.
-    f("--save-trigger-sentinel", p.save_trigger)
+    if software.checkpoint_on_stop:
+        # A checkpoint on demand: the Capacity Block end CronJob, a preempted pod's preStop hook or
+        # `runs cancel` creates this file. Slime has no such flag: its periodic save is all there is.
+        f("--save-trigger-sentinel", p.save_trigger)
     # Data and reward.
     f("--prompt-data", p.data)
     f("--input-key", run.input_key)
@@ -190,9 +199,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--attention-backend", "flash")
     a.extend(model_args(cfg))
     # Megatron's MoE token dispatcher and SGLang's a2a backend/runner: workloads.moe_backend's rules.
-    if moe.moe_enable_deepep:
-        f("--moe-enable-deepep")
-    f("--moe-token-dispatcher-type", moe.moe_token_dispatcher_type)
+    a.extend(moe.megatron_args())
     # Layout: actors on the training pool, SGLang engines on the rollout pool.
     f("--actor-num-nodes", lay["actor_num_nodes"])
     f("--actor-num-gpus-per-node", lay["actor_num_gpus_per_node"])

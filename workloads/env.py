@@ -10,22 +10,29 @@ from __future__ import annotations
 from stackconfig.stack import Pool
 
 from .layout import GIN_TYPE, DeepEP
-from .settings import DeepEPVersion
+from .settings import DeepEPVersion, GinBackend
 
 NVLS_GPUS = frozenset({"H100", "H200", "B200", "B300"})
 """NVLink SHARP (NVLS) needs third-generation NVSwitch: Hopper and newer, not A100."""
 
 EFA_ENV = {
     "FI_PROVIDER": "efa",
-    "FI_EFA_USE_DEVICE_RDMA": "1",
-    "FI_EFA_FORK_SAFE": "1",
-    "RDMAV_FORK_SAFE": "1",
-    # The short name: a full path to the plugin silently falls back to TCP sockets.
+    # The short name works with every NCCL here. A full path works from NCCL 2.28 (plugin_open.cc
+    # dlopens it as given), but NCCL 2.27 (slime-0.2.4) builds "libnccl-net-<value>.so" from it and
+    # falls back to sockets when that is not found.
     "NCCL_NET_PLUGIN": "ofi",
 }
-"""No NCCL_PROTO=Simple: only aws-ofi-nccl 1.5.0 and older need it (its README); the image carries a
-newer one, where LL/LL128 are safe and faster for small messages."""
+"""aws-ofi-nccl 1.21's doc/efa-env-var.md: FI_EFA_FORK_SAFE is not needed (the plugin sets it),
+RDMAV_FORK_SAFE must not be used, FI_EFA_USE_DEVICE_RDMA is not to be set with libfabric >= 1.18 and
+aws-ofi-nccl >= 1.7 (libfabric aborts on an EFA device without RDMA when it is). No NCCL_PROTO=Simple:
+only aws-ofi-nccl 1.5.0 and older need it."""
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN"}
+SOCKETS_ENV = {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}
+"""``fabric: sockets``: NCCL's own TCP transport between nodes (NCCL_NET picks the network by name;
+NCCL_NET_PLUGIN=none loads no plugin), so a run can be measured without EFA on the same pods."""
+GDA_ENV = {"NCCL_SYM_GIN_KERNELS_ENABLE": "0"}
+"""GPU-initiated EFA (GIN type 5) also needs NCCL's symmetric GIN kernels off
+(aws/aws-ofi-nccl doc/gin-getting-started.md)."""
 
 
 def deepep_env(deepep: DeepEP) -> dict[str, str]:
@@ -34,15 +41,19 @@ def deepep_env(deepep: DeepEP) -> dict[str, str]:
     user-set value) and Miles' train actors (which copy it) agree. V1 runs within one node in normal
     mode over NVLink: no NVSHMEM transport to configure (its internode path needs IBGDA, not on EFA)."""
     if deepep.version is DeepEPVersion.V2:
-        return {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend], "NCCL_CUMEM_ENABLE": "1"}
+        env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend], "NCCL_CUMEM_ENABLE": "1"}
+        return {**env, **(GDA_ENV if deepep.gin_backend is GinBackend.GPU else {})}
     return {}
 
 
-def gpu_env(pool: Pool, efa: int, deepep: DeepEP) -> dict[str, str]:
-    """Environment of a trainer or rollout pod on ``pool`` with ``efa`` devices."""
+def gpu_env(pool: Pool, efa: int, deepep: DeepEP, fabric: str = "efa") -> dict[str, str]:
+    """Environment of a trainer or rollout pod on ``pool`` with ``efa`` devices; ``fabric: sockets``
+    keeps NCCL off EFA (DeepEP is off then: ``workloads.settings.RunBase``)."""
     env = dict(NCCL_ENV)
     env["NCCL_NVLS_ENABLE"] = "1" if pool.instance.gpu_model in NVLS_GPUS else "0"
-    if efa:
+    if efa and fabric == "sockets":
+        env.update(SOCKETS_ENV)
+    elif efa:
         env.update(EFA_ENV)
         env.update(deepep_env(deepep))
     return env

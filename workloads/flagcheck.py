@@ -1,4 +1,5 @@
-"""Which command-line flags exist, read statically from the pinned releases (nothing imported).
+"""Which command-line flags exist, read statically from the pinned releases (nothing imported), and
+the check every generated argv goes through (``argv_problems``) against its software profile's lists.
 
 - SGLang: ``sglang/srt/server_args.py`` read out of the release wheel and parsed with ``ast``.
   SGLang 0.5.17 derives most flags from the ``ServerArgs`` dataclass (``A[T, "help"]`` /
@@ -16,7 +17,12 @@ import ast
 import json
 import zipfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+
+from software import Profile, profile
+
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
 
 SERVER_ARGS = "sglang/srt/server_args.py"
 
@@ -153,3 +159,68 @@ def miles_flags_file(schemas: Path, commit: str) -> Path:
 
 def megatron_flags_file(schemas: Path, commit: str) -> Path:
     return schemas / "megatron" / f"{commit[:12]}-flags.json"
+
+
+@dataclass(frozen=True)
+class ProfileFlags:
+    """The flags a profile's entry point accepts: the framework's own (Miles or Slime), its
+    Megatron's whole parser, and SGLang's ``ServerArgs`` behind the ``--sglang-`` prefix."""
+    framework: dict[str, dict]
+    negations: frozenset[str]
+    megatron: dict[str, dict]
+    sglang_prefix: str
+    sglang_skipped: frozenset[str]
+    sglang: dict[str, str]
+    sglang_choices: dict[str, list]
+
+
+@cache
+def profile_flags(name: str) -> ProfileFlags:
+    p = profile(name)
+    fw = json.loads((SCHEMAS / p.framework_source.flags).read_text())
+    mg = json.loads((SCHEMAS / p.megatron.flags).read_text())
+    sg = json.loads((SCHEMAS / p.sglang.flags).read_text())
+    return ProfileFlags(framework=fw["miles_flags"], negations=frozenset(fw["boolean_optional_negations"]),
+                        megatron=mg["flags"], sglang_prefix=fw["sglang_passthrough"]["prefix"],
+                        sglang_skipped=frozenset(fw["sglang_passthrough"]["skipped"]),
+                        sglang=sg["flags"], sglang_choices=sg["choices"])
+
+
+def _value_problem(flag: str, values: list[str], decl: dict) -> str | None:
+    if decl.get("action") in ("store_true", "store_false"):
+        return f"{flag} takes no value, got {values}" if values else None
+    if decl.get("choices") and values and not set(values) <= {str(c) for c in decl["choices"]}:
+        return f"{flag} {' '.join(values)}: allowed: {', '.join(map(str, decl['choices']))}"
+    return None
+
+
+def argv_problems(p: Profile, flags: list[str]) -> list[str]:
+    """What the profile's entry point would refuse, or (Slime, whose Megatron parser ignores unknown
+    flags: slime/utils/arguments.py:1423-1437 at bd217a63) silently drop: every flag is looked up in
+    the framework's, then Megatron's, then (``--sglang-*``) SGLang's vendored list, and its values
+    checked against the declared choices."""
+    f = profile_flags(p.name)
+    out = []
+    where = (f"{p.framework.value} {p.framework_source.ref}, Megatron-LM {p.megatron.ref} or "
+             f"SGLang {p.sglang.version}")
+    for flag, values in argv_pairs(flags):
+        if flag in f.negations:
+            continue
+        if flag in f.framework:
+            problem = _value_problem(flag, values, f.framework[flag])
+        elif flag.startswith(f.sglang_prefix):
+            server = "--" + flag[len(f.sglang_prefix):]
+            dest = f.sglang.get(server)
+            if dest is None:
+                problem = f"{flag}: SGLang {p.sglang.version} has no {server}"
+            elif dest in f.sglang_skipped:
+                problem = f"{flag}: {p.framework.value} sets {dest} itself and registers no {flag}"
+            else:
+                problem = _value_problem(flag, values, {"choices": f.sglang_choices.get(dest)})
+        elif flag in f.megatron:
+            problem = _value_problem(flag, values, f.megatron[flag])
+        else:
+            problem = f"{flag}: not a flag of {where}"
+        if problem:
+            out.append(problem)
+    return out

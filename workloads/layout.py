@@ -11,23 +11,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from components.gpu_node_setup import GDA_FAMILIES
 from stackconfig.versions import workload_image
 from stackconfig.stack import CapacityType, Pool, Role
 
 from . import moe_backend as moe
 from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
 from .miles_launcher import SAVE_TRIGGER
+from .profile import image_field, run_profile
 from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
 
-GIN_MIN_EFA_INSTALLER = (1, 50)
-"""EFA installer 1.50.0 ships aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated)."""
-GIN_MIN_NCCL = (2, 31, 2)
-"""The NCCL aws-ofi-nccl's GIN support is tested with (DeepEP itself needs >= 2.30.4)."""
-
-"""DeepEP 2.x README: NCCL 2.30.4 and above."""
 GIN_TYPE = {GinBackend.PROXY: "2", GinBackend.GPU: "5"}
 
 RAY_CLUSTER = "miles"
@@ -92,29 +88,39 @@ def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
     gpu = min((p.instance.gpu_model for p in gpu_pools(cfg)), key=lambda g: moe.GPU_SM.get(g, 0))
     return moe.case(expert_precision(cfg), cfg.workloads.run.rollout.nodes_per_engine,
                     "none" if version is DeepEPVersion.OFF else version.value, gpu,
-                    cfg.versions.software.sglang, efa=bool(rollout.efa_devices),
+                    run_profile(cfg).sglang.version, efa=bool(rollout.efa_devices),
                     deepep_mode=cfg.workloads.run.deepep.sglang_mode)
 
 
 def default_deepep(cfg: "ProgramConfig") -> DeepEPVersion:
-    """v1 (within one node) where the rules accept it, else off. V2 is opt-in: it needs GDRCopy's
-    gdrdrv on the nodes even in proxy mode, which the AL2023 NVIDIA AMI does not ship."""
-    try:
-        moe.refusal(moe_case(cfg, DeepEPVersion.V1))
-        return DeepEPVersion.V1
-    except ValueError:
+    """The first of v2, v1 that the run's profile has (``Profile.a2a``) and the rules accept, else off;
+    off with ``fabric: sockets`` (DeepEP needs RDMA between GPUs)."""
+    if cfg.workloads.run.fabric == "sockets":
         return DeepEPVersion.OFF
+    for version in (DeepEPVersion.V2, DeepEPVersion.V1):
+        if version.value not in run_profile(cfg).a2a:
+            continue
+        try:
+            moe.refusal(moe_case(cfg, version))
+            return version
+        except ValueError:
+            continue
+    return DeepEPVersion.OFF
 
 
 def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
-    """The DeepEP mode the stack runs: explicit, or the rules' default (``default_deepep``)."""
+    """The DeepEP mode the stack runs: explicit, or the rules' default (``default_deepep``). V2's GIN
+    backend ``auto`` is GPU-initiated EFA where every GPU pool is of a GDA family (p5en, p6-b200,
+    p6-b300: the node setup brings gdrdrv, PeerMappingOverride=1 and EFA driver >= 3.3.0), else the
+    CPU proxy."""
     s = cfg.workloads.run.deepep
     version = s.version or default_deepep(cfg)
     backend = None
     if version is DeepEPVersion.V2:
         backend = s.gin_backend
         if backend is GinBackend.AUTO:
-            backend = GinBackend.PROXY  # GPU-initiated needs EFA driver >= 3.3.0 on the host (AMI: 3.1.0)
+            gda = all(p.instance.family in GDA_FAMILIES for p in gpu_pools(cfg))
+            backend = GinBackend.GPU if gda else GinBackend.PROXY
     return DeepEP(version, backend, s.sglang_mode)
 
 
@@ -123,7 +129,8 @@ def moe_backend(cfg: "ProgramConfig") -> moe.MoEBackend:
     deepep = resolve_deepep(cfg)
     c = moe_case(cfg, deepep.version)
     return moe.choose(c.precision, c.engine_nodes, c.deepep, c.gpu_model, c.sglang_version,
-                      deepep_mode=deepep.sglang_mode, efa=c.efa)
+                      deepep_mode=deepep.sglang_mode, efa=c.efa,
+                      megatron_v2=run_profile(cfg).megatron_v2_dispatcher)
 
 def head_pool(cfg: "ProgramConfig") -> Pool:
     name = cfg.workloads.ray.head_pool
@@ -282,8 +289,8 @@ def capacity_block_end(cfg: "ProgramConfig") -> CapacityBlockEnd | None:
 
 def images(cfg: "ProgramConfig") -> dict[str, str]:
     """Every image reference the workloads run, by the config field that sets it."""
-    soft, w = cfg.versions.software, cfg.workloads
-    out = {"versions.software.image": workload_image(soft)}
+    soft, w, p = cfg.versions.software, cfg.workloads, run_profile(cfg)
+    out = {image_field(p): workload_image(soft, p)}
     if soft.reward_image and reward_enabled(cfg):
         out["versions.software.rewardImage"] = soft.reward_image
     if capacity_block_end(cfg) is not None or w.teams:  # the trigger CronJob, the team-directories Job

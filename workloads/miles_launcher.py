@@ -36,6 +36,7 @@ left from an earlier attempt is removed before Miles starts.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import runpy
@@ -127,7 +128,9 @@ def run(argv: list[str]) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(entry)))  # as `python3 <entry>` would
     gpus = layout(argv[1:])
     if gpus is not None:
-        import miles.ray.placement_group as module  # noqa: PLC0415  (once the entry point's path is set)
+        # Miles' or Slime's own module (the entry point's checkout: /root/miles or /root/slime); Slime
+        # v0.2.4 slime/ray/placement_group.py has the same placement_group and sort_key (:20, :44).
+        module = importlib.import_module(f"{os.path.basename(os.path.dirname(os.path.abspath(entry)))}.ray.placement_group")
         pin(module, *gpus)
     sys.argv = argv
     runpy.run_path(entry, run_name="__main__")

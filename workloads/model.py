@@ -13,12 +13,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
+from software import Profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
 
 from . import layout as L
 from .argv import miles_argv
 from .env import gpu_env, runtime_env
+from .profile import run_profile
 from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +36,8 @@ class WorkloadModel:
     retain_storage: bool
     settings: WorkloadSettings
     software: SoftwareStack
+    profile: Profile
+    """The run's software profile: what its image carries (``software/profiles.yaml``)."""
     charts: Charts
     system_pool: Pool
     head_pool: Pool
@@ -71,7 +75,7 @@ class WorkloadModel:
     @property
     def image(self) -> str:
         """The image of every Ray pod (``stackconfig.versions.workload_image``)."""
-        return workload_image(self.software)
+        return workload_image(self.software, self.profile)
 
     def worker(self, name: str) -> L.Group:
         return next(g for g in self.workers if g.name == name)
@@ -97,9 +101,9 @@ class WorkloadModel:
         return self.argv
 
 
-def _with_env(g: L.Group, deepep: L.DeepEP) -> L.Group:
+def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str) -> L.Group:
     if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
-        return replace(g, env=gpu_env(g.pool, g.efa, deepep))
+        return replace(g, env=gpu_env(g.pool, g.efa, deepep, fabric))
     return g
 
 
@@ -122,10 +126,10 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
     return WorkloadModel(
         stack=cfg.stack, cluster_name=cfg.cluster_name, namespace=cfg.checkpoints.namespace,
         service_account=cfg.checkpoints.service_account, retain_storage=cfg.checkpoints.retain_on_destroy,
-        settings=cfg.workloads, software=cfg.versions.software, charts=cfg.versions.charts,
+        settings=cfg.workloads, software=cfg.versions.software, profile=run_profile(cfg), charts=cfg.versions.charts,
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
-        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep) for g in L.ray_workers(cfg)),
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric) for g in L.ray_workers(cfg)),
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from software import profiles
+
 Precision = Literal["bf16", "fp8-blockwise"]
 DeepEP = Literal["none", "v1", "v2"]
 
@@ -20,14 +22,20 @@ DEEPEP_V2_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM", "Qw
 
 FIELD = {"precision": "workloads.run.model", "engine_nodes": "workloads.run.rollout.nodesPerEngine",
          "deepep": "workloads.run.deepep.version", "gpu_model": "pools[].instanceType",
-         "sglang_version": "versions.software.sglang", "architecture": "workloads.run.model"}
+         "sglang_version": "workloads.run.software", "architecture": "workloads.run.model"}
 """The stack field behind each input, as refusals name it."""
 CANDIDATES = {"deepep": ("none", "v1", "v2"), "precision": ("bf16", "fp8-blockwise"), "engine_nodes": (1,),
-              "gpu_model": ("H100", "H200", "B200", "B300"), "sglang_version": ("0.5.19",)}
+              "gpu_model": ("H100", "H200", "B200", "B300"),
+              "sglang_version": tuple(dict.fromkeys(p.sglang.version for p in profiles().values()))}
 """Values tried, one field at a time, to list a refusal's working alternatives."""
 SHOWN: dict[str, Callable[[object], str]] = {
     "deepep": lambda v: "off" if v == "none" else str(v),  # workloads.settings.DeepEPVersion spelling
-    "precision": lambda v: f"<a {v} checkpoint>", "gpu_model": lambda v: f"<an {v} instance type>"}
+    "precision": lambda v: f"<a {v} checkpoint>", "gpu_model": lambda v: f"<an {v} instance type>",
+    "sglang_version": lambda v: "|".join(n for n, p in profiles().items() if p.sglang.version == v)}
+
+
+def version(text: str) -> tuple[int, ...]:
+    return tuple(map(int, text.split(".")[:3]))
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,8 @@ class MoEBackend:
     deepep_v2_mode: str | None
     moe_token_dispatcher_type: str
     moe_enable_deepep: bool
+    moe_flex_dispatcher_backend: str | None = None
+    """Megatron ``--moe-flex-dispatcher-backend`` (with ``flex``): ``deepepv2`` is ElasticBuffer."""
 
     def sglang_args(self, prefix: str = "--") -> list[str]:
         pairs = {"moe-a2a-backend": self.moe_a2a_backend, "moe-runner-backend": self.moe_runner_backend,
@@ -70,7 +80,9 @@ class MoEBackend:
 
     def megatron_args(self) -> list[str]:
         return ["--moe-token-dispatcher-type", self.moe_token_dispatcher_type] + (
-            ["--moe-enable-deepep"] if self.moe_enable_deepep else [])
+            ["--moe-enable-deepep"] if self.moe_enable_deepep else []) + (
+            ["--moe-flex-dispatcher-backend", self.moe_flex_dispatcher_backend]
+            if self.moe_flex_dispatcher_backend else [])
 
 
 @dataclass(frozen=True)
@@ -102,15 +114,18 @@ def _fp8_below_sm89(c: Case) -> str | None:
 
 def _v2_needs_fp8_blockwise(c: Case) -> str | None:
     """deepep_v2 needs 128x128 blockwise FP8 experts with dynamic activation scaling: sglang 0.5.19
-    sglang/srt/layers/moe/fused_moe_triton/layer.py:240-265 (raises for any non-Fp8MoEMethod: bf16)."""
-    if c.deepep == "v2" and c.precision != "fp8-blockwise":
-        return "SGLang's deepep_v2 requires 128x128 blockwise FP8 experts (dynamic activation scaling)"
+    sglang/srt/layers/moe/fused_moe_triton/layer.py:240-265 (raises for any non-Fp8MoEMethod: bf16).
+    From 0.5.21 unquantized experts pass too (0.5.22 layer.py:260-266 returns early for
+    UnquantizedFusedMoEMethod)."""
+    if c.deepep == "v2" and c.precision != "fp8-blockwise" and version(c.sglang_version) < (0, 5, 21):
+        return (f"SGLang {c.sglang_version}'s deepep_v2 requires 128x128 blockwise FP8 experts (bf16 from 0.5.21); "
+                f"use an -FP8 checkpoint")
 
 
 def _v2_needs_sglang_0_5_19(c: Case) -> str | None:
     """deepep_v2 first appears in sglang 0.5.19 sglang/srt/server_args.py:2366-2400 (moe_a2a_backend
     choices), deepep_v2_mode at :2406-2414; 0.5.17's server_args.py:267-278 has no deepep_v2."""
-    if c.deepep == "v2" and tuple(map(int, c.sglang_version.split(".")[:3])) < DEEPEP_V2_MIN_SGLANG:
+    if c.deepep == "v2" and version(c.sglang_version) < DEEPEP_V2_MIN_SGLANG:
         return f"SGLang {c.sglang_version} has no --moe-a2a-backend deepep_v2 (first in 0.5.19)"
 
 
@@ -136,7 +151,7 @@ def _v1_unquantized_normal_before_0_5_17(c: Case) -> str | None:
     normal-mode dispatch raises NotImplementedError("Unquantized DeepEP MoE currently supports
     low_latency mode only") at :216-218. 0.5.17 added bf16 normal mode with deep_gemm (layer.py:138-148)."""
     if (c.deepep == "v1" and c.precision == "bf16" and c.deepep_mode != "low_latency"
-            and tuple(map(int, c.sglang_version.split(".")[:3])) < (0, 5, 17)):
+            and version(c.sglang_version) < (0, 5, 17)):
         return (f"SGLang {c.sglang_version} runs legacy DeepEP with bf16 experts in low_latency mode only "
                 f"(normal mode raises NotImplementedError)")
 
@@ -201,7 +216,7 @@ def refusal(*args, **kw) -> None:
 
 def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["off"], gpu_model: str,
            sglang_version: str, *, deepep_mode: str = "normal", efa: bool = True,
-           architecture: str | None = None) -> MoEBackend:
+           architecture: str | None = None, megatron_v2: bool = False) -> MoEBackend:
     """The flags for a case ``refusal`` accepts (``deepep_mode``: legacy ``--deepep-mode``).
 
     - none: SGLang ``none`` + ``auto`` runner; Megatron ``alltoall``.
@@ -214,6 +229,10 @@ def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["of
       ``direct`` on one node, ``hybrid`` across nodes (0.5.22 moe_hook.py:368-372 refuses direct there);
       Megatron ``alltoall``: its fused_a2a.py:8-14 imports EventOverlap from deep_ep.utils, which DeepEP V2
       no longer exports (sgl-deep-ep 0.1.2 deep_ep/utils/__init__.py:3), so Megatron's DeepEP is off.
+      With ``megatron_v2`` (Megatron miles-main-20260819, 235952df): ``flex`` with
+      ``--moe-flex-dispatcher-backend deepepv2`` (fused_a2a.py:14,27 imports EventOverlap from
+      ``deep_ep`` and ``ElasticBuffer``; transformer_config.py:2032-2041: never ``--moe-enable-deepep``,
+      which forces the V1 ``deepep`` backend and refuses ``deepepv2``).
     """
     c = case(precision, engine_nodes, deepep, gpu_model, sglang_version, efa=efa, architecture=architecture,
              deepep_mode=deepep_mode)
@@ -221,5 +240,8 @@ def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["of
     if c.deepep == "v1":
         return MoEBackend("deepep", "deep_gemm", deepep_mode, None, "alltoall", False)
     if c.deepep == "v2":
-        return MoEBackend("deepep_v2", "deep_gemm", None, "hybrid" if engine_nodes > 1 else "direct", "alltoall", False)
+        mode = "hybrid" if engine_nodes > 1 else "direct"
+        if megatron_v2:
+            return MoEBackend("deepep_v2", "deep_gemm", None, mode, "flex", False, "deepepv2")
+        return MoEBackend("deepep_v2", "deep_gemm", None, mode, "alltoall", False)
     return MoEBackend("none", "auto", None, None, "alltoall", False)

@@ -1,5 +1,6 @@
 """Preflight of a GPU pod, run before Ray starts: does this node give the pod what its
-configuration assumes? Standard library only (it runs in the workload image before anything else).
+configuration and its software profile assume? Standard library only (it runs in the workload
+image before anything else; torch is asked in a child process).
 
 Each check returns ``None`` or one line naming what is missing; the first failure ends the run
 with exit code 1 and that line, so the pod stays failed (never Running on a degraded fabric) and
@@ -8,14 +9,20 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - GPUs: ``nvidia-smi -L`` lists the expected count;
 - EFA: ``fi_info -p efa -t FI_EP_RDM`` lists as many EFA domains as the pod requested devices
   (libfabric's own view: a device the plugin allocated but libfabric cannot open counts missing);
-- aws-ofi-nccl: the plugin library NCCL loads for ``NCCL_NET_PLUGIN=ofi`` (``libnccl-net-ofi.so``,
-  or ``libnccl-net.so``) opens, and a one-rank NCCL communicator on this GPU reports the network it
-  chose (``NCCL_DEBUG=INFO``: ``Using network ...``): Libfabric (NET/OFI), not Socket;
-- NCCL: the library's version (``ncclGetVersion``) is at least the one the run needs;
-- DeepEP V2 over GIN: ``/dev/gdrdrv`` exists (GDRCopy's kernel module on the host);
-- memlock unlimited, 2-MiB huge pages available, ``/dev/shm`` at least the expected size.
+- aws-ofi-nccl: the plugin NCCL loads for ``NCCL_NET_PLUGIN`` (the short name ``ofi``, or from NCCL
+  2.28 a full path, which ``plugin_open.cc`` dlopens as given) opens, and a one-rank NCCL
+  communicator on this GPU reports the network it chose (``NCCL_DEBUG=INFO``: ``Using network ...``):
+  Libfabric (NET/OFI), not Socket; with ``--fabric sockets`` the reverse;
+- NCCL: the version torch loads (``torch.cuda.nccl.version()``, which is what the run uses, not
+  whatever ``libnccl.so.2`` the loader would find) is at least the profile's;
+- DeepEP V2 over GIN: ``/dev/gdrdrv`` opens (GDRCopy's kernel module on the host, passed into the
+  pod), the plugin exports a GIN interface; GPU-initiated (``--gin gpu``): ``NCCL_GIN_TYPE=5``,
+  ``NCCL_SYM_GIN_KERNELS_ENABLE=0`` and the driver's ``PeerMappingOverride=1``;
+- memlock: unlimited, or ``CAP_IPC_LOCK`` (the kernel skips RLIMIT_MEMLOCK for a task that has it:
+  mm/mlock.c ``can_do_mlock``, and ib_umem pins against it only without it); 2-MiB huge pages
+  available; ``/dev/shm`` at least the expected size.
 
-Usage: ``python3 preflight.py --gpus 8 --efa 16 --gin --nccl 2.31.2 --shm-gib 256 --hugepages-mi 5120``
+Usage: ``python3 preflight.py --gpus 8 --efa 16 --nccl 2.31.2 --gin gpu --shm-gib 256 --hugepages-mi 5120``
 (``--efa 0`` skips the EFA and plugin checks on pools without EFA).
 """
 
@@ -33,7 +40,6 @@ from typing import Callable
 
 OFI_PLUGINS = ("libnccl-net-ofi.so",)
 """What NCCL loads for NCCL_NET_PLUGIN=ofi (NCCL 2.28 plugin_open.cc: ``ofi``, then ``libnccl-net-ofi.so``)."""
-NCCL_LIBRARY = "libnccl.so.2"
 
 
 def run(cmd: list[str]) -> str | None:
@@ -51,11 +57,6 @@ def count_gpus(nvidia_smi_l: str) -> int:
 def efa_domains(fi_info: str) -> set[str]:
     """Distinct EFA RDM domains in ``fi_info -p efa -t FI_EP_RDM`` output (one per EFA device)."""
     return set(re.findall(r"^\s*domain:\s*(\S+-rdm)\s*$", fi_info, re.M))
-
-
-def nccl_version(code: int) -> tuple[int, int, int]:
-    """ncclGetVersion's integer: major*10000 + minor*100 + patch since NCCL 2.9."""
-    return code // 10000, code // 100 % 100, code % 100
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -89,11 +90,21 @@ def _dlopen(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def check_ofi_plugin() -> str | None:
-    if os.environ.get("NCCL_NET_PLUGIN", "ofi") != "ofi":
-        return f"NCCL: NCCL_NET_PLUGIN={os.environ['NCCL_NET_PLUGIN']!r}; the short name 'ofi' is required"
-    if _dlopen(OFI_PLUGINS) is None:
-        return f"NCCL: aws-ofi-nccl ({' or '.join(OFI_PLUGINS)}) does not load: NCCL would fall back to sockets"
+def torch_nccl() -> str | None:
+    """The NCCL version torch loads, ``major.minor.patch``; None when torch cannot say."""
+    out = run([sys.executable, "-c", "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))"])
+    return out.strip() if out and re.fullmatch(r"\d+\.\d+\.\d+", out.strip()) else None
+
+
+def check_ofi_plugin(nccl: str | None) -> str | None:
+    name = os.environ.get("NCCL_NET_PLUGIN", "ofi")
+    if name != "ofi" and not os.path.isabs(name):
+        return f"NCCL: NCCL_NET_PLUGIN={name!r}; allowed: 'ofi' or the plugin's full path"
+    if os.path.isabs(name) and (nccl is None or parse_version(nccl) < (2, 28)):
+        return (f"NCCL: NCCL_NET_PLUGIN={name!r} is a path, which NCCL {nccl or '(unknown)'} turns into "
+                f"libnccl-net-<path>.so (a path is taken as given from 2.28); allowed: 'ofi'")
+    if _dlopen((name,) if os.path.isabs(name) else OFI_PLUGINS) is None:
+        return f"NCCL: aws-ofi-nccl ({name if os.path.isabs(name) else ' or '.join(OFI_PLUGINS)}) does not load: NCCL would fall back to sockets"
     return None
 
 
@@ -110,7 +121,7 @@ def nccl_network(log: str) -> str | None:
     return found[-1] if found else None
 
 
-def check_nccl_network() -> str | None:
+def check_nccl_network(sockets: bool = False) -> str | None:
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PREFLIGHT_PORT": "29555"}
     env.pop("NCCL_DEBUG_FILE", None)  # the log must reach this process
     try:
@@ -121,32 +132,75 @@ def check_nccl_network() -> str | None:
     net = nccl_network(done.stdout + done.stderr)
     if net is None:
         return f"NCCL: a one-rank communicator did not report its network (exit {done.returncode})"
+    if sockets:
+        return None if net.strip() == "Socket" else f"NCCL: uses network {net!r}, not Socket (fabric sockets)"
     # aws-ofi-nccl 1.21 names itself "Libfabric" ("AWS Libfabric" / "OFI" when NCCL_NET asks for those).
     ofi = "libfabric" in net.lower() or net.strip() == "OFI"
     return None if ofi else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
 
 
-def check_nccl(want: str) -> str | None:
-    try:
-        lib = ctypes.CDLL(NCCL_LIBRARY)
-    except OSError:
-        return f"NCCL: {NCCL_LIBRARY} not found"
-    code = ctypes.c_int()
-    if lib.ncclGetVersion(ctypes.byref(code)) != 0:
-        return "NCCL: ncclGetVersion failed"
-    have = nccl_version(code.value)
+def check_nccl(want: str, have: str | None) -> str | None:
+    if have is None:
+        return "NCCL: torch.cuda.nccl.version() failed (no torch with NCCL in the image?)"
     need = parse_version(want)
-    return None if have[:len(need)] >= need else f"NCCL: {'.'.join(map(str, have))} found, {want} or newer needed"
+    return None if parse_version(have)[:len(need)] >= need else f"NCCL: torch loads {have}, {want} or newer needed"
+
+
+GIN_SYMBOLS = ("ncclGinPlugin_v14", "ncclGinPlugin_v13", "ncclGinPlugin_v11")
+"""aws-ofi-nccl 1.21.1's GIN interfaces (the EFA installer 1.50.0 plugin exports v11, v13 and v14)."""
 
 
 def check_gdrdrv() -> str | None:
-    return None if os.path.exists("/dev/gdrdrv") else (
-        "GDRCopy: /dev/gdrdrv missing (DeepEP V2 GIN needs the gdrdrv kernel module on the host)")
+    try:
+        os.close(os.open("/dev/gdrdrv", os.O_RDWR))
+        return None
+    except OSError as err:
+        return (f"GDRCopy: /dev/gdrdrv does not open ({err.strerror}): DeepEP V2 GIN needs the gdrdrv kernel "
+                f"module on the host and the device in the pod")
+
+
+def check_gin_plugin() -> str | None:
+    name = os.environ.get("NCCL_NET_PLUGIN", "ofi")
+    try:
+        lib = ctypes.CDLL(name if os.path.isabs(name) else OFI_PLUGINS[0])
+    except OSError:
+        return "GIN: aws-ofi-nccl does not load"
+    return None if any(hasattr(lib, s) for s in GIN_SYMBOLS) else (
+        f"GIN: aws-ofi-nccl exports none of {', '.join(GIN_SYMBOLS)} (aws-ofi-nccl >= 1.21 needed)")
+
+
+def check_gda(params: str | None = None) -> str | None:
+    """GPU-initiated EFA: NCCL's GIN type 5 with symmetric GIN kernels off, and the driver option."""
+    for var, want in (("NCCL_GIN_TYPE", "5"), ("NCCL_SYM_GIN_KERNELS_ENABLE", "0")):
+        if os.environ.get(var) != want:
+            return f"GIN: {var}={os.environ.get(var)!r}, {want!r} needed for GPU-initiated EFA"
+    if params is None:
+        try:
+            with open("/proc/driver/nvidia/params") as f:
+                params = f.read()
+        except OSError:
+            return "GIN: /proc/driver/nvidia/params unreadable (is the NVIDIA driver loaded?)"
+    return None if re.search(r"PeerMappingOverride=1", params) else (
+        "GIN: the NVIDIA driver was loaded without PeerMappingOverride=1 (GPU-initiated EFA needs it)")
+
+
+CAP_IPC_LOCK = 14
+
+
+def has_cap_ipc_lock(status: str) -> bool:
+    """``CapEff`` of /proc/self/status has bit 14 (include/uapi/linux/capability.h)."""
+    found = re.search(r"^CapEff:\s*([0-9a-fA-F]+)$", status, re.M)
+    return bool(found) and bool(int(found.group(1), 16) >> CAP_IPC_LOCK & 1)
 
 
 def check_memlock() -> str | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return None if soft == resource.RLIM_INFINITY else f"memlock: limit {soft} bytes, unlimited needed for RDMA"
+    if soft == resource.RLIM_INFINITY:
+        return None
+    with open("/proc/self/status") as f:
+        if has_cap_ipc_lock(f.read()):
+            return None
+    return f"memlock: limit {soft} bytes and no CAP_IPC_LOCK; RDMA pinning needs one of them"
 
 
 def hugepages_free_mi(meminfo: str) -> int:
@@ -168,16 +222,22 @@ def check_shm(want_gib: int) -> str | None:
 
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
+    nccl = torch_nccl() if args.nccl or args.efa else None
     out = [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
            ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
         out.append(("hugepages", lambda: check_hugepages(args.hugepages_mi)))
-    if args.efa:
-        out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin), ("nccl-net", check_nccl_network)]
     if args.nccl:
-        out.append(("nccl", lambda: check_nccl(args.nccl)))
+        out.append(("nccl", lambda: check_nccl(args.nccl, nccl)))
+    if args.efa and args.fabric == "sockets":
+        out += [("efa", lambda: check_efa(args.efa)), ("nccl-net", lambda: check_nccl_network(sockets=True))]
+    elif args.efa:
+        out += [("efa", lambda: check_efa(args.efa)), ("ofi", lambda: check_ofi_plugin(nccl)),
+                ("nccl-net", check_nccl_network)]
     if args.gin:
-        out.append(("gdrdrv", check_gdrdrv))
+        out += [("gdrdrv", check_gdrdrv), ("gin-plugin", check_gin_plugin)]
+    if args.gin == "gpu":
+        out.append(("gin-gda", check_gda))
     return out
 
 
@@ -186,8 +246,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--efa", type=int, default=0)
-    parser.add_argument("--nccl", default="", help="minimum NCCL version (checked only when given)")
-    parser.add_argument("--gin", action="store_true", help="DeepEP V2 over NCCL GIN: require /dev/gdrdrv")
+    parser.add_argument("--nccl", default="", help="minimum NCCL torch must load (checked only when given)")
+    parser.add_argument("--fabric", choices=["efa", "sockets"], default="efa")
+    parser.add_argument("--gin", choices=["proxy", "gpu"], default=None,
+                        help="DeepEP V2 over NCCL GIN: gdrdrv and the plugin's GIN; gpu: also the EFA-GDA path")
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)
     return parser.parse_args(argv)

@@ -17,6 +17,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from software import DEFAULT_PROFILE, profile
+from software import profiles as _profiles
 from stackconfig.base import SchemaModel
 
 from .teams import TeamSettings
@@ -27,7 +29,7 @@ QUANTITY = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"
 
 
 class EntryPoint(StrEnum):
-    """Miles' entry points (there is no ``train_rl.py``)."""
+    """Miles' and Slime's entry points, in the framework's checkout (there is no ``train_rl.py``)."""
 
     SYNC = "train.py"
     ASYNC = "train_async.py"
@@ -45,8 +47,8 @@ class DeepEPVersion(StrEnum):
 
 class GinBackend(StrEnum):
     AUTO = "auto"
-    """The CPU proxy: GPU-initiated EFA also needs host EFA driver >= 3.3.0, which the AL2023 NVIDIA
-    AMI does not have yet (3.1.0)."""
+    """GPU-initiated on p5en, p6-b200 and p6-b300 (the GPU node setup brings what it needs on the
+    host), the CPU proxy elsewhere (``workloads.layout.resolve_deepep``)."""
     PROXY = "proxy"
     """NCCL GIN type 2: a host proxy thread drains GPU requests."""
     GPU = "gpu"
@@ -117,6 +119,12 @@ class RunBase(SchemaModel):
     """Run name: the checkpoint directory, the RayJob and the TorchX app are named after it (a
     DNS-1035 label: KubeRay refuses a RayJob name that starts with a digit)."""
     entry_point: EntryPoint = EntryPoint.SYNC
+    software: str = DEFAULT_PROFILE
+    """Software profile (``software/profiles.yaml``; ``python -m workloads.runs profiles``): the image,
+    the entry point's CLI dialect, the flag lists and the MoE rules of the run. Default: miles-0.1."""
+    fabric: Literal["efa", "sockets"] = "efa"
+    """How NCCL crosses nodes: ``efa`` through aws-ofi-nccl, or ``sockets`` (TCP over the pods'
+    network, EFA devices still attached) to measure what EFA adds; ``sockets`` runs no DeepEP."""
     model: str = Field("Qwen/Qwen3-30B-A3B", pattern=r"^[\w.-]+/[\w.-]+$")
     """Hugging Face repo id; staged on the shared file system by the preprocessing Job."""
     expert_precision: Literal["bf16", "fp8-blockwise"] | None = None
@@ -145,6 +153,25 @@ class RunBase(SchemaModel):
     """RayJob attempt: a finished RayJob is not run again; raising this names a new RayJob
     (``<name>-<attempt>``). Miles resumes from the last complete checkpoint in ``--load`` (the same
     directory for every attempt)."""
+
+    @field_validator("software")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        profile(name)  # ValueError listing the allowed names
+        return name
+
+    @model_validator(mode="after")
+    def _a2a_of_the_profile(self) -> "RunBase":
+        """``deepep.version`` among what the profile's versions can run (``Profile.a2a``)."""
+        p, version = profile(self.software), self.deepep.version
+        if version is not None and version.value not in p.a2a:
+            ok = [n for n, q in _profiles().items() if version.value in q.a2a]
+            raise ValueError(f"deepep.version: {version.value} is not available with software {p.name} "
+                             f"({p.summary}); allowed: {', '.join(p.a2a)}, or software: {', '.join(ok) or 'none'}")
+        if self.fabric == "sockets" and version not in (None, DeepEPVersion.OFF):
+            raise ValueError(f"deepep.version: {version.value} needs RDMA between GPUs and fabric is sockets; "
+                             f"allowed: off, or fabric: efa")
+        return self
 
     @field_validator("extra_args", "model_args")
     @classmethod
@@ -240,11 +267,11 @@ IMAGE_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 
 class ImageSettings(SchemaModel):
-    """Images the workloads reference besides ``versions.software.image`` / ``rewardImage``."""
+    """Images the workloads reference besides ``versions.software.images`` / ``rewardImage``."""
 
     require_digest: bool | None = None
     """Refuse every image reference of the workloads that is not pinned by ``@sha256:`` digest
-    (``versions.software.image``, ``versions.software.rewardImage``, ``checkpointTrigger``).
+    (``versions.software.images``, ``versions.software.rewardImage``, ``checkpointTrigger``).
     Default: on for a stack with teams (a tag can be moved to other content under their runs),
     off otherwise (``WorkloadSettings.digests_required``)."""
     checkpoint_trigger: str = Field("public.ecr.aws/docker/library/busybox:1.37.0", pattern=r"^\S+$")
@@ -359,7 +386,3 @@ class WorkloadSettings(SchemaModel):
             if n < 1:
                 raise ValueError(f"{pool}: must be >= 1, got {n}")
         return counts
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version))

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import CapacityType, Role
 
-from .argv import MODEL_PRESETS
+from .argv import MODEL_PRESETS, miles_argv
 from . import moe_backend as moe
 from .teams import validate_members, validate_teams
 from .checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
-from .layout import (expert_precision, GIN_MIN_EFA_INSTALLER, GIN_MIN_NCCL, gpu_pools, images, moe_case, pinned_by_digest,
-                     resolve_deepep)
-from .settings import DeepEPVersion, GinBackend, Submission, version_tuple
+from .layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, resolve_deepep
+from .profile import image_field, run_profile, validate_profile
+from .settings import DeepEPVersion, GinBackend, Submission
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -153,18 +153,16 @@ def validate_run(cfg: "ProgramConfig") -> None:
 
     # DeepEP needs Hopper or newer, RDMA between nodes, and for V2 a recent NCCL / EFA installer.
     deepep = resolve_deepep(cfg)
-    soft = cfg.versions.software
     moe.refusal(moe_case(cfg, deepep.version))  # upstream rules: workloads/moe_backend.py
     if deepep.version is DeepEPVersion.V2:
         no_rdma = [p for p in gpu_pools(cfg) if not p.efa_devices and p.nodes.desired > 1]
         if no_rdma:
             raise ValueError(f"workloads.run.deepep.version: DeepEP between nodes needs RDMA, pool "
                              f"{no_rdma[0].name!r} has EFA off; allowed: off, or EFA on the pool")
+    # What the run's software profile can do: engines across nodes, flags, the image pin.
+    validate_profile(cfg, miles_argv(cfg), images(cfg)[image_field(run_profile(cfg))])
     if deepep.version is DeepEPVersion.V2:
-        if version_tuple(soft.nccl) < GIN_MIN_NCCL or version_tuple(soft.efa_installer) < GIN_MIN_EFA_INSTALLER:
-            raise ValueError(f"workloads.run.deepep.version: DeepEP V2 over EFA needs NCCL GIN through aws-ofi-nccl "
-                             f">= 1.21 (EFA installer >= 1.50) and NCCL >= 2.31.2; versions.software has "
-                             f"efaInstaller {soft.efa_installer}, nccl {soft.nccl}; allowed: v1, off")
+        # The profile's NCCL and aws-ofi-nccl have GIN (software.Profile refuses v2 otherwise).
         old = [p for p in gpu_pools(cfg) if p.instance.family not in GDA_FAMILIES]
         if run.deepep.gin_backend is GinBackend.GPU and old:
             raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA runs on p5en, p6-b200 and "

@@ -38,7 +38,9 @@ FABRIC_BENCH_KEY = "fabric_bench.py"
 """Key of ``workloads/fabric_bench.py`` in the scripts ConfigMap (mounted at /opt/scripts)."""
 RDZV_PORT = 29500
 DEEPEP_DIR = "/opt/deepep"
-"""DeepEP's checkout in the workload image (workloads/image/Dockerfile clones it there at DEEPEP_COMMIT)."""
+"""DeepEP's checkout, tests included, in the image of a profile with DeepEP V2 (workloads/image/Dockerfile
+with DEEPEP_V2=1 clones DEEPEP_REPO at DEEPEP_COMMIT there, builds it there and checks that
+tests/elastic/test_ep.py exists)."""
 DEEPEP_PORTS = {"intranode": 8361, "internode": 8362}
 COMPONENT = "fabric-acceptance"
 TTL_SECONDS = 86400
@@ -61,9 +63,19 @@ def gpu_group(m: WorkloadModel, pool_name: str) -> L.Group:
 
 
 def uses_deepep_v2(m: WorkloadModel, pool: Pool) -> bool:
-    """DeepEP V2 runs in SGLang (``deepep_v2``) on the rollout pool; Megatron uses NCCL all-to-all then
-    (``workloads.moe_backend``: DeepEP V2 has no legacy ``deep_ep.utils`` for Megatron's fused_a2a)."""
-    return m.deepep.version is DeepEPVersion.V2 and pool.role is Role.ROLLOUT
+    """DeepEP V2 runs in SGLang (``deepep_v2``) on the rollout pool, and on the training pool where the
+    profile's Megatron has the flex ``deepepv2`` backend (``workloads.moe_backend.choose``)."""
+    return m.deepep.version is DeepEPVersion.V2 and (
+        pool.role is Role.ROLLOUT or (pool.role is Role.TRAIN and m.profile.megatron_v2_dispatcher))
+
+
+def deepep_span(m: WorkloadModel, g: L.Group) -> int:
+    """Nodes one all-to-all spans on the pool: an engine's nodes (rollout), the expert-parallel group's
+    nodes (training)."""
+    if g.pool.role is Role.ROLLOUT:
+        return m.settings.run.rollout.nodes_per_engine
+    par = m.settings.run.parallel
+    return max(1, -(-par.expert * par.expert_tensor // g.gpus))
 
 
 def job_script(m: WorkloadModel, pool_name: str) -> str:
@@ -93,7 +105,7 @@ def job_script(m: WorkloadModel, pool_name: str) -> str:
             "}",
             f"run_ep intranode 1 0 127.0.0.1 {DEEPEP_PORTS['intranode']}",
         ]
-        span = m.settings.run.rollout.nodes_per_engine
+        span = deepep_span(m, g)
         if span > 1 and n >= span:
             lines += [
                 f"FIRST=$(( INDEX / {span} * {span} ))",

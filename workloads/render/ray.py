@@ -52,10 +52,12 @@ def ray_start_params(g: L.Group, head: bool = False) -> dict[str, str]:
 
 def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
     """What this group's pods assume of their node, for ``workloads/preflight.py``."""
-    args = ["--gpus", str(g.gpus), "--efa", str(g.efa),
+    args = ["--gpus", str(g.gpus), "--efa", str(g.efa), "--nccl", m.profile.nccl,
             "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
-    if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: the NCCL aws-ofi-nccl's GIN is tested with
-        args += ["--gin", "--nccl", m.software.nccl]
+    if g.efa and g.env.get("NCCL_NET") == "Socket":
+        args += ["--fabric", "sockets"]
+    if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path
+        args += ["--gin", "gpu" if g.env["NCCL_GIN_TYPE"] == "5" else "proxy"]
     return args
 
 
@@ -113,7 +115,7 @@ def cluster_spec(m: WorkloadModel, workers: tuple[L.Group, ...]) -> dict:
     head = m.head
     groups = [{"groupName": g.name, "replicas": g.replicas, "minReplicas": g.replicas, "maxReplicas": g.replicas,
                "rayStartParams": ray_start_params(g), "template": ray_pod_template(m, g)} for g in workers]
-    return {"rayVersion": m.software.ray, "enableInTreeAutoscaling": False, "authOptions": TOKEN_AUTH,
+    return {"rayVersion": m.profile.ray, "enableInTreeAutoscaling": False, "authOptions": TOKEN_AUTH,
             "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": ray_start_params(head, head=True),
                               "template": ray_pod_template(m, head, head=True)},
             "workerGroupSpecs": groups}

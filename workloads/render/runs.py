@@ -109,6 +109,8 @@ def _save_on_stop(m: WorkloadModel, run: RunFile, template: dict) -> dict:
     # common/service.go, v1.7.0): leave that label to KubeRay.
     t["metadata"]["labels"].pop(NAME_LABEL, None)
     t["metadata"]["labels"].update(pod_labels(run))
+    if not m.profile.checkpoint_on_stop:
+        return t  # Slime: no sentinel to wait for; a stopped attempt resumes from its last periodic save
     spec = t["spec"]
     spec["terminationGracePeriodSeconds"] = m.settings.capacity_block_end.checkpoint_minutes * 60
     spec["containers"][0]["lifecycle"] = {"preStop": {"exec": {"command": [

@@ -6,6 +6,7 @@
     python -m workloads.runs show   <team> <run>
     python -m workloads.runs follow <team> <run>
     python -m workloads.runs cancel <team> <run> [--now]
+    python -m workloads.runs profiles [<profile>] [--build]        # software profiles and their pins
 
 ``submit --dry-run`` prints what it would create without a cluster (tiers from the stack's
 ``workloads.network``); otherwise tiers come from the cluster's HyperNodes. ``--resume`` submits the
@@ -22,6 +23,8 @@ from typing import Callable, Sequence
 
 import yaml
 
+from software import names as software_profiles
+from software.report import report
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
@@ -64,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["cancel"].add_argument("--now", action="store_true", help="no checkpoint: delete the pods at once")
     sub.choices["cancel"].add_argument("--wait-minutes", type=int, default=30,
                                        help="longest wait for the checkpoint before deleting (default 30)")
+    profiles = sub.add_parser("profiles", help="the software profiles a run can name, with their pins")
+    profiles.add_argument("profile", nargs="?", choices=software_profiles())
+    profiles.add_argument("--build", action="store_true", help="print the image build command instead")
     return p
 
 
@@ -167,6 +173,10 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
             return plan(args, out)
         if args.command == "submit":
             return submit(args, make, out)
+        if args.command == "profiles":
+            for line in report(args.profile, args.build):
+                out(line)
+            return 0
         return on_cluster(args, make, out)
     except (ValueError, LookupError) as err:  # NeverFits, a bad run or stack file, no such run
         print(f"runs: {err}", file=sys.stderr)

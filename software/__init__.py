@@ -1,0 +1,152 @@
+"""Software profiles: named, pinned GPU software stacks a run chooses (``software:``).
+
+A profile is data (``profiles.yaml``), read into the typed ``Profile`` below. Everything
+version-dependent in the workloads derives from the profile a run names: the image recipe, its build
+arguments and tag, the entry point directory and CLI dialect (Miles or Slime), the vendored flag
+lists the argv is checked against, the SGLang release the MoE rules are read from, the NCCL the
+preflight expects, and which all-to-all backends (``deepep.version``) the versions can run.
+
+This package sits below ``stackconfig`` and ``workloads`` and imports neither.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+DATA = Path(__file__).resolve().parent / "profiles.yaml"
+DEFAULT_PROFILE = "miles-0.1"
+"""What a run gets when it names none: the stack the platform ran before profiles existed."""
+COMMIT = r"^[0-9a-f]{40}$"
+VERSION = r"^\d+\.\d+(\.\d+)?$"
+
+
+GIN_MIN_NCCL = (2, 31, 2)
+"""The NCCL aws-ofi-nccl 1.21.1's GIN is tested with (aws/aws-ofi-nccl v1.21.1 RELEASENOTES.md:12);
+DeepEP V2 itself needs >= 2.30.4 (DeepEP README)."""
+GIN_MIN_EFA_INSTALLER = (1, 50)
+"""EFA installer 1.50.0 ships aws-ofi-nccl 1.21.1, the first plugin with GIN (proxy and GPU-initiated)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class Framework(StrEnum):
+    MILES = "miles"
+    """radixark/miles: strict CLI (unknown flags are errors), ``--save-trigger-sentinel``."""
+    SLIME = "slime"
+    """THUDM/slime: Megatron flags parsed with ``ignore_unknown_args=True`` (slime/utils/arguments.py:1423-1437
+    at bd217a63): an unknown flag is dropped silently, so the argv generator checks every flag itself."""
+
+
+class Source(_Model):
+    """One pinned source tree: its repository, the ref its pin comes from, the commit, and the
+    vendored flag list (``workloads/schemas/<flags>``) read from it."""
+    repo: str
+    ref: str
+    commit: str | None = Field(None, pattern=COMMIT)
+    """None: not readable where the catalog is kept; the image recipe takes it as a required build
+    argument (``Image.required_args``) and records what it resolved in the image."""
+    flags: str
+
+
+class SGLang(_Model):
+    version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    """The SGLang release line: its wheel's ``ServerArgs`` and MoE checks are the rules applied."""
+    source: str
+    """Where the image's SGLang comes from (a fork branch and commit, or the base image's release)."""
+    flags: str
+
+
+class Image(_Model):
+    recipe: str
+    """Dockerfile under ``workloads/image/``."""
+    base: str
+    tag: str = Field(pattern=r"^[\w][\w.-]{0,127}$")
+    """The tag the recipe's build is pushed under in the stack's repository and that pods pull."""
+    args: dict[str, str] = {}
+    """Build arguments the profile sets (``docker buildx build --build-arg``)."""
+    required_args: tuple[str, ...] = ()
+    """Build arguments with no default: pins not readable here, given at build time."""
+    digest_required: bool = False
+    """The stack refuses the profile unless its image is pinned by ``@sha256:`` digest (the recipe
+    resolves some pins at build time, so only the digest names what was built)."""
+
+
+class Profile(_Model):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    seed_name: str
+    """How the project's seed documents name this stack."""
+    summary: str
+    framework: Framework
+    framework_source: Source
+    megatron: Source
+    sglang: SGLang
+    cuda: str = Field(pattern=VERSION)
+    torch: str = Field(pattern=VERSION)
+    nccl: str = Field(pattern=VERSION)
+    """The NCCL torch loads in the image (``torch.cuda.nccl.version()``); the preflight checks it."""
+    efa_installer: str = Field(pattern=VERSION)
+    aws_ofi_nccl: str = Field(pattern=VERSION)
+    ray: str = Field(pattern=VERSION)
+    """Ray in the image (KubeRay ``rayVersion``)."""
+    a2a: tuple[Literal["off", "v1", "v2"], ...]
+    """The values of ``deepep.version`` the image can run."""
+    megatron_v2_dispatcher: bool = False
+    """Megatron's flex dispatcher has the ``deepepv2`` backend (``ElasticBuffer``)."""
+    gin: bool = False
+    """aws-ofi-nccl's GIN plugin with an NCCL that has GIN: DeepEP V2 across nodes over EFA."""
+    checkpoint_on_stop: bool
+    """``--save-trigger-sentinel`` exists: a run can be told to save now (Capacity Block end, cancel)."""
+    refused_sglang: tuple[str, ...] = ()
+    """SGLang flags the profile's versions refuse together with its a2a backends (``--sglang-<flag>``)."""
+    image: Image
+
+    @property
+    def workdir(self) -> str:
+        """Where the image has the framework's checkout (its entry points)."""
+        return f"/root/{self.framework.value}"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Profile":
+        if self.framework_source.commit is None and "MILES_COMMIT" not in self.image.required_args:
+            raise ValueError(f"{self.name}: no framework commit and none required at build time")
+        if self.image.required_args and not self.image.digest_required:
+            raise ValueError(f"{self.name}: pins resolved at build time need the image pinned by digest")
+        gin_ready = (self.gin and version_tuple(self.nccl) >= GIN_MIN_NCCL
+                     and version_tuple(self.efa_installer) >= GIN_MIN_EFA_INSTALLER)
+        if "v2" in self.a2a and not gin_ready:
+            raise ValueError(f"{self.name}: DeepEP V2 over EFA needs NCCL GIN through aws-ofi-nccl >= 1.21 (EFA "
+                             f"installer >= 1.50) and NCCL >= 2.31.2")
+        return self
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+@cache
+def profiles() -> dict[str, Profile]:
+    """The catalog, by name (``profiles.yaml``)."""
+    rows = yaml.safe_load(DATA.read_text())
+    return {name: Profile.model_validate({"name": name, **row}) for name, row in rows.items()}
+
+
+def names() -> list[str]:
+    return list(profiles())
+
+
+def profile(name: str) -> Profile:
+    """The profile ``name``; ValueError listing the allowed names."""
+    found = profiles().get(name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a software profile; allowed: {', '.join(names())}")
+    return found
