@@ -66,7 +66,6 @@ def test_bad_files_fail_naming_file_and_field(change, message):
     assert message in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="needs RunFile.software/fabric")
 def test_seed_ab_validates():
     exp = load_experiment(Path("experiments/seed-ab.yaml"))
     assert [a.name for a in exp.arms] == ["slime", "miles-nccl", "miles-deepep-v2"]

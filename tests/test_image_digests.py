@@ -56,12 +56,6 @@ def test_digests_are_the_default_with_teams():
     assert "workloads.images.checkpointTrigger" in images and all(map(L.pinned_by_digest, images.values()))
 
 
-def test_tags_are_the_default_and_still_work():
-    cfg = variant("p5en-prod", MILES_01)
-    assert cfg.workloads.images.require_digest is False
-    assert not any(L.pinned_by_digest(i) for i in L.images(cfg).values())
-
-
 def test_a_profile_resolved_at_build_time_runs_only_by_digest():
     """miles-deepep-v2 takes MILES_COMMIT, SGLANG_COMMIT and DEEPEP_COMMIT at build time: its tag alone
     does not say what was built, so the stack refuses it without a digest."""

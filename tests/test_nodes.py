@@ -92,7 +92,11 @@ def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     assert {e["name"]: e.get("value") for e in trainer["env"] if "value" in e}.items() <= \
         {e["name"]: e.get("value") for e in agent["env"]}.items()
     plan = json.loads(agent["command"][agent["command"].index("--plan") + 1])
-    assert plan["preflight"] == ["--gpus", "8", "--efa", "16", "--shm-gib", "256", "--hugepages-mi", "5120"]
+    ray_pod = next(o for o in objects if o["kind"] == "RayCluster")["spec"]["workerGroupSpecs"]
+    ray_pod = next(g for g in ray_pod if g["groupName"] == "trainer")["template"]["spec"]
+    (check,) = [c for c in ray_pod["initContainers"] if c["name"] == "preflight"]
+    assert plan["preflight"] == check["command"][check["command"].index("--gpus"):]  # the run's own arguments
+    assert plan["preflight"][:4] == ["--gpus", "8", "--efa", "16"] and "--nccl" in plan["preflight"]
     assert str(plan["budgetSeconds"] + 60) in agent["livenessProbe"]["exec"]["command"][2]
     cm = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "burn-in-scripts")
     from conftest import ROOT

@@ -270,11 +270,12 @@ def _shared_teams() -> list[dict]:
 
 
 def _plan(tmp_path, extra: str, running: str) -> dict[str, str]:
-    """``python -m workloads.runs plan p5en-shared runs/*.yaml <extra run>``: run name -> its line."""
+    """``python -m workloads.runs plan p5en-shared runs/grpo-qwen3-30b.yaml runs/beta-lr-sweep.yaml <extra
+    run>``: run name -> its line."""
     probe = tmp_path / "probe.yaml"
     probe.write_text(extra + "model: Qwen/Qwen3-30B-A3B\nparallel: {tensor: 4, expert: 8}\n")
     out: list[str] = []
-    files = [*map(str, sorted((ROOT / "runs").glob("*.yaml"))), str(probe)]
+    files = [str(ROOT / "runs" / f"{name}.yaml") for name in ("grpo-qwen3-30b", "beta-lr-sweep")] + [str(probe)]
     assert main(["plan", SHARED, *files, "--running", running], out=out.append) == 0
     return {line.split()[0]: line for line in out if line and not line.startswith(" ")} | {"": "\n".join(out)}
 
