@@ -37,3 +37,14 @@ def graph_of(stack: str) -> mocks.Graph:
 @pytest.fixture(params=STACKS)
 def stack(request) -> str:
     return request.param
+
+
+def send_json(handler, status: int, body) -> None:
+    """Answer an ``http.server`` request with ``body`` as JSON (the fake API servers of the tests)."""
+    import json
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, send_json
 
 from workloads import kube
 from workloads.acceptance.__main__ import main as acceptance_main
@@ -46,13 +46,7 @@ class ApiServer:
                 if not answer:
                     outer.release.wait(30)  # accept, never answer
                     return
-                status, body = routes.get(self.path.split("?")[0].rstrip("/"), not_found())
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, *routes.get(self.path.split("?")[0].rstrip("/"), not_found()))
 
             def log_message(self, *args):
                 pass

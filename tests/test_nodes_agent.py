@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import load
+from conftest import load, send_json
 
 from nodes import agent, incluster, marks
 from nodes.burn_in import plans
@@ -59,12 +59,7 @@ class FakeApiServer:
                 pass
 
             def _send(self, status, body):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def _body(self):
                 return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
