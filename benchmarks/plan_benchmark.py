@@ -214,7 +214,11 @@ def main() -> None:
     text = report(args.runs) + gpu_measurements()
     print(text)
     if args.write:
-        (ROOT / "BENCHMARKS.md").write_text(text)
+        from bench.benchmark import BEGIN, END  # noqa: PLC0415  (its section is written by bench.benchmark)
+        target = ROOT / "BENCHMARKS.md"
+        old = target.read_text() if target.exists() else ""
+        kept = old[old.index(BEGIN):old.index(END) + len(END)] if BEGIN in old and END in old else ""
+        target.write_text(text.rstrip("\n") + ("\n\n" + kept if kept else "") + "\n")
 
 
 if __name__ == "__main__":
