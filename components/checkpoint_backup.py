@@ -22,9 +22,11 @@ Guarantees (for a bucket kept on destroy):
   the bucket's key policy lets the account's IAM policies apply (``AccountAdministersKey``) and
   denies only roles tagged ``checkpoint-prefix``, which this role is not;
 - S3 Event Notifications to EventBridge on: continuous S3 backups follow object changes through
-  EventBridge (the S3 backup managed policy carries ``s3:PutBucketNotification`` and the
-  ``AwsBackupManagedRule*`` EventBridge rules for that); declaring it keeps a later stack change
-  from turning it off.
+  EventBridge (``AWSBackupServiceRolePolicyForS3Backup`` v4 grants the bucket-notification calls
+  and the ``AwsBackupManagedRule*`` EventBridge rules for that); declaring it makes the setting part
+  of the stack rather than a side effect of the first backup job. The bucket has no other
+  notification, so owning the whole configuration (PutBucketNotificationConfiguration replaces it)
+  takes nothing away.
 
 Nothing here is asked of an uploader: unlike an S3 Object Lock default retention, which requires a
 ``Content-MD5`` or ``x-amz-checksum-*`` header on every PutObject/UploadPart, backups read the bucket.
