@@ -14,6 +14,9 @@ release with ``atomic`` once its pods are ready). Sources and reasoning per row:
   pods must become ready on nodes.
 - NAT gateway ~2 min (pending -> available); KMS key ~15 s; gateway VPC endpoint ~10 s; IAM
   roles and attachments a few seconds (the provider retries through IAM propagation).
+- AWS Backup vault, vault lock and plan: synchronous API calls, a few seconds (estimates); a
+  backup selection ~10 s, as AWS Backup rejects a role IAM has not propagated yet and the
+  provider retries.
 - Helm release with ``atomic`` (device plugins): chart fetch plus DaemonSet rollout, ~1 min.
 - Kubernetes objects without await logic (custom resources such as a RayCluster,
   ConfigMaps, ServiceAccounts) ~2 s; Deployments/StatefulSets/Jobs are awaited until ready.
@@ -67,10 +70,16 @@ SECONDS: dict[str, int] = {
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": 2,
     "aws:s3/bucketOwnershipControls:BucketOwnershipControls": 2,
     "aws:s3/bucketVersioning:BucketVersioning": 2,
-    "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration": 2,
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": 2,
     "aws:s3/bucketPolicy:BucketPolicy": 2,
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": 5,
+    "aws:s3/bucketNotification:BucketNotification": 2,
+    # AWS Backup: vault, lock, plan and selection are synchronous API calls (estimates); the
+    # selection's create is retried while IAM propagates its new role, ~10 s.
+    "aws:backup/vault:Vault": 3,
+    "aws:backup/vaultLockConfiguration:VaultLockConfiguration": 2,
+    "aws:backup/plan:Plan": 2,
+    "aws:backup/selection:Selection": 10,
     # FSx for Lustre (checkpoint file system): creation to AVAILABLE is typically 5-10 min for
     # PERSISTENT_2; a data repository association with a metadata import a few minutes.
     "aws:fsx/lustreFileSystem:LustreFileSystem": 600,

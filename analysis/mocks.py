@@ -83,7 +83,7 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
         out["latestVersion"] = 1
     elif type_ == "aws:ec2/eip:Eip":
         out["allocationId"] = f"eipalloc-{name}"
-    elif type_ == "aws:ec2/placementGroup:PlacementGroup":
+    elif type_ in ("aws:ec2/placementGroup:PlacementGroup", "aws:backup/vault:Vault"):
         out["name"] = inputs.get("name", name)
     elif type_ == "aws:iam/role:Role":
         out.update(arn=f"arn:aws:iam::{ACCOUNT}:role/{name}", name=name)

@@ -2,11 +2,11 @@
 
 Guarantees:
 - versioning on (an overwrite keeps the previous object as a noncurrent version);
-- S3 Object Lock in GOVERNANCE mode with a default retention of ``noncurrentVersionDays`` on every
-  kept bucket: no object version can be deleted or have its retention shortened before then
-  without ``s3:BypassGovernanceRetention``, which no role here grants (S3 user guide, "Locking
-  objects with Object Lock": governance mode, default retention; enabling it on an existing
-  versioned bucket is PutObjectLockConfiguration, no new bucket);
+- every kept bucket is backed up by AWS Backup (``checkpoint_backup.CheckpointBackup``): continuous
+  backups (point-in-time restore) and daily snapshots kept ``noncurrentVersionDays`` days, in a
+  vault under Vault Lock that no role here may delete from. No S3 Object Lock: a default retention
+  would require a ``Content-MD5`` or ``x-amz-checksum-*`` header on every upload (S3 API reference,
+  PutObject), which FSx for Lustre's export is not documented to send;
 - writers (pod roles) may read, write and abort uploads, never delete: no ``s3:DeleteObject*``;
 - SSE-KMS with this bucket's own customer-managed key (rotated yearly), S3 Bucket Keys OFF: with a
   bucket key S3 asks KMS with the bucket ARN as encryption context, so a key policy could not tell
@@ -21,7 +21,7 @@ Guarantees:
 - every public access path blocked; ACLs disabled (owner enforced); incomplete multipart uploads
   aborted after 7 days; noncurrent versions expire after the configured days;
 - ``pulumi destroy`` leaves bucket, key and data in place unless the stack sets
-  ``checkpoints.retainOnDestroy: false`` (then no Object Lock either, or destroy could not empty it).
+  ``checkpoints.retainOnDestroy: false`` (then no backup either: dev stays simple).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import pulumi
 import pulumi_aws as aws
 
 from stackconfig.stack import CheckpointSettings
+from .checkpoint_backup import CheckpointBackup
 from .iam import PodRole, policy_document
 
 SSE_ALGORITHM = "aws:kms"
 PREFIX_TAG = "checkpoint-prefix"
 """Role tag naming the one prefix a writer role may use the key for (read as aws:PrincipalTag)."""
-OBJECT_LOCK_MODE = "GOVERNANCE"
 KMS_DATA_ACTIONS = ["kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
 WRITER_KMS_ACTIONS = ["kms:Decrypt", "kms:GenerateDataKey"]
 """What S3 asks KMS for on a writer's behalf: GenerateDataKey to write, Decrypt to read (and for
@@ -107,7 +107,7 @@ def writer_policy(bucket_arn: str, key_arn: str, prefix: str = "") -> str:
 
 
 class CheckpointBucket(pulumi.ComponentResource):
-    """Versioned, locked, encrypted, private, TLS-only S3 bucket plus its writer role."""
+    """Versioned, backed-up, encrypted, private, TLS-only S3 bucket plus its writer role."""
 
     def __init__(self, name: str, settings: CheckpointSettings, cluster_name: pulumi.Input[str],
                  cluster_arn: pulumi.Input[str] | None = None, opts: pulumi.ResourceOptions | None = None):
@@ -129,13 +129,6 @@ class CheckpointBucket(pulumi.ComponentResource):
         versioning = aws.s3.BucketVersioning(name, bucket=bucket_id,
                                              versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(
                                                  status="Enabled"), opts=on_bucket)
-        if retain:
-            aws.s3.BucketObjectLockConfiguration(name, bucket=bucket_id, object_lock_enabled="Enabled",
-                                                 rule=aws.s3.BucketObjectLockConfigurationRuleArgs(
-                                                     default_retention=aws.s3.BucketObjectLockConfigurationRuleDefaultRetentionArgs(
-                                                         mode=OBJECT_LOCK_MODE, days=settings.noncurrent_version_days)),
-                                                 opts=pulumi.ResourceOptions(parent=self.bucket, retain_on_delete=True,
-                                                                             depends_on=[versioning]))
         aws.s3.BucketServerSideEncryptionConfiguration(name, bucket=bucket_id, rules=[
             aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
                 bucket_key_enabled=False,
@@ -152,6 +145,8 @@ class CheckpointBucket(pulumi.ComponentResource):
                 abort_incomplete_multipart_upload=aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(
                     days_after_initiation=7))],
             opts=pulumi.ResourceOptions(parent=self.bucket, retain_on_delete=retain, depends_on=[versioning]))
+        self.backup = CheckpointBackup(f"{name}-backup", settings, self.bucket,
+                                       opts=pulumi.ResourceOptions(parent=self, depends_on=[versioning])) if retain else None
         self.name = self.bucket.bucket
         self.arn = self.bucket.arn
         self.key_arn = self.key.arn

@@ -113,6 +113,8 @@ class CheckpointStoreArgs(TypedDict):
     retain_on_destroy: NotRequired[bool]
     """Keep the bucket on `pulumi destroy` (default true)."""
     noncurrent_version_days: NotRequired[int]
+    backup_vault_lock: NotRequired[str]
+    """"governance" (default) or "compliance": mode of the backup vault's lock (kept buckets only)."""
 
 
 class CheckpointStore(pulumi.ComponentResource):
@@ -125,7 +127,8 @@ class CheckpointStore(pulumi.ComponentResource):
     def __init__(self, name: str, args: CheckpointStoreArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(f"{PACKAGE}:index:CheckpointStore", name, {}, opts)
         settings = _validated(CheckpointSettings, {k: args.get(k) for k in (
-            "namespace", "service_account", "retain_on_destroy", "noncurrent_version_days")},
+            "namespace", "service_account", "retain_on_destroy", "noncurrent_version_days",
+            "backup_vault_lock")},
             f"CheckpointStore {name}")
         inner = CheckpointBucket(name, settings, args["cluster_name"], opts=pulumi.ResourceOptions(parent=self))
         self.bucket_name, self.bucket_arn, self.writer_role_arn = inner.name, inner.arn, inner.writer.arn

@@ -13,7 +13,7 @@ import ipaddress
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import pulumi
 from pydantic import (Field, ValidationError, field_validator,
@@ -296,6 +296,10 @@ class CheckpointSettings(SchemaModel):
     retain_on_destroy: bool = True
     """``pulumi destroy`` leaves the bucket and its data in place unless a stack opts out."""
     noncurrent_version_days: int = Field(30, ge=1, le=3650)
+    """Days S3 keeps a noncurrent version, and the daily backup keeps a recovery point."""
+    backup_vault_lock: Literal["governance", "compliance"] = "governance"
+    """Mode of the backup vault's lock: governance can be removed by an IAM principal allowed to;
+    compliance becomes immutable 3 days after it is set (see components/checkpoint_backup.py)."""
     namespace: str = Field("rl", pattern=DNS_LABEL)
     service_account: str = Field("checkpoint-writer", pattern=DNS_SUBDOMAIN)
 

@@ -117,9 +117,38 @@ def _key_policy_without_team_deny(g):
     return S.KEY_POLICY, kp.name
 
 
-def _no_object_lock(g):
-    _drop(g, S.OBJECT_LOCK, "rl-p5en-prod-checkpoints")
+PROD_BACKUP = "rl-p5en-prod-checkpoints-backup"
+
+
+def _no_backup_plan(g):
+    _drop(g, S.BACKUP_SELECTION, PROD_BACKUP)
+    _drop(g, S.BACKUP_PLAN, PROD_BACKUP)
     return view.BUCKET, "rl-p5en-prod-checkpoints"
+
+
+def _backup_kept_too_short(g):
+    plan = g.named(S.BACKUP_PLAN, "rl-p5-checkpoints-backup")
+    _set(plan, "rules", [{**r, "lifecycle": {"deleteAfter": 1}} for r in plan.inputs["rules"]])
+    return view.BUCKET, "rl-p5-checkpoints"
+
+
+def _vault_without_lock(g):
+    _drop(g, S.VAULT_LOCK, "rl-p4d-checkpoints-backup")
+    return view.BUCKET, "rl-p4d-checkpoints"
+
+
+def _selection_names_another_bucket(g):
+    sel = g.named(S.BACKUP_SELECTION, "rl-p6-b200-checkpoints-backup")
+    _set(sel, "resources", ["arn:aws:s3:::other-bucket"])
+    sel.dependencies = [d for d in sel.dependencies if "s3/bucket:Bucket" not in d]
+    return view.BUCKET, "rl-p6-b200-checkpoints"
+
+
+def _pod_role_deletes_recovery_points(g):
+    pol = g.named(view.ROLE_POLICY, f"{SHARED}-checkpoints-writer")
+    _edit_json(pol, "policy", lambda d: d["Statement"].append(
+        {"Effect": "Allow", "Action": ["backup:DeleteRecoveryPoint"], "Resource": "*"}))
+    return view.ROLE, f"{SHARED}-checkpoints-writer"
 
 
 def _import_deletes(g):
@@ -169,7 +198,13 @@ SECURITY_BREAKS = [
           known_only=True),
     Break("key-policy-no-team-deny", "p5en-shared", "checkpoint-key-enforced", _key_policy_without_team_deny,
           "may decrypt", known_only=True),
-    Break("bucket-unlocked", "p5en-prod", "checkpoint-retained", _no_object_lock, "Object Lock"),
+    Break("bucket-without-backup", "p5en-prod", "checkpoint-retained", _no_backup_plan, "no AWS Backup plan"),
+    Break("backup-too-short", "p5", "checkpoint-retained", _backup_kept_too_short, "keeps recovery points"),
+    Break("backup-vault-unlocked", "p4d", "checkpoint-retained", _vault_without_lock, "Vault Lock"),
+    Break("backup-selects-another-bucket", "p6-b200", "checkpoint-retained", _selection_names_another_bucket,
+          "no AWS Backup plan"),
+    Break("writer-deletes-recovery-points", "p5en-shared", "checkpoint-retained", _pod_role_deletes_recovery_points,
+          "backup:DeleteRecoveryPoint", known_only=True),
     Break("fsx-imports-deletes", "p5en-prod", "checkpoint-retained", _import_deletes, "DELETED"),
     Break("writer-deletes", "p5en-shared", "checkpoint-retained", _writer_may_delete, "s3:DeleteObject",
           known_only=True),

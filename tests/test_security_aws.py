@@ -107,15 +107,58 @@ def test_uploads_with_another_encryption_or_key_are_refused(g):
 
 
 def test_no_writer_can_delete_or_shorten_retention(g):
+    vault = g.named("aws:backup/vault:Vault", f"{NAME}-checkpoints-backup").outputs["arn"]
     for name, ns in ((f"{NAME}-checkpoints-writer", "rl"), (f"{NAME}-team-alpha-writer", "team-alpha")):
         policy = role_policy(g, name)
         for action in ("s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectRetention",
                        "s3:BypassGovernanceRetention", "s3:PutLifecycleConfiguration"):
             assert decide([policy], action, f"{BUCKET}/checkpoints/teams/alpha/x", session(g, ns)) is None
-    lock = g.named("aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration", f"{NAME}-checkpoints")
-    assert lock.inputs["objectLockEnabled"] == "Enabled"
-    assert lock.inputs["rule"]["defaultRetention"]["mode"] == "GOVERNANCE"
-    assert lock.inputs["rule"]["defaultRetention"]["days"] >= 1
+        for action in ("backup:DeleteRecoveryPoint", "backup:UpdateRecoveryPointLifecycle",
+                       "backup:DeleteBackupVaultLockConfiguration", "backup:PutBackupVaultAccessPolicy"):
+            assert decide([policy], action, vault, session(g, ns)) is None
+
+
+def test_no_object_lock_asks_uploads_for_a_checksum(g):
+    """A default Object Lock retention would make S3 refuse any PutObject/UploadPart without
+    Content-MD5 or x-amz-checksum-*; FSx's export is not documented to send one."""
+    assert not [r for r in g.resources if r.type == "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration"]
+
+
+def test_a_kept_bucket_is_backed_up_into_a_locked_vault(g):
+    days = g.named("aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+                   f"{NAME}-checkpoints").inputs["rules"][0]["noncurrentVersionExpiration"]["noncurrentDays"]
+    backup = f"{NAME}-checkpoints-backup"
+    vault = g.named("aws:backup/vault:Vault", backup)
+    assert vault.inputs["kmsKeyArn"] == g.named("aws:kms/key:Key", f"{backup}-vault").outputs["arn"]
+    lock = g.named("aws:backup/vaultLockConfiguration:VaultLockConfiguration", backup).inputs
+    assert lock["backupVaultName"] == vault.outputs["name"]
+    assert lock["minRetentionDays"] == min(days, 35) and lock["maxRetentionDays"] == days
+    assert "changeableForDays" not in lock  # governance: the stack did not opt in to compliance
+    rules = {r["ruleName"]: r for r in g.named("aws:backup/plan:Plan", backup).inputs["rules"]}
+    assert rules["continuous"]["enableContinuousBackup"] is True
+    assert rules["continuous"]["lifecycle"]["deleteAfter"] == min(days, 35)
+    assert rules["daily"]["lifecycle"]["deleteAfter"] == days and rules["daily"]["schedule"].startswith("cron(")
+    assert {r["targetVaultName"] for r in rules.values()} == {vault.outputs["name"]}
+    selection = g.named("aws:backup/selection:Selection", backup).inputs
+    assert selection["resources"] == [BUCKET]
+    role = g.named("aws:iam/role:Role", f"{backup}-role")
+    assert selection["iamRoleArn"] == role.outputs["arn"]
+    assert [s["Principal"] for s in json.loads(role.inputs["assumeRolePolicy"])["Statement"]] == [
+        {"Service": "backup.amazonaws.com"}]
+    attached = {r.inputs["policyArn"].rsplit("/", 1)[-1] for r in g.resources
+                if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment" and r.inputs["role"] == role.outputs["name"]}
+    assert attached == {"AWSBackupServiceRolePolicyForS3Backup", "AWSBackupServiceRolePolicyForS3Restore"}
+    assert g.named("aws:s3/bucketNotification:BucketNotification", backup).inputs["eventbridge"] is True
+
+
+def test_the_bucket_key_lets_the_backup_role_decrypt(g):
+    """The key policy's team deny only hits roles tagged checkpoint-prefix; the backup role is not."""
+    key = doc(g, "aws:kms/keyPolicy:KeyPolicy", f"{NAME}-checkpoints")
+    role = g.named("aws:iam/role:Role", f"{NAME}-checkpoints-backup-role")
+    assert not role.inputs.get("tags")
+    ctx = {"kms:EncryptionContext:aws:s3:arn": f"{BUCKET}/checkpoints/teams/beta/x"}
+    for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+        assert decide([key], action, "*", ctx, {"AWS": role.outputs["arn"]}) != DENY
 
 
 def test_a_delete_in_s3_never_reaches_the_file_system(g):

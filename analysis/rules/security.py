@@ -22,7 +22,11 @@ from .view import (ADDON, BUCKET, IAM_POLICY, LAUNCH_TEMPLATE, POD_IDENTITY, ROL
 
 KMS_KEY = "aws:kms/key:Key"
 KEY_POLICY = "aws:kms/keyPolicy:KeyPolicy"
-OBJECT_LOCK = "aws:s3/bucketObjectLockConfiguration:BucketObjectLockConfiguration"
+BACKUP_VAULT = "aws:backup/vault:Vault"
+VAULT_LOCK = "aws:backup/vaultLockConfiguration:VaultLockConfiguration"
+BACKUP_PLAN = "aws:backup/plan:Plan"
+BACKUP_SELECTION = "aws:backup/selection:Selection"
+LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
 DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
@@ -34,6 +38,11 @@ DESTRUCTIVE = ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectRetenti
                "s3:PutBucketObjectLockConfiguration", "s3:PutLifecycleConfiguration", "s3:PutBucketVersioning",
                "s3:DeleteBucketPolicy", "s3:PutBucketPolicy"]
 """Actions by which a pod could destroy checkpoints or shorten their retention."""
+BACKUP_DESTRUCTIVE = ["backup:DeleteRecoveryPoint", "backup:UpdateRecoveryPointLifecycle", "backup:DeleteBackupVault",
+                      "backup:DeleteBackupVaultLockConfiguration", "backup:PutBackupVaultLockConfiguration",
+                      "backup:PutBackupVaultAccessPolicy", "backup:DeleteBackupVaultAccessPolicy",
+                      "backup:DeleteBackupPlan", "backup:UpdateBackupPlan", "backup:DeleteBackupSelection"]
+"""Actions by which a pod could delete recovery points, unlock their vault or stop the backups."""
 
 
 def _documents(stack: Stack, role: Resource) -> list[Any] | None:
@@ -241,18 +250,51 @@ def check_bucket_key_enforced(stack: Stack) -> Iterator[tuple[str, str]]:
                                    f"{context['kms:EncryptionContext:aws:s3:arn']}")
 
 
+def _kept_days(stack: Stack, bucket: Resource) -> Any:
+    """Days the bucket keeps noncurrent versions (its lifecycle), 1 when it sets none."""
+    days = [dig(rule, "noncurrentVersionExpiration", "noncurrentDays") for lc in _parts(stack, bucket, LIFECYCLE)
+            for rule in as_list(lc.props.get("rules")) if isinstance(rule, Mapping)]
+    return UNKNOWN if UNKNOWN in days else max([d for d in days if isinstance(d, (int, float))], default=1)
+
+
+def _rule_vaults(stack: Stack, plan: Resource, rule: Mapping) -> list[Resource]:
+    name = rule.get("targetVaultName")
+    if isinstance(name, str):
+        return [v for v in stack.of_type(BACKUP_VAULT) if name in v.identities()]
+    return stack.refs(plan, "rules", BACKUP_VAULT)[0]
+
+
+def _backup_problem(stack: Stack, bucket: Resource) -> str | None:
+    """Why no locked backup keeps ``bucket`` as long as its versions, or None."""
+    days = _kept_days(stack, bucket)
+    plans = [p for sel in stack.of_type(BACKUP_SELECTION) if bucket in stack.refs(sel, "resources", BUCKET)[0]
+             for p in stack.refs(sel, "planId", BACKUP_PLAN)[0]]
+    if not plans:
+        return "no AWS Backup plan selects it"
+    rules = [(plan, r) for plan in plans for r in as_list(plan.props.get("rules")) if isinstance(r, Mapping)]
+    kept = [(plan, r) for plan, r in rules
+            if (d := dig(r, "lifecycle", "deleteAfter")) is UNKNOWN or days is UNKNOWN
+            or (isinstance(d, (int, float)) and d >= days)]
+    if not kept:
+        return f"no rule of its backup plan keeps recovery points {days} days (its noncurrent versions' lifetime)"
+    locks = stack.of_type(VAULT_LOCK)
+    if not any(v in stack.refs(lock, "backupVaultName", BACKUP_VAULT)[0] and lock.props.get("minRetentionDays")
+               for plan, r in kept for v in _rule_vaults(stack, plan, r) for lock in locks):
+        return "the vault that keeps its backups has no Vault Lock with a minimum retention"
+    return None
+
+
 def check_bucket_retained(stack: Stack) -> Iterator[tuple[str, str]]:
-    """A kept bucket (forceDestroy false) has Object Lock with a default retention; no file-system
-    link imports S3 deletions; no pod role may delete objects or touch retention."""
+    """A kept bucket (forceDestroy false) is selected by an AWS Backup plan with a rule keeping
+    recovery points at least as long as its noncurrent versions, into a vault under Vault Lock; no
+    file-system link imports S3 deletions; no pod role may delete objects, touch retention, or
+    delete recovery points, unlock their vault or change the backups."""
     for bucket in stack.of_type(BUCKET):
         if bucket.props.get("forceDestroy") is True:
             continue
-        locks = _parts(stack, bucket, OBJECT_LOCK)
-        retention = [dig(l.props, "rule", "defaultRetention") for l in locks]
-        if not any(isinstance(r, Mapping) and r.get("mode") in ("GOVERNANCE", "COMPLIANCE")
-                   and (r.get("days") or r.get("years")) for r in retention) and UNKNOWN not in retention:
-            yield bucket.urn, (f"{bucket.label}: kept on destroy but has no Object Lock default retention "
-                               f"(GOVERNANCE or COMPLIANCE with days); a writer's delete would expire")
+        problem = _backup_problem(stack, bucket)
+        if problem:
+            yield bucket.urn, f"{bucket.label}: kept on destroy but {problem}; a writer's overwrite would expire"
     for dra in stack.of_type(DATA_REPOSITORY):
         events = dig(dra.props, "s3", "autoImportPolicy", "events")
         if isinstance(events, list) and "DELETED" in events:
@@ -265,6 +307,14 @@ def check_bucket_retained(stack: Stack) -> Iterator[tuple[str, str]]:
         buckets = [_bucket_arn(b) for b in stack.of_type(BUCKET)]
         for arn in (a for a in buckets if isinstance(a, str)):
             bad = [a for a in DESTRUCTIVE if decide(documents, a, f"{arn}/x" if "Object" in a else arn, tags) == ALLOW]
+            if bad:
+                yield role.urn, f"{role.label}: a pod role may {', '.join(bad)} on {arn}"
+        vaults = [v.props.get("arn") for v in stack.of_type(BACKUP_VAULT)]
+        for arn in (a for a in vaults if isinstance(a, str)):
+            parts = _arn_parts(arn) or ["arn", "aws", "backup", "", "", ""]
+            point = f"arn:{parts[1]}:backup:{parts[3]}:{parts[4]}:recovery-point:{FOREIGN}"
+            bad = [a for a in BACKUP_DESTRUCTIVE
+                   if any(decide(documents, a, r, tags) == ALLOW for r in (arn, point, "*"))]
             if bad:
                 yield role.urn, f"{role.label}: a pod role may {', '.join(bad)} on {arn}"
 

@@ -1,0 +1,95 @@
+"""CheckpointBackup: AWS Backup of a kept checkpoint bucket, in a vault under Vault Lock.
+
+Guarantees (for a bucket kept on destroy):
+- a backup vault on its own customer-managed KMS key (rotated yearly), not the bucket's: S3 backups
+  are encrypted with the vault's key (AWS Backup developer guide, "Encryption for backups in AWS
+  Backup": S3 backups use the vault's key), so scheduling the bucket's key for deletion leaves the
+  recovery points readable;
+- Vault Lock with a minimum retention (AWS Backup developer guide, "AWS Backup Vault Lock"): no
+  recovery point in the vault can be deleted, or have its lifecycle shortened, before it expires, and
+  a backup job asking for less than the minimum fails. Governance mode by default (no
+  ``changeable_for_days``: a principal holding ``backup:DeleteBackupVaultLockConfiguration``, which no
+  role here has, can remove the lock); ``checkpoints.backupVaultLock: compliance`` sets
+  ``changeable_for_days`` (3, the least the API takes: 72-hour cooling-off) after which the lock
+  is immutable, even for the account root, and the vault cannot be deleted while it holds points;
+- one backup plan with a continuous rule (point-in-time restore, AWS Backup keeps it at most 35
+  days: "Continuous backups and point-in-time recovery (PITR)") and a daily rule keeping each
+  snapshot ``noncurrentVersionDays`` days; both into the same vault, as S3 requires ("Amazon S3
+  backups": continuous and periodic backups of a bucket must reside in the same vault);
+- a selection naming the bucket, with a role AWS Backup assumes that carries the two AWS managed
+  policies the S3 prerequisites name (``AWSBackupServiceRolePolicyForS3Backup``,
+  ``AWSBackupServiceRolePolicyForS3Restore``); they grant ``kms:Decrypt`` through S3 on any key, and
+  the bucket's key policy lets the account's IAM policies apply (``AccountAdministersKey``) and
+  denies only roles tagged ``checkpoint-prefix``, which this role is not;
+- S3 Event Notifications to EventBridge on: continuous S3 backups follow object changes through
+  EventBridge (``AWSBackupServiceRolePolicyForS3Backup`` v4 grants the bucket-notification calls
+  and the ``AwsBackupManagedRule*`` EventBridge rules for that); declaring it makes the setting part
+  of the stack rather than a side effect of the first backup job. The bucket has no other
+  notification, so owning the whole configuration (PutBucketNotificationConfiguration replaces it)
+  takes nothing away.
+
+Nothing here is asked of an uploader: unlike an S3 Object Lock default retention, which requires a
+``Content-MD5`` or ``x-amz-checksum-*`` header on every PutObject/UploadPart, backups read the bucket.
+AWS Backup must be opted in for S3 in the region (``aws backup update-region-settings``); that is an
+account-wide setting the stack leaves alone.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from stackconfig.stack import CheckpointSettings
+from .iam import MANAGED, trust_policy
+
+CONTINUOUS_MAX_DAYS = 35
+"""The longest AWS Backup keeps a continuous (point-in-time) backup."""
+COMPLIANCE_GRACE_DAYS = 3
+"""``ChangeableForDays`` of a compliance lock: the API's minimum (a 72-hour cooling-off)."""
+BACKUP_POLICIES = ("AWSBackupServiceRolePolicyForS3Backup", "AWSBackupServiceRolePolicyForS3Restore")
+DAILY = "cron(0 3 * * ? *)"
+"""Daily at 03:00 UTC (AWS Backup schedule expressions are EventBridge cron, UTC by default)."""
+
+
+def retention_days(settings: CheckpointSettings) -> dict[str, int]:
+    """Days each rule keeps its recovery points and the lock's bounds: the daily rule keeps them as
+    long as S3 keeps noncurrent versions, the continuous rule as long as AWS allows up to that."""
+    days = settings.noncurrent_version_days
+    continuous = min(days, CONTINUOUS_MAX_DAYS)
+    return {"continuous": continuous, "daily": days, "min": continuous, "max": days}
+
+
+class CheckpointBackup(pulumi.ComponentResource):
+    """Vault (own key, Vault Lock), plan (continuous + daily), selection of one bucket, service role."""
+
+    def __init__(self, name: str, settings: CheckpointSettings, bucket: aws.s3.Bucket,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("rlplatform:storage:CheckpointBackup", name, None, opts)
+        kept = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
+        days = retention_days(settings)
+        self.key = aws.kms.Key(f"{name}-vault", description=f"backup vault {name}", enable_key_rotation=True,
+                               deletion_window_in_days=30, opts=kept)
+        self.vault = aws.backup.Vault(name, kms_key_arn=self.key.arn, force_destroy=False, opts=kept)
+        compliance = settings.backup_vault_lock == "compliance"
+        aws.backup.VaultLockConfiguration(name, backup_vault_name=self.vault.name,
+                                          min_retention_days=days["min"], max_retention_days=days["max"],
+                                          changeable_for_days=COMPLIANCE_GRACE_DAYS if compliance else None,
+                                          opts=pulumi.ResourceOptions(parent=self.vault, retain_on_delete=True))
+        aws.s3.BucketNotification(name, bucket=bucket.id, eventbridge=True,
+                                  opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
+        self.plan = aws.backup.Plan(name, rules=[
+            aws.backup.PlanRuleArgs(rule_name="continuous", target_vault_name=self.vault.name,
+                                    enable_continuous_backup=True,
+                                    lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["continuous"])),
+            aws.backup.PlanRuleArgs(rule_name="daily", target_vault_name=self.vault.name, schedule=DAILY,
+                                    lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["daily"])),
+        ], opts=kept)
+        # Kept with the plan: a selection whose role is gone would fail every backup job.
+        self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust_policy("backup.amazonaws.com"), opts=kept)
+        attachments = [aws.iam.RolePolicyAttachment(f"{name}-{policy}", role=self.role.name, policy_arn=MANAGED + policy,
+                                                    opts=pulumi.ResourceOptions(parent=self.role, retain_on_delete=True))
+                       for policy in BACKUP_POLICIES]
+        aws.backup.Selection(name, plan_id=self.plan.id, iam_role_arn=self.role.arn, resources=[bucket.arn],
+                             opts=pulumi.ResourceOptions(parent=self.plan, retain_on_delete=True,
+                                                         depends_on=attachments))
+        self.register_outputs({"vaultName": self.vault.name, "planId": self.plan.id})
