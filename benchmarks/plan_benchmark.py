@@ -201,7 +201,7 @@ def _non_train_gpus(data: dict) -> int:
 
 
 def gpu_measurements() -> str:
-    """The GPU runs (made on lent GPU machines, not by this script), as recorded in docs/measurements."""
+    """The GPU runs (made on GPU machines, not by this script), as recorded in docs/measurements."""
     body = (ROOT / "docs" / "measurements" / "README.md").read_text().split("\n", 1)[1]
     return "\n## GPU measurements (docs/measurements)\n" + body.replace("\n## ", "\n### ")
 
