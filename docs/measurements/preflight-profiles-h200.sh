@@ -1,6 +1,6 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-cd devscratch
+cd "$(dirname "$0")/../../workloads"  # preflight.py is run from here
 echo "== machine"; nvidia-smi -L; uname -r; python3 --version
 echo "== torch and the NCCL it loads (profile miles-0.1 pins torch 2.11.0 -> NCCL 2.28.9)"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', '.'.join(map(str, torch.cuda.nccl.version())))"
