@@ -234,6 +234,10 @@ def test_the_opt_in_rayjob_is_submitted_by_the_operator_without_a_submitter_pod(
     assert NO_HEAD_RESTART not in job["metadata"].get("annotations", {})
     assert [name for name, *_ in M.pod_templates(m) if "submitter" in name] == []
     assert [p for p in M.network_policies(m) if "submitter" in p["metadata"]["name"]] == []
+    # The operator finds the dashboard by the head Service port named "dashboard" (utils/util.go:1022-1054),
+    # which KubeRay copies from the head container's ports (common/service.go:403-433).
+    ports = container(M.raycluster(m)["spec"]["headGroupSpec"]["template"])["ports"]
+    assert {"name": "dashboard", "containerPort": 8265} in ports
     (head,) = [p for p in M.network_policies(m) if p["metadata"]["name"] == "ray-head"]
     assert head["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": M.KUBERAY_NAMESPACE}}}], "ports": [{"protocol": "TCP", "port": 8265}]}]

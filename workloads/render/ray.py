@@ -135,7 +135,8 @@ def entrypoint_resources() -> dict[str, float]:
 SUBMISSION_MODE = "HTTPMode"
 """How every RayJob the platform renders is submitted: the KubeRay operator posts the job to the head's
 Jobs API and polls it (rayjob_controller.go:225-236 and 296-330, v1.7.0). No submitter Job, whose
-failures or early exit would end a healthy run (K8sJobMode, ray-project/kuberay#4921)."""
+failures or early exit would end a healthy run (K8sJobMode, ray-project/kuberay#4921).
+``render.admission`` holds team RayJobs to it."""
 
 
 def rayjob(m: WorkloadModel) -> dict:
