@@ -47,8 +47,6 @@ def _pod_templates(obj: dict) -> Iterator[tuple[str, dict]]:
         for group in cluster.get("workerGroupSpecs") or []:
             if group.get("template"):
                 yield group.get("groupName", "worker"), group["template"]
-        if obj.get("kind") == "RayJob" and (spec.get("submitterPodTemplate")):
-            yield "submitter", spec["submitterPodTemplate"]
 
 
 def manifests(graph: Graph) -> list[dict]:

@@ -110,8 +110,7 @@ def pod_templates_of(obj: dict) -> list[tuple[str, dict]]:
             (g["groupName"], g["template"]) for g in spec["workerGroupSpecs"]]
     if obj["kind"] == "RayJob":
         own = spec.get("rayClusterSpec")
-        cluster = pod_templates_of({"kind": "RayCluster", "spec": own}) if own else []
-        return cluster + ([("submitter", spec["submitterPodTemplate"])] if "submitterPodTemplate" in spec else [])
+        return pod_templates_of({"kind": "RayCluster", "spec": own}) if own else []
     if obj["kind"] == "Job" and obj["apiVersion"].startswith("batch.volcano.sh"):
         return [(t["name"], t["template"]) for t in spec["tasks"]]
     return []
@@ -218,6 +217,30 @@ def test_the_opt_in_rayjob_validates_against_its_crd(stack):
     assert job["spec"]["clusterSelector"] == {"ray.io/cluster": L.RAY_CLUSTER}
     assert json.loads(job["spec"]["entrypointResources"]) == {L.GPU_NODE_RESOURCE: 0.001}
     assert custom_objects(graph_of(stack), "RayJob") == []  # opt-in: not in the stock stack
+
+
+def test_the_opt_in_rayjob_is_submitted_by_the_operator_without_a_submitter_pod():
+    """HTTPMode on the selected RayCluster: no submitter Job to fail a healthy run (kuberay#4921).
+    No no-head-restart annotation: KubeRay acts on it only on a cluster it creates for the job."""
+    from workloads.render.runs import NO_HEAD_RESTART
+    cfg = variant("p5en-prod", RAYJOB)
+    m = derive(cfg)
+    job = M.rayjob(m)
+    spec = job["spec"]
+    validate_custom(job, k8s_version(cfg))
+    assert spec["submissionMode"] == "HTTPMode" and "submitterPodTemplate" not in spec
+    assert "clusterSelector" in spec and "rayClusterSpec" not in spec
+    assert spec.get("backoffLimit", 0) == 0  # KubeRay refuses backoffLimit > 0 with a clusterSelector
+    assert NO_HEAD_RESTART not in job["metadata"].get("annotations", {})
+    assert [name for name, *_ in M.pod_templates(m) if "submitter" in name] == []
+    assert [p for p in M.network_policies(m) if "submitter" in p["metadata"]["name"]] == []
+    # The operator finds the dashboard by the head Service port named "dashboard" (utils/util.go:1022-1054),
+    # which KubeRay copies from the head container's ports (common/service.go:403-433).
+    ports = container(M.raycluster(m)["spec"]["headGroupSpec"]["template"])["ports"]
+    assert {"name": "dashboard", "containerPort": 8265} in ports
+    (head,) = [p for p in M.network_policies(m) if p["metadata"]["name"] == "ray-head"]
+    assert head["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": M.KUBERAY_NAMESPACE}}}], "ports": [{"protocol": "TCP", "port": 8265}]}]
 
 
 # --- the Ray cluster ----------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Pod security of everything the program registers, read from the recorded mock graph of every
-stack (plus p5en-prod with the RayJob and a Capacity Block end, so the submitter and the
-CronJob are covered): no privileged container, no host namespace, no hostPath, no privilege
+stack (plus p5en-prod with the RayJob and a Capacity Block end, so the CronJob is covered): no privileged container, no host namespace, no hostPath, no privilege
 escalation, every capability dropped (GPU pods add back IPC_LOCK only), RuntimeDefault seccomp,
 resources on every container, read-only roots where no Miles code runs; the only Helm releases
 allowed host access are the device plugins and the FSx CSI node plugin, for the reasons stated
@@ -35,7 +34,7 @@ def with_end_time(stack: str = "p5en-prod", end: str = END, pools: tuple[str, ..
 
 
 EVERYTHING = with_end_time(extra=RAYJOB)
-"""p5en-prod with every optional object: the RayJob (submitter pod) and the Capacity Block CronJob."""
+"""p5en-prod with every optional object: the RayJob and the Capacity Block CronJob."""
 
 
 GRAPHS = [*STACKS, "p5en-prod+rayJob+endTime"]
@@ -73,10 +72,8 @@ def pod_specs(obj: dict) -> list[tuple[str, dict]]:
         return [(f"{kind}/{name}/head", spec["headGroupSpec"]["template"]["spec"])] + [
             (f"{kind}/{name}/{g['groupName']}", g["template"]["spec"]) for g in spec["workerGroupSpecs"]]
     if kind == "RayJob":
-        own = pod_specs({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec["rayClusterSpec"]}) \
+        return pod_specs({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec["rayClusterSpec"]}) \
             if "rayClusterSpec" in spec else []
-        return own + ([(f"{kind}/{name}/submitter", spec["submitterPodTemplate"]["spec"])]
-                      if "submitterPodTemplate" in spec else [])
     raise AssertionError(f"{kind} {name}: unknown kind; say whether it creates pods")
 
 
@@ -223,7 +220,7 @@ def test_every_container_has_requests_limits_and_a_pull_policy():
 def test_containers_without_miles_code_have_a_read_only_root_and_no_token():
     cfg = variant("p5en-prod", EVERYTHING)
     templates = {"reward": M.reward_template(derive(cfg)), "stage": M.stage_template(derive(cfg)),
-                 "submitter": M.submitter_template(derive(cfg)), "trigger": M.trigger_template(derive(cfg))}
+                 "trigger": M.trigger_template(derive(cfg))}
     for name, t in templates.items():
         spec = t["spec"]
         (c,) = spec["containers"]
@@ -333,7 +330,6 @@ def cluster_pods(cfg) -> dict[str, Pod]:
     pods["torchx"] = Pod("torchx-worker", ns, {**M.RAY_PODS, "app.kubernetes.io/managed-by": "torchx.pytorch.org"})
     pods["reward"] = Pod("reward", ns, M.reward_template(derive(cfg))["metadata"]["labels"])
     pods["stage"] = Pod("stage", ns, M.stage_template(derive(cfg))["metadata"]["labels"])
-    pods["submitter"] = Pod("submitter", ns, M.submitter_template(derive(cfg))["metadata"]["labels"])
     pods["trigger"] = Pod("trigger", ns, M.trigger_template(derive(cfg))["metadata"]["labels"])
     pods["debug"] = Pod("debug", ns, {"run": "debug"})
     pods["other-ns"] = Pod("intruder", "default", dict(M.RAY_PODS))  # same labels, another namespace
@@ -354,13 +350,13 @@ def test_network_policies_allow_what_the_run_needs_and_nothing_else():
         *[(P[a], P["reward"], reward) for a in ray],
         *[(P[a], S3, 443) for a in ray + ["stage"]], (P["stage"], HF, 443),
         *[(P[a], POD_IDENTITY, 80) for a in ray + ["stage"]],
-        (P["submitter"], P["head"], 8265), (P["kuberay"], P["head"], 8265),
+        (P["kuberay"], P["head"], 8265),
         *[(P[a], P["dns"], 53) for a in P if P[a].namespace == cfg.checkpoints.namespace],
     ]
     must_not = [
         (P["other-ns"], P["head"], 8265), (P["other-ns"], P["trainer"], 29500), (P["other-ns"], P["reward"], reward),
         (P["debug"], P["head"], 8265), (P["debug"], P["reward"], reward), (P["stage"], P["reward"], reward),
-        (P["submitter"], P["head"], 6379), (P["submitter"], P["trainer"], 8265), (P["kuberay"], P["head"], 6379),
+        (P["kuberay"], P["head"], 6379),
         (P["kuberay"], P["trainer"], 8265), (P["reward"], P["head"], 6379), (P["reward"], S3, 443),
         (P["trigger"], S3, 443), (P["trigger"], P["head"], 8265), (P["stage"], P["head"], 6379),
         (P["head"], IMDS, 80), (P["trainer"], IMDS, 80), (P["trainer"], S3, 80),

@@ -30,7 +30,7 @@ from .common import FSX_CLAIM, KUBERAY_NAMESPACE, RAY_PODS, SHM_VOLUME, VOLCANO_
 from .network_policies import network_policies
 from .operators import fsx_csi_values, kuberay_values, volcano_queue, volcano_values
 from .ray import (RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP, RAY_NODE_TYPE_LABEL, ray_pdbs, ray_pod_labels,
-                  ray_pod_template, raycluster, rayjob, submitter_template)
+                  ray_pod_template, raycluster, rayjob)
 from .runs import priority_classes, run_rayjob
 from .services import (fsx_pv, fsx_pvc, namespace, preprocess_job, reward_deployment, reward_pdb, reward_service,
                        reward_template, scripts_configmap, service_account, stage_template)
@@ -42,7 +42,7 @@ __all__ = [
     "custom_resources", "fsx_csi_values", "fsx_pv", "fsx_pvc", "k8s_objects", "kuberay_values", "namespace",
     "network_policies", "placement", "pod_templates", "preprocess_job", "priority_classes", "ray_pdbs", "ray_pod_labels",
     "ray_pod_template", "raycluster", "rayjob", "reward_deployment", "reward_pdb", "reward_service",
-    "reward_template", "run_rayjob", "scripts_configmap", "service_account", "stage_template", "submitter_template",
+    "reward_template", "run_rayjob", "scripts_configmap", "service_account", "stage_template",
     "team_directories_job", "trigger_script", "trigger_template", "volcano_queue", "volcano_values",
 ]
 
@@ -58,8 +58,6 @@ def pod_templates(m: WorkloadModel) -> list[tuple[str, Pool, dict, int]]:
     for g in m.workers:
         if g.gpus or not m.runs:  # a run's own cluster: the head and its GPU groups
             out.append((f"{prefix}-{g.name}", g.pool, ray_pod_template(m, g), g.replicas))
-    if m.settings.run.ray_job:
-        out.append(("ray-job-submitter", m.head_pool, submitter_template(m), 1))
     if m.reward:
         out.append(("reward", m.reward.pool, reward_template(m), m.reward.replicas))
     if m.stage and not m.runs:

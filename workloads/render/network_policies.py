@@ -9,7 +9,6 @@ from ..model import WorkloadModel
 from ..teams import TEAM_LABEL
 from .block_end import CHECKPOINT_TRIGGER
 from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_PODS, labels, meta
-from .ray import SUBMITTER
 
 # --- network policies --------------------------------------------------------------------------
 
@@ -99,15 +98,9 @@ def network_policies(m: WorkloadModel) -> list[dict]:
         ingress=[{"from": [_pods(RAY_PODS)], "ports": _all_tcp()}], egress=ray_egress))
     out.append(network_policy(
         m, "ray-head", head,
-        f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the RayJob submitter and the KubeRay operator "
-        f"(namespace {KUBERAY_NAMESPACE}, polls RayJob status); nothing else outside the Ray pods",
-        ingress=[{"from": [_pods(labels(SUBMITTER)),
-                           _namespace(KUBERAY_NAMESPACE)],
-                  "ports": _tcp(DASHBOARD_PORT)}]))
-    if m.settings.run.ray_job:
-        out.append(network_policy(m, SUBMITTER, labels(SUBMITTER),
-                                  f"RayJob submitter -> Ray head {DASHBOARD_PORT}/TCP (ray job submit/logs)",
-                                  egress=[{"to": [_pods(head)], "ports": _tcp(DASHBOARD_PORT)}]))
+        f"Ray head dashboard/job API {DASHBOARD_PORT}/TCP <- the KubeRay operator (namespace {KUBERAY_NAMESPACE}: "
+        f"submits the RayJob and polls its status, HTTPMode); nothing else outside the Ray pods",
+        ingress=[{"from": [_namespace(KUBERAY_NAMESPACE)], "ports": _tcp(DASHBOARD_PORT)}]))
     if reward is not None:
         out.append(network_policy(m, REWARD_SERVICE, labels(REWARD_SERVICE),
                                   f"reward service {m.settings.reward.port}/TCP <- Ray pods of this namespace and of "

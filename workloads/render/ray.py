@@ -1,5 +1,6 @@
-"""The Ray side: the RayCluster (head and worker groups), the opt-in RayJob and its submitter, and the
-PodDisruptionBudgets that keep voluntary evictions off the head, the trainers and reserved rollout pods."""
+"""The Ray side: the RayCluster (head and worker groups), the opt-in RayJob on it (submitted by the
+KubeRay operator, no submitter pod), and the PodDisruptionBudgets that keep voluntary evictions off
+the head, the trainers and reserved rollout pods."""
 
 from __future__ import annotations
 
@@ -19,20 +20,16 @@ from .common import (
     RAY_HEAD_GROUP,
     RAY_NODE_TYPE_LABEL,
     SHM_VOLUME,
-    TMP_HOME_ENV,
-    TMP_MOUNT,
     container_resources,
     env_list,
     scripts_volume,
     fsx_volume,
-    labels,
     meta,
     placement,
     pod_security_context,
     ray_labels,
     security_context,
     shm_volume,
-    tmp_volume,
 )
 
 SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
@@ -106,8 +103,7 @@ KubeRay creates a Secret with a random token per cluster (raycluster_controller.
 ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from it in the Ray container of every pod
 (common/pod.go:345-425); Ray then refuses dashboard, Jobs API and GCS requests without that token
 (ray-2.53.0 src/ray/rpc/authentication/authentication_token_loader.cc: the token from RAY_AUTH_TOKEN
-first). The operator's dashboard client reads the Secret and sends the token (utils/util.go:1056-1080), and
-a K8sJobMode submitter gets the same variables (rayjob_controller.go:656-658)."""
+first). The operator's dashboard client reads the Secret and sends the token (utils/util.go:1056-1080)."""
 
 
 def cluster_spec(m: WorkloadModel, workers: tuple[L.Group, ...]) -> dict:
@@ -136,25 +132,32 @@ def entrypoint_resources() -> dict[str, float]:
     return {L.GPU_NODE_RESOURCE: 0.001}
 
 
-SUBMITTER = "ray-job-submitter"
-
-
-def submitter_template(m: WorkloadModel) -> dict:
-    """KubeRay fills in the command (``ray job submit`` to the head's dashboard port); it needs no
-    Kubernetes API access and writes only under /tmp."""
-    pool = m.head_pool
-    c = {"name": SUBMITTER, "image": m.image, "imagePullPolicy": "IfNotPresent",
-         "env": env_list(TMP_HOME_ENV),
-         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}},
-         "securityContext": security_context(read_only=True), "volumeMounts": [TMP_MOUNT]}
-    return {"metadata": {"labels": labels(SUBMITTER)},
-            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                     "securityContext": pod_security_context(), "containers": [c], "volumes": [tmp_volume()],
-                     **placement(pool)}}
+SUBMISSION_MODE = "HTTPMode"
+"""How every RayJob the platform renders is submitted: the KubeRay operator posts the job to the head's
+Jobs API and polls it (rayjob_controller.go:225-236 and 296-330, v1.7.0). No submitter Job, whose
+failures or early exit would end a healthy run (K8sJobMode, ray-project/kuberay#4921).
+``render.admission`` holds team RayJobs to it."""
 
 
 def rayjob(m: WorkloadModel) -> dict:
-    """The Miles run as a RayJob on the long-lived RayCluster (same argv as the TorchX component)."""
+    """The Miles run as a RayJob on the long-lived RayCluster (same argv as the TorchX component).
+
+    KubeRay v1.7.0 with ``clusterSelector`` and ``HTTPMode``: the operator takes the named RayCluster
+    instead of creating one (rayjob_controller.go:946-961), reads the URL of its head Service's
+    ``dashboard`` port once the cluster is Ready (rayjob_controller.go:206-222, utils/util.go:1022-1054),
+    and builds its dashboard client from that RayCluster, so it sends the token from the cluster's own
+    Secret (utils/util.go:1056-1080; rayjob_controller.go:296). A job id unknown to the head is
+    submitted there (rayjob_controller.go:296-311 and 1305-1321; the 404 is a BadRequest,
+    utils/dashboardclient/dashboard_httpclient.go:168-170). Validation allows it: clusterSelector
+    refuses only SidecarMode and ``backoffLimit`` > 0 (utils/validation.go:567-578).
+
+    No ``ray.io/disable-provisioned-head-restart``: KubeRay reads it on a RayCluster
+    (raycluster_controller.go:1025-1043 and 1458-1460) and copies it from a RayJob only onto a cluster
+    it creates for that job (rayjob_controller.go:997-1007), never onto a selected one. The stack's
+    head is recreated if lost; the new head knows no job, so the operator resubmits the run under the
+    same id (rayjob_controller.go:1305-1321), which resumes from its checkpoint (``--load``), if the
+    head answers within the status-check timeout (300 s, utils/constant.go:286-290); otherwise the
+    RayJob is Failed. The RayCluster stays when the job ends (rayjob_controller.go:427-431)."""
     run = m.settings.run
     entrypoint, env = driver(m.run_argv(), dict(m.runtime_env))
     return {
@@ -165,10 +168,9 @@ def rayjob(m: WorkloadModel) -> dict:
             "entrypoint": entrypoint,
             "entrypointResources": json.dumps(entrypoint_resources()),
             "runtimeEnvYAML": runtime_env_yaml(env),
-            "submissionMode": "K8sJobMode",
+            "submissionMode": SUBMISSION_MODE,
             "shutdownAfterJobFinishes": False,
             "backoffLimit": 0,
-            "submitterPodTemplate": submitter_template(m),
         },
     }
 

@@ -39,7 +39,7 @@ from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL, TeamSettings
 from .common import FSX_VOLUME, RAY_GROUP_LABEL, labels
 from .operators import tier_label
-from .ray import cluster_spec, entrypoint_resources, runtime_env_yaml
+from .ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
 from .services import stage_template
 from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
@@ -55,8 +55,6 @@ TASK_ORDER = {TRAINER: "2", ROLLOUT: "1"}
 """Trainers first: a trainer's two affinity terms let the first one in only while no pod of the
 attempt is placed (upstream InterPodAffinity's first-pod rule); placed after a rollout pod, none fits."""
 PRIORITY_CLASS_PREFIX = "rl-"
-SUBMISSION_MODE = "HTTPMode"
-"""How every run is submitted (see the module docstring; ``render.admission`` holds team RayJobs to it)."""
 NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 """KubeRay v1.7.0 utils/constant.go:33-34."""
 
