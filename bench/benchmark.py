@@ -31,10 +31,10 @@ from .simulate import ArmTruth, Truth, simulate
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- bench-report -->", "<!-- /bench-report -->"
 IMPORTS = {"pass": "starting the interpreter alone",
-           "import bench.__main__, bench.report": "everything `report` imports; no `pulumi`, `pulumi_aws` or "
-                                                  "`components` (tests/test_bench_imports.py)",
-           "import workloads.settings": "the run file schema an experiment is validated with (`software` "
-                                       "profiles, pydantic)",
+           "import bench.__main__, bench.report": "everything `report` imports, without `pulumi`, `pulumi_aws` "
+                                                  "or `components`",
+           "import workloads.settings": "the run file schema experiments are validated with: `software` "
+                                       "profiles, pydantic",
            "import numpy": "the bootstrap"}
 TRUTH = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000), "deepep-v1": ArmTruth(tokens_per_s=55000),
                     "engine-2node": ArmTruth(tokens_per_s=52000)})
