@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stackconfig.files import STACKS_DIR, read_stack
-from stackconfig.stack import StackConfigError
 
 from .experiment import load_experiment
 
@@ -65,9 +64,16 @@ def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | N
             report = write_report(args.dir, args.stack)
             out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
         return 0
-    except (ValueError, LookupError, StackConfigError) as err:  # ArtifactError is a ValueError
+    except _one_line_errors() as err:  # evaluated once an exception is raised
         print(f"bench: {err}", file=sys.stderr)
         return 1
+
+
+def _one_line_errors() -> tuple[type[Exception], ...]:
+    """The failures reported in one line: ValueError (ArtifactError is one), LookupError and, where a
+    stack file was read, StackConfigError (its module imports pulumi, which ``report`` need not load)."""
+    stack = sys.modules.get("stackconfig.stack")
+    return (ValueError, LookupError) + ((stack.StackConfigError,) if stack else ())
 
 
 def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:

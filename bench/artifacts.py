@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from stackconfig.stack import POOL_LABEL, ROLE_LABEL
-from workloads.render.runs import RUN_LABEL
+from stackconfig.labels import POOL_LABEL, ROLE_LABEL
+from workloads.labels import RUN_LABEL
 
 from .experiment import Attempt, Experiment, load_experiment, schedule
 from .logparse import ParsedLog, Step, parse_log

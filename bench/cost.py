@@ -10,13 +10,15 @@ None, never 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from catalog import CATALOG
-from stackconfig.files import read_stack
-from stackconfig.stack import StackConfig
 
 from .artifacts import Node
 from .experiment import Experiment, arm_run, schedule
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stackconfig.stack import StackConfig
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ def stack_prices(stack: StackConfig | None) -> Prices:
 def load_prices(stack: str | None) -> Prices:
     if not stack:
         return stack_prices(None)
+    from stackconfig.files import read_stack  # the stack schema imports pulumi: only when a stack is named
     from workloads.stack import ProgramConfig  # the whole stack file (its workloads too)
     return stack_prices(read_stack(stack, model=ProgramConfig))
 

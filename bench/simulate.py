@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from stackconfig.stack import POOL_LABEL, ROLE_LABEL
-from workloads.render.runs import RUN_LABEL
+from stackconfig.labels import POOL_LABEL, ROLE_LABEL
+from workloads.labels import RUN_LABEL
 
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, queries

@@ -1,16 +1,19 @@
 """Read a stack file (``stacks/Pulumi.<stack>.yaml``) into a validated StackConfig.
 
 The offline plan and the tests read stack files the way the Pulumi CLI hands them to the
-program: the ``<project>:platform`` key of ``config:``.
+program: the ``<project>:platform`` key of ``config:``. Importing this module does not import the
+schema (``stack``, which imports ``pulumi``): commands that only need ``STACKS_DIR`` stay light.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
-from .stack import CONFIG_KEY, StackConfig, StackConfigError, load_stack
+if TYPE_CHECKING:  # pragma: no cover
+    from .stack import StackConfig
 
 PROJECT = "moe-rl-platform"
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,6 +26,7 @@ def stack_names(directory: Path = STACKS_DIR) -> list[str]:
 
 
 def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
+    from .stack import CONFIG_KEY, StackConfigError
     path = directory / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackConfigError(f"stack {stack!r}: no stack file {path}; stacks: {', '.join(stack_names(directory))}")
@@ -30,5 +34,7 @@ def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
     return (document.get("config") or {}).get(f"{PROJECT}:{CONFIG_KEY}")
 
 
-def read_stack(stack: str, directory: Path = STACKS_DIR, model: type[StackConfig] = StackConfig) -> StackConfig:
-    return load_stack(stack, raw_stack(stack, directory), model)
+def read_stack(stack: str, directory: Path = STACKS_DIR, model: type[StackConfig] | None = None) -> StackConfig:
+    """The stack validated as ``model`` (default ``StackConfig``)."""
+    from .stack import StackConfig, load_stack
+    return load_stack(stack, raw_stack(stack, directory), model or StackConfig)

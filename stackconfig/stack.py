@@ -24,15 +24,11 @@ from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SchemaModel
 from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
+from .labels import LABEL_PREFIX, POOL_LABEL, ROLE_LABEL
 from .versions import Versions
 
 CONFIG_KEY = "platform"
 """Stack files hold the whole schema under ``<project>:platform``."""
-
-LABEL_PREFIX = "rl.platform"
-ROLE_LABEL = f"{LABEL_PREFIX}/role"
-POOL_LABEL = f"{LABEL_PREFIX}/pool"
-
 
 
 class Role(StrEnum):

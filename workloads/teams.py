@@ -29,11 +29,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
-from stackconfig.stack import Pool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stackconfig.stack import Pool
 
 
 TEAM_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 
+from ..labels import ATTEMPT_LABEL, RUN_LABEL
 from ..layout import CHECKPOINT_DIR, RUNNING_MARKER
 from ..argv import driver
 from ..miles_launcher import LEASE_STALE_MIN
@@ -43,10 +44,8 @@ from .ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_en
 from .services import stage_template
 from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
-RUN_LABEL = "rl.platform/run"
 QUEUE_LABEL = "volcano.sh/queue-name"
 PRIORITY_LABEL = "ray.io/priority-class-name"
-ATTEMPT_LABEL = "rl.platform/attempt"
 TRAINER, ROLLOUT = "trainer", "rollout"
 NAME_LABEL = "app.kubernetes.io/name"
 TASK_PRIORITY = "volcano.sh/task-priority"
