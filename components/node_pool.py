@@ -60,13 +60,15 @@ def memlock_script() -> str:
     ``LimitMEMLOCK=infinity``, so RDMA memory registration (libfabric/EFA, NCCL) in any container may pin
     memory without ``CAP_IPC_LOCK`` (the limit ``workloads.preflight.check_memlock`` accepts).
 
-    Why containerd's own limit: a container gets only the rlimits its OCI spec lists and inherits the
-    rest from runc, the shim and containerd. nodeadm writes CRI's ``base_runtime_spec``
+    Why containerd's own limit: a container gets only the rlimits its OCI spec lists (runc's
+    ``setupRlimits`` calls prlimit for each listed one, opencontainers/runc libcontainer) and inherits
+    the rest from runc, the shim and containerd. nodeadm writes CRI's ``base_runtime_spec``
     (awslabs/amazon-eks-ami@81fec2e:nodeadm/internal/containerd/config.template.toml:25) with
     ``RLIMIT_NOFILE`` alone (nodeadm/internal/containerd/base-runtime-spec.json:159-165); the AMI's
     only containerd drop-in sets the slice (templates/al2023/runtime/rootfs/etc/systemd/system/
     containerd.service.d/00-runtime-slice.conf) and containerd's unit sets no LimitMEMLOCK
-    (containerd/containerd:containerd.service), so containers get the kernel's 8 MiB default.
+    (containerd/containerd:containerd.service), so containers get the kernel's 8 MiB default (a
+    /etc/security/limits.d entry, read by pam_limits, reaches login sessions, not systemd services).
 
     Why not nodeadm's ``containerd.baseRuntimeSpec``: nodeadm merges it through ``map[string]interface{}``
     (nodeadm/internal/util/merge.go; containerd/base_runtime_spec.go:22-35), where JSON numbers become
