@@ -4,7 +4,8 @@
     python -m bench run experiments/seed-ab.yaml --out results/seed-ab [--dry-run]
     python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
 
-Exit codes: 0 done; 1 an experiment, stack or artifact that does not add up (one line on stderr).
+Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
+stack or experiment file (one line on stderr, ``workloads.cli``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from stackconfig.files import STACKS_DIR, read_stack
+from workloads.cli import read_input, run_command
 
 from .experiment import load_experiment
 
@@ -50,35 +52,27 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | None" = None,
          out: Callable[[str], None] = print) -> int:
     args = _parser().parse_args(argv)
-    try:
-        if args.command == "estimate":
-            from workloads.stack import ProgramConfig
-
-            from .cost import render_estimate
-            exp = load_experiment(args.experiment)
-            out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
-        elif args.command == "run":
-            return _run(args, client, out)
-        else:
-            from .report import write_report
-            report = write_report(args.dir, args.stack)
-            out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
-        return 0
-    except _one_line_errors() as err:  # evaluated once an exception is raised
-        print(f"bench: {err}", file=sys.stderr)
-        return 1
+    return run_command("bench", lambda: _dispatch(args, client, out))
 
 
-def _one_line_errors() -> tuple[type[Exception], ...]:
-    """The failures reported in one line: ValueError (ArtifactError is one), LookupError and, where a
-    stack file was read, StackConfigError (its module imports pulumi, which ``report`` need not load)."""
-    stack = sys.modules.get("stackconfig.stack")
-    return (ValueError, LookupError) + ((stack.StackConfigError,) if stack else ())
+def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
+    if args.command == "estimate":
+        from workloads.stack import ProgramConfig
+
+        from .cost import render_estimate
+        exp = read_input(load_experiment, args.experiment)
+        out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
+    elif args.command == "run":
+        read_input(load_experiment, args.experiment)  # an invalid file is exit 2 before anything runs
+        return _run(args, client, out)
+    else:
+        from .report import write_report
+        report = write_report(args.dir, args.stack)
+        out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
+    return 0
 
 
 def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
-    from kubernetes.client import ApiException
-
     from workloads.runs.__main__ import kube_client
 
     from .runner import run_experiment
@@ -86,12 +80,8 @@ def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out
     if args.cloudwatch:
         import boto3
         cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
-    try:
-        return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
-                              out, args.repository, args.stack_dir, cloudwatch)
-    except ApiException as err:
-        print(f"bench: the cluster answered {err.status} {err.reason}", file=sys.stderr)
-        return 1
+    return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
+                          out, args.repository, args.stack_dir, cloudwatch)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Guarantees, all derived from the pool's config and its catalog row:
 - Capacity Block: ``capacity-block`` market type, reservation target and instance type in the
   template, node group capacity type CAPACITY_BLOCK; ODCR: reservation target, ON_DEMAND;
 - single-AZ pools (EFA or reserved) only get the one node subnet;
+- on EFA pools containerd, and so every container, runs with an unlimited memlock (``memlock_script``);
 - role labels on every node; GPU and Spot pools tainted; rolling updates one node at a time;
 - EKS node auto-repair on (the node monitoring agent reports GPU, EFA/network, kubelet faults).
 """
@@ -25,7 +26,7 @@ import pulumi_aws as aws
 
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
-from .gpu_node_setup import GpuNodeSetup, registration_taints, user_data_parts
+from .gpu_node_setup import SHELLSCRIPT, GpuNodeSetup, registration_taints, user_data_parts
 from .network import pods_per_node
 
 NODEADM_BOUNDARY = "==NODEADM=="
@@ -51,11 +52,47 @@ def node_config(pool: Pool) -> str:
     return "\n".join(lines) + "\n"
 
 
+CONTAINERD_MEMLOCK_DROPIN = "/etc/systemd/system/containerd.service.d/50-rl-memlock.conf"
+
+
+def memlock_script() -> str:
+    """The ``text/x-shellscript`` part of every EFA pool: a systemd drop-in giving containerd
+    ``LimitMEMLOCK=infinity``, so RDMA memory registration (libfabric/EFA, NCCL) in any container may pin
+    memory without ``CAP_IPC_LOCK`` (the limit ``workloads.preflight.check_memlock`` accepts).
+
+    Why containerd's own limit: a container gets only the rlimits its OCI spec lists (runc's
+    ``setupRlimits`` calls prlimit for each listed one, opencontainers/runc libcontainer) and inherits
+    the rest from runc, the shim and containerd. nodeadm writes CRI's ``base_runtime_spec``
+    (awslabs/amazon-eks-ami@81fec2e:nodeadm/internal/containerd/config.template.toml:25) with
+    ``RLIMIT_NOFILE`` alone (nodeadm/internal/containerd/base-runtime-spec.json:159-165); the AMI's
+    only containerd drop-in sets the slice (templates/al2023/runtime/rootfs/etc/systemd/system/
+    containerd.service.d/00-runtime-slice.conf) and containerd's unit sets no LimitMEMLOCK
+    (containerd/containerd:containerd.service), so containers get the kernel's 8 MiB default (a
+    /etc/security/limits.d entry, read by pam_limits, reaches login sessions, not systemd services).
+
+    Why not nodeadm's ``containerd.baseRuntimeSpec``: nodeadm merges it through ``map[string]interface{}``
+    (nodeadm/internal/util/merge.go; containerd/base_runtime_spec.go:22-35), where JSON numbers become
+    float64: RLIM_INFINITY (2^64-1) comes back as 18446744073709552000, which does not fit the spec's
+    uint64, and mergo's override replaces the whole ``rlimits`` list, dropping the NOFILE default.
+
+    When: cloud-init runs the part once per instance in its final stage; ``nodeadm-run.service`` is
+    ``After=cloud-final.service`` (templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service)
+    and restarts containerd before it starts kubelet (nodeadm/cmd/nodeadm/init/init.go:104-106,234;
+    internal/containerd/daemon.go ``EnsureRunning``). nodeadm does not reload unit files
+    (internal/daemon/systemd.go), so the script does. The drop-in stays in /etc for later boots."""
+    return ("#!/bin/sh\n# rl.platform: unlimited memlock for containers on EFA nodes (components/node_pool.py).\n"
+            "set -eu\n"
+            f"mkdir -p {CONTAINERD_MEMLOCK_DROPIN.rsplit('/', 1)[0]}\n"
+            f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {CONTAINERD_MEMLOCK_DROPIN}\n"
+            "systemctl daemon-reload\n")
+
+
 def user_data(pool: Pool, gpu_setup: GpuNodeSetup = GpuNodeSetup()) -> str:
-    """MIME multi-part user data: ``node_config`` for nodeadm, then the GPU node setup's parts
-    (``components.gpu_node_setup``: gdrdrv, driver options, capability labels) where the pool has
-    one; base64 as launch templates want it."""
-    parts = [("application/node.eks.aws", node_config(pool)), *user_data_parts(gpu_setup)]
+    """MIME multi-part user data: ``node_config`` for nodeadm, the memlock drop-in on EFA pools, then
+    the GPU node setup's parts (``components.gpu_node_setup``: gdrdrv, driver options, capability
+    labels) where the pool has one; base64 as launch templates want it."""
+    memlock = [(SHELLSCRIPT, memlock_script())] if pool.efa_enabled else []
+    parts = [("application/node.eks.aws", node_config(pool)), *memlock, *user_data_parts(gpu_setup)]
     body = "".join(f"--{NODEADM_BOUNDARY}\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
     mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{NODEADM_BOUNDARY}"\n\n'
             f"{body}--{NODEADM_BOUNDARY}--\n")

@@ -5,7 +5,8 @@
     python -m nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
                                                        preflight refused since they passed)
 
-``status`` exits 1 when a GPU node is not passed (failed, testing or not tested), so a script can wait on it.
+``status`` exits 1 when a GPU node is not passed (failed, testing or not tested), so a script can wait on it;
+an invalid or unknown stack exits 2, a cluster that cannot be used 1, each one line on stderr (``workloads.cli``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,13 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | 
     for q in (s, r):
         q.add_argument("--context")
     args = p.parse_args(argv)
+    if args.command == "retest" and not args.nodes and not args.refused:
+        p.error("retest: name nodes or pass --refused")
+    from workloads.cli import run_command
+    return run_command("nodes", lambda: _dispatch(args, client, out))
+
+
+def _dispatch(args: argparse.Namespace, client: Callable[[], NodesClient] | None, out: Callable[[str], None]) -> int:
     if args.command == "plan":
         for line in plan_table(args.stack, args.stack_dir):
             out(line)
@@ -98,8 +106,6 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | 
             for line in status_table(rows):
                 out(line)
         return 0 if rows and all(x.state == "passed" for x in rows) else 1
-    if not args.nodes and not args.refused:
-        p.error("retest: name nodes or pass --refused")
     names = sorted(set(args.nodes) | set(api.refused_nodes() if args.refused else []))
     for name in names:
         api.retest(name)

@@ -25,6 +25,8 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 from kubernetes.config import ConfigException
 
+from .cli import one_line
+
 TIMEOUT_S = 15
 """Longest wait for each of ``connect``'s requests (an API server that accepts and never answers)."""
 
@@ -34,11 +36,6 @@ class NoCluster(Exception):
 
     def __init__(self, message: str):
         super().__init__(one_line(message))
-
-
-def one_line(text: str) -> str:
-    """``text`` with its line breaks and runs of spaces folded (YAML and API messages span lines)."""
-    return " ".join(str(text).split())
 
 
 CLUSTER_ERRORS = (NoCluster, ApiException, urllib3.exceptions.HTTPError)

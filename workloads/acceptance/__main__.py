@@ -1,4 +1,9 @@
-"""Command line: print a pool's acceptance Job, or turn its logs into a report and a plot."""
+"""Command line: print a pool's acceptance Job, or turn its logs into a report and a plot.
+
+Exit codes: 0 done (report: the run met its figures); 1 a report below its figures, or a cluster that
+cannot be used (--apply); 2 an invalid or unknown stack, or (the Job) a pool it has none for. Errors
+are one line on stderr (``workloads.cli``).
+"""
 
 from __future__ import annotations
 
@@ -87,9 +92,14 @@ def apply(job: dict, context: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ..cli import run_command
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
-        return _report_main(argv[1:])
+        return run_command("acceptance", lambda: _report_main(argv[1:]))
+    return run_command("acceptance", lambda: _job_main(argv))
+
+
+def _job_main(argv: Sequence[str]) -> int:
     import yaml
 
     from stackconfig.files import STACKS_DIR
@@ -109,12 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"acceptance: {e}", file=sys.stderr)
         return 2
     if args.apply:
-        from .. import kube
-        try:
-            print(f"acceptance: created {apply(job, args.context)}", file=sys.stderr)
-        except kube.CLUSTER_ERRORS as e:
-            print(f"acceptance: {kube.explain(e)}", file=sys.stderr)
-            return 1
+        print(f"acceptance: created {apply(job, args.context)}", file=sys.stderr)
     else:
         sys.stdout.write(yaml.safe_dump(job, sort_keys=False, width=120))
     if (why := holds_pool(m, args.pool)) is not None:

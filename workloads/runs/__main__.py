@@ -8,6 +8,9 @@
     python -m workloads.runs cancel <team> <run> [--now]
     python -m workloads.runs profiles [<profile>] [--build]        # software profiles and their pins
 
+Exit codes: 0 done; 1 a run that never fits (plan), a cluster that cannot be used or a request it
+refuses; 2 an invalid stack or run file. Errors are one line on stderr (``workloads.cli``).
+
 ``submit --dry-run`` prints what it would create without a cluster (tiers from the stack's
 ``workloads.network``); otherwise tiers come from the cluster's HyperNodes. ``--resume`` submits the
 next attempt, which resumes from the run's last complete checkpoint. The cluster is the current
@@ -30,6 +33,7 @@ from stackconfig.versions import STACK_REPOSITORY, with_repository
 
 from .. import kube
 from ..checkpoint_budget import GB
+from ..cli import read_input, run_command
 from ..render.teams import namespace_of
 from ..stack import ProgramConfig
 from .client import RunClient, attempt_of
@@ -79,7 +83,7 @@ def _config(args: argparse.Namespace) -> ProgramConfig:
 
 def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     cfg = _config(args)
-    runs = [load_run(p) for p in args.runs]
+    runs = [read_input(load_run, p) for p in args.runs]
     planner = Planner(cfg)
     decisions = planner.plan(runs, frozenset(filter(None, args.running.split(","))))
     train = run_pools(cfg)[0].name
@@ -107,7 +111,7 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
 def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Callable[[str], None]) -> int:
     cfg = _config(args)
-    run = load_run(args.run)
+    run = read_input(load_run, args.run)
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")
@@ -168,22 +172,19 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | No
          out: Callable[[str], None] = print) -> int:
     args = _parser().parse_args(argv)
     make = client or (lambda: kube_client(args.context, getattr(args, "team", None)))
-    try:
-        if args.command == "plan":
-            return plan(args, out)
-        if args.command == "submit":
-            return submit(args, make, out)
-        if args.command == "profiles":
-            for line in report(args.profile, args.build):
-                out(line)
-            return 0
-        return on_cluster(args, make, out)
-    except (ValueError, LookupError) as err:  # NeverFits, a bad run or stack file, no such run
-        print(f"runs: {err}", file=sys.stderr)
-        return 1
-    except kube.CLUSTER_ERRORS as err:  # no kubeconfig or context, no answer, no CRD or namespace
-        print(f"runs: {kube.explain(err)}", file=sys.stderr)
-        return 1
+    return run_command("runs", lambda: _dispatch(args, make, out))
+
+
+def _dispatch(args: argparse.Namespace, make: Callable[[], RunClient], out: Callable[[str], None]) -> int:
+    if args.command == "plan":
+        return plan(args, out)
+    if args.command == "submit":
+        return submit(args, make, out)
+    if args.command == "profiles":
+        for line in report(args.profile, args.build):
+            out(line)
+        return 0
+    return on_cluster(args, make, out)
 
 
 if __name__ == "__main__":
