@@ -42,8 +42,8 @@ def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
     """``module.name`` if ``module`` is loaded: an error of a module never imported was never raised,
     and importing the stack schema (pulumi) or the Kubernetes client for the check would make a
     command that needs neither (``bench report``) slow to start."""
-    found = sys.modules.get(module)
-    return (getattr(found, name),) if found is not None else ()
+    found = getattr(sys.modules.get(module), name, ())
+    return found if isinstance(found, tuple) else (found,)
 
 
 def run_command(prog: str, body: Callable[[], int]) -> int:
