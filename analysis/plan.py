@@ -166,9 +166,9 @@ def run_lines(cfg: StackConfig) -> list[str]:
         out = ["Runs: teams submit them (python -m workloads.runs plan|submit "
                f"{cfg.stack} runs/<run>.yaml), each with its own Ray cluster in its team's queue"]
         for team in m.settings.teams:
-            quotas = ", ".join(f"{pool} {q.guarantee}-{q.cap} GPUs" for pool, q in team.gpus.items())
-            out.append(f"  team {team.name}: namespace/queue team-{team.name}, weight {team.weight}, "
-                       f"{'reclaimable' if team.reclaimable else 'not reclaimable'}, guarantee-cap {quotas}")
+            quotas = ", ".join(f"{pool} {q.guarantee}/{q.deserved}/{q.cap} GPUs" for pool, q in team.gpus.items())
+            out.append(f"  team {team.name}: namespace/queue team-{team.name}, "
+                       f"{'reclaimable' if team.reclaimable else 'not reclaimable'}, guarantee/deserved/cap {quotas}")
         out.append("  below: the largest run (every GPU node) with the stack's default run settings")
     if m.argv is None:
         return out + [f"  {m.no_run}"]

@@ -92,6 +92,17 @@ def test_deploy_path_is_a_chain_of_waits(stack):
 
 # --- the command ----------------------------------------------------------------------------
 
+def test_the_plan_text_renders_for_every_stack(stack, capsys):
+    """The text a user reads, for every stack file (a runs-mode stack prints its teams' queues)."""
+    assert plan_cli.main([stack]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"Plan for stack {stack}:") and "Violations: none" in text
+    for team in load(stack).workloads.teams:
+        q = next(iter(team.gpus.values()))
+        assert f"team {team.name}: namespace/queue team-{team.name}" in text
+        assert f"{q.guarantee}/{q.deserved}/{q.cap} GPUs" in text
+
+
 def test_command_text_json_and_diagram(tmp_path, capsys):
     out_json, out_svg = tmp_path / "plan.json", tmp_path / "arch.svg"
     assert plan_cli.main(["p5en-prod", "--json", str(out_json), "--diagram", str(out_svg)]) == 0
