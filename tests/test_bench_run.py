@@ -129,6 +129,18 @@ def test_dry_run_prints_every_attempt_in_order(capsys):
     assert env["RAY_DEDUP_LOGS"] == "0"  # every perf line reaches the driver log
 
 
+def test_the_seed_comparison_dry_runs_each_arm_on_its_own_profile(capsys):
+    """Every arm of experiments/seed-ab.yaml passes the run checks its profile imposes (a baseline
+    engine over two nodes would be refused: Slime's NCCL is 2.27.5) and gets its profile's image."""
+    assert main(["run", "experiments/seed-ab.yaml", "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    jobs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text.replace("\n# ", "\n---\n# ")) if d}
+    images = {name.rsplit("-r", 1)[0]: job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+              ["containers"][0]["image"] for name, job in jobs.items()}
+    assert ":slime-" in images["seed-ab-slime"] and ":miles-sglang0.5.19-" in images["seed-ab-miles-nccl"]
+    assert images["seed-ab-miles-nccl"] == images["seed-ab-miles-deepep-v2"]  # only the all-to-all differs
+
+
 def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)  # the runner's and the fault detector's polls
     fake = FakeRuns(save_interval=10, total=33)
