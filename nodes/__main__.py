@@ -64,10 +64,10 @@ def plan_table(stack: str, stack_dir: Path) -> list[str]:
 
 
 def kube_client(context: str | None) -> NodesClient:
-    from kubernetes import config
-    from kubernetes.client import ApiClient
-    config.load_kube_config(context=context)
-    return NodesClient(ApiClient())
+    """A client of the cluster that answers (``workloads.kube.connect``: no kubeconfig, an unknown
+    context or a silent API server is one line, not a traceback)."""
+    from workloads.kube import connect
+    return NodesClient(connect(context))
 
 
 def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | None = None,

@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import ROOT, send_json
 
+from nodes.__main__ import main as nodes_main
 from workloads import kube
 from workloads.acceptance.__main__ import main as acceptance_main
 from workloads.runs.__main__ import main as runs_main
@@ -125,6 +126,7 @@ def test_a_refused_connection_is_one_line_for_every_command(tmp_path, monkeypatc
     expected = f"the API server 127.0.0.1:{port} does not answer ("
     for command, prefix in ((lambda: runs_main(["show", "alpha", "r"]), "runs: "),
                             (lambda: acceptance_main(["p5en-prod", "rollout", "--apply"]), "acceptance: "),
+                            (lambda: nodes_main(["status"]), "nodes: "),
                             (lambda: torchx_main(["p5en-shared", "--stack-dir", str(ROOT / "stacks"),
                                                   "--repository", "123456789012.dkr.ecr.us-east-1.amazonaws.com/x"]),
                              "torchx: ")):
