@@ -24,10 +24,13 @@ from .network import Network, plan_subnets
 from .registry import ImageRegistry
 from .node_pool import NodePool, PoolNetwork
 
-NODE_POLICIES = ["AmazonEKSWorkerNodePolicy"]
-"""The node role's only managed policy; its ECR pulls are the registry's ``node_pull_policy`` (no
-AmazonEC2ContainerRegistryPullOnly: that pulls every repository of the account); the CNI gets its
-own Pod Identity role."""
+NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"]
+"""The node role's managed policies. EKS refuses CreateNodegroup for a node role without
+AmazonEC2ContainerRegistryReadOnly ("The provided role doesn't have the Amazon EKS Managed Policies
+associated with it": aws/containers-roadmap#1610; EKS user guide, "Amazon EKS node IAM role";
+terraform-aws-eks v21 and pulumi-eks attach it always). It allows every ECR read on ``*``; the
+registry's ``node_pull_policy`` denies the pull actions outside the platform's repositories, so the
+scoping holds. The CNI gets its own Pod Identity role."""
 
 
 class Platform(pulumi.ComponentResource):

@@ -12,8 +12,9 @@ Guarantees:
   here. Both interface endpoints plus the S3 gateway endpoint are AWS's documented set:
   https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html
 - the node role (``puller_role_name``) pulls from this repository and from the region's EKS
-  add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other repository of the account:
-  a team pod cannot run a private image the platform does not own.
+  add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other
+  repository, even with the ``AmazonEC2ContainerRegistryReadOnly`` EKS requires on it (an explicit
+  Deny, ``node_pull_policy``): a team pod cannot run a private image the platform does not own.
 
 Nothing here calls a provider function (the offline mocks refuse them): the region is an argument
 and the registry id is read from the repository ARN.
@@ -65,16 +66,25 @@ PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchChe
 AmazonEC2ContainerRegistryPullOnly less the pull-through cache import)."""
 
 
-def node_pull_policy(repository_arn: str, region: str) -> str:
-    """The node role's ECR permissions: a token (``GetAuthorizationToken`` takes no resource) and
-    pulls from the platform's repository and the region's EKS add-on registry (which also serves the
-    EFA device plugin, ``device_plugins.efa_plugin_values``), nothing else."""
+def platform_pull_resources(repository_arn: str, region: str) -> list[str]:
+    """The repositories a node may pull from: the platform's and the region's EKS add-on registry."""
     partition = repository_arn.split(":")[1]
+    return [repository_arn, f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]
+
+
+def node_pull_policy(repository_arn: str, region: str) -> str:
+    """The node role's ECR permissions beside ``AmazonEC2ContainerRegistryReadOnly`` (which EKS
+    requires on a node role, ``platform.NODE_POLICIES``, and which allows every ECR read on ``*``):
+    a token and pulls from the platform's repository and the region's EKS add-on registry (which
+    also serves the EFA device plugin, ``device_plugins.efa_plugin_values``), and an explicit Deny of
+    the pull actions on every other repository, which wins over the managed Allow (IAM user guide,
+    "Policy evaluation logic": an explicit deny overrides any allow). ``ecr:GetAuthorizationToken``
+    is never denied: without a token no image can be pulled at all."""
+    allowed = platform_pull_resources(repository_arn, region)
     return json.dumps({"Version": "2012-10-17", "Statement": [
         {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-        {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": [
-            repository_arn,
-            f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]},
+        {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": allowed},
+        {"Sid": "DenyPullsElsewhere", "Effect": "Deny", "Action": PULL_ACTIONS, "NotResource": allowed},
     ]})
 
 
