@@ -21,12 +21,17 @@ Guarantees (for a bucket kept on destroy):
   ``AWSBackupServiceRolePolicyForS3Restore``); they grant ``kms:Decrypt`` through S3 on any key, and
   the bucket's key policy lets the account's IAM policies apply (``AccountAdministersKey``) and
   denies only roles tagged ``checkpoint-prefix``, which this role is not;
-- S3 Event Notifications to EventBridge on: continuous S3 backups follow object changes through
-  EventBridge (``AWSBackupServiceRolePolicyForS3Backup`` v4 grants the bucket-notification calls
-  and the ``AwsBackupManagedRule*`` EventBridge rules for that); declaring it makes the setting part
-  of the stack rather than a side effect of the first backup job. The bucket has no other
-  notification, so owning the whole configuration (PutBucketNotificationConfiguration replaces it)
-  takes nothing away.
+- no ``aws.s3.BucketNotification``: PutBucketNotificationConfiguration replaces a bucket's whole
+  notification configuration (S3 API reference; terraform-provider-aws
+  ``internal/service/s3/bucket_notification.go`` sends only the declared blocks), and the FSx data
+  repository association keeps its own notification on this bucket for automatic import; replaced,
+  the association turns MISCONFIGURED and stops automatic export too (FSx for Lustre user guide,
+  "Data repository association lifecycle state"). AWS Backup turns EventBridge delivery on itself
+  when it starts the continuous backup: its S3 role policy ``AWSBackupServiceRolePolicyForS3Backup``
+  (v4, AWS Managed Policy Reference) grants ``s3:GetBucketNotification``/``s3:PutBucketNotification``
+  and the ``AwsBackupManagedRule*`` EventBridge rules for that (AWS Backup developer guide, "Creating
+  Amazon S3 backups"). The policy pack refuses a BucketNotification on a bucket a DRA imports from
+  (``bucket-notification-spares-fsx``), and ``python -m components.fsx_status`` shows the lifecycle.
 
 Nothing here is asked of an uploader: unlike an S3 Object Lock default retention, which requires a
 ``Content-MD5`` or ``x-amz-checksum-*`` header on every PutObject/UploadPart, backups read the bucket.
@@ -75,8 +80,6 @@ class CheckpointBackup(pulumi.ComponentResource):
                                           min_retention_days=days["min"], max_retention_days=days["max"],
                                           changeable_for_days=COMPLIANCE_GRACE_DAYS if compliance else None,
                                           opts=pulumi.ResourceOptions(parent=self.vault, retain_on_delete=True))
-        aws.s3.BucketNotification(name, bucket=bucket.id, eventbridge=True,
-                                  opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
         self.plan = aws.backup.Plan(name, rules=[
             aws.backup.PlanRuleArgs(rule_name="continuous", target_vault_name=self.vault.name,
                                     enable_continuous_backup=True,

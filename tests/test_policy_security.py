@@ -193,6 +193,14 @@ def _readonly_on_a_pod_role(g):
     return view.ROLE_POLICY_ATTACHMENT, "writer-ecr"
 
 
+def _notification_on_the_dra_bucket(g):
+    """What components/checkpoint_backup.py declared before: EventBridge on, the whole configuration owned."""
+    from test_policy import _add
+    bucket = g.named(view.BUCKET, "rl-p5en-prod-checkpoints")
+    _add(g, S.BUCKET_NOTIFICATION, "takes-over", {"bucket": bucket.outputs["id"], "eventbridge": True}, bucket)
+    return S.BUCKET_NOTIFICATION, "takes-over"
+
+
 def _endpoint_without_policy(g):
     _drop(g, S.ENDPOINT_POLICY, "rl-p4de-s3")
     return S.VPC_ENDPOINT, "rl-p4de-s3"
@@ -238,6 +246,8 @@ SECURITY_BREAKS = [
     Break("node-token-denied", "p5en-prod", "node-pulls-scoped", _node_token_denied, "GetAuthorizationToken",
           known_only=True),
     Break("readonly-on-pod-role", "p5en-prod", "node-pulls-scoped", _readonly_on_a_pod_role, "not a node role"),
+    Break("notification-on-dra-bucket", "p5en-prod", "bucket-notification-spares-fsx",
+          _notification_on_the_dra_bucket, "stop automatic import and export"),
     Break("s3-endpoint-open", "p4de", "s3-endpoint-limited", _endpoint_without_policy, "any bucket"),
 ]
 

@@ -28,6 +28,7 @@ BACKUP_PLAN = "aws:backup/plan:Plan"
 BACKUP_SELECTION = "aws:backup/selection:Selection"
 LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
 DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+BUCKET_NOTIFICATION = "aws:s3/bucketNotification:BucketNotification"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
 BROAD_MANAGED = {"AdministratorAccess", "PowerUserAccess", "IAMFullAccess", "AmazonEC2ContainerRegistryReadOnly",
@@ -334,6 +335,33 @@ def check_bucket_retained(stack: Stack) -> Iterator[tuple[str, str]]:
                 yield role.urn, f"{role.label}: a pod role may {', '.join(bad)} on {arn}"
 
 
+def _dra_buckets(stack: Stack, dra: Resource) -> list[Resource]:
+    """The buckets a data repository association links (``s3://<bucket>/...``), by name when known,
+    else through the property dependencies of ``dataRepositoryPath``."""
+    path = dra.props.get("dataRepositoryPath")
+    if isinstance(path, str):
+        name = path.removeprefix("s3://").split("/", 1)[0]
+        return [b for b in stack.of_type(BUCKET) if name in b.identities()]
+    return stack.refs(dra, "dataRepositoryPath", BUCKET)[0]
+
+
+def check_notification_spares_fsx(stack: Stack) -> Iterator[tuple[str, str]]:
+    """No BucketNotification on a bucket that an FSx data repository association imports from:
+    PutBucketNotificationConfiguration replaces the association's own notification, and the
+    association turns MISCONFIGURED, stopping automatic import and export (FSx for Lustre user
+    guide, "Data repository association lifecycle state")."""
+    importing = [dra for dra in stack.of_type(DATA_REPOSITORY)
+                 if dig(dra.props, "s3", "autoImportPolicy", "events") not in (None, [])]
+    for notification in stack.of_type(BUCKET_NOTIFICATION):
+        buckets = stack.refs(notification, "bucket", BUCKET)[0]
+        for dra in importing:
+            shared = [b for b in _dra_buckets(stack, dra) if b in buckets]
+            if shared:
+                yield notification.urn, (f"{notification.label}: owns the notification configuration of "
+                                         f"{shared[0].label}, which {dra.label} imports from; it would replace "
+                                         f"FSx's notification and stop automatic import and export")
+
+
 # --- nodes, endpoints, the API -----------------------------------------------------------------
 
 def _managed_names(stack: Stack, role: Resource) -> list[tuple[Resource, str]]:
@@ -408,6 +436,7 @@ SECURITY_POLICIES = [
     ("checkpoint-key-enforced", check_bucket_key_enforced, ()),
     ("checkpoint-retained", check_bucket_retained, ()),
     ("node-pulls-scoped", check_node_pulls_scoped, ()),
+    ("bucket-notification-spares-fsx", check_notification_spares_fsx, ()),
     ("s3-endpoint-limited", check_s3_endpoint_limited, ()),
 ]
 """(policy name, check, resource types: empty for a stack policy); the pack registers them as they
