@@ -15,6 +15,7 @@ from components import Platform
 from components.device_plugins import eks_addon_registry
 from nodes.burn_in import plans as burn_in_plans
 from nodes.component import BurnIn
+from stackconfig.deploy import DeployPhase
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
@@ -59,6 +60,8 @@ def build(cfg: StackConfig) -> Platform:
     platform = Platform(cfg, gpu_setups=model.gpu_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
+    if cfg.deploy.phase is DeployPhase.BOOTSTRAP:  # the repository and the Backup opt-in only
+        return platform
     runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack
     workloads = Workloads(model, platform, runs)
     BurnIn(model, burn_in, platform)

@@ -35,8 +35,10 @@ Guarantees (for a bucket kept on destroy):
 
 Nothing here is asked of an uploader: unlike an S3 Object Lock default retention, which requires a
 ``Content-MD5`` or ``x-amz-checksum-*`` header on every PutObject/UploadPart, backups read the bucket.
-AWS Backup must be opted in for S3 in the region (``aws backup update-region-settings``); that is an
-account-wide setting the stack leaves alone.
+AWS Backup must be opted in for S3 in the region (AWS Backup developer guide, "Creating Amazon S3
+backups": opt in to S3 in the Region's settings, ``aws backup update-region-settings``):
+``backup_opt_in`` declares it in the first deploy's bootstrap phase (``deploy.backupOptIn`` turns it
+off where another stack of the region or the account's administrators hold it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ COMPLIANCE_GRACE_DAYS = 3
 BACKUP_POLICIES = ("AWSBackupServiceRolePolicyForS3Backup", "AWSBackupServiceRolePolicyForS3Restore")
 DAILY = "cron(0 3 * * ? *)"
 """Daily at 03:00 UTC (AWS Backup schedule expressions are EventBridge cron, UTC by default)."""
+
+
+def backup_opt_in(name: str, parent: pulumi.Resource) -> aws.backup.RegionSettings:
+    """The region's AWS Backup opt-in for S3 (UpdateRegionSettings with S3 alone: the other services'
+    preferences stay as they are). Kept on destroy: opting the account out is not this stack's call."""
+    return aws.backup.RegionSettings(f"{name}-backup-opt-in", resource_type_opt_in_preference={"S3": True},
+                                     opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True))
 
 
 def retention_days(settings: CheckpointSettings) -> dict[str, int]:

@@ -135,13 +135,15 @@ def image_ref(repository_url: pulumi.Input[str], tag: str, digest: str) -> pulum
 class ImageRegistry(pulumi.ComponentResource):
     """ECR repository, private ECR endpoints and the nodes' pull permissions for one cluster's VPC."""
 
-    def __init__(self, name: str, region: str, vpc_id: pulumi.Input[str],
-                 subnet_ids: Sequence[pulumi.Input[str]], node_security_group_id: pulumi.Input[str],
+    def __init__(self, name: str, region: str, vpc_id: pulumi.Input[str] | None = None,
+                 subnet_ids: Sequence[pulumi.Input[str]] = (), node_security_group_id: pulumi.Input[str] | None = None,
                  repository_name: str | None = None, kms_key_arn: pulumi.Input[str] | None = None,
                  untagged_days: int = 14, puller_role_name: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """
         :param region: the cluster's region (the endpoints' service names; ECR is regional).
+        :param vpc_id: None for the repository alone (the first deploy's ``bootstrap`` phase: images
+            are pushed before anything pulls them); then no endpoints and no grant are made.
         :param subnet_ids: where the endpoint interfaces go, AT MOST ONE PER AVAILABILITY ZONE
             (AWS refuses two subnets of one zone for an interface endpoint). Private DNS makes the
             endpoints answer for the whole VPC, so nodes in other subnets use them too.
@@ -162,7 +164,7 @@ class ImageRegistry(pulumi.ComponentResource):
         if isinstance(untagged_days, bool) or not isinstance(untagged_days, int) or untagged_days < 1:
             raise ValueError(f"untagged_days: {untagged_days!r} must be a whole number of days >= 1")
         subnet_ids = list(subnet_ids)
-        if not subnet_ids:
+        if vpc_id is not None and not subnet_ids:
             raise ValueError("subnet_ids: the ECR endpoints need at least one subnet")
         plain = [s for s in subnet_ids if isinstance(s, str)]
         if len(set(plain)) != len(plain):
@@ -193,6 +195,10 @@ class ImageRegistry(pulumi.ComponentResource):
         self.repository_url: pulumi.Output[str] = pulumi.Output.all(self.registry_id, self.repository.name).apply(
             lambda a: f"{registry_host(a[0], region)}/{a[1]}")
 
+        if vpc_id is None:
+            self.endpoint_ids, self.pull_policy = {}, None
+            self.register_outputs({"repositoryUrl": self.repository_url, "registryId": self.registry_id})
+            return
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-ecr-endpoints", vpc_id=vpc_id,
             description="ECR interface endpoints: HTTPS from cluster nodes only",
