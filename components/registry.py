@@ -95,6 +95,17 @@ TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DIGEST = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
 
 
+PLACEHOLDER_BELOW = 16 ** 4
+"""A digest whose value is below this is a placeholder (the shipped stack files' ``sha256:000...0``,
+``...01``, ``...03``): a real sha256 is that small with probability 2**-240."""
+
+
+def placeholder_digest(image: str) -> str | None:
+    """``sha256:<hex>`` of ``image`` when its digest is a placeholder, else None."""
+    found = re.search(r"@sha256:([0-9a-f]{64})$", image) if isinstance(image, str) else None
+    return f"sha256:{found.group(1)}" if found and int(found.group(1), 16) < PLACEHOLDER_BELOW else None
+
+
 def _check_region(region: str) -> str:
     if not isinstance(region, str) or not REGION.match(region):
         raise ValueError(f"region: {region!r} is not an AWS region name (e.g. us-west-2)")

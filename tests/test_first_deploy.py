@@ -4,6 +4,7 @@ resources (same URNs) and the rest; the reward Deployment does not hold ``pulumi
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from conftest import graph_of
 from test_workloads import one, variant, variant_graph
@@ -54,3 +55,104 @@ def test_the_reward_deployment_does_not_hold_pulumi_up():
     its image is the stack's own repository, empty or still being pulled on a first deploy."""
     deployment = one(graph_of("p5en-prod"), "Deployment")
     assert deployment["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+# --- placeholders and reservations: the plan warns, a deploy refuses ------------------------------
+
+REAL = "a3" * 32
+PINNED = {"versions": {"software": {"images": {
+    "miles-deepep-v2": f"{{imageRepository}}:miles-sglang0.5.19-deepepv2-nccl2.31.2-efa1.50.0@sha256:{REAL}"}}}}
+"""p5en-prod with its image pinned by a digest that is not a placeholder."""
+
+
+def _deploy(cfg, answer=None, graph=None):
+    """``program.build(cfg, deploy=True)`` under mocks whose invokes ``answer`` (token, args) -> outputs."""
+    import program
+    from analysis import mocks
+
+    class Answering(mocks._Mocks):
+        def call(self, args):
+            return answer(args.token, args.args)
+
+    graph = mocks.Graph() if graph is None else graph
+    original = mocks._Mocks
+    mocks._Mocks = Answering
+    try:
+        mocks.run(lambda: program.build(cfg, deploy=True), region=cfg.region, stack=cfg.stack, graph=graph)
+    finally:
+        mocks._Mocks = original
+    return graph
+
+
+class NotFound(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self):
+        return "InvalidCapacityReservationId.NotFound: The capacity reservation ID does not exist"
+
+
+def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True):
+    """What AWS answers for the stack's reservations: the Capacity Block invoke and the Cloud
+    Control read of an ODCR, in the shapes pulumi-aws 7.51.1 deserialises."""
+    import json
+
+    def answer(token, args):
+        if not known:  # how the engine reports a data source's error: a gRPC error of the Invoke call
+            raise NotFound()
+        if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
+            return {"id": args["id"], "availabilityZone": zone, "instanceType": instance_type,
+                    "reservationType": "capacity-block", "state": "scheduled"}
+        if token == "aws:cloudcontrol/getResource:getResource":
+            assert args["typeName"] == "AWS::EC2::CapacityReservation"
+            return {"id": args["identifier"], "identifier": args["identifier"], "typeName": args["typeName"],
+                    "properties": json.dumps({"Id": args["identifier"], "AvailabilityZone": zone,
+                                              "InstanceType": instance_type, "InstanceCount": 16})}
+        raise NotImplementedError(token)
+    return answer
+
+
+def test_the_plan_warns_of_placeholders_instead_of_saying_nothing():
+    from analysis.plan import plan_stack, render_text
+    plan, _ = plan_stack("p5en-prod")
+    text = render_text(plan)
+    assert "WARNING pools " in text and "placeholder digest" in text
+    assert "WARNING pools[train].capacity.reservationId: cr-0a1b2c3d4e5f60001" in text
+    assert text.index("Warnings") < text.index("Violations")
+    assert plan.to_json()["warnings"] == plan.warnings
+
+
+def test_a_deploy_refuses_a_placeholder_digest_naming_pool_and_image():
+    cfg = variant("p5en-prod", {})
+    with pytest.raises(StackConfigError, match=r"pools [a-z, ]*train[a-z, ]*: image \{imageRepository\}:miles-"
+                                               r"sglang0.5.19\S+@sha256:0{64} has a placeholder digest") as err:
+        _deploy(cfg, _aws())
+    assert "cannot deploy" in str(err.value)
+
+
+def test_a_deploy_with_pinned_images_and_matching_reservations_goes_through():
+    graph = _deploy(variant("p5en-prod", PINNED), _aws())
+    assert graph.of_type("aws:eks/nodeGroup:NodeGroup")
+
+
+@pytest.mark.parametrize("aws, expect", [
+    (_aws(zone="us-east-1b"), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 is in us-east-1b, "
+                              r"not the stack's availabilityZone us-east-1a"),
+    (_aws(zone="us-east-1b"), r"pools\[rollout\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60002 is in us-east-1b"),
+    (_aws(instance_type="p5.48xlarge"), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 reserves "
+                                        r"p5.48xlarge, not the pool's instanceType p5en.48xlarge"),
+    (_aws(instance_type="p5.48xlarge"), r"pools\[rollout\]\.capacity\.reservationId: \S+ reserves p5.48xlarge"),
+    (_aws(known=False), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 \(CAPACITY_BLOCK\) is not a "
+                        r"reservation AWS knows in us-east-1"),
+], ids=["block-zone", "odcr-zone", "block-type", "odcr-type", "unknown"])
+def test_a_deploy_refuses_a_reservation_elsewhere_naming_the_pool(aws, expect):
+    from analysis import mocks
+    graph = mocks.Graph()
+    with pytest.raises(StackConfigError, match=expect):
+        _deploy(variant("p5en-prod", PINNED), aws, graph)
+    assert graph.resources == []  # refused before anything is registered
+
+
+def test_the_bootstrap_phase_pushes_first_so_placeholders_do_not_block_it():
+    graph = _deploy(variant("p5en-prod", BOOTSTRAP), _aws(known=False))
+    assert graph.of_type("aws:ecr/repository:Repository")
