@@ -12,6 +12,12 @@ Guarantees (for a bucket kept on destroy):
   role here has, can remove the lock); ``checkpoints.backupVaultLock: compliance`` sets
   ``changeable_for_days`` (3, the least the API takes: 72-hour cooling-off) after which the lock
   is immutable, even for the account root, and the vault cannot be deleted while it holds points;
+- the plan is created and updated after the lock (``depends_on``): a later change of
+  ``noncurrentVersionDays`` moves the lock's bounds and the rules' lifetimes together, and under a
+  compliance lock past its grace time AWS refuses the lock's change ("AWS Backup Vault Lock": a
+  compliance lock can no longer be changed or deleted once the grace time has passed); the plan,
+  waiting on it, is then left as it was, so no rule asks for a lifetime outside the lock's bounds
+  (a backup job asking for a retention outside them fails). Such a change needs a new vault;
 - one backup plan with a continuous rule (point-in-time restore, AWS Backup keeps it at most 35
   days: "Continuous backups and point-in-time recovery (PITR)") and a daily rule keeping each
   snapshot ``noncurrentVersionDays`` days; both into the same vault, as S3 requires ("Amazon S3
@@ -85,7 +91,7 @@ class CheckpointBackup(pulumi.ComponentResource):
                                deletion_window_in_days=30, opts=kept)
         self.vault = aws.backup.Vault(name, kms_key_arn=self.key.arn, force_destroy=False, opts=kept)
         compliance = settings.backup_vault_lock == "compliance"
-        aws.backup.VaultLockConfiguration(name, backup_vault_name=self.vault.name,
+        lock = aws.backup.VaultLockConfiguration(name, backup_vault_name=self.vault.name,
                                           min_retention_days=days["min"], max_retention_days=days["max"],
                                           changeable_for_days=COMPLIANCE_GRACE_DAYS if compliance else None,
                                           opts=pulumi.ResourceOptions(parent=self.vault, retain_on_delete=True))
@@ -95,7 +101,7 @@ class CheckpointBackup(pulumi.ComponentResource):
                                     lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["continuous"])),
             aws.backup.PlanRuleArgs(rule_name="daily", target_vault_name=self.vault.name, schedule=DAILY,
                                     lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["daily"])),
-        ], opts=kept)
+        ], opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=[lock]))
         # Kept with the plan: a selection whose role is gone would fail every backup job.
         self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust_policy("backup.amazonaws.com"), opts=kept)
         attachments = [aws.iam.RolePolicyAttachment(f"{name}-{policy}", role=self.role.name, policy_arn=MANAGED + policy,
