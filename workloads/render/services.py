@@ -111,7 +111,7 @@ def reward_template(m: WorkloadModel) -> dict:
 
 
 def reward_deployment(m: WorkloadModel) -> dict:
-    """``pulumi.com/skipAwait``: pulumi-kubernetes (v4.34.2 ``provider/pkg/await/deployment.go``)
+    """``pulumi.com/skipAwait``: pulumi-kubernetes (v4.34.2, its provider's ``pkg/await/deployment.go``)
     waits up to 10 minutes for a Deployment's rollout and fails the update when it does not become
     available; the reward pods pull the stack's own ECR image, which the first deploy creates empty
     and a new pool pulls for minutes. The annotation skips that wait (pulumi-kubernetes docs,
