@@ -94,8 +94,9 @@ class PodRole(pulumi.ComponentResource):
 
     ``by_addon``: an EKS add-on creates the association itself (its ``podIdentityAssociations``);
     a second association for the same service account would be refused by EKS.
-    ``cluster_arn``: when given, the trust and the permissions are held to the ``eks-cluster-arn``
-    session tag (account and region included) as well; else to ``eks-cluster-name`` only.
+    ``cluster_arn``: when given, the inline permissions are held to the ``eks-cluster-arn`` session
+    tag (account and region included), else to ``eks-cluster-name``; with managed policies the
+    trust is held to the ARN as well (the vpc-cni and CloudWatch add-on roles).
     ``tags``: tags of the role itself; IAM evaluates them as ``aws:PrincipalTag`` too (the key
     policy of the checkpoint key reads ``checkpoint-prefix`` from there).
     """
@@ -106,9 +107,12 @@ class PodRole(pulumi.ComponentResource):
                  cluster_arn: pulumi.Input[str] | None = None, tags: dict[str, str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:iam:PodRole", name, None, opts)
-        # The trust names the cluster by name, and by ARN where the caller has it (then a first
-        # preview sees it unknown); the permissions use the ARN where the caller has it.
-        trust = pulumi.Output.all(cluster_name, cluster_arn).apply(
+        # The trust names the cluster by name (known before the cluster exists, so a first preview
+        # can judge it); a role with managed policies, which no session tag can bind, is trusted by
+        # the cluster's ARN as well, as that trust is all that holds it to the cluster. The inline
+        # permissions use the ARN where the caller has it.
+        trust_arn = cluster_arn if managed_policies else None
+        trust = pulumi.Output.all(cluster_name, trust_arn).apply(
             lambda a: pod_trust_policy(a[0], namespace, service_account, a[1]))
         cluster, tag = (cluster_arn, CLUSTER_ARN_TAG) if cluster_arn is not None else (cluster_name, CLUSTER_NAME_TAG)
         self.role = service_role(name, POD_IDENTITY_PRINCIPAL, managed_policies, self,
