@@ -34,8 +34,8 @@ Guarantees (for a bucket kept on destroy):
   the association turns MISCONFIGURED and stops automatic export too (FSx for Lustre user guide,
   "Data repository association lifecycle state"). AWS Backup turns EventBridge delivery on itself
   when it starts the continuous backup: its S3 role policy ``AWSBackupServiceRolePolicyForS3Backup``
-  (v4, AWS Managed Policy Reference) grants ``s3:GetBucketNotification``/``s3:PutBucketNotification``
-  and the ``AwsBackupManagedRule*`` EventBridge rules for that (AWS Backup developer guide, "Creating
+  (v4, AWS Managed Policy Reference) grants the ``AwsBackupManagedRule*`` EventBridge rules and
+  bucket-level S3 calls (``S3BucketPermissions``) for that (AWS Backup developer guide, "Creating
   Amazon S3 backups"). The policy pack refuses a BucketNotification on a bucket a DRA imports from
   (``bucket-notification-spares-fsx``), and ``python -m components.fsx_status`` shows the lifecycle.
 
