@@ -73,13 +73,13 @@ SECONDS: dict[str, int] = {
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": 2,
     "aws:s3/bucketPolicy:BucketPolicy": 2,
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": 5,
-    "aws:s3/bucketNotification:BucketNotification": 2,
     # AWS Backup: vault, lock, plan and selection are synchronous API calls (estimates); the
     # selection's create is retried while IAM propagates its new role, ~10 s.
     "aws:backup/vault:Vault": 3,
     "aws:backup/vaultLockConfiguration:VaultLockConfiguration": 2,
     "aws:backup/plan:Plan": 2,
     "aws:backup/selection:Selection": 10,
+    "aws:backup/regionSettings:RegionSettings": 2,  # UpdateRegionSettings: one synchronous call (estimate)
     # FSx for Lustre (checkpoint file system): creation to AVAILABLE is typically 5-10 min for
     # PERSISTENT_2; a data repository association with a metadata import a few minutes.
     "aws:fsx/lustreFileSystem:LustreFileSystem": 600,

@@ -42,6 +42,8 @@ class Registered:
     protect: bool
     provider: str = ""
     """URN of the explicit provider the resource was registered with ("" for the default)."""
+    custom_timeouts: dict = field(default_factory=dict)
+    """``customTimeouts`` of the RegisterResource request (create/update/delete, as Go durations)."""
 
 
 @dataclass
@@ -148,7 +150,9 @@ class _RecordingMonitor(_mocks.MockMonitor):
                     outputs=state, custom=bool(request.custom), parent=request.parent,
                     dependencies=list(request.dependencies),
                     retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect),
-                    provider=request.provider.rsplit("::", 1)[0] if request.provider else ""))
+                    provider=request.provider.rsplit("::", 1)[0] if request.provider else "",
+                    custom_timeouts={k: v for k in ("create", "update", "delete")
+                                     if (v := getattr(request.customTimeouts, k, ""))}))
         return response
 
     def _reference_child(self, name: str, response, output: str, child_type: str) -> None:

@@ -148,6 +148,8 @@ def render_text(plan) -> str:
             out.append(f"  without these holds the critical path would be {_duration(plan.unheld_seconds)}")
     out.append("")
 
+    out += [f"Warnings (a deploy refuses these while they stand): {len(plan.warnings)}"] if plan.warnings else []
+    out += [f"  WARNING {w}" for w in plan.warnings]
     out += _violation_lines(plan.violations)
     return "\n".join(out) + "\n"
 

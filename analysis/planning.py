@@ -141,6 +141,8 @@ class Plan:
     unheld_seconds: float
     """The critical path if no component's depends_on held its children back."""
     violations: list[Violation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What only a real deploy can judge and will refuse if it is still so (``deploy_warnings``)."""
 
     @property
     def ok(self) -> bool:
@@ -172,8 +174,20 @@ class Plan:
                 "criticalPathSecondsWithoutComponentHolds": self.unheld_seconds,
             },
             "violations": [v.to_json() for v in self.violations],
+            "warnings": list(self.warnings),
             "ok": self.ok,
         }
+
+
+def deploy_warnings(cfg: StackConfig) -> list[str]:
+    """Placeholder image digests (``pulumi up`` refuses them: ``program.check_deploy``) and every
+    reservation id (looked up at preview, never offline)."""
+    import program
+    lines = program.placeholder_images(program.as_program_config(cfg))
+    lines += [f"pools[{p.name}].capacity.reservationId: {p.capacity.reservation_id} is not checked offline; "
+              f"pulumi preview looks it up and refuses it unless AWS holds it in {cfg.availability_zone} "
+              f"for {p.instance_type}" for p in cfg.pools if p.reserved]
+    return lines
 
 
 def make_plan(cfg: StackConfig, graph: Graph, placements: Sequence[Any] | None = None,
@@ -192,4 +206,5 @@ def make_plan(cfg: StackConfig, graph: Graph, placements: Sequence[Any] | None =
         resource_counts=dict(Counter(r.type for r in graph.resources if r.custom)),
         components=sum(1 for r in graph.resources if not r.custom),
         schedule=sched, inherited=sorted(inherited_waits(graph, sched), key=lambda h: (h[0].type, h[0].name)),
-        unheld_seconds=schedule(graph, component_depends_on=False).critical_seconds, violations=violations)
+        unheld_seconds=schedule(graph, component_depends_on=False).critical_seconds, violations=violations,
+        warnings=deploy_warnings(cfg))

@@ -12,6 +12,12 @@ Guarantees (for a bucket kept on destroy):
   role here has, can remove the lock); ``checkpoints.backupVaultLock: compliance`` sets
   ``changeable_for_days`` (3, the least the API takes: 72-hour cooling-off) after which the lock
   is immutable, even for the account root, and the vault cannot be deleted while it holds points;
+- the plan is created and updated after the lock (``depends_on``): a later change of
+  ``noncurrentVersionDays`` moves the lock's bounds and the rules' lifetimes together, and under a
+  compliance lock past its grace time AWS refuses the lock's change ("AWS Backup Vault Lock": a
+  compliance lock can no longer be changed or deleted once the grace time has passed); the plan,
+  waiting on it, is then left as it was, so no rule asks for a lifetime outside the lock's bounds
+  (a backup job asking for a retention outside them fails). Such a change needs a new vault;
 - one backup plan with a continuous rule (point-in-time restore, AWS Backup keeps it at most 35
   days: "Continuous backups and point-in-time recovery (PITR)") and a daily rule keeping each
   snapshot ``noncurrentVersionDays`` days; both into the same vault, as S3 requires ("Amazon S3
@@ -21,17 +27,24 @@ Guarantees (for a bucket kept on destroy):
   ``AWSBackupServiceRolePolicyForS3Restore``); they grant ``kms:Decrypt`` through S3 on any key, and
   the bucket's key policy lets the account's IAM policies apply (``AccountAdministersKey``) and
   denies only roles tagged ``checkpoint-prefix``, which this role is not;
-- S3 Event Notifications to EventBridge on: continuous S3 backups follow object changes through
-  EventBridge (``AWSBackupServiceRolePolicyForS3Backup`` v4 grants the bucket-notification calls
-  and the ``AwsBackupManagedRule*`` EventBridge rules for that); declaring it makes the setting part
-  of the stack rather than a side effect of the first backup job. The bucket has no other
-  notification, so owning the whole configuration (PutBucketNotificationConfiguration replaces it)
-  takes nothing away.
+- no ``aws.s3.BucketNotification``: PutBucketNotificationConfiguration replaces a bucket's whole
+  notification configuration (S3 API reference; terraform-provider-aws
+  ``internal/service/s3/bucket_notification.go`` sends only the declared blocks), and the FSx data
+  repository association keeps its own notification on this bucket for automatic import; replaced,
+  the association turns MISCONFIGURED and stops automatic export too (FSx for Lustre user guide,
+  "Data repository association lifecycle state"). AWS Backup turns EventBridge delivery on itself
+  when it starts the continuous backup: its S3 role policy ``AWSBackupServiceRolePolicyForS3Backup``
+  (v4, AWS Managed Policy Reference) grants the ``AwsBackupManagedRule*`` EventBridge rules and
+  bucket-level S3 calls (``S3BucketPermissions``) for that (AWS Backup developer guide, "Creating
+  Amazon S3 backups"). The policy pack refuses a BucketNotification on a bucket a DRA imports from
+  (``bucket-notification-spares-fsx``), and ``python -m components.fsx_status`` shows the lifecycle.
 
 Nothing here is asked of an uploader: unlike an S3 Object Lock default retention, which requires a
 ``Content-MD5`` or ``x-amz-checksum-*`` header on every PutObject/UploadPart, backups read the bucket.
-AWS Backup must be opted in for S3 in the region (``aws backup update-region-settings``); that is an
-account-wide setting the stack leaves alone.
+AWS Backup must be opted in for S3 in the region (AWS Backup developer guide, "Creating Amazon S3
+backups": opt in to S3 in the Region's settings, ``aws backup update-region-settings``):
+``backup_opt_in`` declares it in the first deploy's bootstrap phase (``deploy.backupOptIn`` turns it
+off where another stack of the region or the account's administrators hold it).
 """
 
 from __future__ import annotations
@@ -49,6 +62,13 @@ COMPLIANCE_GRACE_DAYS = 3
 BACKUP_POLICIES = ("AWSBackupServiceRolePolicyForS3Backup", "AWSBackupServiceRolePolicyForS3Restore")
 DAILY = "cron(0 3 * * ? *)"
 """Daily at 03:00 UTC (AWS Backup schedule expressions are EventBridge cron, UTC by default)."""
+
+
+def backup_opt_in(name: str, parent: pulumi.Resource) -> aws.backup.RegionSettings:
+    """The region's AWS Backup opt-in for S3 (UpdateRegionSettings with S3 alone: the other services'
+    preferences stay as they are). Kept on destroy: opting the account out is not this stack's call."""
+    return aws.backup.RegionSettings(f"{name}-backup-opt-in", resource_type_opt_in_preference={"S3": True},
+                                     opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True))
 
 
 def retention_days(settings: CheckpointSettings) -> dict[str, int]:
@@ -71,19 +91,17 @@ class CheckpointBackup(pulumi.ComponentResource):
                                deletion_window_in_days=30, opts=kept)
         self.vault = aws.backup.Vault(name, kms_key_arn=self.key.arn, force_destroy=False, opts=kept)
         compliance = settings.backup_vault_lock == "compliance"
-        aws.backup.VaultLockConfiguration(name, backup_vault_name=self.vault.name,
+        lock = aws.backup.VaultLockConfiguration(name, backup_vault_name=self.vault.name,
                                           min_retention_days=days["min"], max_retention_days=days["max"],
                                           changeable_for_days=COMPLIANCE_GRACE_DAYS if compliance else None,
                                           opts=pulumi.ResourceOptions(parent=self.vault, retain_on_delete=True))
-        aws.s3.BucketNotification(name, bucket=bucket.id, eventbridge=True,
-                                  opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
         self.plan = aws.backup.Plan(name, rules=[
             aws.backup.PlanRuleArgs(rule_name="continuous", target_vault_name=self.vault.name,
                                     enable_continuous_backup=True,
                                     lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["continuous"])),
             aws.backup.PlanRuleArgs(rule_name="daily", target_vault_name=self.vault.name, schedule=DAILY,
                                     lifecycle=aws.backup.PlanRuleLifecycleArgs(delete_after=days["daily"])),
-        ], opts=kept)
+        ], opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True, depends_on=[lock]))
         # Kept with the plan: a selection whose role is gone would fail every backup job.
         self.role = aws.iam.Role(f"{name}-role", assume_role_policy=trust_policy("backup.amazonaws.com"), opts=kept)
         attachments = [aws.iam.RolePolicyAttachment(f"{name}-{policy}", role=self.role.name, policy_arn=MANAGED + policy,

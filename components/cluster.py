@@ -133,7 +133,8 @@ class Cluster(pulumi.ComponentResource):
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"), opts=child))
         addons = cfg.versions.addons
         cni_role = PodRole(f"{name}-vpc-cni", self.name, "kube-system", "aws-node",
-                           managed_policies=["AmazonEKS_CNI_Policy"], by_addon=True, opts=child)
+                           managed_policies=["AmazonEKS_CNI_Policy"], by_addon=True, cluster_arn=self.eks.arn,
+                           opts=child)
         self.node_addons = [
             self._addon("eks-pod-identity-agent", addons.pod_identity_agent),
             self._addon("kube-proxy", addons.kube_proxy),
@@ -182,7 +183,7 @@ class Cluster(pulumi.ComponentResource):
         name = self._pulumi_name()
         cloudwatch = PodRole(f"{name}-cloudwatch", self.name, CLOUDWATCH_NAMESPACE, "cloudwatch-agent",
                              managed_policies=["CloudWatchAgentServerPolicy"], by_addon=True,
-                             opts=pulumi.ResourceOptions(parent=self))
+                             cluster_arn=self.eks.arn, opts=pulumi.ResourceOptions(parent=self))
         kube_system = [*after, *self.kube_system_pods]
         return [
             self._addon("coredns", addons.coredns, depends_on=kube_system),

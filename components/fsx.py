@@ -27,6 +27,12 @@ import pulumi_aws as aws
 LUSTRE_PORTS = ((988, 988), (1018, 1023))
 IMPORT_EVENTS = ["NEW", "CHANGED"]
 """Deletions in S3 are not imported: a delete in the bucket never deletes a checkpoint file."""
+DRA_TIMEOUTS = pulumi.CustomTimeouts(create="180m", update="60m", delete="60m")
+"""terraform-provider-aws ``internal/service/fsx/data_repository_association.go`` waits 10 minutes
+for each; creating the association imports the metadata of every object already under the path
+(``batch_import_meta_data_on_create``: a kept bucket re-linked after a file system replacement
+holds weeks of checkpoints) and a delete waits for FSx to release the link. Estimates, not
+measurements: the FSx guide gives no duration."""
 EXPORT_EVENTS = ["NEW", "CHANGED"]
 """Deletions on the file system (Megatron's checkpoint retention) are not exported: S3 keeps every save."""
 
@@ -77,7 +83,7 @@ class CheckpointFileSystem(pulumi.ComponentResource):
             s3=aws.fsx.DataRepositoryAssociationS3Args(
                 auto_export_policy=aws.fsx.DataRepositoryAssociationS3AutoExportPolicyArgs(events=EXPORT_EVENTS),
                 auto_import_policy=aws.fsx.DataRepositoryAssociationS3AutoImportPolicyArgs(events=IMPORT_EVENTS)),
-            opts=child)
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=DRA_TIMEOUTS))
         self.id = self.file_system.id
         self.dns_name = self.file_system.dns_name
         self.mount_name = self.file_system.mount_name

@@ -68,9 +68,14 @@ def session_tags(prefix: str, cluster: str, namespace: str, service_account: str
                              f"{prefix}/{SERVICE_ACCOUNT_TAG}": service_account}}
 
 
-def pod_trust_policy(cluster_name: str, namespace: str, service_account: str) -> str:
-    return trust_policy(POD_IDENTITY_PRINCIPAL, ("sts:AssumeRole", "sts:TagSession"),
-                        session_tags("aws:RequestTag", cluster_name, namespace, service_account))
+def pod_trust_policy(cluster_name: str, namespace: str, service_account: str, cluster_arn: str | None = None) -> str:
+    """Trust for Pod Identity sessions of one service account of one cluster: by name, and by ARN
+    when given (the ``eks-cluster-arn`` session tag, EKS user guide pod-id-abac: the name alone
+    would admit a cluster of that name in another account or region)."""
+    condition = session_tags("aws:RequestTag", cluster_name, namespace, service_account)
+    if cluster_arn is not None:
+        condition["StringEquals"][f"aws:RequestTag/{CLUSTER_ARN_TAG}"] = cluster_arn
+    return trust_policy(POD_IDENTITY_PRINCIPAL, ("sts:AssumeRole", "sts:TagSession"), condition)
 
 
 def bind_to_session(document: str, condition: dict) -> str:
@@ -89,8 +94,9 @@ class PodRole(pulumi.ComponentResource):
 
     ``by_addon``: an EKS add-on creates the association itself (its ``podIdentityAssociations``);
     a second association for the same service account would be refused by EKS.
-    ``cluster_arn``: when given, the permissions are held to the ``eks-cluster-arn`` session tag
-    (account and region included), else to ``eks-cluster-name``; the trust always names the cluster.
+    ``cluster_arn``: when given, the inline permissions are held to the ``eks-cluster-arn`` session
+    tag (account and region included), else to ``eks-cluster-name``; with managed policies the
+    trust is held to the ARN as well (the vpc-cni and CloudWatch add-on roles).
     ``tags``: tags of the role itself; IAM evaluates them as ``aws:PrincipalTag`` too (the key
     policy of the checkpoint key reads ``checkpoint-prefix`` from there).
     """
@@ -101,10 +107,13 @@ class PodRole(pulumi.ComponentResource):
                  cluster_arn: pulumi.Input[str] | None = None, tags: dict[str, str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("rlplatform:iam:PodRole", name, None, opts)
-        # The trust names the cluster by name: known before the cluster exists, so a first preview
-        # can judge it; the permissions use the ARN where the caller has it.
-        trust = pulumi.Output.from_input(cluster_name).apply(
-            lambda value: pod_trust_policy(value, namespace, service_account))
+        # The trust names the cluster by name (known before the cluster exists, so a first preview
+        # can judge it); a role with managed policies, which no session tag can bind, is trusted by
+        # the cluster's ARN as well, as that trust is all that holds it to the cluster. The inline
+        # permissions use the ARN where the caller has it.
+        trust_arn = cluster_arn if managed_policies else None
+        trust = pulumi.Output.all(cluster_name, trust_arn).apply(
+            lambda a: pod_trust_policy(a[0], namespace, service_account, a[1]))
         cluster, tag = (cluster_arn, CLUSTER_ARN_TAG) if cluster_arn is not None else (cluster_name, CLUSTER_NAME_TAG)
         self.role = service_role(name, POD_IDENTITY_PRINCIPAL, managed_policies, self,
                                  assume_role_policy=trust, tags=tags).role

@@ -18,6 +18,7 @@ Guarantees, all derived from the pool's config and its catalog row:
 from __future__ import annotations
 
 import base64
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -108,6 +109,26 @@ def update_config(pool: Pool) -> aws.eks.NodeGroupUpdateConfigArgs:
     return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1)
 
 
+DRAIN_MINUTES = 15
+"""EKS gives each node of an update 15 minutes to evict its pods before the update fails with
+PodEvictionFailure (EKS user guide, "Understand each phase of node updates", upgrade phase)."""
+NODE_READY_MINUTES = 15
+"""An estimate, not a measurement: a GPU instance's boot, nodeadm and the GPU node setup
+(``gpu_node_setup``) before the kubelet reports Ready."""
+NODE_GROUP_DEFAULT_MINUTES = 60
+"""terraform-provider-aws ``internal/service/eks/node_group.go``: create, update and delete 60 min."""
+
+
+def node_group_timeouts(pool: Pool) -> pulumi.CustomTimeouts:
+    """Provider timeouts a real operation fits in: an update replaces ``max_unavailable`` (1) node
+    at a time, each drained then replaced, so a 32-node reserved pool takes hours where the
+    provider's default gives up after one (and leaves the stack failed mid-update)."""
+    batches = math.ceil(pool.nodes.max / update_config(pool).max_unavailable)
+    update = max(NODE_GROUP_DEFAULT_MINUTES, batches * (DRAIN_MINUTES + NODE_READY_MINUTES))
+    create = NODE_GROUP_DEFAULT_MINUTES + NODE_READY_MINUTES
+    return pulumi.CustomTimeouts(create=f"{create}m", update=f"{update}m", delete=f"{NODE_GROUP_DEFAULT_MINUTES + DRAIN_MINUTES}m")
+
+
 def node_group_capacity_type(pool: Pool) -> str:
     return {CapacityType.ODCR: "ON_DEMAND"}.get(pool.capacity.type, pool.capacity.type.value)
 
@@ -161,7 +182,8 @@ class NodePool(pulumi.ComponentResource):
                     for t in registration_taints(pool, burn_in)],
             tags={"Name": name},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after),
-                                        ignore_changes=["scalingConfig.desiredSize"]),
+                                        ignore_changes=["scalingConfig.desiredSize"],
+                                        custom_timeouts=node_group_timeouts(pool)),
         )
         self.register_outputs({"nodeGroup": self.node_group.node_group_name})
 

@@ -13,8 +13,10 @@ from collections.abc import Mapping
 
 import pulumi
 
+from .checkpoint_backup import backup_opt_in
 from .checkpoints import CheckpointBucket
 from .cluster import Cluster
+from stackconfig.deploy import DeployPhase
 from stackconfig.stack import Role, StackConfig
 from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
@@ -24,10 +26,13 @@ from .network import Network, plan_subnets
 from .registry import ImageRegistry
 from .node_pool import NodePool, PoolNetwork
 
-NODE_POLICIES = ["AmazonEKSWorkerNodePolicy"]
-"""The node role's only managed policy; its ECR pulls are the registry's ``node_pull_policy`` (no
-AmazonEC2ContainerRegistryPullOnly: that pulls every repository of the account); the CNI gets its
-own Pod Identity role."""
+NODE_POLICIES = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"]
+"""The node role's managed policies. EKS refuses CreateNodegroup for a node role without
+AmazonEC2ContainerRegistryReadOnly ("The provided role doesn't have the Amazon EKS Managed Policies
+associated with it": aws/containers-roadmap#1610; EKS user guide, "Amazon EKS node IAM role";
+terraform-aws-eks v21 and pulumi-eks attach it always). It allows every ECR read on ``*``; the
+registry's ``node_pull_policy`` denies the pull actions outside the platform's repositories, so the
+scoping holds. The CNI gets its own Pod Identity role."""
 
 
 class Platform(pulumi.ComponentResource):
@@ -42,6 +47,15 @@ class Platform(pulumi.ComponentResource):
         super().__init__("rlplatform:index:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.config = cfg
+        repository_name = f"{name.lower()}/workloads"  # ECR names are lowercase
+        if cfg.checkpoints.retain_on_destroy and cfg.deploy.backup_opt_in:
+            backup_opt_in(name, self)
+        if cfg.deploy.phase is DeployPhase.BOOTSTRAP:
+            # The repository alone (same name and parent as in the full phase: same URN), so the
+            # images can be pushed before anything that pulls them exists (stackconfig.deploy).
+            self.registry = ImageRegistry(f"{name}-images", cfg.region, repository_name=repository_name, opts=child)
+            self.register_outputs({})
+            return
         self.network = Network(name, cfg, subnets, opts=child)
         self.cluster = Cluster(name, cfg, self.network.private_subnet_ids, opts=child)
         efa_sg = EfaSecurityGroup(f"{name}-efa", self.network.vpc.id, opts=child)
@@ -52,7 +66,7 @@ class Platform(pulumi.ComponentResource):
                           efa_security_group_id=efa_sg.id)
         self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,
                                       self.network.private_subnet_ids, self.cluster.security_group_id,
-                                      repository_name=f"{name.lower()}/workloads",  # ECR names are lowercase
+                                      repository_name=repository_name,
                                       puller_role_name=node_role.role.name, opts=child)
         after = [*self.cluster.node_addons, *node_role.attachments, self.registry.pull_policy,
                  *self.network.egress]
@@ -71,7 +85,10 @@ class Platform(pulumi.ComponentResource):
         self.register_outputs({})
 
     def outputs(self) -> dict:
-        """What `pulumi stack output` shows: names, kubeconfig, and the figures users check first."""
+        """What `pulumi stack output` shows: names, kubeconfig, and the figures users check first
+        (in the bootstrap phase only the repository the images are pushed to)."""
+        if self.config.deploy.phase is DeployPhase.BOOTSTRAP:
+            return {"imageRepository": self.registry.repository_url, "deployPhase": DeployPhase.BOOTSTRAP.value}
         return {
             "clusterName": self.cluster.name,
             "kubeconfig": self.cluster.kubeconfig,

@@ -12,8 +12,9 @@ Guarantees:
   here. Both interface endpoints plus the S3 gateway endpoint are AWS's documented set:
   https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html
 - the node role (``puller_role_name``) pulls from this repository and from the region's EKS
-  add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other repository of the account:
-  a team pod cannot run a private image the platform does not own.
+  add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other
+  repository, even with the ``AmazonEC2ContainerRegistryReadOnly`` EKS requires on it (an explicit
+  Deny, ``node_pull_policy``): a team pod cannot run a private image the platform does not own.
 
 Nothing here calls a provider function (the offline mocks refuse them): the region is an argument
 and the registry id is read from the repository ARN.
@@ -65,16 +66,25 @@ PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchChe
 AmazonEC2ContainerRegistryPullOnly less the pull-through cache import)."""
 
 
-def node_pull_policy(repository_arn: str, region: str) -> str:
-    """The node role's ECR permissions: a token (``GetAuthorizationToken`` takes no resource) and
-    pulls from the platform's repository and the region's EKS add-on registry (which also serves the
-    EFA device plugin, ``device_plugins.efa_plugin_values``), nothing else."""
+def platform_pull_resources(repository_arn: str, region: str) -> list[str]:
+    """The repositories a node may pull from: the platform's and the region's EKS add-on registry."""
     partition = repository_arn.split(":")[1]
+    return [repository_arn, f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]
+
+
+def node_pull_policy(repository_arn: str, region: str) -> str:
+    """The node role's ECR permissions beside ``AmazonEC2ContainerRegistryReadOnly`` (which EKS
+    requires on a node role, ``platform.NODE_POLICIES``, and which allows every ECR read on ``*``):
+    a token and pulls from the platform's repository and the region's EKS add-on registry (which
+    also serves the EFA device plugin, ``device_plugins.efa_plugin_values``), and an explicit Deny of
+    the pull actions on every other repository, which wins over the managed Allow (IAM user guide,
+    "Policy evaluation logic": an explicit deny overrides any allow). ``ecr:GetAuthorizationToken``
+    is never denied: without a token no image can be pulled at all."""
+    allowed = platform_pull_resources(repository_arn, region)
     return json.dumps({"Version": "2012-10-17", "Statement": [
         {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
-        {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": [
-            repository_arn,
-            f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]},
+        {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": allowed},
+        {"Sid": "DenyPullsElsewhere", "Effect": "Deny", "Action": PULL_ACTIONS, "NotResource": allowed},
     ]})
 
 
@@ -83,6 +93,17 @@ ACCOUNT = re.compile(r"^\d{12}$")
 REPOSITORY_NAME = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DIGEST = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
+
+
+PLACEHOLDER_BELOW = 16 ** 4
+"""A digest whose value is below this is a placeholder (the shipped stack files' ``sha256:000...0``,
+``...01``, ``...03``): a real sha256 is that small with probability 2**-240."""
+
+
+def placeholder_digest(image: str) -> str | None:
+    """``sha256:<hex>`` of ``image`` when its digest is a placeholder, else None."""
+    found = re.search(r"@sha256:([0-9a-f]{64})$", image) if isinstance(image, str) else None
+    return f"sha256:{found.group(1)}" if found and int(found.group(1), 16) < PLACEHOLDER_BELOW else None
 
 
 def _check_region(region: str) -> str:
@@ -125,13 +146,15 @@ def image_ref(repository_url: pulumi.Input[str], tag: str, digest: str) -> pulum
 class ImageRegistry(pulumi.ComponentResource):
     """ECR repository, private ECR endpoints and the nodes' pull permissions for one cluster's VPC."""
 
-    def __init__(self, name: str, region: str, vpc_id: pulumi.Input[str],
-                 subnet_ids: Sequence[pulumi.Input[str]], node_security_group_id: pulumi.Input[str],
+    def __init__(self, name: str, region: str, vpc_id: pulumi.Input[str] | None = None,
+                 subnet_ids: Sequence[pulumi.Input[str]] = (), node_security_group_id: pulumi.Input[str] | None = None,
                  repository_name: str | None = None, kms_key_arn: pulumi.Input[str] | None = None,
                  untagged_days: int = 14, puller_role_name: pulumi.Input[str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """
         :param region: the cluster's region (the endpoints' service names; ECR is regional).
+        :param vpc_id: None for the repository alone (the first deploy's ``bootstrap`` phase: images
+            are pushed before anything pulls them); then no endpoints and no grant are made.
         :param subnet_ids: where the endpoint interfaces go, AT MOST ONE PER AVAILABILITY ZONE
             (AWS refuses two subnets of one zone for an interface endpoint). Private DNS makes the
             endpoints answer for the whole VPC, so nodes in other subnets use them too.
@@ -152,7 +175,7 @@ class ImageRegistry(pulumi.ComponentResource):
         if isinstance(untagged_days, bool) or not isinstance(untagged_days, int) or untagged_days < 1:
             raise ValueError(f"untagged_days: {untagged_days!r} must be a whole number of days >= 1")
         subnet_ids = list(subnet_ids)
-        if not subnet_ids:
+        if vpc_id is not None and not subnet_ids:
             raise ValueError("subnet_ids: the ECR endpoints need at least one subnet")
         plain = [s for s in subnet_ids if isinstance(s, str)]
         if len(set(plain)) != len(plain):
@@ -183,6 +206,10 @@ class ImageRegistry(pulumi.ComponentResource):
         self.repository_url: pulumi.Output[str] = pulumi.Output.all(self.registry_id, self.repository.name).apply(
             lambda a: f"{registry_host(a[0], region)}/{a[1]}")
 
+        if vpc_id is None:
+            self.endpoint_ids, self.pull_policy = {}, None
+            self.register_outputs({"repositoryUrl": self.repository_url, "registryId": self.registry_id})
+            return
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-ecr-endpoints", vpc_id=vpc_id,
             description="ECR interface endpoints: HTTPS from cluster nodes only",

@@ -24,6 +24,7 @@ from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SchemaModel
 from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
+from .deploy import DeploySettings
 from .labels import LABEL_PREFIX, POOL_LABEL, ROLE_LABEL
 from .versions import Versions
 
@@ -313,6 +314,7 @@ class StackConfig(SchemaModel):
     versions: Versions = Versions()
     checkpoints: CheckpointSettings = CheckpointSettings()
     burn_in: BurnInSettings = BurnInSettings()
+    deploy: DeploySettings = DeploySettings()
 
     @model_validator(mode="after")
     def _invariants(self) -> "StackConfig":

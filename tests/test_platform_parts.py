@@ -253,7 +253,7 @@ def test_node_role_has_no_admin(stack):
     graph = graph_of(stack)
     node_role = graph.named("aws:iam/role:Role", f"{cfg.cluster_name}-node")
     attached = {a.inputs["policyArn"].rsplit("/", 1)[-1] for a in graph.children(node_role)}
-    assert attached == {"AmazonEKSWorkerNodePolicy"}
+    assert attached == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly"}
 
 
 def test_create_and_delete_order_of_roles_and_egress(stack):

@@ -555,3 +555,13 @@ def test_efa_layout_of_a_spot_template_is_checked_against_its_node_groups_types(
     _set(ng, "instanceTypes", ["p4d.24xlarge", "p5.48xlarge"])
     fired = [v for v in evaluate(graph, MANDATORY, platform_config=raw) if v.policy == "efa-interface-layout"]
     assert fired and all("p5.48xlarge" in v.message for v in fired)
+
+
+def test_pack_runs_in_the_projects_virtualenv():
+    """``virtualenv`` of a policy pack is relative to the pack's folder, the project's to its root
+    (Pulumi docs, "Pulumi.yaml project file" runtime.options.virtualenv; PulumiPolicy.yaml takes the
+    same runtime options): both must name one folder, or ``pulumi preview --policy-pack policy``
+    builds a second environment (or fails on a missing one)."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]["options"]["virtualenv"]
+    pack = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())["runtime"]["options"]["virtualenv"]
+    assert (ROOT / "policy" / pack).resolve() == (ROOT / project).resolve()

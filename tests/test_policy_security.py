@@ -165,9 +165,40 @@ def _writer_may_delete(g):
 
 def _node_pulls_everything(g):
     pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-images-node-pulls")
-    _edit_json(pol, "policy", lambda d: _statement(d, "PullPlatformImages")["Resource"].append(
-        "arn:aws:ecr:us-east-1:123456789012:repository/*"))
+    wide = "arn:aws:ecr:us-east-1:123456789012:repository/*"
+    _edit_json(pol, "policy", lambda d: (_statement(d, "PullPlatformImages")["Resource"].append(wide),
+                                         _statement(d, "DenyPullsElsewhere")["NotResource"].append(wide)))
     return view.ROLE, "rl-p5en-prod-node"
+
+
+def _node_pull_deny_dropped(g):
+    """AmazonEC2ContainerRegistryReadOnly (required by EKS) stays; the Deny that scopes it goes."""
+    pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-images-node-pulls")
+    _edit_json(pol, "policy", lambda d: d["Statement"].remove(_statement(d, "DenyPullsElsewhere")))
+    return view.ROLE, "rl-p5en-prod-node"
+
+
+def _node_token_denied(g):
+    pol = g.named(view.ROLE_POLICY, "rl-p5en-prod-images-node-pulls")
+    _edit_json(pol, "policy", lambda d: _statement(d, "DenyPullsElsewhere")["Action"].append(
+        "ecr:GetAuthorizationToken"))
+    return view.ROLE, "rl-p5en-prod-node"
+
+
+def _readonly_on_a_pod_role(g):
+    from test_policy import _add
+    role = g.named(view.ROLE, "rl-p5en-prod-checkpoints-writer")
+    _add(g, view.ROLE_POLICY_ATTACHMENT, "writer-ecr", {
+        "role": role.outputs["name"], "policyArn": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly"}, role)
+    return view.ROLE_POLICY_ATTACHMENT, "writer-ecr"
+
+
+def _notification_on_the_dra_bucket(g):
+    """What components/checkpoint_backup.py declared before: EventBridge on, the whole configuration owned."""
+    from test_policy import _add
+    bucket = g.named(view.BUCKET, "rl-p5en-prod-checkpoints")
+    _add(g, S.BUCKET_NOTIFICATION, "takes-over", {"bucket": bucket.outputs["id"], "eventbridge": True}, bucket)
+    return S.BUCKET_NOTIFICATION, "takes-over"
 
 
 def _endpoint_without_policy(g):
@@ -210,6 +241,13 @@ SECURITY_BREAKS = [
           known_only=True),
     Break("node-pulls-any-repository", "p5en-prod", "node-pulls-scoped", _node_pulls_everything, "not-this-platform",
           known_only=True),
+    Break("node-pull-deny-dropped", "p5en-prod", "node-pulls-scoped", _node_pull_deny_dropped, "may pull",
+          known_only=True),
+    Break("node-token-denied", "p5en-prod", "node-pulls-scoped", _node_token_denied, "GetAuthorizationToken",
+          known_only=True),
+    Break("readonly-on-pod-role", "p5en-prod", "node-pulls-scoped", _readonly_on_a_pod_role, "not a node role"),
+    Break("notification-on-dra-bucket", "p5en-prod", "bucket-notification-spares-fsx",
+          _notification_on_the_dra_bucket, "stop automatic import and export"),
     Break("s3-endpoint-open", "p4de", "s3-endpoint-limited", _endpoint_without_policy, "any bucket"),
 ]
 

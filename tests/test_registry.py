@@ -98,7 +98,7 @@ def test_node_pulls_only_the_platform_repository_and_the_eks_registries():
     graph, _ = build(puller_role_name="node-role")
     policy = graph.named("aws:iam/rolePolicy:RolePolicy", "rl-node-pulls")
     assert policy.inputs["role"] == "node-role"
-    token, pulls = json.loads(policy.inputs["policy"])["Statement"]
+    token, pulls, deny = json.loads(policy.inputs["policy"])["Statement"]
     assert (token["Action"], token["Resource"]) == ("ecr:GetAuthorizationToken", "*")
     repo_arn = graph.named("aws:ecr/repository:Repository", "rl").outputs["arn"]
     assert pulls["Resource"] == [
@@ -106,6 +106,10 @@ def test_node_pulls_only_the_platform_repository_and_the_eks_registries():
     assert not any(ACCOUNT in r and r.endswith("repository/*") for r in pulls["Resource"])
     assert set(pulls["Action"]) == {"ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
                                     "ecr:BatchCheckLayerAvailability"}
+    # The managed AmazonEC2ContainerRegistryReadOnly allows them on "*": the Deny keeps the scope.
+    assert (deny["Effect"], set(deny["Action"]), deny["NotResource"]) == ("Deny", set(pulls["Action"]),
+                                                                          pulls["Resource"])
+    assert "ecr:GetAuthorizationToken" not in deny["Action"]
 
 
 def test_a_region_without_a_known_add_on_registry_is_refused():

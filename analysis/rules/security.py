@@ -28,12 +28,27 @@ BACKUP_PLAN = "aws:backup/plan:Plan"
 BACKUP_SELECTION = "aws:backup/selection:Selection"
 LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
 DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
+BUCKET_NOTIFICATION = "aws:s3/bucketNotification:BucketNotification"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
 ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
 BROAD_MANAGED = {"AdministratorAccess", "PowerUserAccess", "IAMFullAccess", "AmazonEC2ContainerRegistryReadOnly",
                  "AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryPowerUser",
                  "AmazonEC2ContainerRegistryFullAccess"}
 """Managed policies that reach every resource of a service: admin, or every ECR repository."""
+NODE_REQUIRED_MANAGED = {"AmazonEC2ContainerRegistryReadOnly"}
+"""Broad, but EKS requires it on a node role (CreateNodegroup refuses a node role without it,
+aws/containers-roadmap#1610): allowed on a role trusted by EC2 only, and only where that role's own
+documents deny pulls outside the stack's repositories (``check_node_pulls_scoped`` proves it)."""
+MANAGED_DOCUMENTS = {
+    "AmazonEC2ContainerRegistryReadOnly": {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Resource": "*", "Action": [
+            "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
+            "ecr:GetRepositoryPolicy", "ecr:DescribeRepositories", "ecr:ListImages", "ecr:DescribeImages",
+            "ecr:BatchGetImage", "ecr:GetLifecyclePolicy", "ecr:GetLifecyclePolicyPreview",
+            "ecr:ListTagsForResource", "ecr:DescribeImageScanFindings"]}]},
+}
+"""The documents of the managed policies the evaluator plays requests against: AWS Managed Policy
+Reference, AmazonEC2ContainerRegistryReadOnly, policy version v3 (default; edited 2019-12-10)."""
 DESTRUCTIVE = ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObjectRetention", "s3:BypassGovernanceRetention",
                "s3:PutBucketObjectLockConfiguration", "s3:PutLifecycleConfiguration", "s3:PutBucketVersioning",
                "s3:DeleteBucketPolicy", "s3:PutBucketPolicy"]
@@ -95,7 +110,8 @@ def check_no_broad_allow(res: Resource) -> list[str]:
                 for p in broad_statements(f"{res.label} inline policy", parse_json(inline.get("policy")))]
     arn = res.props.get("policyArn")
     name = arn.rsplit("/", 1)[-1] if isinstance(arn, str) else None
-    return [f"{res.label}: attaches {name}, which reaches every resource of its service"] if name in BROAD_MANAGED else []
+    broad = BROAD_MANAGED - NODE_REQUIRED_MANAGED  # judged with the role's documents: node-pulls-scoped
+    return [f"{res.label}: attaches {name}, which reaches every resource of its service"] if name in broad else []
 
 
 # --- pod roles ---------------------------------------------------------------------------------
@@ -319,29 +335,81 @@ def check_bucket_retained(stack: Stack) -> Iterator[tuple[str, str]]:
                 yield role.urn, f"{role.label}: a pod role may {', '.join(bad)} on {arn}"
 
 
+def _dra_buckets(stack: Stack, dra: Resource) -> list[Resource]:
+    """The buckets a data repository association links (``s3://<bucket>/...``), by name when known,
+    else through the property dependencies of ``dataRepositoryPath``."""
+    path = dra.props.get("dataRepositoryPath")
+    if isinstance(path, str):
+        name = path.removeprefix("s3://").split("/", 1)[0]
+        return [b for b in stack.of_type(BUCKET) if name in b.identities()]
+    return stack.refs(dra, "dataRepositoryPath", BUCKET)[0]
+
+
+def check_notification_spares_fsx(stack: Stack) -> Iterator[tuple[str, str]]:
+    """No BucketNotification on a bucket that an FSx data repository association imports from:
+    PutBucketNotificationConfiguration replaces the association's own notification, and the
+    association turns MISCONFIGURED, stopping automatic import and export (FSx for Lustre user
+    guide, "Data repository association lifecycle state")."""
+    importing = [dra for dra in stack.of_type(DATA_REPOSITORY)
+                 if dig(dra.props, "s3", "autoImportPolicy", "events") not in (None, [])]
+    for notification in stack.of_type(BUCKET_NOTIFICATION):
+        buckets = stack.refs(notification, "bucket", BUCKET)[0]
+        for dra in importing:
+            shared = [b for b in _dra_buckets(stack, dra) if b in buckets]
+            if shared:
+                yield notification.urn, (f"{notification.label}: owns the notification configuration of "
+                                         f"{shared[0].label}, which {dra.label} imports from; it would replace "
+                                         f"FSx's notification and stop automatic import and export")
+
+
 # --- nodes, endpoints, the API -----------------------------------------------------------------
 
+def _managed_names(stack: Stack, role: Resource) -> list[tuple[Resource, str]]:
+    return [(att, str(att.props.get("policyArn")).rsplit("/", 1)[-1]) for att in stack.of_type(ROLE_POLICY_ATTACHMENT)
+            if role in stack.refs(att, "role", ROLE)[0]]
+
+
+def _trusts_ec2(role: Resource) -> Any:
+    trust = parse_json(role.props.get("assumeRolePolicy"))
+    if trust is UNKNOWN:
+        return UNKNOWN
+    return any("ec2.amazonaws.com" in as_list(dig(s, "Principal", "Service")) for s in statements(trust))
+
+
 def check_node_pulls_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
-    """No role trusted by EC2 may pull from a repository of its account that the stack does not own."""
+    """No role trusted by EC2 may pull from a repository that the stack does not own (its own
+    account's or another's), counting the managed policies it carries; it keeps
+    ``ecr:GetAuthorizationToken``; no other role carries a node-only managed ECR policy."""
     owned = {r.props.get("arn") for r in stack.of_type("aws:ecr/repository:Repository")}
     for role in stack.of_type(ROLE):
-        trust = parse_json(role.props.get("assumeRolePolicy"))
-        if trust is UNKNOWN or not any("ec2.amazonaws.com" in as_list(dig(s, "Principal", "Service"))
-                                       for s in statements(trust)):
+        ec2 = _trusts_ec2(role)
+        managed = _managed_names(stack, role)
+        if ec2 is False:
+            for att, name in managed:
+                if name in NODE_REQUIRED_MANAGED:
+                    yield att.urn, f"{att.label}: gives {role.label}, not a node role, {name}: every repository"
+        if ec2 is not True:
             continue
-        for att in stack.of_type(ROLE_POLICY_ATTACHMENT):
-            name = str(att.props.get("policyArn")).rsplit("/", 1)[-1]
-            if role in stack.refs(att, "role", ROLE)[0] and name in BROAD_MANAGED:
+        for att, name in managed:
+            if name in BROAD_MANAGED - NODE_REQUIRED_MANAGED:
                 yield att.urn, f"{att.label}: gives the node role {name}: every repository of the account"
         documents, parts = _documents(stack, role), _arn_parts(role.props.get("arn"))
-        if not documents or parts is None or has_unknown(owned):
+        if documents is None or parts is None or has_unknown(owned):
             continue
-        regions = {p[3] for d in documents for st in statements(d) for r in as_list(st.get("Resource"))
+        documents = documents + [MANAGED_DOCUMENTS[n] for _, n in managed if n in MANAGED_DOCUMENTS]
+        if not documents:
+            continue
+        regions = {p[3] for d in documents for st in statements(d)
+                   for r in as_list(st.get("Resource")) + as_list(st.get("NotResource"))
                    if (p := _arn_parts(r)) and p[2] == "ecr"}
+        regions |= {p[3] for arn in owned if (p := _arn_parts(arn))}
         for region in sorted(regions):
-            probe = f"arn:{parts[1]}:ecr:{region}:{parts[4]}:repository/{FOREIGN}"
-            if probe not in owned and decide(documents, "ecr:BatchGetImage", probe) == ALLOW:
-                yield role.urn, f"{role.label}: may pull {probe}, a repository this stack does not own"
+            for account in (parts[4], "000000000000"):
+                probe = f"arn:{parts[1]}:ecr:{region}:{account}:repository/{FOREIGN}"
+                if probe not in owned and decide(documents, "ecr:BatchGetImage", probe) == ALLOW:
+                    yield role.urn, f"{role.label}: may pull {probe}, a repository this stack does not own"
+        if any(n in MANAGED_DOCUMENTS for _, n in managed) and decide(documents, "ecr:GetAuthorizationToken", "*") != ALLOW:
+            yield role.urn, f"{role.label}: ecr:GetAuthorizationToken is not allowed, so no node can pull any image"
 
 
 def check_s3_endpoint_limited(stack: Stack) -> Iterator[tuple[str, str]]:
@@ -368,6 +436,7 @@ SECURITY_POLICIES = [
     ("checkpoint-key-enforced", check_bucket_key_enforced, ()),
     ("checkpoint-retained", check_bucket_retained, ()),
     ("node-pulls-scoped", check_node_pulls_scoped, ()),
+    ("bucket-notification-spares-fsx", check_notification_spares_fsx, ()),
     ("s3-endpoint-limited", check_s3_endpoint_limited, ()),
 ]
 """(policy name, check, resource types: empty for a stack policy); the pack registers them as they

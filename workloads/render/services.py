@@ -111,8 +111,15 @@ def reward_template(m: WorkloadModel) -> dict:
 
 
 def reward_deployment(m: WorkloadModel) -> dict:
+    """``pulumi.com/skipAwait``: pulumi-kubernetes (v4.34.2, its provider's ``pkg/await/deployment.go``)
+    waits up to 10 minutes for a Deployment's rollout and fails the update when it does not become
+    available; the reward pods pull the stack's own ECR image, which the first deploy creates empty
+    and a new pool pulls for minutes. The annotation skips that wait (pulumi-kubernetes docs,
+    "pulumi.com/skipAwait" annotation); the rollout is watched with ``kubectl rollout status``."""
     g = m.reward
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(m, REWARD_SERVICE),
+    md = meta(m, REWARD_SERVICE)
+    md["annotations"] = {"pulumi.com/skipAwait": "true"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": md,
             "spec": {"replicas": g.replicas, "selector": {"matchLabels": labels(REWARD_SERVICE)},
                      "strategy": {"type": "RollingUpdate",
                                   "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},

@@ -1,0 +1,82 @@
+"""Lifecycle of the checkpoint file system's data repository associations, as FSx reports it.
+
+``python -m components.fsx_status <file-system-id> --region <region>`` (the id is the stack output
+``checkpointFileSystem``) prints one line per association: its id, paths and lifecycle, and FSx's
+failure message where it has one. Exit 0 when every association is AVAILABLE, 1 otherwise (none
+found included), 2 when FSx cannot be asked.
+
+Why: a DRA whose S3 event notification was replaced or deleted (any ``BucketNotification`` on its
+bucket does that) turns MISCONFIGURED and stops automatic import AND export, so checkpoints stop
+reaching S3 and AWS Backup while training goes on (FSx for Lustre user guide, "Data repository
+association lifecycle state": MISCONFIGURED "Amazon FSx cannot automatically import updates from
+the S3 bucket or automatically export updates to the S3 bucket until the data repository
+association configuration is corrected"). Nothing else shows it. The call is FSx
+DescribeDataRepositoryAssociations with the ``file-system-id`` filter (FSx API reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+HEALTHY = "AVAILABLE"
+EXIT_OK, EXIT_NOT_HEALTHY, EXIT_NO_ANSWER = 0, 1, 2
+REMEDY = {
+    "MISCONFIGURED": "automatic import and export are stopped: restore the bucket's event notification "
+                     "(remove any other notification configuration of the bucket, then update the "
+                     "association, e.g. `pulumi up` after `pulumi refresh`), FSx re-creates it",
+    "FAILED": "the association could not be created or updated: see the message, fix, `pulumi up`",
+}
+
+
+def associations(client: Any, file_system_id: str) -> list[dict]:
+    """Every data repository association of ``file_system_id`` (all pages)."""
+    found, token = [], None
+    while True:
+        kwargs: dict[str, Any] = {"Filters": [{"Name": "file-system-id", "Values": [file_system_id]}]}
+        if token:
+            kwargs["NextToken"] = token
+        page = client.describe_data_repository_associations(**kwargs)
+        found += page.get("Associations", [])
+        token = page.get("NextToken")
+        if not token:
+            return found
+
+
+def report(found: Sequence[dict], file_system_id: str) -> tuple[int, list[str]]:
+    """(exit code, lines) for the associations of one file system."""
+    if not found:
+        return EXIT_NOT_HEALTHY, [f"{file_system_id}: no data repository association: checkpoints do not reach S3"]
+    lines, code = [], EXIT_OK
+    for a in found:
+        state = a.get("Lifecycle", "?")
+        line = (f"{a.get('AssociationId')}: {a.get('FileSystemPath')} <-> {a.get('DataRepositoryPath')}: {state}")
+        if state != HEALTHY:
+            code = EXIT_NOT_HEALTHY
+            message = (a.get("FailureDetails") or {}).get("Message")
+            line += "".join(f"; {m}" for m in (message, REMEDY.get(state)) if m)
+        lines.append(line)
+    return code, lines
+
+
+def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.fsx_status", description=__doc__.split("\n\n")[0])
+    parser.add_argument("file_system_id", help="the stack output checkpointFileSystem (fs-...)")
+    parser.add_argument("--region", required=True)
+    args = parser.parse_args(argv)
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+    client = client or boto3.client("fsx", region_name=args.region)
+    try:
+        found = associations(client, args.file_system_id)
+    except (BotoCoreError, ClientError) as err:
+        print(f"{args.file_system_id}: FSx DescribeDataRepositoryAssociations failed: {err}", file=sys.stderr)
+        return EXIT_NO_ANSWER
+    code, lines = report(found, args.file_system_id)
+    print("\n".join(lines), file=sys.stdout if code == EXIT_OK else sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The first deploy on an empty account, offline: ``deploy.phase: bootstrap`` registers the image
+repository and the AWS Backup opt-in and nothing that pulls an image; ``full`` registers those same
+resources (same URNs) and the rest; the reward Deployment does not hold ``pulumi up`` for its image."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import graph_of
+from test_workloads import one, variant, variant_graph
+
+from stackconfig.stack import StackConfigError, load_stack
+from stackconfig.files import raw_stack
+
+BOOTSTRAP = {"deploy": {"phase": "bootstrap"}}
+FIRST = {"aws:ecr/repository:Repository", "aws:ecr/lifecyclePolicy:LifecyclePolicy",
+         "aws:backup/regionSettings:RegionSettings"}
+
+
+@pytest.mark.parametrize("stack", ["p5en-prod", "dev"])
+def test_bootstrap_registers_only_the_repository_and_the_backup_opt_in(stack):
+    graph = variant_graph(stack, BOOTSTRAP)
+    custom = {r.type for r in graph.resources if r.custom}
+    kept = variant(stack, {}).checkpoints.retain_on_destroy
+    assert custom == (FIRST if kept else FIRST - {"aws:backup/regionSettings:RegionSettings"})
+    assert not [r for r in graph.resources if r.type.startswith(("kubernetes:", "eks:"))]
+
+
+@pytest.mark.parametrize("stack", ["p5en-prod", "dev"])
+def test_full_registers_the_bootstrap_resources_unchanged_and_everything_else(stack):
+    first, full = variant_graph(stack, BOOTSTRAP), graph_of(stack)
+    full_urns = {r.urn: r for r in full.resources}
+    for r in (r for r in first.resources if r.custom):
+        assert r.urn in full_urns, r.urn  # the second `pulumi up` adds to the first, replaces nothing
+        assert full_urns[r.urn].inputs == r.inputs
+    assert len([r for r in full.resources if r.custom]) > len([r for r in first.resources if r.custom])
+    assert {"aws:eks/cluster:Cluster", "aws:eks/nodeGroup:NodeGroup"} <= {r.type for r in full.resources}
+
+
+def test_backup_opt_in_is_s3_only_kept_and_can_be_left_to_another_stack():
+    graph = graph_of("p5en-prod")
+    opt_in = graph.named("aws:backup/regionSettings:RegionSettings", "rl-p5en-prod-backup-opt-in")
+    assert opt_in.inputs["resourceTypeOptInPreference"] == {"S3": True} and opt_in.retain_on_delete
+    off = variant_graph("p5en-prod", {"deploy": {"backupOptIn": False}})
+    assert off.of_type("aws:backup/regionSettings:RegionSettings") == []
+
+
+def test_an_unknown_phase_is_refused_by_name():
+    with pytest.raises(StackConfigError, match=r"deploy\.phase: 'images' is not allowed; allowed: 'bootstrap' or 'full'"):
+        load_stack("p5en-prod", {**raw_stack("p5en-prod"), "deploy": {"phase": "images"}})
+
+
+def test_the_reward_deployment_does_not_hold_pulumi_up():
+    """pulumi-kubernetes awaits a Deployment's rollout (provider/pkg/await/deployment.go, 10 min):
+    its image is the stack's own repository, empty or still being pulled on a first deploy."""
+    deployment = one(graph_of("p5en-prod"), "Deployment")
+    assert deployment["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+# --- placeholders and reservations: the plan warns, a deploy refuses ------------------------------
+
+REAL = "a3" * 32
+PINNED = {"versions": {"software": {"images": {
+    "miles-deepep-v2": f"{{imageRepository}}:miles-sglang0.5.19-deepepv2-nccl2.31.2-efa1.50.0@sha256:{REAL}"}}}}
+"""p5en-prod with its image pinned by a digest that is not a placeholder."""
+
+
+def _deploy(cfg, answer=None, graph=None):
+    """``program.build(cfg, deploy=True)`` under mocks whose invokes ``answer`` (token, args) -> outputs."""
+    import program
+    from analysis import mocks
+
+    class Answering(mocks._Mocks):
+        def call(self, args):
+            return answer(args.token, args.args)
+
+    graph = mocks.Graph() if graph is None else graph
+    original = mocks._Mocks
+    mocks._Mocks = Answering
+    try:
+        mocks.run(lambda: program.build(cfg, deploy=True), region=cfg.region, stack=cfg.stack, graph=graph)
+    finally:
+        mocks._Mocks = original
+    return graph
+
+
+class NotFound(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self):
+        return "InvalidCapacityReservationId.NotFound: The capacity reservation ID does not exist"
+
+
+def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True):
+    """What AWS answers for the stack's reservations: the Capacity Block invoke and the Cloud
+    Control read of an ODCR, in the shapes pulumi-aws 7.51.1 deserialises."""
+    import json
+
+    def answer(token, args):
+        if not known:  # how the engine reports a data source's error: a gRPC error of the Invoke call
+            raise NotFound()
+        if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
+            return {"id": args["id"], "availabilityZone": zone, "instanceType": instance_type,
+                    "reservationType": "capacity-block", "state": "scheduled"}
+        if token == "aws:cloudcontrol/getResource:getResource":
+            assert args["typeName"] == "AWS::EC2::CapacityReservation"
+            return {"id": args["identifier"], "identifier": args["identifier"], "typeName": args["typeName"],
+                    "properties": json.dumps({"Id": args["identifier"], "AvailabilityZone": zone,
+                                              "InstanceType": instance_type, "InstanceCount": 16})}
+        raise NotImplementedError(token)
+    return answer
+
+
+def test_the_plan_warns_of_placeholders_instead_of_saying_nothing():
+    from analysis.plan import plan_stack, render_text
+    plan, _ = plan_stack("p5en-prod")
+    text = render_text(plan)
+    assert "WARNING pools " in text and "placeholder digest" in text
+    assert "WARNING pools[train].capacity.reservationId: cr-0a1b2c3d4e5f60001" in text
+    assert text.index("Warnings") < text.index("Violations")
+    assert plan.to_json()["warnings"] == plan.warnings
+
+
+def test_a_deploy_refuses_a_placeholder_digest_naming_pool_and_image():
+    cfg = variant("p5en-prod", {})
+    with pytest.raises(StackConfigError, match=r"pools [a-z, ]*train[a-z, ]*: image \{imageRepository\}:miles-"
+                                               r"sglang0.5.19\S+@sha256:0{64} has a placeholder digest") as err:
+        _deploy(cfg, _aws())
+    assert "cannot deploy" in str(err.value)
+
+
+def test_a_deploy_with_pinned_images_and_matching_reservations_goes_through():
+    graph = _deploy(variant("p5en-prod", PINNED), _aws())
+    assert graph.of_type("aws:eks/nodeGroup:NodeGroup")
+
+
+@pytest.mark.parametrize("aws, expect", [
+    (_aws(zone="us-east-1b"), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 is in us-east-1b, "
+                              r"not the stack's availabilityZone us-east-1a"),
+    (_aws(zone="us-east-1b"), r"pools\[rollout\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60002 is in us-east-1b"),
+    (_aws(instance_type="p5.48xlarge"), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 reserves "
+                                        r"p5.48xlarge, not the pool's instanceType p5en.48xlarge"),
+    (_aws(instance_type="p5.48xlarge"), r"pools\[rollout\]\.capacity\.reservationId: \S+ reserves p5.48xlarge"),
+    (_aws(known=False), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 \(CAPACITY_BLOCK\) is not a "
+                        r"reservation AWS knows in us-east-1"),
+], ids=["block-zone", "odcr-zone", "block-type", "odcr-type", "unknown"])
+def test_a_deploy_refuses_a_reservation_elsewhere_naming_the_pool(aws, expect):
+    from analysis import mocks
+    graph = mocks.Graph()
+    with pytest.raises(StackConfigError, match=expect):
+        _deploy(variant("p5en-prod", PINNED), aws, graph)
+    assert graph.resources == []  # refused before anything is registered
+
+
+def test_the_bootstrap_phase_pushes_first_so_placeholders_do_not_block_it():
+    graph = _deploy(variant("p5en-prod", BOOTSTRAP), _aws(known=False))
+    assert graph.of_type("aws:ecr/repository:Repository")
