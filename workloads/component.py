@@ -27,7 +27,7 @@ from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
-from .render.admission import admission_policies
+from .render.admission import team_admission
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
@@ -104,7 +104,7 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        admission = admission_policies(pc["metadata"]["name"] for pc in M.priority_classes(m))
+        admission = team_admission(m)
         submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *admission)]
                       if m.settings.teams else [])
         self.members = self._team_members(m, platform)
