@@ -54,7 +54,7 @@ def graph_for(name: str) -> mocks.Graph:
 # --- pod specs of every registered object ------------------------------------------------------------
 
 PODLESS = {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service",
-           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota",
+           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota", "LimitRange",
            "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
            "ValidatingAdmissionPolicyBinding"}
 

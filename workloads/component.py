@@ -47,6 +47,7 @@ TYPED = {
     "CronJob": k8s.batch.v1.CronJob,
     "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
+    "LimitRange": k8s.core.v1.LimitRange,
     "PriorityClass": k8s.scheduling.v1.PriorityClass,
     "Role": k8s.rbac.v1.Role,
     "RoleBinding": k8s.rbac.v1.RoleBinding,
