@@ -81,8 +81,10 @@ class Workloads(pulumi.ComponentResource):
 
         charts = m.charts
         cluster = platform.cluster  # strict NetworkPolicy mode: the operators' pods are allowed before they start
+        self.platform_priority = self._object(M.platform_priority_class(), after=[system])  # before the pods naming it
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE, M.kuberay_values(m),
-                                     after=[system, *cluster.allow_platform_namespace(M.KUBERAY_NAMESPACE)])
+                                     after=[system, self.platform_priority,
+                                            *cluster.allow_platform_namespace(M.KUBERAY_NAMESPACE)])
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
@@ -121,7 +123,7 @@ class Workloads(pulumi.ComponentResource):
         reward = m.reward
         self.reward = None
         if reward is not None:
-            after = [scripts, ns, node_group[reward.pool.name], *(plugins if reward.gpus else [])]
+            after = [scripts, ns, node_group[reward.pool.name], self.platform_priority, *(plugins if reward.gpus else [])]
             self.reward = self._object(M.reward_deployment(m), after=after)
             self._object(M.reward_service(m), after=[ns])
             self._object(M.reward_pdb(m), after=[ns])
