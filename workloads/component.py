@@ -28,6 +28,7 @@ from . import layout as L
 from . import render as M
 from .model import WorkloadModel
 from .render.admission import team_admission
+from .render.network_policies import kuberay_operator_policy
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
@@ -84,7 +85,8 @@ class Workloads(pulumi.ComponentResource):
         self.platform_priority = self._object(M.platform_priority_class(), after=[system])  # before the pods naming it
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE, M.kuberay_values(m),
                                      after=[system, self.platform_priority,
-                                            *cluster.allow_platform_namespace(M.KUBERAY_NAMESPACE)])
+                                            *cluster.allow_platform_namespace(
+                                                M.KUBERAY_NAMESPACE, policy=kuberay_operator_policy(m.namespace))])
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
