@@ -187,7 +187,12 @@ CLUSTER_READ_RULES = [
     {"apiGroups": ["topology.volcano.sh"], "resources": ["hypernodes"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
 ]
-"""What it reads cluster-wide: the HyperNodes and the pools' nodes, for the network tiers."""
+"""What it reads cluster-wide: the HyperNodes and the pools' nodes, for the network tiers
+(``runs.client.RunClient.tier_sizes`` maps each pool's node names onto the HyperNodes). Not narrowed: RBAC
+grants whole objects, not fields, and node names are not known when the Role is made, so a member also
+sees every node's ``status.images`` (the images pulled there, other teams' included). Image references
+are not secrets on this platform (the stack file pins its own); a team that needs its image names kept
+from other teams needs its own nodes."""
 
 
 def team_rbac(team: TeamSettings) -> list[dict]:
