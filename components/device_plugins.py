@@ -60,7 +60,9 @@ set itself, instead of the ``NVIDIA_VISIBLE_DEVICES`` variable any container can
 README, ``DEVICE_LIST_STRATEGY``; chart values.yaml:33 ``deviceListStrategy``, rendered as the
 ``DEVICE_LIST_STRATEGY`` env of the plugin, templates/daemonset-device-plugin.yml:154-156). Together with
 the node's toolkit settings (``components.gpu_runtime``), which make the runtime read the mounts and ignore
-the variable in unprivileged containers."""
+the variable in unprivileged containers. GDRCopy is unaffected: the plugin sets ``NVIDIA_GDRCOPY`` whatever the
+strategy (internal/plugin/server.go:339-341) and the toolkit applies it once devices are selected
+(nvidia-container-toolkit v1.20.0 internal/modifier/gated.go:36-40)."""
 
 
 def nvidia_plugin_values(taints: Sequence[Taint]) -> dict:

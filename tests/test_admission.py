@@ -5,6 +5,7 @@ platform and KubeRay make for a run, and against each attack a team member could
 from __future__ import annotations
 
 import copy
+import functools
 
 import celpy
 import kubernetes_validate
@@ -40,9 +41,15 @@ def rayjob(cfg):
     return run_objects(cfg, load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")).rayjob
 
 
+@functools.lru_cache(maxsize=None)
+def _program(expression: str):
+    """Each expression compiled once: the policies repeat them across every attack."""
+    return ENV.program(ENV.compile(expression))
+
+
 def _value(expression: str, activation: dict):
     try:
-        out = ENV.program(ENV.compile(expression)).evaluate(activation)
+        out = _program(expression).evaluate(activation)
     except celpy.CELEvalError as err:
         return err
     return out
