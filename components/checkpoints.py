@@ -98,12 +98,19 @@ def writer_policy(bucket_arn: str, key_arn: str, prefix: str = "") -> str:
     if prefix:
         listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*"]}}
     objects = _object_arn_pattern(bucket_arn, prefix)
-    return policy_document([
+    statements = [
         listing,
         {"Sid": "Objects", "Effect": "Allow", "Action": OBJECT_ACTIONS, "Resource": objects},
         {"Sid": "Key", "Effect": "Allow", "Action": WRITER_KMS_ACTIONS, "Resource": key_arn,
          "Condition": {"StringLike": {"kms:EncryptionContext:aws:s3:arn": objects}}},
-    ])
+    ]
+    if prefix:
+        # S3 keeps ".." in a key as it is (S3 user guide, "Naming Amazon S3 objects": avoid "../"), so the
+        # prefix Allow matches "<prefix>../<other team>/x"; a file system import or a sync to disk resolves
+        # it into another team's directory. A ".." path segment is refused under the prefix.
+        climbs = [f"{bucket_arn}/{prefix}{c}" for c in ("..", "../*", "*/..", "*/../*")]
+        statements.append({"Sid": "NoClimb", "Effect": "Deny", "Action": ["s3:PutObject"], "Resource": climbs})
+    return policy_document(statements)
 
 
 class CheckpointBucket(pulumi.ComponentResource):

@@ -161,15 +161,17 @@ class Cluster(pulumi.ComponentResource):
     def _pulumi_name(self) -> str:
         return self.eks._name
 
-    def allow_platform_namespace(self, namespace: str, create: bool = True) -> list[pulumi.Resource]:
-        """``platform_pods_policy`` in ``namespace`` (created here when ``create``): whatever installs
-        pods there waits for these, so no platform pod starts under strict mode's deny-all."""
+    def allow_platform_namespace(self, namespace: str, create: bool = True,
+                                 policy: dict | None = None) -> list[pulumi.Resource]:
+        """``platform_pods_policy`` in ``namespace``, or the narrower ``policy`` given (created here when
+        ``create``): whatever installs pods there waits for these, so no platform pod starts under
+        strict mode's deny-all."""
         opts = pulumi.ResourceOptions(parent=self, provider=self.provider)
         made: list[pulumi.Resource] = []
         if create:
             made.append(k8s.core.v1.Namespace(f"{self._pulumi_name()}-{namespace}", metadata={"name": namespace},
                                               opts=opts))
-        policy = platform_pods_policy(namespace)
+        policy = policy or platform_pods_policy(namespace)
         made.append(k8s.networking.v1.NetworkPolicy(
             f"{self._pulumi_name()}-{namespace}-{PLATFORM_PODS_POLICY}", metadata=policy["metadata"],
             spec=policy["spec"], opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=made))))

@@ -54,16 +54,28 @@ def efa_plugin_values(taints: Sequence[Taint], region: str) -> dict:
     }
 
 
+DEVICE_LIST_STRATEGY = "volume-mounts"
+"""How the plugin tells the NVIDIA runtime which GPUs a container was allocated: volume mounts a pod cannot
+set itself, instead of the ``NVIDIA_VISIBLE_DEVICES`` variable any container can (k8s-device-plugin v0.20.0
+README, ``DEVICE_LIST_STRATEGY``; chart values.yaml:33 ``deviceListStrategy``, rendered as the
+``DEVICE_LIST_STRATEGY`` env of the plugin, templates/daemonset-device-plugin.yml:154-156). Together with
+the node's toolkit settings (``components.gpu_runtime``), which make the runtime read the mounts and ignore
+the variable in unprivileged containers. GDRCopy is unaffected: the plugin sets ``NVIDIA_GDRCOPY`` whatever the
+strategy (internal/plugin/server.go:339-341) and the toolkit applies it once devices are selected
+(nvidia-container-toolkit v1.20.0 internal/modifier/gated.go:36-40)."""
+
+
 def nvidia_plugin_values(taints: Sequence[Taint]) -> dict:
     """``mofedEnabled: false`` pinned: EFA is not Mellanox OFED, and the EKS EFA setup needs no MOFED
     (nvidia-device-plugin 0.20.0 values.yaml: ``mofedEnabled: null``, so off unless a default
     changes). ``gdrcopyEnabled`` only exposes /dev/gdrdrv to the containers; the gdrdrv kernel module
-    itself must be on the host."""
+    itself must be on the host. ``deviceListStrategy``: ``DEVICE_LIST_STRATEGY``."""
     return {
         "tolerations": tolerations(taints),
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "gdrcopyEnabled": True,
         "mofedEnabled": False,
+        "deviceListStrategy": DEVICE_LIST_STRATEGY,
     }
 
 

@@ -28,6 +28,7 @@ import pulumi_aws as aws
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
 from .gpu_node_setup import SHELLSCRIPT, GpuNodeSetup, registration_taints, user_data_parts
+from .gpu_runtime import toolkit_script
 from .network import pods_per_node
 
 NODEADM_BOUNDARY = "==NODEADM=="
@@ -93,7 +94,8 @@ def user_data(pool: Pool, gpu_setup: GpuNodeSetup = GpuNodeSetup()) -> str:
     the GPU node setup's parts (``components.gpu_node_setup``: gdrdrv, driver options, capability
     labels) where the pool has one; base64 as launch templates want it."""
     memlock = [(SHELLSCRIPT, memlock_script())] if pool.efa_enabled else []
-    parts = [("application/node.eks.aws", node_config(pool)), *memlock, *user_data_parts(gpu_setup)]
+    runtime = [(SHELLSCRIPT, toolkit_script())] if pool.instance.is_gpu else []  # components.gpu_runtime
+    parts = [("application/node.eks.aws", node_config(pool)), *memlock, *runtime, *user_data_parts(gpu_setup)]
     body = "".join(f"--{NODEADM_BOUNDARY}\nContent-Type: {kind}\n\n{text}\n" for kind, text in parts)
     mime = (f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{NODEADM_BOUNDARY}"\n\n'
             f"{body}--{NODEADM_BOUNDARY}--\n")

@@ -5,6 +5,7 @@ platform and KubeRay make for a run, and against each attack a team member could
 from __future__ import annotations
 
 import copy
+import functools
 
 import celpy
 import kubernetes_validate
@@ -13,9 +14,9 @@ from celpy import celtypes, json_to_cel
 from conftest import ROOT
 from test_workloads import k8s_version, variant
 
-from workloads.render.admission import (POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY, SERVICE_POLICY,
-                                        admission_policies)
-from workloads.render.runs import priority_class_name
+from workloads.render.admission import (PODGROUP_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY,
+                                        SERVICE_POLICY, team_admission)
+from workloads.model import derive
 from workloads.runs import load_run
 from workloads.runs.submit import run_objects
 
@@ -31,7 +32,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def policies(cfg):
-    objs = admission_policies(map(priority_class_name, cfg.workloads.priority_classes))
+    objs = team_admission(derive(cfg))
     return {o["metadata"]["name"]: o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
 
 
@@ -40,9 +41,15 @@ def rayjob(cfg):
     return run_objects(cfg, load_run(ROOT / "runs" / "grpo-qwen3-30b.yaml")).rayjob
 
 
+@functools.lru_cache(maxsize=None)
+def _program(expression: str):
+    """Each expression compiled once: the policies repeat them across every attack."""
+    return ENV.program(ENV.compile(expression))
+
+
 def _value(expression: str, activation: dict):
     try:
-        out = ENV.program(ENV.compile(expression)).evaluate(activation)
+        out = _program(expression).evaluate(activation)
     except celpy.CELEvalError as err:
         return err
     return out
@@ -63,10 +70,12 @@ def _holds(result) -> bool:
     return isinstance(result, (bool, celtypes.BoolType)) and bool(result)
 
 
-def as_kuberay_makes(template: dict) -> dict:
+def as_kuberay_makes(template: dict, node_type: str = "worker") -> dict:
     """A Ray pod as KubeRay v1.7.0 creates it from ``template``: schedulerName volcano (volcano_scheduler.go:
-    263-268) and RAY_AUTH_MODE/RAY_AUTH_TOKEN in the Ray container (common/pod.go:387-425)."""
+    263-268), RAY_AUTH_MODE/RAY_AUTH_TOKEN in the Ray container (common/pod.go:387-425) and its node type
+    label, which a template cannot override (common/pod.go:1167-1191)."""
     pod = {"metadata": copy.deepcopy(template["metadata"]), "spec": copy.deepcopy(template["spec"])}
+    pod["metadata"]["labels"]["ray.io/node-type"] = node_type
     pod["spec"]["schedulerName"] = "volcano"
     ray = pod["spec"]["containers"][0]
     ray["env"] = [*ray.get("env", []), {"name": "RAY_AUTH_MODE", "value": "token"},
@@ -76,8 +85,16 @@ def as_kuberay_makes(template: dict) -> dict:
 
 def run_pods(rayjob: dict) -> list[dict]:
     cluster = rayjob["spec"]["rayClusterSpec"]
-    return [as_kuberay_makes(t) for t in [cluster["headGroupSpec"]["template"],
-                                          *(g["template"] for g in cluster["workerGroupSpecs"])]]
+    return [as_kuberay_makes(cluster["headGroupSpec"]["template"], "head"),
+            *(as_kuberay_makes(g["template"]) for g in cluster["workerGroupSpecs"])]
+
+
+def operator_cluster(rayjob: dict) -> dict:
+    """The RayCluster KubeRay makes from a RayJob: the RayJob's labels and annotations, its spec
+    (rayjob_controller.go:997-1018, v1.7.0)."""
+    return {"metadata": {"labels": {**rayjob["metadata"]["labels"], "ray.io/originated-from-crd": "RayJob"},
+                         "annotations": dict(rayjob["metadata"]["annotations"])},
+            "spec": copy.deepcopy(rayjob["spec"]["rayClusterSpec"])}
 
 
 HEAD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "r-1-head-svc"},
@@ -87,13 +104,13 @@ HEAD_SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "r-1
 
 
 def test_every_policy_is_valid_and_bound_with_deny_on_every_team_namespace(cfg):
-    objs = admission_policies(map(priority_class_name, cfg.workloads.priority_classes))
+    objs = team_admission(derive(cfg))
     for o in objs:
         kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
     policies = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
     bindings = {o["spec"]["policyName"]: o["spec"] for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"}
     assert sorted(bindings) == sorted(p["metadata"]["name"] for p in policies) == sorted(
-        [POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY])
+        [POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY])
     for b in bindings.values():
         assert b["validationActions"] == ["Deny"]
         assert b["matchResources"] == {"namespaceSelector": {"matchExpressions": [
@@ -108,7 +125,7 @@ def test_what_the_platform_and_kuberay_make_for_a_run_passes(policies, rayjob):
     suspended = copy.deepcopy(rayjob)
     suspended["spec"]["suspend"] = True
     assert refused(policies[RAYJOB_POLICY], suspended, "UPDATE", rayjob) == []  # cancel
-    assert refused(policies[RAYCLUSTER_POLICY], {"spec": rayjob["spec"]["rayClusterSpec"]}) == []
+    assert refused(policies[RAYCLUSTER_POLICY], operator_cluster(rayjob)) == []
     assert refused(policies[SERVICE_POLICY], HEAD_SERVICE) == []
     for pod in run_pods(rayjob):
         assert refused(policies[POD_POLICY], pod) == []
@@ -229,7 +246,7 @@ def test_a_team_rayjob_cannot_steer_the_operator_or_pick_another_queue_or_priori
     messages = refused(policies[RAYJOB_POLICY], bad)
     assert messages and all(part in m for m in messages[:1]), messages
     if path.startswith("spec.rayClusterSpec"):  # the operator's own copy is refused too
-        cluster = {"spec": bad["spec"]["rayClusterSpec"]}
+        cluster = operator_cluster(bad)
         assert refused(policies[RAYCLUSTER_POLICY], cluster) == messages
 
 
@@ -240,7 +257,7 @@ def test_the_confused_deputy_external_name_head_is_refused_at_every_step(policie
     hostile = _set(rayjob, f"{HEAD}.headService", {"spec": {"type": "ExternalName",
                                                             "externalName": "ray-head-svc.rl.svc.cluster.local"}})
     assert refused(policies[RAYJOB_POLICY], hostile)
-    assert refused(policies[RAYCLUSTER_POLICY], {"spec": hostile["spec"]["rayClusterSpec"]})
+    assert refused(policies[RAYCLUSTER_POLICY], operator_cluster(hostile))
     service = _set(HEAD_SERVICE, "spec.type", "ExternalName")
     assert refused(policies[SERVICE_POLICY], _set(service, "spec.externalName", "ray-head-svc.rl.svc.cluster.local"))
 

@@ -330,7 +330,8 @@ def test_every_namespace_with_pods_has_a_policy_before_its_pods():
                   "volcano-system": [releases["volcano-system"]]}
     for ns, starters in installers.items():
         allow = [p for p in selects_all.get(ns, []) if p.inputs["spec"].get("ingress") == [{}]
-                 and p.inputs["spec"].get("egress") == [{}]]
+                 and p.inputs["spec"].get("egress") == [{}]
+                 or ns == "kuberay-system" and p.inputs["spec"].get("egress")]  # narrowed: test_operator_egress
         assert allow, ns
         for starter in starters:
             assert allow[0].urn in starter.dependencies, (ns, starter.name)

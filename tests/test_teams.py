@@ -42,7 +42,8 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
     for t in teams:
         objs = team_objects(t, pools, "rl", 8000, head(pools))
         assert objs[0] == team_namespace(t)
-        assert [o["kind"] for o in objs] == (["Namespace", "Queue", "ResourceQuota", "ServiceAccount"] + ["NetworkPolicy"] * 5
+        assert [o["kind"] for o in objs] == (["Namespace", "Queue", "ResourceQuota", "LimitRange", "ServiceAccount"]
+                                               + ["NetworkPolicy"] * 5
                                                + ["Role", "RoleBinding", "ClusterRoleBinding"])
         for o in objs:
             if o["kind"] == "Queue":
@@ -53,7 +54,7 @@ def test_two_teams_validate_and_render_valid_objects(teams, pools):
                     assert o["metadata"]["namespace"] == f"team-{t.name}"
         labels = objs[0]["metadata"]["labels"]
         assert labels == {"app.kubernetes.io/part-of": "moe-rl-platform", "rl.platform/team": t.name}
-        assert {p["metadata"]["name"] for p in objs[4:9]} == {"default-deny", "allow-dns", "allow-team-tcp",
+        assert {p["metadata"]["name"] for p in objs[5:10]} == {"default-deny", "allow-dns", "allow-team-tcp",
                                                                   "ray-external", "ray-head-operator"}
 
 
@@ -160,3 +161,50 @@ def test_a_teams_role_reaches_only_its_own_checkpoint_prefix():
     from conftest import ROOT
     raw = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-prod.yaml").read_text())["config"]["moe-rl-platform:platform"]
     assert evaluate(graph, MANDATORY, platform_config=raw) == []
+
+
+# --- issue 26: huge pages, ephemeral storage, counts, S3 keys ----------------------------------------
+
+def test_huge_pages_ephemeral_storage_and_object_counts_have_a_quota(teams, pools):
+    """Huge pages: each GPU node's pre-allocated pages (``resources.allocatable``) times the nodes the
+    caps span; EFA devices likewise, with the GPUs' share; RayJobs, Ray clusters, pods and Services by
+    count (``maxRuns``); ephemeral storage per container from the LimitRange, in total by the quota."""
+    from workloads.resources import allocatable
+    alpha = teams[0]
+    hard = team_resource_quota(alpha, pools, head(pools))["spec"]["hard"]
+    by_name = {p.name: p for p in pools}
+    nodes = {n: -(-q.cap // by_name[n].instance.gpus) for n, q in alpha.gpus.items()}
+    assert hard["requests.hugepages-2Mi"] == str(sum(allocatable(by_name[n]).hugepages * k for n, k in nodes.items()))
+    runs, gpu_nodes = alpha.max_runs, sum(nodes.values())
+    assert hard["count/rayjobs.ray.io"] == hard["count/rayclusters.ray.io"] == str(runs)
+    assert hard["pods"] == str(2 * (runs + gpu_nodes))
+    assert hard["services"] == str(2 * runs)
+    per = alpha.ephemeral_storage_gib * 1024 ** 3
+    assert hard["limits.ephemeral-storage"] == hard["requests.ephemeral-storage"] == str(per * int(hard["pods"]))
+
+
+def test_every_container_of_a_team_gets_an_ephemeral_storage_limit(teams, pools):
+    from workloads.render.teams import team_limit_range
+    lr = team_limit_range(teams[0])
+    kubernetes_validate.validate(lr, K8S, strict=True)
+    (limit,) = lr["spec"]["limits"]
+    size = f"{teams[0].ephemeral_storage_gib}Gi"
+    assert limit["type"] == "Container"
+    assert limit["default"] == limit["defaultRequest"] == limit["max"] == {"ephemeral-storage": size}
+    assert any(o["kind"] == "LimitRange" for o in team_objects(teams[0], pools, "rl", 8000, head(pools)))
+
+
+def test_a_team_writer_cannot_put_keys_that_climb_out_of_its_prefix():
+    """S3 keeps ``..`` in a key as two characters, so the prefix Allow matches
+    ``checkpoints/teams/alpha/../beta/x``; a file system import or ``aws s3 sync`` to disk resolves it into
+    another team's directory."""
+    import json
+
+    from analysis.rules.iam_eval import ALLOW, DENY, decide
+    from components.checkpoints import writer_policy
+    bucket, key = "arn:aws:s3:::rl-ckpt", "arn:aws:kms:us-east-1:123456789012:key/k"
+    doc = json.loads(writer_policy(bucket, key, "checkpoints/teams/alpha/"))
+    assert decide([doc], "s3:PutObject", f"{bucket}/checkpoints/teams/alpha/step-10/model.pt") == ALLOW
+    for climb in ("../beta/x", "a/../../beta/x", "a/..", ".."):
+        assert decide([doc], "s3:PutObject", f"{bucket}/checkpoints/teams/alpha/{climb}") == DENY, climb
+    assert decide([doc], "s3:PutObject", f"{bucket}/checkpoints/teams/alpha/model..bin") == ALLOW

@@ -94,6 +94,57 @@ def default_deny_allows_ingress(g):
     return NAMESPACE, NS
 
 
+def loses_check(policy: str, part: str):
+    """A mutation that drops ``policy``'s validation whose message contains ``part``."""
+    name = f"validatingadmissionpolicy-{policy}"
+
+    def mutate(g):
+        def edit(p):
+            kept = [v for v in p["spec"]["validations"] if part not in v["message"]]
+            assert len(kept) == len(p["spec"]["validations"]) - 1, part
+            p["spec"]["validations"] = kept
+        _edit(g.named(VAP, name), edit)
+        return VAP, name
+    return mutate
+
+
+def pods_may_use_the_system_pool(g):
+    def edit(p):
+        p["spec"]["variables"] = [{**v, "expression": v["expression"].replace("[", "['system', ", 1)}
+                                  if v["name"] == "gpuPools" else v for v in p["spec"]["variables"]]
+    _edit(g.named(VAP, "validatingadmissionpolicy-rl-team-pods"), edit)
+    return VAP, "validatingadmissionpolicy-rl-team-pods"
+
+
+def rayclusters_skip_label_updates(g):
+    def edit(p):
+        p["spec"]["variables"] = [{**v, "expression": "request.operation == 'UPDATE' && object.spec == oldObject.spec"}
+                                  if v["name"] == "unchanged" else v for v in p["spec"]["variables"]]
+    _edit(g.named(VAP, "validatingadmissionpolicy-rl-team-rayclusters"), edit)
+    return VAP, "validatingadmissionpolicy-rl-team-rayclusters"
+
+
+def drop_podgroup_policy(g):
+    _drop(g, VAP, "validatingadmissionpolicy-rl-team-podgroups")
+    return NAMESPACE, NS
+
+
+NEW_RULES = {  # issue 26, issue 23 item 11: one broken variant per rule
+    "tolerations check removed": ("rl-team-pods", "tolerate"),
+    "probe host check removed": ("rl-team-pods", "probe or lifecycle host"),
+    "volume types check removed": ("rl-team-pods", "volume types"),
+    "pod preemptable check removed": ("rl-team-pods", "preemptable"),
+    "huge pages and EFA without GPUs allowed": ("rl-team-pods", "without GPUs"),
+    "pool confinement removed": ("rl-team-pods", "pools meant for them"),
+    "ray cluster queue check removed": ("rl-team-rayclusters", "own team's queue"),
+    "ray cluster operator fields allowed": ("rl-team-rayclusters", "creates no other object"),
+    "rayjob managedBy allowed": ("rl-team-rayjobs", "no managedBy"),
+    "podgroup queue check removed": ("rl-team-podgroups", "own team's queue"),
+    "podgroup priority check removed": ("rl-team-podgroups", "run priorities"),
+    "podgroup preemptable check removed": ("rl-team-podgroups", "preemptable"),
+}
+
+
 BROKEN = {
     "no pod policy": (drop_pod_policy, "no ValidatingAdmissionPolicy rl-team-pods"),
     "no service binding": (drop_service_binding, "no binding of rl-team-services"),
@@ -105,6 +156,10 @@ BROKEN = {
     "checks skipped by a variable": (pod_policy_never_checks, "a variable its checks read was changed"),
     "no default deny": (drop_default_deny, "no default-deny NetworkPolicy in team-alpha"),
     "default deny allows ingress": (default_deny_allows_ingress, "no default-deny NetworkPolicy in team-alpha"),
+    "no podgroup policy": (drop_podgroup_policy, "no ValidatingAdmissionPolicy rl-team-podgroups"),
+    "gpu pools widened to the system pool": (pods_may_use_the_system_pool, "a variable its checks read was changed"),
+    "ray cluster label updates skipped": (rayclusters_skip_label_updates, "a variable its checks read was changed"),
+    **{case: (loses_check(policy, part), part) for case, (policy, part) in NEW_RULES.items()},
 }
 
 

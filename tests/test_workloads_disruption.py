@@ -212,6 +212,7 @@ def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
     first (per-sample override), then response, label, metadata, and tokens for one rule."""
     import importlib
     import sys
+    import threading
     import types
 
     seen = {}
@@ -232,15 +233,13 @@ def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
     monkeypatch.delitem(sys.modules, "reward_server", raising=False)
     server = importlib.import_module("reward_server")
 
-    class Request:
-        async def json(self):
-            return {"prompt": "1+1?", "response": "\\boxed{2}", "label": "2"}
-
-    # Driven without an event loop (nothing here really waits): asyncio.run would leave the main
-    # thread without a current loop, which the Pulumi mocks of later tests expect.
-    with pytest.raises(StopIteration) as done:
-        server.reward(Request()).send(None)
-    reply = done.value.value
-    assert json.loads(reply.body) == 1.0
+    # In a thread of its own: asyncio.run would leave the main thread without a current loop, which
+    # the Pulumi mocks of later tests expect.
+    body = {"prompt": "1+1?", "response": "\\boxed{2}", "label": "2"}
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(server.miles_reward(body)))
+    worker.start()
+    worker.join(timeout=10)
+    assert out == [1.0]
     assert seen == {"spec": None, "response": "\\boxed{2}", "label": "2", "metadata": {}, "tokens": [],
                     "rm_type": "dapo", "custom": None}

@@ -54,7 +54,7 @@ def graph_for(name: str) -> mocks.Graph:
 # --- pod specs of every registered object ------------------------------------------------------------
 
 PODLESS = {"Namespace", "ServiceAccount", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Service",
-           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota",
+           "PodDisruptionBudget", "NetworkPolicy", "Queue", "PriorityClass", "ResourceQuota", "LimitRange",
            "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
            "ValidatingAdmissionPolicyBinding"}
 
@@ -172,7 +172,7 @@ HOST_ACCESS_RELEASES = {
 from its chart's defaults or from our values."""
 PLUGIN_VALUES = {
     "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels", "image"},  # image: registry only
-    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled"},
+    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled", "deviceListStrategy"},
     "aws-fsx-csi-driver": {"nodeComponentOnly", "controller", "node"},
 }
 """The only values we pass them: placement and device coverage. In particular nothing that widens

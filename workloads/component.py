@@ -27,7 +27,8 @@ from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 from . import layout as L
 from . import render as M
 from .model import WorkloadModel
-from .render.admission import admission_policies
+from .render.admission import team_admission
+from .render.network_policies import kuberay_operator_policy
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
@@ -47,6 +48,7 @@ TYPED = {
     "CronJob": k8s.batch.v1.CronJob,
     "NetworkPolicy": k8s.networking.v1.NetworkPolicy,
     "ResourceQuota": k8s.core.v1.ResourceQuota,
+    "LimitRange": k8s.core.v1.LimitRange,
     "PriorityClass": k8s.scheduling.v1.PriorityClass,
     "Role": k8s.rbac.v1.Role,
     "RoleBinding": k8s.rbac.v1.RoleBinding,
@@ -80,8 +82,11 @@ class Workloads(pulumi.ComponentResource):
 
         charts = m.charts
         cluster = platform.cluster  # strict NetworkPolicy mode: the operators' pods are allowed before they start
+        self.platform_priority = self._object(M.platform_priority_class(), after=[system])  # before the pods naming it
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE, M.kuberay_values(m),
-                                     after=[system, *cluster.allow_platform_namespace(M.KUBERAY_NAMESPACE)])
+                                     after=[system, self.platform_priority,
+                                            *cluster.allow_platform_namespace(
+                                                M.KUBERAY_NAMESPACE, policy=kuberay_operator_policy(m.namespace))])
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
@@ -104,7 +109,7 @@ class Workloads(pulumi.ComponentResource):
         self.priority_classes = [self._object(pc, after=[system]) for pc in M.priority_classes(m)]
         dirs = (self._object(M.team_directories_job(m), after=[pvc, node_group[m.utility_pool.name]])
                 if m.settings.teams else None)
-        admission = admission_policies(pc["metadata"]["name"] for pc in M.priority_classes(m))
+        admission = team_admission(m)
         submitters = ([self._object(o, after=[system]) for o in (run_submitter_cluster_role(), *admission)]
                       if m.settings.teams else [])
         self.members = self._team_members(m, platform)
@@ -120,7 +125,7 @@ class Workloads(pulumi.ComponentResource):
         reward = m.reward
         self.reward = None
         if reward is not None:
-            after = [scripts, ns, node_group[reward.pool.name], *(plugins if reward.gpus else [])]
+            after = [scripts, ns, node_group[reward.pool.name], self.platform_priority, *(plugins if reward.gpus else [])]
             self.reward = self._object(M.reward_deployment(m), after=after)
             self._object(M.reward_service(m), after=[ns])
             self._object(M.reward_pdb(m), after=[ns])

@@ -374,9 +374,9 @@ class WorkloadSettings(SchemaModel):
     @classmethod
     def _priority_values(cls, classes: dict[str, int]) -> dict[str, int]:
         for name, value in classes.items():
-            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name) or not 0 <= value <= 1_000_000_000:
-                raise ValueError(f"{name}: {value}: allowed: a DNS label name and a value 0..1000000000 "
-                                 f"(larger values are reserved for system PriorityClasses)")
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", name) or not 0 <= value < 1_000_000_000:
+                raise ValueError(f"{name}: {value}: allowed: a DNS label name and a value 0..999999999 "
+                                 f"(1000000000 is the platform's own pods', larger ones system PriorityClasses')")
         return classes
 
     @field_validator("efa_devices")

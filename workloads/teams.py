@@ -7,7 +7,9 @@ A team (``workloads.teams[]``) gets:
 - a cluster-scoped Volcano Queue ``team-<name>``: priority, whether other teams may reclaim what it
   uses beyond its deserved share (``reclaimable``), and its guarantee, deserved share and capability
   in GPUs, read by Volcano's ``capacity`` plugin (README, "Scheduling rules");
-- a ResourceQuota ``gpu-quota`` in its namespace: GPUs and EFA devices its pods may request;
+- a ResourceQuota ``gpu-quota`` in its namespace: GPUs, the EFA devices and huge pages of the nodes they
+  span, CPU and memory, ephemeral storage, and counts of RayJobs, Ray clusters, pods and Services; a
+  LimitRange giving every container an ephemeral-storage limit;
 - NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
 
 Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, deserved, cap}}``) and checked against
@@ -86,6 +88,14 @@ class TeamSettings(SchemaModel):
     """Other teams may reclaim what this team uses beyond its deserved share."""
     priority: int = Field(0, ge=0)
     """Queue priority: Volcano's capacity plugin serves a higher one first (capacity.go:1183-1193)."""
+    max_runs: int = Field(4, ge=1, le=64)
+    """RayJobs the team may hold at once (ResourceQuota ``count/rayjobs.ray.io``): each brings one head
+    onto the head pool, so this bounds what the team places there; pods and Services follow from it."""
+    ephemeral_storage_gib: int = Field(50, ge=1, le=4096)
+    """Local ephemeral storage (container layer, logs, emptyDir on disk) each container may use: the
+    LimitRange's default request and limit, and its maximum. The kubelet evicts a pod over its own limit
+    (Kubernetes docs, "Local ephemeral storage"), so a team filling a node's disk loses its own pod instead
+    of the node's other pods going first by priority."""
     members: list[str] = []
     """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
     the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.runs`` in the team's

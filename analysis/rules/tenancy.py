@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from stackconfig.stack import GPU_ROLES, POOL_LABEL, ROLE_LABEL, Role
 from workloads.render.admission import admission_policies
 from workloads.render.runs import PRIORITY_CLASS_PREFIX
 from workloads.teams import TEAM_LABEL
 
-from .view import (NAMESPACE, NETWORK_POLICY, PRIORITY_CLASS, UNKNOWN, VAP, VAP_BINDING, Resource, Stack, as_list,
-                   dig)
+from .view import (NAMESPACE, NETWORK_POLICY, NODE_GROUP, PRIORITY_CLASS, UNKNOWN, VAP, VAP_BINDING, Resource, Stack,
+                   as_list, dig)
 
 
 def _name(res: Resource) -> Any:
@@ -32,6 +33,20 @@ def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
                 "Exists": key in labels, "DoesNotExist": key not in labels}.get(op, False):
             return False
     return True
+
+
+def team_pools(stack: Stack) -> tuple[list[str], str]:
+    """(GPU pools, head pool) team pods may run on, from the node groups' labels: the train and rollout
+    pools, and the cpu pool for a run's head (the system pool where there is none, as
+    ``workloads.layout.head_pool`` places it by default)."""
+    roles: dict[str, list[str]] = {}
+    for ng in stack.of_type(NODE_GROUP):
+        pool, role = dig(ng.props, "labels", POOL_LABEL), dig(ng.props, "labels", ROLE_LABEL)
+        if isinstance(pool, str) and isinstance(role, str):
+            roles.setdefault(role, []).append(pool)
+    gpu = sorted(p for r in GPU_ROLES for p in roles.get(r.value, []))
+    head = (roles.get(Role.CPU.value) or roles.get(Role.SYSTEM.value) or [""])[0]
+    return gpu, head
 
 
 def _rules(spec: Mapping) -> set[tuple[str, str, str, str]]:
@@ -90,7 +105,8 @@ def check_team_isolation(stack: Stack) -> Iterator[tuple[str, str]]:
         return
     classes = [n for pc in stack.of_type(PRIORITY_CLASS)
                if isinstance(n := _name(pc), str) and n.startswith(PRIORITY_CLASS_PREFIX)]
-    expected = [o for o in admission_policies(classes) if o["kind"] == "ValidatingAdmissionPolicy"]
+    gpu_pools, head_pool = team_pools(stack)
+    expected = [o for o in admission_policies(classes, gpu_pools, head_pool) if o["kind"] == "ValidatingAdmissionPolicy"]
     policies = {_name(r): r for r in stack.of_type(VAP)}
     bindings: dict[Any, list[Mapping]] = {}
     for r in stack.of_type(VAP_BINDING):

@@ -28,7 +28,7 @@ from ..model import WorkloadModel
 from .block_end import CHECKPOINT_TRIGGER, checkpoint_trigger_cronjob, trigger_script, trigger_template
 from .common import FSX_CLAIM, KUBERAY_NAMESPACE, RAY_PODS, SHM_VOLUME, VOLCANO_NAMESPACE, placement
 from .network_policies import network_policies
-from .operators import fsx_csi_values, kuberay_values, volcano_queue, volcano_values
+from .operators import fsx_csi_values, kuberay_values, platform_priority_class, volcano_queue, volcano_values
 from .ray import (RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP, RAY_NODE_TYPE_LABEL, ray_pdbs, ray_pod_labels,
                   ray_pod_template, raycluster, rayjob)
 from .runs import priority_classes, run_rayjob
@@ -40,7 +40,7 @@ __all__ = [
     "CHECKPOINT_TRIGGER", "FSX_CLAIM", "KUBERAY_NAMESPACE", "RAY_CLUSTER_LABEL", "RAY_GROUP_LABEL", "RAY_HEAD_GROUP",
     "RAY_NODE_TYPE_LABEL", "RAY_PODS", "SHM_VOLUME", "VOLCANO_NAMESPACE", "checkpoint_trigger_cronjob",
     "custom_resources", "fsx_csi_values", "fsx_pv", "fsx_pvc", "k8s_objects", "kuberay_values", "namespace",
-    "network_policies", "placement", "pod_templates", "preprocess_job", "priority_classes", "ray_pdbs", "ray_pod_labels",
+    "network_policies", "placement", "platform_priority_class", "pod_templates", "preprocess_job", "priority_classes", "ray_pdbs", "ray_pod_labels",
     "ray_pod_template", "raycluster", "rayjob", "reward_deployment", "reward_pdb", "reward_service",
     "reward_template", "run_rayjob", "scripts_configmap", "service_account", "stage_template",
     "team_directories_job", "trigger_script", "trigger_template", "volcano_queue", "volcano_values",
@@ -77,7 +77,7 @@ def k8s_objects(m: WorkloadModel, fs: tuple[Any, Any, Any] = ("fs-0", "fs-0.fsx"
         objs.append(preprocess_job(m))
     if m.settings.teams:
         objs.append(team_directories_job(m))
-    objs += priority_classes(m)
+    objs += [platform_priority_class(), *priority_classes(m)]
     if m.block_end:
         objs.append(checkpoint_trigger_cronjob(m))
     return objs

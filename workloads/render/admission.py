@@ -6,26 +6,37 @@ A binding matches requests by namespace, whoever sends them, so the KubeRay oper
 a team member's. What they guarantee:
 
 - pods: no weaker than Pod Security ``baseline`` (every control of the Pod Security Standards'
-  baseline list), narrower where the platform can be (capabilities: IPC_LOCK only), scheduled by
-  Volcano only, never created bound to a node, and only at the platform's priorities;
+  baseline list, the 1.34 probe and lifecycle ``host`` included), narrower where the platform can be
+  (capabilities: IPC_LOCK only; the platform's volume types only), scheduled by Volcano only, never
+  created bound to a node, only at the platform's priorities, always preemptable, on the GPU pools
+  (a run's head on the head pool), tolerating neither the burn-in nor the quarantine taint nor every
+  taint, and with huge pages or EFA devices only beside GPUs;
 - Services: ClusterIP only, no ``externalIPs`` (no load balancer, NodePort, ExternalName; the
   CVE-2020-8554 class);
 - RayJobs: in the namespace's own queue at a platform priority, submitted over HTTP by the operator
   to the run's own head (no ``clusterSelector``, no custom head Service), with Ray token auth and
   no head restart;
-- RayClusters (the operator's copy of a RayJob's cluster): the same cluster rules.
+- RayClusters (the operator's copy of a RayJob's cluster): the same cluster rules, queue and priority,
+  checked on every update that changes a label too;
+- Volcano PodGroups (KubeRay's, or the Volcano controller's for a pod without one): the namespace's
+  own queue, a platform priority, preemptable.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..teams import PART_OF_LABEL, TEAM_LABEL
-from .common import PART_OF
-from .runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE
+from components.gpu_node_setup import BURN_IN_TAINT
+from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
-POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY = (
-    "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters")
+from ..model import WorkloadModel
+from ..resources import EFA, GPU
+from ..teams import PART_OF_LABEL, TEAM_LABEL
+from .common import PART_OF, RAY_NODE_TYPE_LABEL
+from .runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, priority_classes
+
+POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY = (
+    "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters", "rl-team-podgroups")
 TEAM_NAMESPACES = {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}}
 SCHEDULER = "volcano"
 """The scheduler name KubeRay sets on every pod of a RayCluster when started with
@@ -39,6 +50,29 @@ SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.i
 SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
 """Pod Security Standards, baseline, "SELinux": the allowed ``seLinuxOptions.type`` values besides empty."""
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+UNTOUCHABLE_TAINTS = (BURN_IN_TAINT.key, f"{LABEL_PREFIX}/quarantine")
+"""The burn-in taint every GPU node registers with until it passes, and the quarantine taint of a node
+that failed it (``nodes/``): a team pod tolerating either lands on untested or broken hardware."""
+PREEMPTABLE = "volcano.sh/preemptable"
+"""Volcano reads it from a pod's annotations, else its labels, default true, and an unparsable value as
+false (v1.15.1 pkg/scheduler/api/pod_info.go:125-150); preempt and reclaim skip a task that is not
+preemptable (actions/preempt/preempt.go:207, actions/reclaim/reclaim.go:189); a PodGroup's the same way
+(api/job_info.go:524-550). KubeRay copies a RayJob's annotations to its PodGroup (volcano_scheduler.go:218-219)."""
+VOLUME_TYPES = ("emptyDir", "persistentVolumeClaim", "configMap", "secret", "projected", "downwardAPI")
+"""What a run's pods mount (scratch, the team's fileset claims, the scripts, KubeRay's token); no network
+file system (nfs, iscsi, ...), no inline CSI volume or generic ephemeral claim (either reaches storage the
+platform did not grant) and no ``image`` volume (pulls any image, Kubernetes 1.33+)."""
+OPERATOR_FIELDS = ("enableInTreeAutoscaling", "autoscalerOptions", "gcsFaultToleranceOptions", "networkPolicy",
+                   "headServiceAnnotations", "managedBy", "tlsOptions", "historyServerOptions")
+"""RayCluster spec fields that make KubeRay v1.7.0 create or hand over objects: the autoscaler's
+ServiceAccount, Role (pods get/list/watch/patch, rayclusters get/patch) and RoleBinding
+(raycluster_controller.go:2226-2360, common/rbac.go:30-61); the GCS Redis cleanup Job (common/gcs_ft.go);
+a NetworkPolicy (networkpolicy_controller.go:71-114); the head Service's annotations, e.g. a cloud load
+balancer's (raycluster_controller.go:638); another controller in charge (raycluster_controller.go:158);
+the mTLS certificates (raycluster_mtls_controller.go, utils/util.go:805-811); the history collector
+sidecar (common/pod.go:304-306)."""
+HEAD_OPERATOR_FIELDS = ("enableIngress", "ingressOptions")
+"""headGroupSpec fields that make KubeRay create an Ingress (raycluster_controller.go:499)."""
 
 
 def _cel_list(values: Iterable[str]) -> str:
@@ -99,7 +133,62 @@ def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
          f"a team's pods are scheduled by Volcano (schedulerName {SCHEDULER}), in their team's queue"),
         (f"!has(object.spec.priorityClassName) || object.spec.priorityClassName in {classes}",
          f"a team's pods may use only the platform's run priorities {classes}"),
+        (_hosts_unset(),
+         "a team's containers may not set a probe or lifecycle host (Pod Security baseline 1.34+, "
+         "pod-security-admission policy/check_hostProbesAndhostLifecycle.go: the kubelet connects from the "
+         "node, past the target's NetworkPolicy)"),
+        ("!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.hostPath) || "
+         + " || ".join(f"has(v.{t})" for t in VOLUME_TYPES) + ")",
+         f"a team's pods may mount only the platform's volume types {_cel_list(VOLUME_TYPES)}"),
+        ("!has(object.spec.tolerations) || object.spec.tolerations.all(t, has(t.key) && t.key != ''"
+         f" && !(t.key in {_cel_list(UNTOUCHABLE_TAINTS)}))",
+         f"a team's pods may not tolerate every taint (a toleration without a key) or the burn-in and "
+         f"quarantine taints {_cel_list(UNTOUCHABLE_TAINTS)}: untested or failed nodes"),
+        (_preemptable(),
+         f"a team's pods stay preemptable ({PREEMPTABLE} absent or 'true'): Volcano never preempts or reclaims "
+         "a pod marked otherwise"),
+        (f"variables.containers.all(c, !has(c.resources) || ([c.resources].all(r, {_no_gpu_extras('r')})))",
+         f"a team's containers may not request huge pages or EFA devices without GPUs ({GPU}): they would hold "
+         "a GPU node's huge pages or EFA devices and leave no room for GPU pods"),
+        (f"has(object.spec.nodeSelector) && '{POOL_LABEL}' in object.spec.nodeSelector"
+         f" && (object.spec.nodeSelector['{POOL_LABEL}'] in variables.gpuPools"
+         f" || (object.spec.nodeSelector['{POOL_LABEL}'] == variables.headPool && has(object.metadata.labels)"
+         f" && '{RAY_NODE_TYPE_LABEL}' in object.metadata.labels"
+         f" && object.metadata.labels['{RAY_NODE_TYPE_LABEL}'] == 'head'))",
+         f"a team's pods run on the pools meant for them: the GPU pools, and a run's head on the head pool "
+         f"(nodeSelector {POOL_LABEL}; never the system, memory or reward pools)"),
     ]
+
+
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def _hosts_unset() -> str:
+    """No container sets ``httpGet.host`` or ``tcpSocket.host`` in a probe or a postStart/preStop hook
+    (pod-security-admission v0.34.0 policy/check_hostProbesAndhostLifecycle.go:29-56, 139-165)."""
+    def unset(handler: str) -> str:
+        return " && ".join(f"(!has({handler}.{kind}) || !has({handler}.{kind}.host) || {handler}.{kind}.host == '')"
+                           for kind in ("httpGet", "tcpSocket"))
+    probes = [f"(!has(c.{p}) || ({unset('c.' + p)}))" for p in PROBES]
+    hooks = [f"(!has(c.lifecycle) || !has(c.lifecycle.{h}) || ({unset('c.lifecycle.' + h)}))"
+             for h in ("postStart", "preStop")]
+    return f"variables.containers.all(c, {' && '.join(probes + hooks)})"
+
+
+def _preemptable(meta: str = "object.metadata") -> str:
+    """``PREEMPTABLE`` is absent or 'true' in the annotations and the labels of ``meta``."""
+    return " && ".join(f"(!has({meta}.{m}) || !('{PREEMPTABLE}' in {meta}.{m}) || {meta}.{m}['{PREEMPTABLE}'] == 'true')"
+                       for m in ("annotations", "labels"))
+
+
+def _no_gpu_extras(r: str) -> str:
+    """Requests and limits (maps at ``r``) name huge pages or EFA devices only beside GPUs."""
+    def extras(m: str) -> str:
+        return f"has({r}.{m}) && {r}.{m}.exists(k, k.startsWith('hugepages-') || k == '{EFA}')"
+
+    def gpus(m: str) -> str:
+        return f"(has({r}.{m}) && '{GPU}' in {r}.{m})"
+    return f"!({extras('requests')} || {extras('limits')}) || {gpus('limits')} || {gpus('requests')}"
 
 
 def service_rules() -> list[tuple[str, str]]:
@@ -128,10 +217,20 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
+        (" && ".join([*(f"!has({spec}.{f})" for f in OPERATOR_FIELDS if f != "enableInTreeAutoscaling"),
+                      f"(!has({spec}.enableInTreeAutoscaling) || !{spec}.enableInTreeAutoscaling)",
+                      f"!has({spec}.headGroupSpec.ingressOptions)",
+                      f"(!has({spec}.headGroupSpec.enableIngress) || !{spec}.headGroupSpec.enableIngress)"]),
+         "a team's Ray cluster creates no other object through KubeRay: no autoscaler (its Role may patch "
+         f"RayClusters and pods), no Ingress, GCS Redis cleanup Job, NetworkPolicy or mTLS objects (no "
+         f"{', '.join(OPERATOR_FIELDS[1:])}, headGroupSpec.enableIngress or ingressOptions)"),
     ]
 
 
-def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+def queue_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+    """The queue and priority labels KubeRay copies to the PodGroup (volcano_scheduler.go:253-258, v1.7.0)
+    and to every pod (:263-265), on a RayJob and on the RayCluster made from it
+    (rayjob_controller.go:997-1002)."""
     classes = _cel_list(sorted(priority_classes))
     return [
         (f"has(object.metadata.labels) && '{QUEUE_LABEL}' in object.metadata.labels"
@@ -141,6 +240,30 @@ def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
         (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels"
          f" && object.metadata.labels['{PRIORITY_LABEL}'] in {classes}",
          f"a team's RayJob has one of the platform's run priorities {classes} (label {PRIORITY_LABEL})"),
+        (_preemptable(), f"a team's RayJob and Ray cluster stay preemptable ({PREEMPTABLE} absent or 'true'): "
+                         "KubeRay copies their annotations to the PodGroup"),
+    ]
+
+
+def podgroup_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+    """A PodGroup (spec.queue, spec.priorityClassName: Volcano v1.15.1 config/crd/volcano/bases/
+    scheduling.volcano.sh_podgroups.yaml) in the namespace's own queue at a platform priority: whoever
+    makes it, KubeRay from the RayJob's labels or Volcano's controller from a pod's
+    ``scheduling.volcano.sh/queue-name`` annotation (pkg/controllers/podgroup/pg_controller_handler.go:
+    301-401)."""
+    classes = _cel_list(sorted(priority_classes))
+    return [
+        ("has(object.spec.queue) && object.spec.queue == request.namespace",
+         "a team's PodGroup is in its own team's queue (spec.queue = its namespace)"),
+        (f"has(object.spec.priorityClassName) && object.spec.priorityClassName in {classes}",
+         f"a team's PodGroup has one of the platform's run priorities {classes} (spec.priorityClassName)"),
+        (_preemptable(), f"a team's PodGroup stays preemptable ({PREEMPTABLE} absent or 'true')"),
+    ]
+
+
+def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
+    return [
+        *queue_rules(priority_classes),
         (f"has(object.spec.submissionMode) && object.spec.submissionMode == '{SUBMISSION_MODE}'",
          f"a team's RayJob is submitted in {SUBMISSION_MODE}"),
         (f"has(object.metadata.annotations) && '{NO_HEAD_RESTART}' in object.metadata.annotations"
@@ -153,6 +276,9 @@ def rayjob_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
         ("request.operation != 'UPDATE' || !has(oldObject.spec.suspend) || !oldObject.spec.suspend"
          " || (has(object.spec.suspend) && object.spec.suspend)",
          "a cancelled (suspended) attempt stays cancelled: submit --resume starts the next one"),
+        ("!has(object.spec.managedBy)",
+         "a team's RayJob creates no other object through KubeRay and stays KubeRay's (no managedBy: "
+         "rayjob_controller.go:107 leaves it to another controller)"),
         *cluster_rules("object.spec.rayClusterSpec"),
     ]
 
@@ -185,14 +311,27 @@ def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[
                                       "matchResources": TEAM_NAMESPACES}}]
 
 
-def admission_policies(priority_classes: Iterable[str]) -> list[dict]:
-    """Every admission policy of the team namespaces and its binding, policy first."""
+def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str], head_pool: str) -> list[dict]:
+    """Every admission policy of the team namespaces and its binding, policy first; team pods may run on
+    ``gpu_pools`` and a run's head on ``head_pool``."""
     classes = list(priority_classes)
     containers = {"name": "containers", "expression":
                   "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
                   " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
-    return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes), [containers]),
+    pools = [{"name": "gpuPools", "expression": _cel_list(sorted(gpu_pools))},
+             {"name": "headPool", "expression": f"'{head_pool}'"}]
+    labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
+    return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
+                     [containers, *pools]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
-            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes),
-                     unchanged=f"{SPEC_UNCHANGED} && {META_UNCHANGED}"),
-            *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])], cluster_rules("object.spec"))]
+            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes), unchanged=labelled),
+            *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])],
+                     [*queue_rules(classes), *cluster_rules("object.spec")], unchanged=labelled),
+            *_policy(PODGROUP_POLICY, [("scheduling.volcano.sh", "v1beta1", ["podgroups"])], podgroup_rules(classes),
+                     unchanged=labelled)]
+
+
+def team_admission(m: WorkloadModel) -> list[dict]:
+    """``admission_policies`` of the stack: its run priorities, GPU pools and head pool."""
+    return admission_policies((pc["metadata"]["name"] for pc in priority_classes(m)),
+                              (p.name for p in m.gpu_pools), m.head_pool.name)

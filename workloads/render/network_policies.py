@@ -8,7 +8,7 @@ from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
 from ..teams import TEAM_LABEL
 from .block_end import CHECKPOINT_TRIGGER
-from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_PODS, labels, meta
+from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_NODE_TYPE_LABEL, RAY_PODS, labels, meta
 
 # --- network policies --------------------------------------------------------------------------
 
@@ -63,14 +63,36 @@ def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None,
     return policy(meta(m, name, "network-policy"), selector, why, ingress, egress)
 
 
+def _dns_egress() -> dict:
+    return {"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+
+
 def baseline(md: Callable[[str], dict]) -> list[dict]:
     """Default deny and DNS for every pod of a namespace; ``md(name)`` gives each policy's metadata."""
     return [
         policy(md("default-deny"), None, "nothing: every pod of the namespace starts isolated"),
         policy(md("allow-dns"), None, "every pod -> CoreDNS (kube-system k8s-app=kube-dns), 53/UDP+TCP",
-               egress=[{"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53},
-                                                    {"protocol": "TCP", "port": 53}]}]),
+               egress=[_dns_egress()]),
     ]
+
+
+def kuberay_operator_policy(workloads_namespace: str) -> dict:
+    """Every pod of the KubeRay operator's namespace (instead of the platform namespaces' allow-all,
+    ``components.cluster.platform_pods_policy``): HTTPS 443 (the API server; EKS's endpoint addresses
+    are not known here), CoreDNS, and the dashboard port of the Ray heads of the workloads' namespace
+    and of every team namespace, where the operator submits a RayJob and polls it in HTTPMode with the
+    cluster's Ray token (rayjob_controller.go:225-236, 296-330; utils/util.go:1061-1080, v1.7.0). No
+    ingress: the chart runs no webhook (values.yaml 1.7.0), and the kubelet's probes are always admitted."""
+    heads = {RAY_NODE_TYPE_LABEL: "head"}
+    md = {"name": "kuberay-operator", "namespace": KUBERAY_NAMESPACE, "labels": labels("network-policy")}
+    return policy(md, None,
+                  f"KubeRay operator -> API server (HTTPS 443), CoreDNS, Ray heads' {DASHBOARD_PORT}/TCP in namespace "
+                  f"{workloads_namespace} and the team namespaces; no ingress",
+                  egress=[_dns_egress(),
+                          {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+                          {"to": [{**_namespace(workloads_namespace), **_pods(heads)},
+                                  {**TEAM_RAY_PODS, "podSelector": {"matchLabels": {**RAY_PODS, **heads}}}],
+                           "ports": _tcp(DASHBOARD_PORT)}])
 
 
 def network_policies(m: WorkloadModel) -> list[dict]:

@@ -8,21 +8,39 @@ import yaml
 
 from ..model import WorkloadModel
 from ..settings import Submission
-from .common import VOLCANO_QUEUE, labels, placement
+from .common import PART_OF, VOLCANO_QUEUE, labels, placement
 
 # --- operators -------------------------------------------------------------------------------
+
+PLATFORM_PRIORITY_CLASS = f"{PART_OF}-critical"
+"""The platform's own pods (the KubeRay operator, the shared reward service): outside the runs' ``rl-``
+names, so no run (and no team pod, ``render.admission``) can name it."""
+PLATFORM_PRIORITY = 1_000_000_000
+"""The highest value a PriorityClass outside ``system-`` may take (Kubernetes "Pod Priority and
+Preemption"); run priorities stay below it (``WorkloadSettings.priority_classes``)."""
+
+
+def platform_priority_class() -> dict:
+    """Above every run: under node pressure the kubelet evicts pods by priority, so a team filling a
+    node's memory or disk loses its own pods before the operator or the reward service. ``Never``
+    preempts: the platform's pods have their own pools and never displace a run."""
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": PLATFORM_PRIORITY_CLASS, "labels": labels("platform-priority")},
+            "value": PLATFORM_PRIORITY, "globalDefault": False, "preemptionPolicy": "Never",
+            "description": "The platform's operators and shared services, above every run."}
 
 def system_placement(m: WorkloadModel) -> dict:
     return placement(m.system_pool)
 
 
 def kuberay_values(m: WorkloadModel) -> dict:
-    """System-pool placement. With ``submit: runs``, gang scheduling through Volcano (chart 1.7.0
+    """System-pool placement, the platform's priority. With ``submit: runs``, gang scheduling through Volcano (chart 1.7.0
     ``batchScheduler.name`` -> ``--batch-scheduler=volcano``): every run's RayJob gets a PodGroup in
     its team's queue. Not otherwise: a RayJob that selects an existing RayCluster never leaves
     Initializing under a batch scheduler (batchscheduler/volcano/volcano_scheduler.go:74-76)."""
     p = system_placement(m)
-    values: dict[str, Any] = {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", [])}
+    values: dict[str, Any] = {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", []),
+                              "priorityClassName": PLATFORM_PRIORITY_CLASS}  # chart 1.7.0 values.yaml:33-34
     if m.settings.submit is Submission.RUNS:
         values["batchScheduler"] = {"name": "volcano"}
     return values

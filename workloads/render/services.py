@@ -7,6 +7,7 @@ from typing import Any
 
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
+from .operators import PLATFORM_PRIORITY_CLASS
 from .common import (
     scripts_volume,
     FSX_CLAIM,
@@ -106,6 +107,7 @@ def reward_template(m: WorkloadModel) -> dict:
                                        "whenUnsatisfiable": "ScheduleAnyway",
                                        "labelSelector": {"matchLabels": labels(REWARD_SERVICE)}}],
         **placement(g.pool),
+        "priorityClassName": PLATFORM_PRIORITY_CLASS,  # shared by every team's runs
     }
     return {"metadata": {"labels": labels(REWARD_SERVICE)}, "spec": spec}
 

@@ -9,7 +9,7 @@ from typing import Any
 from stackconfig.stack import Pool
 
 from ..layout import Group
-from ..resources import EFA, GI, GPU
+from ..resources import EFA, GI, GPU, HUGEPAGES, allocatable
 from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
 from ..argv import REWARD_SERVICE
 from ..model import WorkloadModel
@@ -78,10 +78,22 @@ def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
 
 
 def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) -> dict:
-    """The team namespace's ResourceQuota ``gpu-quota``: GPUs (sum of caps), the EFA devices with them, and
-    CPU and memory: the whole GPU nodes the caps allow plus one run head (``head``) per such node (a run
-    needs at least one). A pod that states no CPU or memory request is then refused; the team cannot
-    fill the CPU pools the platform's and other teams' heads run on."""
+    """The team namespace's ResourceQuota ``gpu-quota``:
+
+    - GPUs (sum of caps), and the EFA devices and huge pages of the whole GPU nodes those caps span (a
+      team's share, not the stack's; admission refuses either without GPUs, ``render.admission``);
+    - CPU and memory: those GPU nodes plus one run head (``head``) per such node. A pod that states no
+      CPU or memory request is then refused. This does not bound what a team puts on the head pool (its
+      CPU figure is the GPU nodes'): admission lets only a run's head onto it, and ``count/rayjobs``
+      (``maxRuns``) bounds how many heads;
+    - counts: ``maxRuns`` RayJobs and Ray clusters, two Services per run (KubeRay's head Service and the
+      RayJob's stable one), twice the pods of ``maxRuns`` heads and every GPU node (an attempt's pods
+      terminating while the next starts);
+    - ephemeral storage: the LimitRange's per-container figure (``team_limit_range``) for each pod.
+
+    (Kubernetes docs, "Resource Quotas": extended resources and hugepages-<size> as ``requests.``,
+    object counts as ``count/<resource>.<group>``.)"""
+    pools = list(pools)
     caps = _cap_nodes(team, pools)
     heads = sum(n for _, n in caps)
     hard = {f"requests.{GPU}": str(_sum_caps(team)),
@@ -91,10 +103,28 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
     efa = team_efa(team, pools)
     if efa:
         hard[f"requests.{EFA}"] = str(efa)
+    hugepages = sum(allocatable(p).hugepages * n for p, n in caps)
+    hard[f"requests.{HUGEPAGES}"] = str(hugepages)
+    pods = 2 * (team.max_runs + heads)
+    hard.update({"count/rayjobs.ray.io": str(team.max_runs), "count/rayclusters.ray.io": str(team.max_runs),
+                 "pods": str(pods), "services": str(2 * team.max_runs)})
+    hard["requests.ephemeral-storage"] = hard["limits.ephemeral-storage"] = str(team.ephemeral_storage_gib * GI * pods)
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": QUOTA_NAME, "namespace": namespace_of(team.name),
                          "labels": team_labels(team, "resource-quota")},
             "spec": {"hard": hard}}
+
+
+def team_limit_range(team: TeamSettings) -> dict:
+    """Every container of the team gets an ephemeral-storage request and limit (``ephemeralStorageGib``)
+    and may state no more: the LimitRanger admission plugin sets and enforces them (Kubernetes docs,
+    "Limit Ranges"), so the quota's ``limits.ephemeral-storage`` never refuses a run's pods for lack of one."""
+    size = {"ephemeral-storage": f"{team.ephemeral_storage_gib}Gi"}
+    return {"apiVersion": "v1", "kind": "LimitRange",
+            "metadata": {"name": "ephemeral-storage", "namespace": namespace_of(team.name),
+                         "labels": team_labels(team, "limit-range")},
+            "spec": {"limits": [{"type": "Container", "default": dict(size), "defaultRequest": dict(size),
+                                 "max": dict(size)}]}}
 
 
 def _cap_nodes(team: TeamSettings, pools: Iterable[Pool]) -> list[tuple[Pool, int]]:
@@ -157,7 +187,12 @@ CLUSTER_READ_RULES = [
     {"apiGroups": ["topology.volcano.sh"], "resources": ["hypernodes"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
 ]
-"""What it reads cluster-wide: the HyperNodes and the pools' nodes, for the network tiers."""
+"""What it reads cluster-wide: the HyperNodes and the pools' nodes, for the network tiers
+(``runs.client.RunClient.tier_sizes`` maps each pool's node names onto the HyperNodes). Not narrowed: RBAC
+grants whole objects, not fields, and node names are not known when the Role is made, so a member also
+sees every node's ``status.images`` (the images pulled there, other teams' included). Image references
+are not secrets on this platform (the stack file pins its own); a team that needs its image names kept
+from other teams needs its own nodes."""
 
 
 def team_rbac(team: TeamSettings) -> list[dict]:
@@ -184,7 +219,7 @@ def team_objects(team: TeamSettings, pools: Iterable[Pool], platform_namespace: 
     """Every object of one team that needs no file system, namespace first; ``head`` is a run's head group."""
     pools = list(pools)
     return [team_namespace(team), team_queue(team, pools), team_resource_quota(team, pools, head),
-            team_service_account(team), *team_network_policies(team, platform_namespace, reward_port),
+            team_limit_range(team), team_service_account(team), *team_network_policies(team, platform_namespace, reward_port),
             *team_rbac(team)]
 
 
