@@ -265,10 +265,13 @@ def test_a_failure_quarantines_with_its_own_taint_and_leaves_the_node_groups_tai
 
 # --- replacement -------------------------------------------------------------------------------------------
 
+REPLACING = {"burnIn": {"replaceFailed": True, "breaker": {"maxFailedNodes": 3, "maxReplacementsPerHour": 4}}}
+
+
 def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
     assert not graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") or all(
         a.inputs["namespace"] != NAMESPACE for a in graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation"))
-    on = {"burnIn": {"replaceFailed": True}}
+    on = REPLACING
     graph, cfg = variant_graph("p4d", on), variant("p4d", on)
     assoc = [a for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
              if a.inputs["namespace"] == NAMESPACE]
@@ -291,8 +294,7 @@ def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
 
 
 def test_the_replacement_controller_runs_on_the_system_pool_after_its_pod_identity_association():
-    on = {"burnIn": {"replaceFailed": True, "breaker": {"maxFailedNodes": 3, "maxReplacementsPerHour": 4}}}
-    graph, cfg = variant_graph("p4d", on), variant("p4d", on)
+    graph, cfg = variant_graph("p4d", REPLACING), variant("p4d", REPLACING)
     objects = registered_objects(graph)
     dep = named(objects, "Deployment", "burn-in-replace")
     pod = dep["spec"]["template"]["spec"]
@@ -302,9 +304,9 @@ def test_the_replacement_controller_runs_on_the_system_pool_after_its_pod_identi
     plan = json.loads(c["command"][c["command"].index("--plan") + 1])
     assert plan["pools"]["train"] == {"maxFailedNodes": 3, "maxFailedPercent": None, "maxReplacementsPerHour": 4}
     assert plan["quarantine"] == QUARANTINE
-    for o in objects:
-        if o["metadata"].get("namespace") == NAMESPACE or o["metadata"]["name"].startswith("rl-burn-in"):
-            kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
+    for o in (dep, named(objects, "ValidatingAdmissionPolicy", "rl-burn-in-replace-nodes"),
+              named(objects, "Role", "burn-in-breaker"), named(objects, "NetworkPolicy", "allow-pod-identity")):
+        kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
     (assoc,) = [a for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
                 if a.inputs["namespace"] == NAMESPACE]
     (resource,) = [r for r in graph.of_type("kubernetes:apps/v1:Deployment") if r.inputs["metadata"]["name"] == "burn-in-replace"]

@@ -405,7 +405,8 @@ def test_the_budget_starts_when_the_agent_starts(node_env, train_plan):
 
 def test_the_capability_labels_are_set_from_the_preflight_after_a_reboot(node_env, train_plan, monkeypatch):
     plan = {**train_plan, "preflight": [*train_plan["preflight"], "--gin", "proxy"],
-            "capabilities": {"rl.platform/gdrcopy": ["gdrdrv"]}}
+            "capabilities": {"rl.platform/gdrcopy": ["gdrdrv"]},
+            "steps": {**train_plan["steps"], "nccl": 0, "efa": 0}}  # the preflight is what sets the labels
     monkeypatch.setattr(preflight, "check_gin_plugin", lambda: None)
     monkeypatch.setattr(preflight, "check_gdrdrv", lambda: "GDRCopy: /dev/gdrdrv does not open")
     # registered with gdrcopy=true at its first boot; after the reboot gdrdrv did not load
