@@ -100,7 +100,7 @@ class PoolBurnIn:
         return {"pool": self.pool.name, "gpus": self.group.gpus, "efaDevices": self.group.efa,
                 "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds, "steps": dict(self.steps),
                 "dcgmLevel": self.dcgm_level, "dcgmSeconds": self.steps["dcgm"], "benchSizes": list(BENCH_SIZES),
-                "replace": self.replace, "nodeSeconds": self.node_seconds,
+                "nodeSeconds": self.node_seconds,
                 "loopbackFloorMBs": self.loopback_floor_mbs,
                 "capabilities": {k: list(v) for k, v in self.capabilities.items()},
                 "quarantine": {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value,

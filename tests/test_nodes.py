@@ -287,8 +287,9 @@ def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
                                         "aws:PrincipalTag/kubernetes-service-account": REPLACE_ACCOUNT}}}]
     objects = registered_objects(graph)
     ds = named(objects, "DaemonSet", "burn-in-train")  # by name: the watcher's DaemonSet may come first
-    agent = container(ds["spec"]["template"]["spec"], "agent")
-    assert json.loads(agent["command"][agent["command"].index("--plan") + 1])["replace"] is True
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SERVICE_ACCOUNT and "replace" not in json.loads(
+        container(pod, "agent")["command"][container(pod, "agent")["command"].index("--plan") + 1])
     cm = named(objects, "ConfigMap", "burn-in-scripts")
     assert "SetInstanceHealth" not in cm["data"]["agent.py"] and "import replace" not in cm["data"]["agent.py"]
 
