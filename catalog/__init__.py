@@ -22,6 +22,13 @@ from .hand_checked import GPU_FAMILIES
 
 DATA = Path(__file__).resolve().parent / "data" / "ec2-instance-types.json"
 MIB_PER_GIB = 1024
+EFA_LOOPBACK_FLOOR_SHARE = 0.5
+"""A ping-pong keeps one message in flight, so with S-byte messages over a device of line rate B and
+a fixed per-message cost t0 it moves S / (S/B + t0). The burn-in sends 4 MiB (fi_pingpong's largest
+size is 6 MiB, libfabric v2.6.0 util/pingpong.c ``PP_MAX_DATA_MSG``): at 100 Gbps S/B is 335 us, so
+half the line rate admits a t0 as long as the transfer itself, far beyond a healthy path's, and
+catches a device or path running at a fraction of its rate. Not measured on these types (no EFA
+here)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,18 @@ class InstanceType:
     @property
     def family(self) -> str:
         return self.name.split(".")[0]
+
+    @property
+    def efa_device_gbps(self) -> float:
+        """Line rate of one EFA device: the type's EFA bandwidth over its EFA devices (p5: 3200/32 = 100)."""
+        return self.efa_gbps / self.efa_max if self.efa_max else 0.0
+
+    @property
+    def efa_loopback_floor_mbs(self) -> float:
+        """MB/s (10^6 B/s, fi_pingpong's unit) an ``fi_pingpong`` between two EFA devices of one node
+        must reach (``nodes.agent``): ``EFA_LOOPBACK_FLOOR_SHARE`` of one device's line rate. A
+        derivation, not a measurement: see the share."""
+        return round(self.efa_device_gbps * 1000 / 8 * EFA_LOOPBACK_FLOOR_SHARE, 1)
 
     @property
     def efa_layout_known(self) -> bool:

@@ -4,8 +4,10 @@
     python -m nodes plan STACK                         the burn-in time each GPU pool adds before its nodes work
     python -m nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
                                                        preflight refused since they passed)
+    python -m nodes reset-breaker POOL                 close a pool's tripped replacement breaker (after a look)
 
-``status`` exits 1 when a GPU node is not passed (failed, testing or not tested), so a script can wait on it;
+``status`` also prints each pool's tripped replacement breaker; it exits 1 when a GPU node is not
+passed (failed, testing or not tested), so a script can wait on it;
 an invalid or unknown stack exits 2, a cluster that cannot be used 1, each one line on stderr (``workloads.cli``).
 """
 
@@ -58,8 +60,9 @@ def plan_table(stack: str, stack_dir: Path) -> list[str]:
         steps = ", ".join(f"{k} {v // 60} min" for k, v in b.steps.items() if v)
         floors = ", ".join(f"{f.op} >= {f.busbw:g} GB/s{' (advisory)' if f.advisory else ''}" for f in b.floors)
         lines.append(f"  {b.pool.name}: {b.pool.instance_type} x {b.pool.nodes.desired}, DCGM level {b.dcgm_level}, "
-                     f"up to {b.budget_seconds // 60} min per node ({steps}); floors: {floors or 'none for this family'}"
-                     f"{'; failed nodes replaced' if b.replace else ''}")
+                     f"up to {b.node_seconds // 60} min per node ({steps}); floors: {floors or 'none for this family'}"
+                     f"{f'; EFA loopback >= {b.loopback_floor_mbs:g} MB/s' if b.steps['efa'] else ''}"
+                     f"{'; nodes failed for a hardware reason replaced' if b.replace else ''}")
     return lines
 
 
@@ -83,7 +86,9 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | 
     r = sub.add_parser("retest")
     r.add_argument("nodes", nargs="*")
     r.add_argument("--refused", action="store_true")
-    for q in (s, r):
+    rb = sub.add_parser("reset-breaker")
+    rb.add_argument("pool")
+    for q in (s, r, rb):
         q.add_argument("--context")
     args = p.parse_args(argv)
     if args.command == "retest" and not args.nodes and not args.refused:
@@ -98,6 +103,10 @@ def _dispatch(args: argparse.Namespace, client: Callable[[], NodesClient] | None
             out(line)
         return 0
     api = client() if client else kube_client(args.context)
+    if args.command == "reset-breaker":
+        closed = api.reset_breaker(args.pool)
+        out(f"{args.pool}: replacement breaker {'reset' if closed else 'was not tripped'}")
+        return 0
     if args.command == "status":
         rows = api.rows()
         if args.json:
@@ -105,6 +114,10 @@ def _dispatch(args: argparse.Namespace, client: Callable[[], NodesClient] | None
         else:
             for line in status_table(rows):
                 out(line)
+            for pool, doc in sorted(api.breakers().items()):
+                if doc.get("tripped"):
+                    out(f"replacement breaker {pool}: TRIPPED at {doc.get('at', '?')}: {doc['tripped']}; "
+                        f"no replacement until python -m nodes reset-breaker {pool}")
         return 0 if rows and all(x.state == "passed" for x in rows) else 1
     names = sorted(set(args.nodes) | set(api.refused_nodes() if args.refused else []))
     for name in names:

@@ -3,25 +3,32 @@
 Runs in the pod of the pool's burn-in DaemonSet (``nodes.render``), in the workload image, with the
 standard library and the image's torch (through ``torchrun``). Its files sit beside
 ``workloads/preflight.py`` and ``workloads/fabric_bench.py`` in the burn-in ConfigMap: the preflight's
-checks are called, the bench is run, never copied. Steps, each within what is left of the budget
-(counted from the start of the pod's DCGM container, which runs first):
+checks are called, the bench is run, never copied. The budget is counted from the agent container's
+first start (``started`` in the results folder), so neither the DCGM diagnostic (its own allowance)
+nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eats into it. Steps:
 
 1. preflight: every check of ``preflight.checks`` with the pool's Ray pod arguments;
 2. DCGM: the result ``dcgmi diag -r <level> -j`` left in the results folder (``nodes.render``);
 3. NCCL: ``fabric_bench`` on this node's GPUs (all-reduce and all-to-all), each collective's peak
    busbw against the acceptance's floor (a derived floor only warns, as in the acceptance report);
    wrong results fail;
-4. EFA loopback: ``fi_pingpong`` (built with libfabric beside ``fi_info``, its ``util/``; man page
-   fi_pingpong(1): ``-p efa -e rdm``, data verified with ``-v``, ``-d`` on both sides)
-   from each EFA device to the next one of the same node, shared memory off
-   (``FI_EFA_ENABLE_SHM_TRANSFER=0``, fi_efa(7)) so the bytes cross the devices.
+4. EFA loopback: ``fi_pingpong`` (libfabric v2.6.0 ``util/pingpong.c``, man/fi_pingpong.1.md:
+   ``-p efa -e rdm``, ``-d`` on both sides) from each EFA device to the next one of the same node,
+   shared memory off (``FI_EFA_ENABLE_SHM_TRANSFER=0``, fi_efa(7)) so the bytes cross the devices:
+   once with ``-c`` ("data integrity checks at the receiver"; a mismatch prints ``Error at
+   iteration=`` and fails the run, ``pp_check_buf``), once without it for the rate (``-c`` "will
+   degrade performance"), whose MB/s (bytes over microseconds, ``show_perf``) is held to the
+   family's floor. Never ``-v``: that is "output debugging (warning: highly verbose)".
 
 Guarantees: the decision is kept in the pod's results folder before it is written, and written once;
 a container that starts again after a start without a decision (it died, or the kubelet's liveness
 probe stopped it past its budget) records a failure naming the step it was in, never a pass. Pass:
-the burn-in taint goes, result and time labels, figures annotation, an Event. Fail: the taint stays,
-the reason annotation, a Warning Event, and with ``replace`` the instance is marked unhealthy
-(``nodes.replace``).
+the burn-in taint goes (and a quarantine), result and time labels, the boot id, figures annotation,
+the capability labels from the preflight's checks, an Event. Fail: the quarantine taint, the reason
+annotation, the fault label (``hardware`` only for a DCGM test failed with a hardware error category
+or an EFA device missing or corrupting data; preflight, image, tooling, timeout and floor failures
+are ``software``), a Warning Event. The agent never replaces a node: the replacement controller
+(``nodes.controller``) does, for ``hardware`` only.
 """
 
 from __future__ import annotations
@@ -41,23 +48,31 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import incluster
     import marks
     import preflight
-    import replace
 except ImportError:
-    from nodes import incluster, marks, replace
+    from nodes import incluster, marks
     from workloads import fabric_bench, preflight
 
 LOOPBACK_PORT = 47592
 """fi_pingpong's default control port (fi_pingpong(1), ``-B``/``-P``)."""
-LOOPBACK_ARGS = ["-p", "efa", "-e", "rdm", "-I", "100", "-S", "65536", "-v"]
+LOOPBACK_ARGS = ["-p", "efa", "-e", "rdm", "-S", "4194304"]
+"""4 MiB messages (below fi_pingpong's 6 MiB ``PP_MAX_DATA_MSG``): the rate is the device's, not the
+per-message cost's (``catalog.EFA_LOOPBACK_FLOOR_SHARE``)."""
+LOOPBACK_RUNS = (("check", ["-c", "-I", "10"]), ("rate", ["-I", "100"]))
 LOOPBACK_ENV = {"FI_EFA_ENABLE_SHM_TRANSFER": "0"}
+DATA_ERROR = "Error at iteration="
+"""What fi_pingpong prints when ``-c`` finds a received byte that differs (``pp_check_buf``)."""
+HARDWARE_CATEGORIES = range(9, 16)
+"""DCGM_FR_EC_HARDWARE_THERMAL (9) .. DCGM_FR_EC_HARDWARE_OTHER (15): NVIDIA DCGM docs, reference,
+Diagnostic Errors, "Error Category Enum". A plugin's Fail also covers "could not complete because of
+a setup or execution error" (DCGM docs, Diagnostic Plugins, "Interpreting results"): only a Fail
+with a hardware category is the node's hardware."""
+
+Found = tuple[list[str], dict, list[str]]
+"""What a step finds: problems, figures, and the problems that are the node's hardware."""
 
 
-def _failed(why: str) -> list[str]:
-    return [why]
-
-
-def step_preflight(plan: dict, left: float, results: Path) -> tuple[list[str], dict]:
-    problems = []
+def step_preflight(plan: dict, left: float, results: Path) -> Found:
+    problems, failed = [], []
     for name, check in preflight.checks(preflight.parse_args(plan["preflight"])):
         try:
             problem = check()
@@ -65,7 +80,8 @@ def step_preflight(plan: dict, left: float, results: Path) -> tuple[list[str], d
             problem = f"{name}: {type(e).__name__}: {e}"
         if problem:
             problems.append(f"preflight {problem}")
-    return problems, {"preflight": "ok" if not problems else "failed"}
+            failed.append(name)
+    return problems, {"preflight": "ok" if not problems else "failed", "preflightFailed": failed}, []
 
 
 def failed_tests(doc: Any, name: str = "") -> list[str]:
@@ -84,23 +100,56 @@ def failed_tests(doc: Any, name: str = "") -> list[str]:
     return sorted(set(out))
 
 
-def step_dcgm(plan: dict, left: float, results: Path) -> tuple[list[str], dict]:
+def _hardware_error(doc: Any) -> bool:
+    """Any error entry (under an ``errors``/``error`` key) in ``doc`` with a hardware category."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k in ("errors", "error"):
+                for e in v if isinstance(v, list) else [v]:
+                    cat = e.get("category") if isinstance(e, dict) else None
+                    if (isinstance(cat, int) and cat in HARDWARE_CATEGORIES) or \
+                            (isinstance(cat, str) and cat.upper().startswith("DCGM_FR_EC_HARDWARE")):
+                        return True
+            elif _hardware_error(v):
+                return True
+    elif isinstance(doc, list):
+        return any(_hardware_error(v) for v in doc)
+    return False
+
+
+def hardware_tests(doc: Any) -> list[str]:
+    """The failed tests of a ``dcgmi diag -j`` document whose errors carry a hardware category."""
+    out: list[str] = []
+    if isinstance(doc, dict):
+        name = doc.get("name") or doc.get("test_name")
+        if name and failed_tests(doc) and _hardware_error(doc):
+            return [str(name)]
+        for v in doc.values():
+            out += hardware_tests(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            out += hardware_tests(v)
+    return sorted(set(out))
+
+
+def step_dcgm(plan: dict, left: float, results: Path) -> Found:
     level = plan["dcgmLevel"]
     rc_file = results / "dcgm.rc"
     if not rc_file.exists():
-        return _failed("DCGM: dcgmi diag left no result (the DCGM container did not run)"), {}
+        return ["DCGM: dcgmi diag left no result (the DCGM container did not run)"], {}, []
     rc = int(rc_file.read_text().strip() or "1")
     if rc == 124:
-        return _failed(f"DCGM: dcgmi diag -r {level} did not finish within {plan['dcgmSeconds']} s"), {"dcgm": "timeout"}
+        return [f"DCGM: dcgmi diag -r {level} did not finish within {plan['dcgmSeconds']} s"], {"dcgm": "timeout"}, []
     try:
-        failed = failed_tests(json.loads((results / "dcgm.json").read_text()))
+        doc = json.loads((results / "dcgm.json").read_text())
     except (OSError, ValueError):
         err = (results / "dcgm.err").read_text()[-300:] if (results / "dcgm.err").exists() else ""
-        return _failed(f"DCGM: dcgmi diag -r {level} gave no JSON (exit {rc}) {err}".strip()), {"dcgm": "error"}
+        return [f"DCGM: dcgmi diag -r {level} gave no JSON (exit {rc}) {err}".strip()], {"dcgm": "error"}, []
+    failed, hardware = failed_tests(doc), hardware_tests(doc)
     if failed or rc != 0:
-        return _failed(f"DCGM: dcgmi diag -r {level} failed (exit {rc}): {', '.join(failed) or 'see its log'}"), \
-            {"dcgm": "failed", "dcgmFailed": failed}
-    return [], {"dcgm": f"pass (level {level})"}
+        problem = f"DCGM: dcgmi diag -r {level} failed (exit {rc}): {', '.join(failed) or 'see its log'}"
+        return [problem], {"dcgm": "failed", "dcgmFailed": failed}, [problem] if hardware else []
+    return [], {"dcgm": f"pass (level {level})"}, []
 
 
 def judge_bench(doc: dict, floors: list[dict]) -> tuple[list[str], dict]:
@@ -125,7 +174,7 @@ def judge_bench(doc: dict, floors: list[dict]) -> tuple[list[str], dict]:
     return problems, figures
 
 
-def step_nccl(plan: dict, left: float, results: Path) -> tuple[list[str], dict]:
+def step_nccl(plan: dict, left: float, results: Path) -> Found:
     out = results / "fabric.json"
     low, high = plan["benchSizes"]
     cmd = ["torchrun", "--standalone", f"--nproc-per-node={plan['gpus']}", fabric_bench.__file__,
@@ -134,12 +183,12 @@ def step_nccl(plan: dict, left: float, results: Path) -> tuple[list[str], dict]:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, left))
     except subprocess.TimeoutExpired:
-        return _failed(f"NCCL: the intra-node bench did not finish within {left:.0f} s"), {}
+        return [f"NCCL: the intra-node bench did not finish within {left:.0f} s"], {}, []
     except FileNotFoundError:
-        return _failed("NCCL: torchrun not found in the image"), {}
+        return ["NCCL: torchrun not found in the image"], {}, []
     if not out.exists():
-        return _failed(f"NCCL: the intra-node bench failed (exit {done.returncode}): {done.stderr[-300:]}"), {}
-    return judge_bench(json.loads(out.read_text()), plan["floors"])
+        return [f"NCCL: the intra-node bench failed (exit {done.returncode}): {done.stderr[-300:]}"], {}, []
+    return (*judge_bench(json.loads(out.read_text()), plan["floors"]), [])
 
 
 def rate(output: str) -> float | None:
@@ -154,48 +203,68 @@ def rate(output: str) -> float | None:
     return None
 
 
-def loopback(server_dev: str, client_dev: str, timeout: float) -> tuple[str | None, float | None]:
-    """One fi_pingpong between two of this node's EFA devices: (problem, MB/s)."""
+def loopback(server_dev: str, client_dev: str, timeout: float, extra: list[str]) -> tuple[str | None, bool, float | None]:
+    """One fi_pingpong between two of this node's EFA devices: (problem, data corrupted, MB/s). The
+    server's output is read to its end (it never blocks on a full pipe) and judged with the client's."""
     env = {**os.environ, **LOOPBACK_ENV}
-    server = subprocess.Popen(["fi_pingpong", *LOOPBACK_ARGS, "-d", server_dev, "-B", str(LOOPBACK_PORT)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    pair = f"EFA {server_dev} <- {client_dev}"
+    try:
+        server = subprocess.Popen(["fi_pingpong", *LOOPBACK_ARGS, *extra, "-d", server_dev, "-B", str(LOOPBACK_PORT)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    except FileNotFoundError:
+        return "EFA: fi_pingpong not found in the image", False, None
     try:
         time.sleep(1)  # the server binds its control port before the client connects
-        client = subprocess.run(["fi_pingpong", *LOOPBACK_ARGS, "-d", client_dev, "-P", str(LOOPBACK_PORT),
+        client = subprocess.run(["fi_pingpong", *LOOPBACK_ARGS, *extra, "-d", client_dev, "-P", str(LOOPBACK_PORT),
                                  "127.0.0.1"], capture_output=True, text=True, timeout=timeout, env=env)
-        server.wait(timeout=timeout)
+        served, _ = server.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return f"EFA {server_dev} <- {client_dev}: no answer within {timeout:.0f} s", None
-    finally:
-        if server.poll() is None:
-            server.kill()
+        server.kill()
+        server.communicate()
+        return f"{pair}: no answer within {timeout:.0f} s", False, None
+    said = client.stdout + client.stderr
+    if DATA_ERROR in said or DATA_ERROR in served:
+        line = next(ln for ln in (said + "\n" + served).splitlines() if DATA_ERROR in ln)
+        return f"{pair}: data corrupted in transit ({line.strip()})", True, None
     if client.returncode or server.returncode:
-        return (f"EFA {server_dev} <- {client_dev}: fi_pingpong failed (client {client.returncode}, server "
-                f"{server.returncode}): {(client.stdout + client.stderr)[-200:]}"), None
-    return None, rate(client.stdout)
+        return (f"{pair}: fi_pingpong failed (client {client.returncode}, server {server.returncode}): "
+                f"{said[-200:]}"), False, None
+    return None, False, rate(client.stdout)
 
 
-def step_efa(plan: dict, left: float, results: Path) -> tuple[list[str], dict]:
+def step_efa(plan: dict, left: float, results: Path) -> Found:
     listing = preflight.run(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"])
     devices = sorted(preflight.efa_domains(listing or ""))
+    if len(devices) < plan["efaDevices"]:
+        problem = f"EFA: {len(devices)} of the node's {plan['efaDevices']} EFA devices visible"
+        return [problem], {}, [problem]
     if len(devices) < 2:
-        return _failed(f"EFA: {len(devices)} EFA device(s) visible, a loopback needs two"), {}
+        return [f"EFA: {len(devices)} EFA device(s) in the pod, a loopback needs two"], {}, []
     deadline = time.monotonic() + left
-    problems, rates = [], {}
+    problems, hardware, rates, bad = [], [], {}, set()
+    floor = plan.get("loopbackFloorMBs") or 0
     for i, dev in enumerate(devices):
         peer = devices[(i + 1) % len(devices)]
-        problem, mbs = loopback(dev, peer, max(1.0, min(30.0, deadline - time.monotonic())))
-        if problem:
-            problems.append(problem)
-        elif mbs is not None:
-            rates[dev] = mbs
-    figures = {"efaLoopbackPairs": len(devices) - len(problems)}
+        for what, extra in LOOPBACK_RUNS:
+            problem, corrupted, mbs = loopback(dev, peer, max(1.0, min(30.0, deadline - time.monotonic())), extra)
+            if problem:
+                problems.append(problem)
+                hardware += [problem] if corrupted else []
+                bad.add(dev)
+                break
+            if what == "rate" and mbs is None:
+                problems.append(f"EFA {dev} <- {peer}: fi_pingpong printed no MB/sec")
+            elif what == "rate":
+                rates[dev] = mbs
+                if mbs < floor:
+                    problems.append(f"EFA {dev} <- {peer}: {mbs:g} MB/s < floor {floor:g}")
+    figures = {"efaLoopbackPairs": len(devices) - len(bad)}
     if rates:
         figures["efaLoopbackMBsMin"] = min(rates.values())
-    return problems, figures
+    return problems, figures, hardware
 
 
-STEPS: list[tuple[str, Callable[[dict, float, Path], tuple[list[str], dict]]]] = [
+STEPS: list[tuple[str, Callable[[dict, float, Path], Found]]] = [
     ("preflight", step_preflight), ("dcgm", step_dcgm), ("nccl", step_nccl), ("efa", step_efa)]
 
 
@@ -207,20 +276,23 @@ def _save(path: Path, doc: dict) -> None:
 
 def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) -> dict:
     """The verdict ({result, reason, figures}), kept in ``results``: decided once per pod."""
-    verdict_file, progress_file = results / "verdict.json", results / "progress.json"
+    verdict_file, progress_file, start_file = results / "verdict.json", results / "progress.json", results / "started"
     if verdict_file.exists():
         return json.loads(verdict_file.read_text())
-    started = float((results / "started").read_text()) if (results / "started").exists() else clock()
+    if not start_file.exists():  # the agent container's first start: its budget counts from here
+        start_file.write_text(str(int(clock())))
+    started = float(start_file.read_text())
     budget = plan["budgetSeconds"]
     if progress_file.exists():  # a start without a verdict: the container died or was stopped
         progress = json.loads(progress_file.read_text())
         late = clock() - started >= budget
         why = (f"did not finish within its budget of {budget} s" if late
                else "its container stopped before the result (see kubectl describe pod)")
-        verdict = {"result": marks.FAILED, "figures": progress["figures"],
+        verdict = {"result": marks.FAILED, "figures": progress["figures"], "hardware": [],
                    "reason": f"burn-in {why}, in step {progress['step']}"}
     else:
         problems: list[str] = []
+        hardware: list[str] = []
         figures: dict[str, Any] = {}
         skip = {step for step, allowance in plan["steps"].items() if not allowance}
         for step, run in STEPS:
@@ -231,34 +303,44 @@ def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) ->
             if left <= 0:
                 problems.append(f"burn-in did not finish within its budget of {budget} s, in step {step}")
                 break
-            found, figs = run(plan, left, results)
+            found, figs, hw = run(plan, left, results)
             problems += found
+            hardware += hw
             figures.update(figs)
         figures["seconds"] = round(clock() - started)
-        verdict = {"result": marks.FAILED if problems else marks.PASSED, "figures": figures,
+        verdict = {"result": marks.FAILED if problems else marks.PASSED, "figures": figures, "hardware": hardware,
                    "reason": "; ".join(problems) or None}
     _save(verdict_file, verdict)
     return verdict
 
 
+def capability_labels(plan: dict, figures: dict) -> dict[str, str]:
+    """Each capability label the pool's pods select, from the preflight checks that prove it; none when
+    the preflight did not run."""
+    if "preflight" not in figures:
+        return {}
+    failed = set(figures.get("preflightFailed") or [])
+    return {label: "false" if failed & set(checks) else "true" for label, checks in plan.get("capabilities", {}).items()}
+
+
 def report(api: incluster.Api, node_name: str, namespace: str, plan: dict, verdict: dict,
            now: datetime, attempts: int = 5) -> None:
-    """Write the verdict on the node (retried on a 409 conflict), then its Event, then the replacement."""
+    """Write the verdict on the node (retried on a 409 conflict), then its Event."""
+    fault = marks.HARDWARE if verdict.get("hardware") else marks.SOFTWARE
     for attempt in range(attempts):
         node = api.node(node_name)
         try:
-            api.patch_node(node_name, marks.result_patch(node, plan["taint"], verdict["result"], verdict["figures"],
-                                                         verdict["reason"], now))
+            api.patch_node(node_name, marks.result_patch(
+                node, plan["taint"], plan["quarantine"], verdict["result"], verdict["figures"], verdict["reason"],
+                now, fault=fault, capabilities=capability_labels(plan, verdict["figures"])))
             break
         except incluster.ApiError as e:
             if e.status != 409 or attempt == attempts - 1:
                 raise
     passed = verdict["result"] == marks.PASSED
     message = (f"burn-in passed in {verdict['figures'].get('seconds', '?')} s" if passed
-               else f"burn-in failed: {verdict['reason']}")
+               else f"burn-in failed ({fault}): {verdict['reason']}")
     api.create_event(marks.event(node, namespace, verdict["result"], message, now))
-    if not passed and plan.get("replace"):
-        replace.mark_unhealthy(node)
 
 
 def main(argv: list[str] | None = None, api: incluster.Api | None = None) -> int:

@@ -4,17 +4,20 @@ Guarantees: every pool whose nodes register with the burn-in taint (every GPU po
 ``components.gpu_node_setup.registration_taints``) gets a plan, so no such node waits for a burn-in
 that does not exist; the checks are the run's own (the preflight with the arguments the pool's Ray
 pods use, and that pod's resources), the NCCL floors are the acceptance's (``expected`` and
-``floor_of`` of ``workloads.acceptance``), and the time budget is the sum of the steps' allowances
-for the pool's DCGM level. A ``burnIn.dcgmLevels`` key that is not a GPU pool is refused here,
-before any resource is registered.
+``floor_of`` of ``workloads.acceptance``), the EFA loopback floor is the catalog's
+(``InstanceType.efa_loopback_floor_mbs``). Time: the DCGM diagnostic has its own allowance (its
+init container's ``timeout``), the image pulls theirs, and the agent's budget (its clock starts when
+the agent container starts) is the sum of the allowances of the steps it runs. A
+``burnIn.dcgmLevels`` key that is not a GPU pool is refused here, before any resource is registered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from components.gpu_node_setup import BURN_IN_TAINT
-from stackconfig.stack import Pool, StackConfigError
+from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY
+from stackconfig.burn_in import BreakerSettings
+from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
 from workloads import layout as L
 from workloads.acceptance.compare import floor_of
 from workloads.acceptance.expected import EXPECTED, expected
@@ -22,6 +25,16 @@ from workloads.fabric_bench import OPS
 from workloads.model import WorkloadModel
 from workloads.render.ray import preflight_args
 
+QUARANTINE_TAINT = Taint(key=f"{LABEL_PREFIX}/quarantine", value="failed")
+"""Put on a node whose burn-in failed (``nodes.marks.result_patch``); no node group registers it, so an
+update of a node group's taints never lifts it. Only the burn-in DaemonSets tolerate it (a re-test)."""
+CAPABILITY_CHECKS = {LABEL_GDRCOPY: ("gdrdrv",), LABEL_EFA_GDA: ("gdrdrv", "gin-gda")}
+"""The preflight checks (``workloads.preflight.checks`` names) that prove each capability label the
+node setup puts on a node (``components.gpu_node_setup.capability_labels``): the burn-in sets the
+label from them, so a node that rebooted keeps no label kubelet wrote at its first registration."""
+PULL_SECONDS = 1200
+"""Allowance for pulling the DCGM and the workload images onto a new node before the agent starts:
+an allowance, not a measurement (the workload image is tens of GB; 20 minutes is 30 GB at 25 MB/s)."""
 DCGM_SECONDS = {1: 120, 2: 420, 3: 1800, 4: 7200}
 """Allowance per ``dcgmi diag`` level: NVIDIA's DCGM docs (dcgmi diag, ``--run``) give level 1
 "seconds", 2 "approximately two minutes", 3 "approximately 15 minutes", 4 "extended"; the allowance
@@ -29,7 +42,8 @@ is about twice that (4: two hours), plus the host engine's start."""
 PREFLIGHT_SECONDS = 420
 """The preflight's own bounds: 60 s per command it runs and 300 s for the one-rank NCCL probe."""
 LOOPBACK_SECONDS_PER_DEVICE = 20
-"""One ``fi_pingpong`` exchange per EFA device (each is a server once and a client once)."""
+"""One ``fi_pingpong`` exchange per EFA device (each is a server once and a client once); two per
+device: the data check (``-c``) and the bandwidth run (``nodes.agent``)."""
 BENCH_SECONDS = {"p4d": 420, "p4de": 420, "p5": 300, "p5e": 300, "p5en": 300, "p6-b200": 300, "p6-b300": 300}
 """Intra-node all-reduce and all-to-all, 64 MiB to 4 GiB, 5 warm-up and 20 timed calls per size
 (``workloads/fabric_bench.py``), plus the NCCL start: an allowance per family (A100 moves the 4 GiB
@@ -61,10 +75,20 @@ class PoolBurnIn:
     floors: tuple[Floor, ...]
     efa_devices: int
     budget_seconds: int
+    """The agent's budget: the allowances of the steps it runs (``AGENT_STEPS``), from its start."""
     steps: dict[str, int] = field(default_factory=dict)
-    """Allowance per step, seconds (what ``budget_seconds`` adds up); 0: the step does not apply."""
+    """Allowance per step, seconds; 0: the step does not apply."""
     replace: bool = False
-    """A failed node's instance is marked unhealthy (``burnIn.replaceFailed``)."""
+    """A node failed for a hardware reason is replaced (``burnIn.replaceFailed``, ``nodes.controller``)."""
+    breaker: BreakerSettings = BreakerSettings()
+    loopback_floor_mbs: float = 0.0
+    capabilities: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Capability label -> the preflight checks that prove it, for the labels the pool's pods select."""
+
+    @property
+    def node_seconds(self) -> int:
+        """From the pod's start to the result: the pulls, the DCGM diagnostic, the agent's budget."""
+        return self.steps["pull"] + self.steps["dcgm"] + self.budget_seconds
 
     @property
     def name(self) -> str:
@@ -73,10 +97,14 @@ class PoolBurnIn:
     @property
     def agent_plan(self) -> dict:
         """What the agent on the node is told (JSON in its command line)."""
-        return {"pool": self.pool.name, "gpus": self.group.gpus, "efaDevices": self.efa_devices,
+        return {"pool": self.pool.name, "gpus": self.group.gpus, "efaDevices": self.group.efa,
                 "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds, "steps": dict(self.steps),
                 "dcgmLevel": self.dcgm_level, "dcgmSeconds": self.steps["dcgm"], "benchSizes": list(BENCH_SIZES),
-                "replace": self.replace,
+                "nodeSeconds": self.node_seconds,
+                "loopbackFloorMBs": self.loopback_floor_mbs,
+                "capabilities": {k: list(v) for k, v in self.capabilities.items()},
+                "quarantine": {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value,
+                               "effect": QUARANTINE_TAINT.effect},
                 "floors": [{"op": f.op, "busbw": f.busbw, "advisory": f.advisory} for f in self.floors],
                 "taint": {"key": BURN_IN_TAINT.key, "value": BURN_IN_TAINT.value, "effect": BURN_IN_TAINT.effect}}
 
@@ -105,13 +133,30 @@ def floors(pool: Pool, g: L.Group) -> tuple[Floor, ...]:
     return tuple(out)
 
 
-def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False) -> PoolBurnIn:
+AGENT_STEPS = ("preflight", "nccl", "efa")
+"""The steps the agent runs itself, on its own clock (it only reads the DCGM container's result)."""
+
+
+def capabilities(m: WorkloadModel, pool: Pool, args: list[str]) -> dict[str, tuple[str, ...]]:
+    """The capability labels the pool's pods select, each with the preflight checks that prove it;
+    only where the burn-in's preflight runs those checks (``--gin``)."""
+    if "--gin" not in args:
+        return {}
+    ran = {"gdrdrv", *(("gin-gda",) if args[args.index("--gin") + 1] == "gpu" else ())}
+    return {k: CAPABILITY_CHECKS[k] for k in m.capabilities(pool)
+            if k in CAPABILITY_CHECKS and set(CAPABILITY_CHECKS[k]) <= ran}
+
+
+def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False,
+         breaker: BreakerSettings = BreakerSettings()) -> PoolBurnIn:
     g, args = _group(m, pool)
-    steps = {"preflight": PREFLIGHT_SECONDS, "dcgm": DCGM_SECONDS[level],
+    steps = {"pull": PULL_SECONDS, "dcgm": DCGM_SECONDS[level], "preflight": PREFLIGHT_SECONDS,
              "nccl": BENCH_SECONDS.get(pool.instance.family, BENCH_DEFAULT_SECONDS) if g.gpus > 1 else 0,
-             "efa": LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
+             "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
-                      efa_devices=pool.efa_devices, budget_seconds=sum(steps.values()), steps=steps, replace=replace)
+                      efa_devices=pool.efa_devices, budget_seconds=sum(steps[s] for s in AGENT_STEPS), steps=steps,
+                      replace=replace, breaker=breaker, loopback_floor_mbs=pool.instance.efa_loopback_floor_mbs,
+                      capabilities=capabilities(m, pool, args))
 
 
 def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
@@ -124,4 +169,5 @@ def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
                                f"GPU pool; allowed: {', '.join(p.name for p in gpu) or 'none'}")
     if not settings.enabled:
         return []
-    return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed) for p in gpu]
+    return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed,
+                 settings.breaker) for p in gpu]

@@ -4,10 +4,14 @@ Guarantees: the objects of ``nodes.render`` go through the cluster's provider af
 pool's nodes and the device plugins (a GPU node's burn-in pod needs its GPUs and EFA devices
 advertised), the DaemonSets after their namespace, account, scripts and policies; image references
 to the stack repository are filled in with its URL. With ``burnIn.replaceFailed`` an EKS Pod Identity
-role lets the burn-in's service account call ``autoscaling:SetInstanceHealth``, and only on Auto
-Scaling groups tagged ``eks:cluster-name`` = this cluster (the tag EKS puts on a managed node
-group's Auto Scaling group; ``aws:ResourceTag`` is a condition key of SetInstanceHealth in the
-Service Authorization Reference for Amazon EC2 Auto Scaling).
+role lets the replacement controller's service account (and no other: the burn-in pods hold no AWS
+credentials) call ``autoscaling:SetInstanceHealth``, and only on Auto Scaling groups tagged
+``eks:cluster-name`` = this cluster (the tag EKS puts on a managed node group's Auto Scaling group;
+``aws:ResourceTag`` is a condition key of SetInstanceHealth in the Service Authorization Reference
+for Amazon EC2 Auto Scaling). The controller's Deployment is registered after the role's Pod
+Identity association: EKS Pod Identity injects credentials into a pod only when the association
+exists as the pod is created (EKS user guide, pod-id-association), so a pod started first would run
+without them until it is recreated.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from workloads.component import TYPED
 from workloads.model import WorkloadModel
 
 from .burn_in import PoolBurnIn
-from .render import NAMESPACE, SERVICE_ACCOUNT, burn_in_objects
+from .render import NAMESPACE, REPLACE_ACCOUNT, burn_in_objects
 
 KINDS = {**TYPED, "DaemonSet": k8s.apps.v1.DaemonSet}
+LATER = ("DaemonSet", "Deployment")
+"""Registered after the namespace, accounts, scripts and policies."""
 
 
 def replacement_policy(cluster_name: str) -> str:
@@ -45,15 +51,17 @@ class BurnIn(pulumi.ComponentResource):
         system = platform.pools[m.system_pool.name].node_group
         plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
         objects = burn_in_objects(m, list(plans))
-        first = [o for o in objects if o["kind"] != "DaemonSet"]
+        first = [o for o in objects if o["kind"] not in LATER]
         namespace = [self._object(o, [system]) for o in first if o["kind"] == "Namespace"]
         ready = [*namespace, *(self._object(o, [system, *namespace]) for o in first if o["kind"] != "Namespace")]
         self.daemonsets = [self._object(o, [*ready, *plugins]) for o in objects if o["kind"] == "DaemonSet"]
-        self.replacement = None
+        self.replacement, self.controller = None, None
         if any(p.replace for p in plans):
             self.replacement = PodRole(f"{m.cluster_name}-burn-in-replace", platform.cluster.name, NAMESPACE,
-                                       SERVICE_ACCOUNT, inline_policy=platform.cluster.name.apply(replacement_policy),
+                                       REPLACE_ACCOUNT, inline_policy=platform.cluster.name.apply(replacement_policy),
                                        opts=pulumi.ResourceOptions(parent=self))
+            (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+            self.controller = self._object(deployment, [*ready, self.replacement.association])
         self.register_outputs({})
 
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:

@@ -1,6 +1,6 @@
 """The few Kubernetes API calls the burn-in agent makes from its pod, with the standard library only
 (the workload image has no Kubernetes client): read its node and the pods on it, merge-patch the
-node, create an Event.
+node, create an Event; for the replacement controller also list nodes and keep its ConfigMap.
 
 Authenticates with the pod's projected service-account token and CA (read again on every call: the
 kubelet rotates the token) at ``KUBERNETES_SERVICE_HOST``/``PORT``. A non-2xx answer raises
@@ -14,6 +14,7 @@ import json
 import os
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Mapping
 
@@ -62,3 +63,21 @@ class Api:
 
     def create_event(self, event: Mapping[str, Any]) -> dict:
         return self._call("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event)
+
+    def nodes(self, selector: str) -> list[dict]:
+        return self._call("GET", f"/api/v1/nodes?labelSelector={urllib.parse.quote(selector)}").get("items", [])
+
+    def config_map(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._call("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def save_config_map(self, cm: Mapping[str, Any]) -> dict:
+        """Create it, or replace it (PUT with its ``resourceVersion``: a stale copy is refused, 409)."""
+        md = cm["metadata"]
+        if md.get("resourceVersion"):
+            return self._call("PUT", f"/api/v1/namespaces/{md['namespace']}/configmaps/{md['name']}", cm)
+        return self._call("POST", f"/api/v1/namespaces/{md['namespace']}/configmaps", cm)

@@ -1,10 +1,17 @@
 """What the burn-in writes on a node, as the merge patches and Events it sends: one place for the
-label and annotation keys, used by the agent on the node and by ``python -m nodes``.
+label and annotation keys, used by the agent on the node, the watcher, the replacement controller
+and by ``python -m nodes``.
 
 Standard library only (it ships to the node in the burn-in's ConfigMap). Every patch carries the
 node's ``resourceVersion``, so a write based on a stale read is refused (409) instead of dropping a
 taint another writer added; the taint list is replaced whole (a JSON merge patch replaces lists).
 The keys here are the only ones the admission policy (``nodes.policy``) lets the burn-in change.
+
+Two taints: the burn-in taint (``rl.platform/burn-in``, the node group's own: every GPU node
+registers with it) goes at a pass and comes back for a re-test; a failure never touches it and adds
+the quarantine taint (``rl.platform/quarantine``, no node group names it), so an EKS update of the
+node group's taints (``burnIn.enabled`` toggled) cannot lift a failed node's quarantine. A pass
+removes both.
 """
 
 from __future__ import annotations
@@ -17,13 +24,21 @@ RESULT_LABEL = "rl.platform/burn-in"
 """``passed``, ``failed`` or ``retest``; absent on a node never tested."""
 TIME_LABEL = "rl.platform/burn-in-time"
 """When the result was written, UTC, ``YYYYmmddTHHMMSSZ`` (a label value has no colons)."""
+FAULT_LABEL = "rl.platform/burn-in-fault"
+"""On a failed node: ``hardware`` (a DCGM test failed with a hardware error, an EFA device missing
+or corrupting data) or ``software`` (everything else); only ``hardware`` is ever replaced."""
 FIGURES_ANNOTATION = "rl.platform/burn-in-figures"
 """JSON: the measured figures of the last burn-in (NCCL busbw, EFA loopback, DCGM, seconds)."""
 REASON_ANNOTATION = "rl.platform/burn-in-reason"
 """Why the last burn-in failed (absent after a pass)."""
-LABELS = (RESULT_LABEL, TIME_LABEL)
-ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION)
+BOOT_ANNOTATION = "rl.platform/burn-in-boot-id"
+"""``status.nodeInfo.bootID`` when the node passed: another boot id means it rebooted since."""
+REPLACEMENT_ANNOTATION = "rl.platform/replacement"
+"""JSON {state: requested|refused, at, attempts, reason}: the replacement controller's last try."""
+LABELS = (RESULT_LABEL, TIME_LABEL, FAULT_LABEL)
+ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION, BOOT_ANNOTATION)
 PASSED, FAILED, RETEST = "passed", "failed", "retest"
+HARDWARE, SOFTWARE = "hardware", "software"
 DONE = (PASSED, FAILED)
 """Results that take the burn-in pod off the node (its DaemonSet's node affinity excludes them)."""
 EVENT_REASON = {PASSED: "BurnInPassed", FAILED: "BurnInFailed", RETEST: "BurnInRetest"}
@@ -40,48 +55,76 @@ def parse_stamp(text: str) -> datetime | None:
         return None
 
 
-def _same(taint: Mapping[str, Any], burn_in: Mapping[str, str]) -> bool:
-    return taint.get("key") == burn_in["key"] and taint.get("effect") == burn_in["effect"]
+def _same(taint: Mapping[str, Any], other: Mapping[str, str]) -> bool:
+    return taint.get("key") == other["key"] and taint.get("effect") == other["effect"]
 
 
-def has_taint(node: Mapping[str, Any], burn_in: Mapping[str, str]) -> bool:
-    return any(_same(t, burn_in) for t in node.get("spec", {}).get("taints") or [])
+def has_taint(node: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
+    return any(_same(t, taint) for t in node.get("spec", {}).get("taints") or [])
 
 
-def _taints(node: Mapping[str, Any], burn_in: Mapping[str, str], present: bool) -> list[dict]:
-    kept = [t for t in node.get("spec", {}).get("taints") or [] if not _same(t, burn_in)]
-    return kept + [dict(burn_in)] if present else kept
+def boot_id(node: Mapping[str, Any]) -> str:
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", "")
 
 
-def result_patch(node: Mapping[str, Any], burn_in: Mapping[str, str], result: str, figures: Mapping[str, Any],
-                 reason: str | None, now: datetime) -> dict:
-    """A pass removes the burn-in taint and the last reason; a failure keeps (or restores) the taint
-    and states the reason. Both label the result and time and keep the figures."""
+def _taints(node: Mapping[str, Any], add: tuple[Mapping[str, str], ...] = (),
+            remove: tuple[Mapping[str, str], ...] = ()) -> list[dict]:
+    kept = [t for t in node.get("spec", {}).get("taints") or [] if not any(_same(t, x) for x in (*add, *remove))]
+    have = node.get("spec", {}).get("taints") or []
+    return kept + [next((dict(t) for t in have if _same(t, x)), dict(x)) for x in add]
+
+
+def result_patch(node: Mapping[str, Any], burn_in: Mapping[str, str], quarantine: Mapping[str, str], result: str,
+                 figures: Mapping[str, Any], reason: str | None, now: datetime, fault: str | None = None,
+                 capabilities: Mapping[str, str] | None = None) -> dict:
+    """A pass removes the burn-in and quarantine taints and the last reason and fault, and records the
+    boot id; a failure adds the quarantine taint (the burn-in taint as it is), with the reason and the
+    fault. Both label the result and time, keep the figures and set ``capabilities`` (labels)."""
     if result not in DONE:
         raise ValueError(f"result {result!r}; one of {', '.join(DONE)}")
+    passed = result == PASSED
+    taints = _taints(node, remove=(burn_in, quarantine)) if passed else _taints(node, add=(quarantine,))
     return {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
-                         "labels": {RESULT_LABEL: result, TIME_LABEL: stamp(now)},
+                         "labels": {RESULT_LABEL: result, TIME_LABEL: stamp(now),
+                                    FAULT_LABEL: None if passed else (fault or SOFTWARE), **(capabilities or {})},
                          "annotations": {FIGURES_ANNOTATION: json.dumps(dict(figures), sort_keys=True),
-                                         REASON_ANNOTATION: reason if result == FAILED else None}},
-            "spec": {"taints": _taints(node, burn_in, present=result == FAILED)}}
+                                         REASON_ANNOTATION: None if passed else reason,
+                                         BOOT_ANNOTATION: boot_id(node) or None if passed else None}},
+            "spec": {"taints": taints}}
 
 
 def retest_patch(node: Mapping[str, Any], burn_in: Mapping[str, str]) -> dict:
-    """Taint the node again and ask for a new burn-in (the DaemonSet's pod comes back to it)."""
+    """Taint the node again and ask for a new burn-in (the DaemonSet's pod comes back to it); a
+    quarantine stays until the node passes."""
     return {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                          "labels": {RESULT_LABEL: RETEST}},
-            "spec": {"taints": _taints(node, burn_in, present=True)}}
+            "spec": {"taints": _taints(node, add=(burn_in,))}}
 
 
-def event(node: Mapping[str, Any], namespace: str, result: str, message: str, now: datetime) -> dict:
+def replacement_patch(node: Mapping[str, Any], state: str, now: datetime, attempts: int, reason: str = "") -> dict:
+    """The replacement controller's record on the node (its only write there)."""
+    doc = {"state": state, "at": stamp(now), "attempts": attempts, **({"reason": reason[:500]} if reason else {})}
+    return {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
+                         "annotations": {REPLACEMENT_ANNOTATION: json.dumps(doc, sort_keys=True)}}}
+
+
+def replacement(node: Mapping[str, Any]) -> dict:
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(REPLACEMENT_ANNOTATION)
+    try:
+        return json.loads(text) if text else {}
+    except ValueError:
+        return {}
+
+
+def event(node: Mapping[str, Any], namespace: str, result: str, message: str, now: datetime,
+          reason: str | None = None, warning: bool | None = None, component: str = "rl-burn-in") -> dict:
     """A core/v1 Event about the node (``kubectl describe node`` lists events whose involvedObject is it)."""
     md = node["metadata"]
     when = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{md['name']}.burn-in.", "namespace": namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": md["name"], "uid": md.get("uid", "")},
-            "reason": EVENT_REASON[result], "message": message[:1024],
-            "type": "Warning" if result == FAILED else "Normal",
-            "source": {"component": "rl-burn-in", "host": md["name"]},
+            "reason": reason or EVENT_REASON[result], "message": message[:1024],
+            "type": "Warning" if (result == FAILED if warning is None else warning) else "Normal",
+            "source": {"component": component, "host": md["name"]},
             "firstTimestamp": when, "lastTimestamp": when, "count": 1}
-

@@ -5,10 +5,13 @@ ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1, GA since Kubernete
 the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Deny``):
 - a node write by that account unless the node is the one named by the request's
   ``authentication.kubernetes.io/node-name`` user extra, or that changes anything but the burn-in
-  labels and annotations (``nodes.marks``) and the burn-in taint;
+  labels and annotations (``nodes.marks``), the pool's capability labels it refreshes, and the
+  burn-in and quarantine taints;
 - an Event it creates unless it is about that same node.
 The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
-only set the result label to ``retest``, with the burn-in taint in place.
+only set the result label to ``retest``, with the burn-in taint in place. The replacement
+controller's account (``nodes.controller``, on the system pool, so no own node) may change only the
+replacement annotation of a node.
 
 The node name reaches the request from the pod's bound service-account token: the API server puts
 the pod's node in the token and the authenticator copies it into the user's extra
@@ -23,11 +26,12 @@ from __future__ import annotations
 
 import json
 
-from .marks import ANNOTATIONS, LABELS, RESULT_LABEL, RETEST
+from .marks import ANNOTATIONS, LABELS, REPLACEMENT_ANNOTATION, RESULT_LABEL, RETEST
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 BURN_IN_PREFIX = "rl-burn-in"
 WATCH_PREFIX = "rl-burn-in-watch"
+REPLACE_PREFIX = "rl-burn-in-replace"
 PART_OF = {"app.kubernetes.io/part-of": "moe-rl-platform"}
 
 _NODE = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra && "
@@ -44,15 +48,19 @@ def _map(side: str, field: str) -> str:
     return f"has({side}.metadata.{field}) ? {side}.metadata.{field} : {{}}"
 
 
-def node_rules(taint_key: str, labels: tuple[str, ...], annotations: tuple[str, ...]) -> list[tuple[str, str]]:
+OWN_NODE = ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
+            "the burn-in may write only the node its own pod runs on (service-account token node-name)")
+
+
+def node_rules(taint_keys: tuple[str, ...], labels: tuple[str, ...], annotations: tuple[str, ...]) -> list[tuple[str, str]]:
+    """What a write may change, whatever node it is on."""
     return [
-        ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
-         "the burn-in may write only the node its own pod runs on (service-account token node-name)"),
         (_kept("variables.newLabels", "variables.oldLabels", json.dumps(list(labels))),
          f"the burn-in may change only the labels {', '.join(labels)}"),
         (_kept("variables.newAnnotations", "variables.oldAnnotations", json.dumps(list(annotations))),
          f"the burn-in may change only the annotations {', '.join(annotations) or '(none)'}"),
-        ("variables.newTaints == variables.oldTaints", f"the burn-in may add or remove only the {taint_key} taint"),
+        ("variables.newTaints == variables.oldTaints",
+         f"the burn-in may add or remove only the {' and '.join(taint_keys) or '(no)'} taint"),
         ("(has(object.spec.unschedulable) && object.spec.unschedulable) == "
          "(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
          "the burn-in may not cordon or uncordon a node"),
@@ -88,24 +96,32 @@ def _policy(name: str, username: str, operations: list[str], resource: str, vari
     return [policy, binding]
 
 
-def own_node_policies(prefix: str, user: str, taint_key: str, labels: tuple[str, ...],
+def _node_vars(taint_keys: tuple[str, ...]) -> list[tuple[str, str]]:
+    keep = " && ".join(f"t.key != {json.dumps(k)}" for k in taint_keys) or "true"
+    taints = "has({0}.spec.taints) ? {0}.spec.taints.filter(t, {1}) : []"
+    return [("nodeName", _NODE),
+            ("newLabels", _map("object", "labels")), ("oldLabels", _map("oldObject", "labels")),
+            ("newAnnotations", _map("object", "annotations")),
+            ("oldAnnotations", _map("oldObject", "annotations")),
+            ("newTaints", taints.format("object", keep)), ("oldTaints", taints.format("oldObject", keep))]
+
+
+def own_node_policies(prefix: str, user: str, taint_keys: tuple[str, ...], labels: tuple[str, ...],
                       annotations: tuple[str, ...], extra: list[tuple[str, str]] = ()) -> list[dict]:
     """``<prefix>-own-node`` and ``<prefix>-own-events`` with their bindings, for the account ``user``."""
-    taints = "has({0}.spec.taints) ? {0}.spec.taints.filter(t, t.key != {1}) : []"
-    node_vars = [("nodeName", _NODE),
-                 ("newLabels", _map("object", "labels")), ("oldLabels", _map("oldObject", "labels")),
-                 ("newAnnotations", _map("object", "annotations")),
-                 ("oldAnnotations", _map("oldObject", "annotations")),
-                 ("newTaints", taints.format("object", json.dumps(taint_key))),
-                 ("oldTaints", taints.format("oldObject", json.dumps(taint_key)))]
-    rules = [*node_rules(taint_key, labels, annotations), *extra]
-    return [*_policy(f"{prefix}-own-node", user, ["UPDATE"], "nodes", node_vars, rules),
+    rules = [OWN_NODE, *node_rules(taint_keys, labels, annotations), *extra]
+    return [*_policy(f"{prefix}-own-node", user, ["UPDATE"], "nodes", _node_vars(taint_keys), rules),
             *_policy(f"{prefix}-own-events", user, ["CREATE", "UPDATE"], "events", [("nodeName", _NODE)], EVENT_RULES)]
 
 
-def burn_in_policies(namespace: str, service_account: str, watch_account: str, taint_key: str) -> list[dict]:
-    """The burn-in's (its result, on its node) and the watcher's (a re-test of its node), with bindings."""
+def burn_in_policies(namespace: str, service_account: str, watch_account: str, replace_account: str,
+                     burn_in_key: str, quarantine_key: str, capability_labels: tuple[str, ...] = ()) -> list[dict]:
+    """The burn-in's (its result and capability labels, on its node), the watcher's (a re-test of its
+    node) and the replacement controller's (its annotation, on any node), with bindings."""
     account = "system:serviceaccount:{}:{}".format
-    return [*own_node_policies(BURN_IN_PREFIX, account(namespace, service_account), taint_key, LABELS, ANNOTATIONS),
-            *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), taint_key, (RESULT_LABEL,), (),
-                               retest_rules(taint_key))]
+    return [*own_node_policies(BURN_IN_PREFIX, account(namespace, service_account), (burn_in_key, quarantine_key),
+                               (*LABELS, *capability_labels), ANNOTATIONS),
+            *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), (burn_in_key,), (RESULT_LABEL,), (),
+                               retest_rules(burn_in_key)),
+            *_policy(f"{REPLACE_PREFIX}-nodes", account(namespace, replace_account), ["UPDATE"], "nodes",
+                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION,)))]

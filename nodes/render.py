@@ -1,5 +1,6 @@
-"""The burn-in's Kubernetes objects: namespace, service account, RBAC, scripts, one DaemonSet per GPU
-pool, and the admission policies.
+"""The burn-in's Kubernetes objects: namespace, service accounts, RBAC, scripts, one DaemonSet per GPU
+pool, the watcher, the replacement controller (with ``burnIn.replaceFailed``) and the admission
+policies.
 
 Guarantees:
 - a pool's DaemonSet places its pod only on that pool's nodes whose result label is neither
@@ -7,15 +8,25 @@ Guarantees:
   result the node no longer matches and the DaemonSet controller deletes the pod, which frees the
   node's GPUs and EFA devices (kubernetes/kubernetes pkg/controller/daemon/daemon_controller.go,
   ``NodeShouldRunDaemonPod``: a node that fails the pod's node affinity should not keep running it);
-- it tolerates exactly the pool's own taints and the burn-in taint, nothing else;
+- it tolerates exactly the pool's own taints, the burn-in taint and the quarantine taint (a re-test
+  of a failed node), nothing else;
 - the pod is the pool's Ray worker pod as the run would have it (image, env, resources, /dev/shm,
-  IPC_LOCK), with the DCGM container first (it records the start, so the budget counts from it);
+  IPC_LOCK), with the DCGM container first; the agent's budget counts from the agent's own start;
+- ``pulumi up`` does not wait for the DaemonSets or the controller: they carry
+  ``pulumi.com/skipAwait`` (pulumi-kubernetes provider/pkg/await/daemonset.go awaits a DaemonSet's
+  rollout, ``_defaultDaemonSetTimeout`` 10 minutes, and deployment.go a Deployment's, unless
+  ``metadata.SkipAwaitLogic``, await.go), since a burn-in pod is never Ready before its images are
+  pulled and its checks are done, and on a first deploy the images are pushed after ``pulumi up``;
 - the agent's liveness probe stops a container still undecided past the budget (plus a minute), so a
   hang becomes a failure with that reason (``nodes.agent.decide``);
 - the watcher (``nodes.watch``) runs on every GPU node that passed, with no GPU, and re-tests it
   when a run's preflight fails there;
-- RBAC: read and patch nodes, create Events in its namespace (the watcher also lists pods); the
-  admission policies (``nodes.policy``) narrow both to the pod's own node and the burn-in keys.
+- the replacement controller (``nodes.controller``) runs on the system pool, the only pod with the
+  Pod Identity role that may call ``autoscaling:SetInstanceHealth`` and the only one that reaches the
+  Pod Identity agent;
+- RBAC: read and patch nodes, create Events in its namespace (the watcher also lists pods, the
+  controller lists nodes and keeps its ConfigMap); the admission policies (``nodes.policy``) narrow
+  them to the pod's own node and the burn-in keys (the controller: its annotation).
 """
 
 from __future__ import annotations
@@ -30,7 +41,8 @@ from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _tcp
 from workloads.render.common import (container_resources, env_list, labels, pod_security_context, security_context,
                                      shm_volume, tolerations, SHM_VOLUME)
 
-from .burn_in import PoolBurnIn
+from .burn_in import QUARANTINE_TAINT, PoolBurnIn
+from .controller import BREAKER
 from .marks import DONE, PASSED, RESULT_LABEL
 from .policy import burn_in_policies
 
@@ -38,21 +50,26 @@ NAMESPACE = "rl-burn-in"
 SERVICE_ACCOUNT = "burn-in"
 WATCH_ACCOUNT = "burn-in-watch"
 WATCH = "burn-in-watch"
+REPLACE_ACCOUNT = "burn-in-replace"
+REPLACE = "burn-in-replace"
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 SCRIPTS = "burn-in-scripts"
 SCRIPTS_DIR = "/opt/burn-in"
 RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {"agent.py": HERE / "agent.py", "marks.py": HERE / "marks.py", "incluster.py": HERE / "incluster.py",
-                "replace.py": HERE / "replace.py", "watch.py": HERE / "watch.py", "preflight.py": HERE.parent / "workloads" / "preflight.py",
+                "replace.py": HERE / "replace.py", "watch.py": HERE / "watch.py", "controller.py": HERE / "controller.py", "preflight.py": HERE.parent / "workloads" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
 
 
-def _meta(name: str, namespace: str | None = NAMESPACE) -> dict:
+def _meta(name: str, namespace: str | None = NAMESPACE, skip_await: bool = False) -> dict:
     md = {"name": name, "labels": labels(name)}
     if namespace:
         md["namespace"] = namespace
+    if skip_await:
+        md["annotations"] = dict(SKIP_AWAIT)
     return md
 
 
@@ -63,7 +80,8 @@ def _binding(kind: str, name: str, accounts: list[str], namespace: str | None) -
 
 
 def base_objects() -> list[dict]:
-    """Namespace, service accounts, RBAC and scripts, shared by every pool's DaemonSet and the watcher."""
+    """Namespace, service accounts, RBAC and scripts, shared by every pool's DaemonSet, the watcher and
+    the controller."""
     rbac = "rbac.authorization.k8s.io/v1"
     node_rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
     return [
@@ -77,7 +95,16 @@ def base_objects() -> list[dict]:
         _binding("ClusterRole", f"{NAMESPACE}-watch", [WATCH_ACCOUNT], None),
         {"apiVersion": rbac, "kind": "Role", "metadata": _meta("burn-in-events"),
          "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
-        _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT], NAMESPACE),
+        _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT], NAMESPACE),
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(REPLACE_ACCOUNT)},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(f"{NAMESPACE}-replace", None),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
+        _binding("ClusterRole", f"{NAMESPACE}-replace", [REPLACE_ACCOUNT], None),
+        {"apiVersion": rbac, "kind": "Role", "metadata": _meta(BREAKER),
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+                   {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [BREAKER],
+                    "verbs": ["get", "update"]}]},
+        _binding("Role", BREAKER, [REPLACE_ACCOUNT], NAMESPACE),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(SCRIPTS),
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
         *network_policies(),
@@ -85,22 +112,23 @@ def base_objects() -> list[dict]:
 
 
 def network_policies() -> list[dict]:
-    """Default deny and DNS (strict mode isolates a pod no policy selects), then what the agent and
-    the watcher reach: the API server and, for replacement, the Auto Scaling API on 443, and the Pod
-    Identity agent for the replacement role's credentials. Nothing reaches them."""
+    """Default deny and DNS (strict mode isolates a pod no policy selects), then what the pods reach:
+    the API server on 443 (all), the Auto Scaling API on 443 and the Pod Identity agent for the
+    replacement role's credentials (the controller only). Nothing reaches them."""
     return [*baseline(_meta), policy(
-        _meta("allow-api"), None, "burn-in pods -> API server and AWS APIs 443/TCP, Pod Identity agent 80/TCP",
-        egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
-                {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}])]
+        _meta("allow-api"), None, "burn-in pods -> API server 443/TCP",
+        egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}]), policy(
+        _meta("allow-pod-identity"), labels(REPLACE),
+        "replacement controller -> Pod Identity agent 80/TCP",
+        egress=[{"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}])]
 
 
 def dcgm_script(b: PoolBurnIn) -> str:
-    """Record the start once per pod, start the DCGM host engine (it daemonizes), run the diagnostic
-    within its allowance, keep its JSON and exit code for the agent; never fail the container (the
-    agent judges, so a failed diagnostic is reported rather than restarted)."""
+    """Start the DCGM host engine (it daemonizes, nv-hostengine(8)), run the diagnostic within its own
+    allowance, keep its JSON and exit code for the agent; never fail the container (the agent judges,
+    so a failed diagnostic is reported rather than restarted)."""
     r = RESULTS_DIR
     return "\n".join([
-        f"[ -s {r}/started ] || date +%s > {r}/started",
         f"if ! nv-hostengine > {r}/dcgm.err 2>&1; then echo 127 > {r}/dcgm.rc; exit 0; fi",
         f"timeout {b.steps['dcgm']} dcgmi diag -r {b.dcgm_level} -j > {r}/dcgm.json 2>> {r}/dcgm.err",
         f"echo $? > {r}/dcgm.rc",
@@ -115,13 +143,35 @@ def liveness_command(b: PoolBurnIn) -> list[str]:
                         f"test $(( $(date +%s) - $(cat {r}/started) )) -lt {limit}"]
 
 
+def dcgm_resources(b: PoolBurnIn) -> dict:
+    """The node's GPUs and the agent's CPU and memory (the Ray pod's): an init container's request
+    adds nothing to the pod's, whose effective request is the larger of its largest init container's
+    and the sum of its app containers' (Kubernetes docs, Init Containers, "Resource sharing within
+    containers"), so the diagnostic gets room for its stress tests at no cost.
+
+    Privilege: none (the platform's pod rules allow IPC_LOCK only). NVIDIA's DCGM docs (nv-hostengine)
+    say the host engine runs without root "but prints a warning and cannot provide features for which
+    the host-engine user lacks device or operating-system permissions. Configuration management and
+    portions of diagnostics can require root"; the NVSwitch module needs root. A test that cannot run
+    for that reason reports Fail with a software category (DCGM docs, Diagnostic Plugins, Interpreting
+    results), which fails the node without a replacement (``nodes.agent.HARDWARE_CATEGORIES``).
+
+    Profiling: the CloudWatch agent's dcgm-exporter on the node starts its own embedded host engine
+    (dcgm-exporter docs: without ``--remote-hostengine-info``) and watches profiling metrics;
+    ``dcgmi profile --pause`` acts on the host engine dcgmi connects to (dcgmi profile docs), here the
+    burn-in's own, so it cannot pause the exporter's. The conflict is stated, not solved: a level 2/3
+    test that needs the profiling counters the exporter holds fails as software, never replaced."""
+    r = container_resources(b.group)["limits"]
+    res = {"nvidia.com/gpu": str(b.group.gpus), "cpu": r["cpu"], "memory": r["memory"]}
+    return {"requests": dict(res), "limits": dict(res)}
+
+
 def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
     g = b.group
     results = {"name": "results", "mountPath": RESULTS_DIR}
-    gpus = {"nvidia.com/gpu": str(g.gpus), "cpu": "1", "memory": "2Gi"}
     dcgm = {"name": "dcgm", "image": dcgm_image(m.software), "imagePullPolicy": "IfNotPresent",
             "command": ["sh", "-c", dcgm_script(b)],
-            "resources": {"requests": gpus, "limits": gpus},
+            "resources": dcgm_resources(b),
             "securityContext": security_context(),
             "volumeMounts": [results]}
     env = {**g.env, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -141,26 +191,27 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [b.pool.name]},
                               {"key": RESULT_LABEL, "operator": "NotIn", "values": list(DONE)}]}]}}}
-    taint = b.agent_plan["taint"]
     pod_labels = labels(b.name)
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(b.name),
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(b.name, skip_await=True),
             "spec": {"selector": {"matchLabels": pod_labels},
                      "template": {"metadata": {"labels": pod_labels},
                                   "spec": {"serviceAccountName": SERVICE_ACCOUNT,
                                            "securityContext": pod_security_context(),
                                            "affinity": affinity,
                                            "tolerations": [*tolerations(b.pool),
-                                                           {"key": taint["key"], "operator": "Equal",
-                                                            "value": taint["value"], "effect": taint["effect"]}],
+                                                           *(_toleration(b.agent_plan[k]) for k in ("taint", "quarantine"))],
                                            "initContainers": [dcgm], "containers": [agent], "volumes": volumes}}}}
+
+
+def _toleration(taint: dict) -> dict:
+    return {"key": taint["key"], "operator": "Equal", "value": taint["value"], "effect": taint["effect"]}
 
 
 def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
     """``nodes.watch`` on every GPU node that passed: no GPU, a little CPU and memory, read-only root."""
     taint = plans[0].agent_plan["taint"]
     tolerated = {json.dumps(t, sort_keys=True): t for b in plans for t in tolerations(b.pool)}
-    tolerated[json.dumps(taint)] = {"key": taint["key"], "operator": "Equal", "value": taint["value"],
-                                    "effect": taint["effect"]}
+    tolerated[json.dumps(taint)] = _toleration(taint)
     small = {"cpu": "50m", "memory": "128Mi"}
     c = {"name": "watch", "image": m.image, "imagePullPolicy": "IfNotPresent",
          "command": ["python3", f"{SCRIPTS_DIR}/watch.py", "--taint", json.dumps(taint, sort_keys=True)],
@@ -173,7 +224,7 @@ def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
         {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": [b.pool.name for b in plans]},
                               {"key": RESULT_LABEL, "operator": "In", "values": [PASSED]}]}]}}}
     pod_labels = labels(WATCH)
-    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(WATCH),
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(WATCH, skip_await=True),
             "spec": {"selector": {"matchLabels": pod_labels},
                      "template": {"metadata": {"labels": pod_labels},
                                   "spec": {"serviceAccountName": WATCH_ACCOUNT, "securityContext": pod_security_context(),
@@ -182,10 +233,37 @@ def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
                                            "volumes": [{"name": "scripts", "configMap": {"name": SCRIPTS}}]}}}}
 
 
+def controller_plan(plans: list[PoolBurnIn]) -> dict:
+    """What the replacement controller is told: the pools it may replace in, with their breakers."""
+    return {"namespace": NAMESPACE, "poolLabel": POOL_LABEL, "quarantine": plans[0].agent_plan["quarantine"],
+            "pools": {b.pool.name: b.breaker.model_dump(by_alias=True) for b in plans if b.replace}}
+
+
+def controller(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
+    """``nodes.controller`` on the system pool: one replica, never two at once (``Recreate``)."""
+    small = {"cpu": "100m", "memory": "128Mi"}
+    c = {"name": "controller", "image": m.image, "imagePullPolicy": "IfNotPresent",
+         "command": ["python3", f"{SCRIPTS_DIR}/controller.py", "--plan", json.dumps(controller_plan(plans), sort_keys=True)],
+         "env": env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
+         "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
+    pod_labels = labels(REPLACE)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(REPLACE, skip_await=True),
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": pod_labels},
+                     "template": {"metadata": {"labels": pod_labels},
+                                  "spec": {"serviceAccountName": REPLACE_ACCOUNT,
+                                           "securityContext": pod_security_context(),
+                                           "nodeSelector": {POOL_LABEL: m.system_pool.name},
+                                           "tolerations": tolerations(m.system_pool), "containers": [c],
+                                           "volumes": [{"name": "scripts", "configMap": {"name": SCRIPTS}}]}}}}
+
+
 def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     """Everything the burn-in registers; nothing when no pool has a plan (burn-in off)."""
     if not plans:
         return []
-    taint_key = plans[0].agent_plan["taint"]["key"]
+    caps = tuple(sorted({k for b in plans for k in b.capabilities}))
     return [*base_objects(), *(daemonset(m, b) for b in plans), watch_daemonset(m, plans),
-            *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, taint_key)]
+            *([controller(m, plans)] if any(b.replace for b in plans) else []),
+            *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
+                              QUARANTINE_TAINT.key, caps)]

@@ -1,9 +1,10 @@
-"""Hand a failed node back for replacement: mark its EC2 instance unhealthy in its Auto Scaling group.
+"""Hand a failed node back for replacement: mark its EC2 instance unhealthy in its Auto Scaling group
+(called only by the replacement controller, ``nodes.controller``).
 
 ``SetInstanceHealth`` (Amazon EC2 Auto Scaling API, version 2011-01-01) with ``HealthStatus=Unhealthy``
 and ``ShouldRespectGracePeriod=false``: the group terminates the instance and launches a replacement
 into the same launch template, so into the same Capacity Block or ODCR. Standard library only (it
-runs in the burn-in pod): credentials from EKS Pod Identity (the agent endpoint named by
+runs in the controller pod): credentials from EKS Pod Identity (the agent endpoint named by
 ``AWS_CONTAINER_CREDENTIALS_FULL_URI``, with the token in ``AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE``,
 EKS user guide, pod-id-how-it-works), the request signed with Signature Version 4 (AWS General
 Reference, "Create a signed AWS API request"). The pod's role may call it only on the Auto Scaling
@@ -69,7 +70,7 @@ def pod_identity_credentials() -> dict:
     uri = os.environ.get("AWS_CONTAINER_CREDENTIALS_FULL_URI")
     token_file = os.environ.get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
     if not uri or not token_file:
-        raise RuntimeError("no EKS Pod Identity credentials in the pod (is the burn-in's association in place?)")
+        raise RuntimeError("no EKS Pod Identity credentials in the pod (is the replacement controller's association in place?)")
     with open(token_file) as f:
         req = urllib.request.Request(uri, headers={"Authorization": f.read().strip()})
     with urllib.request.urlopen(req, timeout=10) as resp:

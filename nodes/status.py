@@ -1,10 +1,13 @@
 """The burn-in seen from outside, through the official Kubernetes client: each GPU node's state, and
 re-tests.
 
-Guarantees: every GPU node is listed (a node with GPUs in its capacity, the burn-in taint or a
-result label), never as passed unless its result label says so and the burn-in taint is gone; a node
-without a result is "testing" while its burn-in pod runs within its budget, "failed" once the pod
-runs past it, and "not tested" with the reason (no pod on the node, the pod pending and why) otherwise.
+Guarantees: every GPU node is listed (a node with GPUs in its capacity, the burn-in or quarantine
+taint or a result label), never as passed unless its result label says so and both taints are gone;
+a failed node's reason carries its fault and the replacement controller's last try; a node without a
+result is "testing" while its burn-in pod is within its allowance (pulls, DCGM, the agent's budget),
+"failed" once the pod is past it, and "not tested" with the reason (no pod on the node, the pod
+pending and why) otherwise. The replacement breaker of each pool is read from its ConfigMap and
+reset only on request (``reset_breaker``).
 A re-test taints the node again and labels it ``retest`` with its ``resourceVersion`` (a stale read is
 refused, and retried), so the DaemonSet's pod returns to it; ``refused_nodes`` finds the passed nodes
 on which a run pod's preflight failed (the watcher, ``nodes.watch``, does the same on each node).
@@ -22,13 +25,16 @@ from kubernetes import client as k8s
 from components.gpu_node_setup import BURN_IN_TAINT
 from stackconfig.stack import POOL_LABEL
 
-from .marks import FAILED, FIGURES_ANNOTATION, PASSED, REASON_ANNOTATION, RESULT_LABEL, TIME_LABEL, RETEST, \
-    has_taint, parse_stamp, retest_patch
+from .burn_in import QUARANTINE_TAINT
+from .controller import BREAKER, breaker_map, breaker_state
+from .marks import FAILED, FAULT_LABEL, FIGURES_ANNOTATION, PASSED, REASON_ANNOTATION, RESULT_LABEL, TIME_LABEL, \
+    RETEST, has_taint, parse_stamp, replacement, retest_patch
 from .render import NAMESPACE, PROBE_GRACE_SECONDS
 from .watch import parse_time, refusals
 
 GPU = "nvidia.com/gpu"
 TAINT = {"key": BURN_IN_TAINT.key, "value": BURN_IN_TAINT.value, "effect": BURN_IN_TAINT.effect}
+QUARANTINE = {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value, "effect": QUARANTINE_TAINT.effect}
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class NodeRow:
 def is_gpu_node(node: dict) -> bool:
     labels = node["metadata"].get("labels") or {}
     return (int((node.get("status", {}).get("capacity") or {}).get(GPU, "0")) > 0 or has_taint(node, TAINT)
-            or RESULT_LABEL in labels)
+            or has_taint(node, QUARANTINE) or RESULT_LABEL in labels)
 
 
 def _plan_of(pod: dict) -> dict:
@@ -76,27 +82,37 @@ def classify(node: dict, pods: Iterable[dict], now: datetime) -> NodeRow:
     tested = parse_stamp(labels.get(TIME_LABEL, ""))
     row = dict(node=md["name"], pool=labels.get(POOL_LABEL, "?"), age_seconds=int((now - created).total_seconds()),
                tested=tested.isoformat() if tested else "", figures=json.loads(notes.get(FIGURES_ANNOTATION, "{}")))
-    result, tainted = labels.get(RESULT_LABEL), has_taint(node, TAINT)
+    result, tainted = labels.get(RESULT_LABEL), has_taint(node, TAINT) or has_taint(node, QUARANTINE)
     if result == PASSED and not tainted:
         return NodeRow(state="passed", **row)
     if result == PASSED:
-        return NodeRow(state="not tested", reason="passed, but the burn-in taint is back without a retest label: "
-                                                  f"python -m nodes retest {md['name']}", **row)
+        return NodeRow(state="not tested", reason="passed, but a burn-in or quarantine taint is back without a retest "
+                                                  f"label: python -m nodes retest {md['name']}", **row)
     if result == FAILED:
-        return NodeRow(state="failed", reason=notes.get(REASON_ANNOTATION, "no reason recorded"), **row)
+        why = f"{labels.get(FAULT_LABEL, 'software')}: {notes.get(REASON_ANNOTATION, 'no reason recorded')}"
+        tried = replacement(node)
+        if tried:
+            why += (f"; replacement {tried.get('state')} at {tried.get('at')} (attempt {tried.get('attempts')})"
+                    f"{': ' + tried['reason'] if tried.get('reason') else ''}")
+        return NodeRow(state="failed", reason=why, **row)
     mine = [p for p in pods if p["spec"].get("nodeName") == md["name"]]
     if not mine:
         return NodeRow(state="not tested", reason=f"no burn-in pod on the node: is its pool's DaemonSet there "
                                                   f"(kubectl -n {NAMESPACE} get ds) and burnIn.enabled on?", **row)
     pod = max(mine, key=lambda p: p["metadata"].get("creationTimestamp", ""))
     phase, name = pod.get("status", {}).get("phase", "Pending"), pod["metadata"]["name"]
+    plan = _plan_of(pod)
+    budget = plan.get("nodeSeconds") or plan.get("budgetSeconds", 0)  # pulls, DCGM and the agent's own budget
+    started = parse_time((pod.get("status") or {}).get("startTime"))
+    elapsed = int((now - started).total_seconds()) if started else 0
+    late = started is not None and budget and elapsed > budget + PROBE_GRACE_SECONDS
     if phase == "Pending":
-        return NodeRow(state="not tested", reason=f"burn-in pod {name} pending: {_pending_why(pod)}", **row)
+        return NodeRow(state="failed" if late else "not tested",
+                       reason=f"burn-in pod {name} pending{f' {elapsed} s, past its allowance of {budget} s' if late else ''}"
+                              f": {_pending_why(pod)}", **row)
     if phase != "Running":
         return NodeRow(state="not tested", reason=f"burn-in pod {name} {phase}", **row)
-    started = parse_time(pod["status"].get("startTime")) or now
-    elapsed, budget = int((now - started).total_seconds()), _plan_of(pod).get("budgetSeconds", 0)
-    if budget and elapsed > budget + PROBE_GRACE_SECONDS:
+    if late:
         return NodeRow(state="failed", reason=f"burn-in pod {name} running {elapsed} s, past its budget of {budget} s, "
                                               f"without a result", **row)
     again = " (re-test)" if result == RETEST else ""
@@ -127,6 +143,26 @@ class NodesClient:
             except k8s.ApiException as e:
                 if e.status != 409 or attempt == attempts - 1:
                     raise
+
+    def breakers(self) -> dict[str, dict]:
+        """Pool -> the replacement breaker's state (``nodes.controller``); empty before any replacement."""
+        try:
+            cm = self.core.read_namespaced_config_map(BREAKER, NAMESPACE)
+        except k8s.ApiException as e:
+            if e.status == 404:
+                return {}
+            raise
+        return breaker_state(self.api.sanitize_for_serialization(cm))
+
+    def reset_breaker(self, pool: str) -> bool:
+        """Close a pool's breaker and forget its replacements (a person looked); False if it was not tripped."""
+        cm = self.api.sanitize_for_serialization(self.core.read_namespaced_config_map(BREAKER, NAMESPACE))
+        state = breaker_state(cm)
+        if not state.get(pool, {}).get("tripped"):
+            return False
+        state[pool] = {}
+        self.core.replace_namespaced_config_map(BREAKER, NAMESPACE, breaker_map(NAMESPACE, state, cm))
+        return True
 
     def refused_nodes(self) -> list[str]:
         """Nodes that passed their burn-in and on which a run pod's preflight has since failed."""

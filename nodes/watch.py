@@ -1,11 +1,16 @@
-"""Between runs: a node on which a run pod's preflight failed is tainted again and re-tested.
+"""Between runs: a node that rebooted, or on which a run pod's preflight failed, is tainted again and re-tested.
 
 Runs in the pod of the ``burn-in-watch`` DaemonSet (``nodes.render``) on every GPU node that passed
 its burn-in, in the workload image with the standard library only, and asks for nothing but a little
 CPU and memory. Every ``PERIOD_SECONDS`` it lists the pods on its own node; when a pod's ``preflight``
 init container (``workloads/render/ray.py``) has ended with a failure after the node's last burn-in,
-it writes ``nodes.marks.retest_patch`` on its node (the burn-in taint back, result ``retest``) and an
-Event. The node then no longer matches this DaemonSet and matches the pool's burn-in DaemonSet again,
+or when the node's ``status.nodeInfo.bootID`` is not the one recorded at its pass (it rebooted: EKS
+node auto-repair reboots for several GPU XIDs, and kubelet applies ``--register-with-taints`` and
+``--node-labels`` only in ``initialNode``, when it creates the Node object; an existing Node gets
+only its default labels reconciled, kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go
+``tryRegisterWithAPIServer``/``updateDefaultLabels``: so neither the burn-in taint nor a capability
+label comes back by itself), it writes ``nodes.marks.retest_patch`` on its node (the burn-in taint
+back, result ``retest``) and an Event; the re-test sets the capability labels again. The node then no longer matches this DaemonSet and matches the pool's burn-in DaemonSet again,
 so the next attempt of the run cannot land on it before it passes once more. The admission policy
 (``nodes.policy``) holds the watcher to exactly that write on its own node.
 """
@@ -57,18 +62,28 @@ def refused_since(pods: Iterable[Mapping[str, Any]], node: Mapping[str, Any]) ->
     return None
 
 
+def rebooted(node: Mapping[str, Any]) -> str | None:
+    """Why the node is not the one that passed: its boot id differs from the one recorded at the pass."""
+    then = (node["metadata"].get("annotations") or {}).get(marks.BOOT_ANNOTATION)
+    now = marks.boot_id(node)
+    return f"the node rebooted since its burn-in (boot id {then} -> {now})" if then and now and then != now else None
+
+
 def check(api: incluster.Api, node_name: str, namespace: str, taint: Mapping[str, str]) -> str | None:
-    """One look at the node: re-test it when a run's preflight refused it; returns the pod that did."""
+    """One look at the node: re-test it when it rebooted since its pass or a run's preflight refused
+    it; returns why."""
     node = api.node(node_name)
     if (node["metadata"].get("labels") or {}).get(marks.RESULT_LABEL) != marks.PASSED:
         return None
-    pod = refused_since(api.pods_on(node_name), node)
-    if pod is None:
+    why = rebooted(node)
+    if why is None:
+        pod = refused_since(api.pods_on(node_name), node)
+        why = f"the preflight of pod {pod} failed on this node" if pod else None
+    if why is None:
         return None
     api.patch_node(node_name, marks.retest_patch(node, taint))
-    api.create_event(marks.event(node, namespace, marks.RETEST,
-                                 f"the preflight of pod {pod} failed on this node: burn-in again", datetime.now(timezone.utc)))
-    return pod
+    api.create_event(marks.event(node, namespace, marks.RETEST, f"{why}: burn-in again", datetime.now(timezone.utc)))
+    return why
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     api, taint = incluster.Api(), json.loads(args.taint)
     while True:
         try:
-            pod = check(api, os.environ["NODE_NAME"], os.environ["POD_NAMESPACE"], taint)
-            if pod:
-                print(f"re-test asked: the preflight of {pod} failed", flush=True)
+            why = check(api, os.environ["NODE_NAME"], os.environ["POD_NAMESPACE"], taint)
+            if why:
+                print(f"re-test asked: {why}", flush=True)
         except (incluster.ApiError, OSError) as e:  # a conflict or a blip: look again next period
             print(f"watch: {e}", flush=True)
         time.sleep(PERIOD_SECONDS)

@@ -14,6 +14,23 @@ from pydantic import Field
 from .base import SchemaModel
 
 
+class BreakerSettings(SchemaModel):
+    """The per-pool circuit breaker of replacement (``nodes.controller``). Once tripped, no node of the
+    pool is replaced until ``python -m nodes reset-breaker POOL``: EKS node auto-repair stops above
+    ``NodeRepairConfig.maxUnhealthyNodeThresholdCount``/``Percentage`` (EKS API reference,
+    NodeRepairConfig), and NVIDIA NVSentinel's circuit breaker, once tripped, "requires manual human
+    intervention to reset" (docs.nvidia.com/nvsentinel, components/circuit-breaker)."""
+
+    max_failed_nodes: int = Field(2, ge=0)
+    """Trips when more of the pool's nodes than this are failed at once (any cause): several nodes
+    failing together points at the image, the configuration or the fabric, not at each node."""
+    max_failed_percent: float | None = Field(None, gt=0, le=100)
+    """Also trips when more than this percentage of the pool's nodes are failed (off by default: on a
+    small pool one node is already a large share)."""
+    max_replacements_per_hour: int = Field(2, ge=1)
+    """Trips instead of making another replacement when this many were requested in the last hour."""
+
+
 class BurnInSettings(SchemaModel):
     enabled: bool = True
     """Taint every GPU pool at registration and run the burn-in on each new node."""
@@ -23,5 +40,7 @@ class BurnInSettings(SchemaModel):
     dcgm_levels: dict[str, Annotated[int, Field(ge=1, le=4)]] = {}
     """Per GPU pool name, a level other than ``dcgmLevel`` (1..4)."""
     replace_failed: bool = False
-    """Mark the instance of a node that fails unhealthy in its Auto Scaling group
-    (``autoscaling:SetInstanceHealth``), so the node group replaces it from its Capacity Block or ODCR."""
+    """Have the replacement controller mark the instance of a node that failed for a hardware reason
+    unhealthy in its Auto Scaling group (``autoscaling:SetInstanceHealth``), so the node group replaces
+    it from its Capacity Block or ODCR; within ``breaker``."""
+    breaker: BreakerSettings = BreakerSettings()

@@ -16,14 +16,26 @@ from test_workloads_security import pod_specs, registered_objects
 
 from components.node_pool import EKS_TAINT_EFFECT
 from nodes import marks
-from nodes.burn_in import plans
+from nodes.burn_in import QUARANTINE_TAINT, plans
 from nodes.policy import burn_in_policies
-from nodes.render import NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT
+from nodes.render import NAMESPACE, REPLACE_ACCOUNT, SERVICE_ACCOUNT, WATCH_ACCOUNT
 from stackconfig.stack import LABEL_PREFIX, StackConfigError
 
 NODE = "ip-10-0-1-5.ec2.internal"
 USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)
+QUARANTINE = {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value, "effect": QUARANTINE_TAINT.effect}
+
+
+def named(objects, kind: str, name: str) -> dict:
+    """The one object of ``kind`` called ``name`` (never the first of a kind: registration order is not a contract)."""
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def container(pod: dict, name: str, init: bool = False) -> dict:
+    (found,) = [c for c in pod["initContainers" if init else "containers"] if c["name"] == name]
+    return found
 
 
 def _registered_taints(graph, cfg, pool) -> set[tuple[str, str, str]]:
@@ -62,17 +74,18 @@ def test_no_pod_of_a_run_tolerates_the_burn_in_taint_and_the_burn_in_tolerates_o
         tolerated = pod.get("tolerations") or []
         assert all(t.get("key") for t in tolerated), f"{where}: tolerates every taint"
         if not where.startswith("DaemonSet/burn-in-"):
-            assert BURN_IN["key"] not in {t["key"] for t in tolerated}, where
+            assert not {BURN_IN["key"], QUARANTINE["key"]} & {t["key"] for t in tolerated}, where
             continue
         if where == "DaemonSet/burn-in-watch":  # on passed GPU nodes of every pool, tainted again or not
             assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
                 *((t.key, t.value, t.effect) for p in cfg.pools if p.instance.is_gpu for t in p.taints),
                 (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])}
-            assert not pod["containers"][0]["resources"]["limits"].get("nvidia.com/gpu")
+            assert not container(pod, "watch")["resources"]["limits"].get("nvidia.com/gpu")
             continue
         pool = next(p for p in cfg.pools if where == f"DaemonSet/burn-in-{p.name}")
-        assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {
-            *((t.key, t.value, t.effect) for t in pool.taints), (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"])}
+        assert {(t["key"], t["value"], t["effect"]) for t in tolerated} == {  # the quarantine: a re-test of a failed node
+            *((t.key, t.value, t.effect) for t in pool.taints), (BURN_IN["key"], BURN_IN["value"], BURN_IN["effect"]),
+            (QUARANTINE["key"], QUARANTINE["value"], QUARANTINE["effect"])}
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{"matchExpressions": [
             {"key": f"{LABEL_PREFIX}/pool", "operator": "In", "values": [pool.name]},
@@ -82,11 +95,12 @@ def test_no_pod_of_a_run_tolerates_the_burn_in_taint_and_the_burn_in_tolerates_o
 def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     cfg = load("p5en-prod")
     objects = registered_objects(graph_of("p5en-prod"))
-    ds = next(o for o in objects if o["metadata"]["name"] == "burn-in-train")
+    ds = named(objects, "DaemonSet", "burn-in-train")
     trainer = next(o for o in objects if o["kind"] == "RayCluster")["spec"]["workerGroupSpecs"]
     trainer = next(g for g in trainer if g["groupName"] == "trainer")["template"]["spec"]["containers"][0]
     pod = ds["spec"]["template"]["spec"]
-    dcgm, agent = pod["initContainers"][0], pod["containers"][0]
+    assert [c["name"] for c in pod["initContainers"]] == ["dcgm"]  # DCGM before the agent
+    dcgm, agent = container(pod, "dcgm", init=True), container(pod, "agent")
     assert dcgm["image"].endswith(f":dcgm-{cfg.versions.software.dcgm}") and "dcgmi diag -r 2 -j" in dcgm["command"][2]
     assert agent["resources"] == trainer["resources"] and agent["image"] == trainer["image"]
     assert {e["name"]: e.get("value") for e in trainer["env"] if "value" in e}.items() <= \
@@ -126,7 +140,20 @@ def test_the_plan_adds_the_dcgm_level_of_each_pool():
     cfg = variant("p4d", {"burnIn": {"dcgmLevels": {"train": 3}}})
     found = {b.pool.name: b for b in plans(derive(cfg), cfg)}
     assert found["train"].steps["dcgm"] - found["rollout"].steps["dcgm"] == 1800 - 420
-    assert found["train"].budget_seconds == sum(found["train"].steps.values())
+    assert found["train"].node_seconds == sum(found["train"].steps.values())
+
+
+def test_the_agents_budget_leaves_out_the_image_pull_and_the_dcgm_diagnostic():
+    from workloads.model import derive
+
+    from nodes.burn_in import AGENT_STEPS, PULL_SECONDS
+    cfg = load("p5en-prod")
+    b = next(p for p in plans(derive(cfg), cfg) if p.pool.name == "train")
+    assert b.steps["pull"] == PULL_SECONDS and "pull" not in AGENT_STEPS and "dcgm" not in AGENT_STEPS
+    assert b.budget_seconds == sum(b.steps[s] for s in AGENT_STEPS) == b.node_seconds - PULL_SECONDS - b.steps["dcgm"]
+    assert b.agent_plan["nodeSeconds"] == b.node_seconds
+    pod = named(registered_objects(graph_of("p5en-prod")), "DaemonSet", "burn-in-train")["spec"]["template"]["spec"]
+    assert "started" not in container(pod, "dcgm", init=True)["command"][2]  # the agent starts the clock
 
 
 # --- the admission policy, evaluated ---------------------------------------------------------------------
@@ -155,7 +182,8 @@ def request_from(node_name: str | None, user: str = USER) -> dict:
 
 @pytest.fixture(scope="module")
 def policies():
-    objects = burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, BURN_IN["key"])
+    objects = burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, BURN_IN["key"],
+                               QUARANTINE["key"], ("rl.platform/gdrcopy",))
     found = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
@@ -167,11 +195,15 @@ def test_the_burn_in_may_write_its_own_result_and_only_on_its_own_node(policies)
     node_policy = policies["rl-burn-in-own-node"]
     old = new_node(NODE)
     for result in ("passed", "failed"):
-        patch = marks.result_patch(old, BURN_IN, result, {"seconds": 1}, "why", NOW)
+        patch = marks.result_patch(old, BURN_IN, QUARANTINE, result, {"seconds": 1}, "why", NOW, fault="hardware",
+                                   capabilities={"rl.platform/gdrcopy": "true"})
         assert evaluate(node_policy, request_from(NODE), merge(old, patch), old) == []
     retest = merge(old, marks.retest_patch(old, BURN_IN))
     assert evaluate(node_policy, request_from(NODE), retest, old) == []
-    passed = merge(old, marks.result_patch(old, BURN_IN, "passed", {}, None, NOW))
+    failed = merge(old, marks.result_patch(old, BURN_IN, QUARANTINE, "failed", {}, "why", NOW))
+    passed_again = merge(failed, marks.result_patch(failed, BURN_IN, QUARANTINE, "passed", {}, None, NOW))
+    assert evaluate(node_policy, request_from(NODE), passed_again, failed) == []  # a pass lifts the quarantine
+    passed = merge(old, marks.result_patch(old, BURN_IN, QUARANTINE, "passed", {}, None, NOW))
     own, msgs = passed["metadata"], {}
     bad = {
         "another node": (request_from("ip-10-0-9-9.ec2.internal"), passed),
@@ -179,6 +211,8 @@ def test_the_burn_in_may_write_its_own_result_and_only_on_its_own_node(policies)
         "another label": (request_from(NODE), merge(passed, {"metadata": {"labels": {"rl.platform/pool": "rollout"}}})),
         "a label removed": (request_from(NODE), merge(passed, {"metadata": {"labels": {"rl.platform/pool": None}}})),
         "another annotation": (request_from(NODE), merge(passed, {"metadata": {"annotations": {"x": "y"}}})),
+        "the replacement annotation": (request_from(NODE), merge(passed, {"metadata": {"annotations": {
+            marks.REPLACEMENT_ANNOTATION: "{}"}}})),
         "the GPU taint removed": (request_from(NODE), merge(passed, {"spec": {"taints": []}})),
         "cordoned": (request_from(NODE), merge(passed, {"spec": {"unschedulable": True}})),
     }
@@ -206,38 +240,97 @@ def test_the_burn_in_may_report_events_only_about_its_own_node(policies):
 
 def test_the_taint_marks_keep_the_other_taints_and_carry_the_resource_version():
     node = new_node(NODE)
-    passed = marks.result_patch(node, BURN_IN, "passed", {"a": 1}, "ignored", NOW)
+    passed = marks.result_patch(node, BURN_IN, QUARANTINE, "passed", {"a": 1}, "ignored", NOW)
     assert passed["spec"]["taints"] == [GPU_TAINT] and passed["metadata"]["resourceVersion"] == "100"
     assert passed["metadata"]["annotations"][marks.REASON_ANNOTATION] is None
-    failed = marks.result_patch(merge(node, {"spec": {"taints": [GPU_TAINT]}}), BURN_IN, "failed", {}, "why", NOW)
-    assert failed["spec"]["taints"] == [GPU_TAINT, BURN_IN]
     assert marks.stamp(NOW) == "20261201T150000Z" and marks.RESULT_LABEL.startswith(f"{LABEL_PREFIX}/")
     with pytest.raises(ValueError):
-        marks.result_patch(node, BURN_IN, "retest", {}, None, NOW)
+        marks.result_patch(node, BURN_IN, QUARANTINE, "retest", {}, None, NOW)
+
+
+def test_a_failure_quarantines_with_its_own_taint_and_leaves_the_node_groups_taint_alone():
+    registered = new_node(NODE)  # GPU and burn-in taints from the node group
+    failed = merge(registered, marks.result_patch(registered, BURN_IN, QUARANTINE, "failed", {}, "why", NOW))
+    assert failed["spec"]["taints"] == [GPU_TAINT, BURN_IN, QUARANTINE]
+    assert QUARANTINE["key"] == "rl.platform/quarantine" and QUARANTINE["effect"] == "NoSchedule"
+    # burnIn.enabled toggled: EKS rewrites the node group's taints (the burn-in taint goes): the quarantine stays
+    untoggled = merge(failed, {"spec": {"taints": [t for t in failed["spec"]["taints"] if t["key"] != BURN_IN["key"]]}})
+    again = merge(untoggled, marks.result_patch(untoggled, BURN_IN, QUARANTINE, "failed", {}, "why", NOW))
+    assert again["spec"]["taints"] == [GPU_TAINT, QUARANTINE]  # failure handling never adds the burn-in taint back
+    retest = merge(failed, marks.retest_patch(failed, BURN_IN))
+    assert QUARANTINE in retest["spec"]["taints"] and BURN_IN in retest["spec"]["taints"]
+    passed = merge(retest, marks.result_patch(retest, BURN_IN, QUARANTINE, "passed", {}, None, NOW))
+    assert passed["spec"]["taints"] == [GPU_TAINT]
 
 
 # --- replacement -------------------------------------------------------------------------------------------
 
+REPLACING = {"burnIn": {"replaceFailed": True, "breaker": {"maxFailedNodes": 3, "maxReplacementsPerHour": 4}}}
+
+
 def test_replacement_is_opt_in_and_scoped_to_the_clusters_auto_scaling_groups():
     assert not graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation") or all(
         a.inputs["namespace"] != NAMESPACE for a in graph_of("p4d").of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation"))
-    on = {"burnIn": {"replaceFailed": True}}
+    on = REPLACING
     graph, cfg = variant_graph("p4d", on), variant("p4d", on)
     assoc = [a for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
              if a.inputs["namespace"] == NAMESPACE]
-    assert [a.inputs["serviceAccount"] for a in assoc] == [SERVICE_ACCOUNT]
+    assert [a.inputs["serviceAccount"] for a in assoc] == [REPLACE_ACCOUNT]  # the controller's, not the burn-in's
     policy = json.loads(next(r for r in graph.of_type("aws:iam/rolePolicy:RolePolicy")
                              if r.name == f"{cfg.cluster_name}-burn-in-replace").inputs["policy"])
     assert policy["Statement"] == [{"Effect": "Allow", "Action": ["autoscaling:SetInstanceHealth"], "Resource": "*",
                                     "Condition": {"StringEquals": {
                                         "aws:ResourceTag/eks:cluster-name": cfg.cluster_name,
-                                        # held to the burn-in's own Pod Identity session (components.iam)
+                                        # held to the controller's own Pod Identity session (components.iam)
                                         "aws:PrincipalTag/eks-cluster-name": cfg.cluster_name,
                                         "aws:PrincipalTag/kubernetes-namespace": NAMESPACE,
-                                        "aws:PrincipalTag/kubernetes-service-account": SERVICE_ACCOUNT}}}]
-    ds = next(o for o in registered_objects(graph) if o["kind"] == "DaemonSet")
-    agent = ds["spec"]["template"]["spec"]["containers"][0]
-    assert json.loads(agent["command"][agent["command"].index("--plan") + 1])["replace"] is True
+                                        "aws:PrincipalTag/kubernetes-service-account": REPLACE_ACCOUNT}}}]
+    objects = registered_objects(graph)
+    ds = named(objects, "DaemonSet", "burn-in-train")  # by name: the watcher's DaemonSet may come first
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SERVICE_ACCOUNT and "replace" not in json.loads(
+        container(pod, "agent")["command"][container(pod, "agent")["command"].index("--plan") + 1])
+    cm = named(objects, "ConfigMap", "burn-in-scripts")
+    assert "SetInstanceHealth" not in cm["data"]["agent.py"] and "import replace" not in cm["data"]["agent.py"]
+
+
+def test_the_replacement_controller_runs_on_the_system_pool_after_its_pod_identity_association():
+    graph, cfg = variant_graph("p4d", REPLACING), variant("p4d", REPLACING)
+    objects = registered_objects(graph)
+    dep = named(objects, "Deployment", "burn-in-replace")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"} and dep["spec"]["replicas"] == 1
+    assert pod["serviceAccountName"] == REPLACE_ACCOUNT and pod["nodeSelector"] == {f"{LABEL_PREFIX}/pool": "system"}
+    c = container(pod, "controller")
+    plan = json.loads(c["command"][c["command"].index("--plan") + 1])
+    assert plan["pools"]["train"] == {"maxFailedNodes": 3, "maxFailedPercent": None, "maxReplacementsPerHour": 4}
+    assert plan["quarantine"] == QUARANTINE
+    for o in (dep, named(objects, "ValidatingAdmissionPolicy", "rl-burn-in-replace-nodes"),
+              named(objects, "Role", "burn-in-breaker"), named(objects, "NetworkPolicy", "allow-pod-identity")):
+        kubernetes_validate.validate(o, k8s_version(cfg), strict=True)
+    (assoc,) = [a for a in graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
+                if a.inputs["namespace"] == NAMESPACE]
+    (resource,) = [r for r in graph.of_type("kubernetes:apps/v1:Deployment") if r.inputs["metadata"]["name"] == "burn-in-replace"]
+    assert assoc.urn in resource.dependencies
+    # Only the controller reaches the Pod Identity agent; the burn-in pods hold no AWS credentials.
+    reach = named(objects, "NetworkPolicy", "allow-pod-identity")
+    assert reach["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "burn-in-replace"
+    api = named(objects, "NetworkPolicy", "allow-api")
+    assert all("169.254" not in json.dumps(rule) for rule in api["spec"]["egress"])
+
+
+def test_the_burn_in_daemonsets_are_not_awaited_by_pulumi():
+    objects = registered_objects(graph_of("p5en-prod"))
+    daemonsets = [o for o in objects if o["kind"] == "DaemonSet" and o["metadata"].get("namespace") == NAMESPACE]
+    assert {o["metadata"]["name"] for o in daemonsets} >= {"burn-in-train", "burn-in-watch"}
+    assert all(o["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true" for o in daemonsets)
+
+
+def test_a_breaker_setting_out_of_range_is_refused_before_any_resource():
+    with pytest.raises(Exception, match="maxReplacementsPerHour"):
+        variant("p4d", {"burnIn": {"breaker": {"maxReplacementsPerHour": 0}}})
+    with pytest.raises(Exception, match="maxFailedPercent"):
+        variant("p4d", {"burnIn": {"breaker": {"maxFailedPercent": 150}}})
 
 
 def test_set_instance_health_is_signed_as_botocore_signs_it():
@@ -266,10 +359,22 @@ def test_the_watcher_may_only_ask_for_a_retest_of_its_own_node(policies):
     retest = merge(old, marks.retest_patch(old, BURN_IN))
     assert evaluate(watch_policy, request_from(NODE, user), retest, old) == []
     assert evaluate(policies["rl-burn-in-own-node"], request_from(NODE, user), retest, old) is None
-    passed = merge(old, marks.result_patch(old, BURN_IN, "passed", {}, None, NOW))
+    passed = merge(old, marks.result_patch(old, BURN_IN, QUARANTINE, "passed", {}, None, NOW))
     untainted_retest = merge(old, {"metadata": {"labels": {marks.RESULT_LABEL: "retest"}}})
     bad = {"another node": (request_from("ip-10-0-9-9.ec2.internal", user), retest),
            "a result": (request_from(NODE, user), passed),
            "retest without the taint": (request_from(NODE, user), untainted_retest)}
     for name, (req, new) in bad.items():
         assert evaluate(watch_policy, req, new, old), name
+
+
+def test_the_controller_may_write_only_its_replacement_annotation(policies):
+    replace_policy = policies["rl-burn-in-replace-nodes"]
+    user = f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"
+    old = merge(new_node(NODE), marks.result_patch(new_node(NODE), BURN_IN, QUARANTINE, "failed", {}, "why", NOW,
+                                                   fault="hardware"))
+    asked = merge(old, marks.replacement_patch(old, "refused", NOW, 1, "AccessDenied"))
+    assert evaluate(replace_policy, request_from(None, user), asked, old) == []  # any node: it runs on the system pool
+    for bad in ({"metadata": {"labels": {marks.RESULT_LABEL: "passed"}}}, {"spec": {"taints": [GPU_TAINT]}},
+                {"metadata": {"annotations": {marks.REASON_ANNOTATION: None}}}):
+        assert evaluate(replace_policy, request_from(None, user), merge(asked, bad), old), bad

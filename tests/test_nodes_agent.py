@@ -24,6 +24,7 @@ from workloads.model import derive
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 BURN_IN = {"key": "rl.platform/burn-in", "value": "pending", "effect": "NoSchedule"}
+QUARANTINE = {"key": "rl.platform/quarantine", "value": "failed", "effect": "NoSchedule"}
 
 
 def merge(obj, patch):
@@ -44,7 +45,8 @@ def new_node(name="ip-10-0-1-5.ec2.internal", pool="train"):
             "metadata": {"name": name, "uid": "u1", "resourceVersion": "100",
                          "labels": {"rl.platform/pool": pool, "topology.kubernetes.io/region": "us-east-1"},
                          "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
-            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": [GPU_TAINT, BURN_IN]}}
+            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0", "taints": [GPU_TAINT, BURN_IN]},
+            "status": {"nodeInfo": {"bootID": "boot-1"}}}
 
 
 class FakeApiServer:
@@ -112,6 +114,11 @@ def bench_doc(all_reduce: float, all_to_all: float, wrong: int = 0) -> dict:
                                  {}, results, [])
 
 
+def train_floor() -> float:
+    from catalog import CATALOG
+    return CATALOG["p5en.48xlarge"].efa_loopback_floor_mbs
+
+
 @pytest.fixture(scope="module")
 def train_plan():
     cfg = load("p5en-prod")
@@ -125,20 +132,27 @@ def node_env(tmp_path, monkeypatch):
     bin_dir, results = tmp_path / "bin", tmp_path / "results"
     bin_dir.mkdir()
     results.mkdir()
-    knobs = {"gpus": 8, "bench": bench_doc(420.0, 300.0), "pingpong_rc": 0, "results": results}
+    knobs = {"gpus": 8, "bench": bench_doc(420.0, 300.0), "pingpong_rc": 0, "results": results,
+             "pingpong_mbs": 2 * train_floor(), "pingpong_corrupt": "", "server_spam": 0, "calls": tmp_path / "calls"}
     _tool(bin_dir, "nvidia-smi", "#!/bin/sh\ni=0\nwhile [ $i -lt ${FAKE_GPUS:-8} ]; do echo \"GPU $i: NVIDIA H200 (UUID: x)\"; "
                                  "i=$((i+1)); done\n")
     _tool(bin_dir, "fi_info", "#!/bin/sh\nfor d in rdmap16s27 rdmap32s27; do printf 'provider: efa\\n    domain: %s-rdm\\n' $d; done\n")
     _tool(bin_dir, "torchrun", f"#!{sys.executable}\nimport sys, shutil, os\nout = sys.argv[sys.argv.index('--out') + 1]\n"
                                "shutil.copy(os.environ['FAKE_BENCH'], out)\n")
-    _tool(bin_dir, "fi_pingpong", "#!/bin/sh\ncase \"$*\" in *127.0.0.1*) printf 'bytes #sent #ack total time MB/sec "
-                                  "usec/xfer Mxfers/sec\\n64k 100 =100 12m 0.01s 11800.50 5.55 0.18\\n';; esac\n"
+    # fi_pingpong as libfabric v2.6.0 util/pingpong.c prints: show_perf's header and line; with -c a
+    # mismatch prints "Error at iteration=..." and exits 1. The server may print much (FAKE_SERVER_SPAM).
+    _tool(bin_dir, "fi_pingpong", "#!/bin/sh\necho \"$*\" >> \"$FAKE_CALLS\"\n"
+                                  "case \"$*\" in *127.0.0.1*) ;; *) head -c ${FAKE_SERVER_SPAM:-0} /dev/zero | tr '\\0' x;; esac\n"
+                                  "case \"$*\" in *-c*) if [ -n \"$FAKE_CORRUPT\" ]; then "
+                                  "echo 'Error at iteration=3 size=4194304 byte=17'; exit 1; fi;; esac\n"
+                                  "case \"$*\" in *127.0.0.1*) printf 'bytes   #sent   #ack     total       time     MB/sec    "
+                                  "usec/xfer   Mxfers/sec\\n4m      100     =100     800m        0.07s %s 335.00 0.00\\n' "
+                                  "\"$FAKE_MBS\";; esac\n"
                                   "exit ${FAKE_PINGPONG_RC:-0}\n")
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     for check in ("check_memlock", "check_ofi_plugin", "check_nccl_network"):  # the test machine has no RDMA stack
         monkeypatch.setattr(preflight, check, lambda *a: None)
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    (results / "started").write_text(str(int(time.time())))
     (results / "dcgm.rc").write_text("0\n")
     (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [
         {"category": "Hardware", "tests": [{"name": "memory", "results": [{"status": "Pass", "gpu_id": "0"}]}]}]}}))
@@ -149,6 +163,10 @@ def node_env(tmp_path, monkeypatch):
         monkeypatch.setenv("FAKE_BENCH", str(bench))
         monkeypatch.setenv("FAKE_GPUS", str(knobs["gpus"]))
         monkeypatch.setenv("FAKE_PINGPONG_RC", str(knobs["pingpong_rc"]))
+        monkeypatch.setenv("FAKE_MBS", f"{knobs['pingpong_mbs']:.2f}")
+        monkeypatch.setenv("FAKE_CORRUPT", knobs["pingpong_corrupt"])
+        monkeypatch.setenv("FAKE_SERVER_SPAM", str(knobs["server_spam"]))
+        monkeypatch.setenv("FAKE_CALLS", str(knobs["calls"]))
         monkeypatch.setenv("NODE_NAME", (node or new_node())["metadata"]["name"])
         monkeypatch.setenv("POD_NAMESPACE", "rl-burn-in")
         server = FakeApiServer(node or new_node(), conflicts)
@@ -170,11 +188,12 @@ def test_a_healthy_node_loses_the_taint_and_keeps_its_figures(node_env, train_pl
     server = node_env["run"](train_plan)
     node = server.node
     assert taint_keys(node) == ["nvidia.com/gpu"]
+    assert node["metadata"]["annotations"][marks.BOOT_ANNOTATION] == "boot-1"  # the boot that passed
     labels, notes = node["metadata"]["labels"], node["metadata"]["annotations"]
     assert labels[marks.RESULT_LABEL] == "passed" and marks.parse_stamp(labels[marks.TIME_LABEL]) is not None
     figures = json.loads(notes[marks.FIGURES_ANNOTATION])
     assert figures["all_reduceGBs"] == 420.0 and figures["efaLoopbackPairs"] == 2
-    assert figures["efaLoopbackMBsMin"] == 11800.5 and figures["dcgm"] == "pass (level 2)"
+    assert figures["efaLoopbackMBsMin"] == round(node_env["pingpong_mbs"], 2) and figures["dcgm"] == "pass (level 2)"
     assert marks.REASON_ANNOTATION not in notes and labels["rl.platform/pool"] == "train"
     patch = next(r for r in server.requests if r[0] == "PATCH")
     assert patch[2] == "application/merge-patch+json" and patch[3]["metadata"]["resourceVersion"] == "100"
@@ -211,9 +230,11 @@ def test_a_node_that_fails_any_check_keeps_the_taint_with_the_reason(node_env, t
     else:
         node_env["pingpong_rc"] = 1
     node = node_env["run"](train_plan).node
-    assert taint_keys(node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
+    assert taint_keys(node) == ["nvidia.com/gpu", "rl.platform/burn-in", "rl.platform/quarantine"]
     assert node["metadata"]["labels"][marks.RESULT_LABEL] == "failed"
     assert reason in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    # The DCGM Fail above carries no hardware error category: nothing here is the node's hardware.
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == "software"
 
 
 def test_a_derived_floor_only_warns_as_in_the_acceptance_report(node_env, train_plan):
@@ -282,10 +303,119 @@ def test_the_watcher_taints_its_node_again_when_a_runs_preflight_refused_it_afte
         assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # refused before
         assert [r[0] for r in server.requests] == ["GET", "GET"]
         server.pods.append(run_pod(1, "2026-12-01T16:00:00Z", last=True))
-        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) == "team-a/miles-worker-trainer-x"
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) == \
+            "the preflight of pod team-a/miles-worker-trainer-x failed on this node"
     finally:
         server.close()
     assert server.requests[-3][1] == f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node['metadata']['name']}"
     assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
     assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "retest"
     assert [e["reason"] for e in server.events] == ["BurnInRetest"]
+
+
+def test_the_watcher_retests_a_node_that_rebooted_since_its_pass():
+    from nodes import watch
+    node = merge(new_node(), {"metadata": {"labels": {marks.RESULT_LABEL: "passed", marks.TIME_LABEL: "20261201T150000Z"},
+                                           "annotations": {marks.BOOT_ANNOTATION: "boot-1"}},
+                              "spec": {"taints": [GPU_TAINT]}})
+    server = FakeApiServer(node)
+    try:
+        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # same boot
+        server.node = merge(server.node, {"status": {"nodeInfo": {"bootID": "boot-2"}}})  # EKS auto-repair rebooted it
+        assert "rebooted" in watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN)
+    finally:
+        server.close()
+    assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
+    assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "retest"
+    assert "boot id boot-1 -> boot-2" in server.events[-1]["message"]
+
+
+# --- what is the node's hardware, what is not ---------------------------------------------------------------
+
+def _dcgm_fail(results, category):
+    (results / "dcgm.rc").write_text("226\n")
+    (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{
+        "category": "Hardware", "tests": [{"name": "memory", "results": [{"status": "Fail", "gpu_id": "3", "errors": [
+            {"category": category, "error_id": 1, "msg": "x", "severity": 2}]}]}]}]}}))
+
+
+@pytest.mark.parametrize("category, fault", [(10, "hardware"), ("DCGM_FR_EC_HARDWARE_PCIE", "hardware"),
+                                             (3, "software"), (16, "software")])
+def test_only_a_dcgm_failure_with_a_hardware_category_is_hardware(node_env, train_plan, category, fault):
+    _dcgm_fail(node_env["results"], category)
+    node = node_env["run"](train_plan).node
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == fault
+    assert "DCGM: dcgmi diag -r 2 failed (exit 226): memory" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+
+
+def test_preflight_image_and_floor_failures_are_software(node_env, train_plan):
+    node_env["gpus"] = 7  # the preflight
+    node_env["bench"] = bench_doc(200.0, 300.0)  # an NCCL floor
+    node = node_env["run"](train_plan).node
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "failed"
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == "software"
+    assert "quarantine" in taint_keys(node)[-1]
+
+
+def test_the_efa_loopback_checks_the_data_and_never_runs_verbose(node_env, train_plan):
+    node_env["run"](train_plan)
+    calls = node_env["calls"].read_text().splitlines()
+    assert calls and all(" -v" not in f" {c}" for c in calls)
+    checked = [c for c in calls if " -c" in f" {c}"]
+    assert len(checked) == 2 * train_plan["efaDevices"]  # server and client of each pair
+    assert all("-S 4194304" in c for c in calls)
+
+
+def test_corrupted_efa_data_is_a_hardware_failure(node_env, train_plan):
+    node_env["pingpong_corrupt"] = "1"
+    node = node_env["run"](train_plan).node
+    reason = node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    assert "data corrupted in transit (Error at iteration=3" in reason
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == "hardware"
+
+
+def test_an_efa_rate_under_the_familys_floor_fails_as_software(node_env, train_plan):
+    assert train_plan["loopbackFloorMBs"] == train_floor() > 0
+    node_env["pingpong_mbs"] = train_floor() / 2
+    node = node_env["run"](train_plan).node
+    assert f"MB/s < floor {train_floor():g}" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == "software"
+
+
+def test_a_missing_efa_device_is_hardware(node_env, train_plan):
+    node = node_env["run"]({**train_plan, "efaDevices": 3}).node
+    assert "EFA: 2 of the node's 3 EFA devices visible" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
+    assert node["metadata"]["labels"][marks.FAULT_LABEL] == "hardware"
+
+
+def test_the_servers_output_is_drained(node_env, train_plan):
+    node_env["server_spam"] = 1 << 20  # far more than a pipe holds: a server never read would block
+    started = time.monotonic()
+    node = node_env["run"](train_plan).node
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed" and time.monotonic() - started < 20
+
+
+def test_the_budget_starts_when_the_agent_starts(node_env, train_plan):
+    results = node_env["results"]
+    assert not (results / "started").exists()  # nothing before the agent records a start
+    before = int(time.time())
+    node_env["run"](train_plan)
+    assert before <= int((results / "started").read_text()) <= int(time.time())
+
+
+def test_the_capability_labels_are_set_from_the_preflight_after_a_reboot(node_env, train_plan, monkeypatch):
+    plan = {**train_plan, "preflight": [*train_plan["preflight"], "--gin", "proxy"],
+            "capabilities": {"rl.platform/gdrcopy": ["gdrdrv"]},
+            "steps": {**train_plan["steps"], "nccl": 0, "efa": 0}}  # the preflight is what sets the labels
+    monkeypatch.setattr(preflight, "check_gin_plugin", lambda: None)
+    monkeypatch.setattr(preflight, "check_gdrdrv", lambda: "GDRCopy: /dev/gdrdrv does not open")
+    # registered with gdrcopy=true at its first boot; after the reboot gdrdrv did not load
+    rebooted = merge(new_node(), {"metadata": {"labels": {"rl.platform/gdrcopy": "true", marks.RESULT_LABEL: "retest"}}})
+    node = node_env["run"](plan, node=rebooted).node
+    assert node["metadata"]["labels"]["rl.platform/gdrcopy"] == "false"
+    for f in ("verdict.json", "written", "progress.json"):
+        (node_env["results"] / f).unlink()
+    monkeypatch.setattr(preflight, "check_gdrdrv", lambda: None)
+    node = node_env["run"](plan, node=node).node
+    assert node["metadata"]["labels"]["rl.platform/gdrcopy"] == "true"
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"

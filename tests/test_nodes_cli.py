@@ -77,7 +77,7 @@ def test_status_lists_every_gpu_node_with_its_result_and_why_it_is_not_tested(fa
     assert {k: r.state for k, r in rows.items()} == {
         "n-passed": "passed", "n-failed": "failed", "n-nopod": "not tested", "n-pull": "not tested",
         "n-testing": "testing", "n-hung": "failed"}
-    assert rows["n-failed"].reason == "DCGM: dcgmi diag -r 2 failed (exit 226): pcie"
+    assert rows["n-failed"].reason == "software: DCGM: dcgmi diag -r 2 failed (exit 226): pcie"
     assert rows["n-nopod"].reason.startswith("no burn-in pod on the node")
     assert "pending: dcgm: ImagePullBackOff pull denied" in rows["n-pull"].reason
     assert "past its budget of 1460 s" in rows["n-hung"].reason
@@ -148,6 +148,48 @@ def test_plan_prints_the_burn_in_time_each_pool_adds(tmp_path):
     lines: list[str] = []
     assert main(["plan", "p5en-prod"], out=lines.append) == 0
     assert lines[0] == "stack p5en-prod: each new GPU node is tainted until its burn-in passes"
-    assert lines[1].startswith("  train: p5en.48xlarge x 16, DCGM level 2, up to 24 min per node (preflight 7 min, "
-                               "dcgm 7 min, nccl 5 min, efa 5 min); floors: all_reduce >= 379.3 GB/s")
+    from workloads.model import derive
+
+    from conftest import load
+    from nodes.burn_in import plans
+    cfg = load("p5en-prod")
+    b = next(x for x in plans(derive(cfg), cfg) if x.pool.name == "train")
+    assert lines[1].startswith(f"  train: p5en.48xlarge x 16, DCGM level 2, up to {b.node_seconds // 60} min per node "
+                               f"(pull {b.steps['pull'] // 60} min, dcgm {b.steps['dcgm'] // 60} min, ")
+    assert f"; EFA loopback >= {b.pool.instance.efa_loopback_floor_mbs:g} MB/s" in lines[1]
     assert any(ln.startswith("  reward: ") and "floors: none for this family" in ln for ln in lines)
+
+
+def test_status_shows_a_tripped_breaker_and_reset_breaker_closes_it(fake):
+    from nodes.controller import BREAKER
+    trip = {"tripped": "3 nodes failed, more than maxFailedNodes 2", "at": "20261201T150000Z"}
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": BREAKER, "namespace": NAMESPACE,
+                                                              "resourceVersion": "7"},
+          "data": {"train": json.dumps(trip), "rollout": json.dumps({})}}
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{BREAKER}"
+    api, client = fake({("GET", "/api/v1/nodes"): {"items": [node("a", "passed", tainted=False)]}, ("GET", path): cm})
+    lines: list[str] = []
+    main(["status"], client=client, out=lines.append)
+    assert lines[-1] == ("replacement breaker train: TRIPPED at 20261201T150000Z: 3 nodes failed, more than "
+                         "maxFailedNodes 2; no replacement until python -m nodes reset-breaker train")
+    out: list[str] = []
+    assert main(["reset-breaker", "train"], client=client, out=out.append) == 0 and out == ["train: replacement breaker reset"]
+    method, put, _, body = api.calls[-1]
+    assert (method, put) == ("PUT", path) and json.loads(body["data"]["train"]) == {}
+    assert body["metadata"]["resourceVersion"] == "7"  # a stale copy is refused, never overwrites a new trip
+
+
+def test_status_says_a_failed_nodes_fault_and_its_refused_replacement(fake):
+    failed = node("n-failed", "failed", reason="EFA: 15 of the node's 16 EFA devices visible")
+    failed["metadata"]["labels"][marks.FAULT_LABEL] = "hardware"
+    failed["metadata"]["annotations"][marks.REPLACEMENT_ANNOTATION] = json.dumps(
+        {"state": "refused", "at": "20261201T150000Z", "attempts": 2, "reason": "AccessDenied"})
+    pending = node("n-pull")
+    pods = [burn_in_pod("n-pull", "Pending", started_s=4000, waiting="ErrImagePull")]
+    pods[0]["spec"]["containers"][0]["command"][-1] = json.dumps({"budgetSeconds": 900, "nodeSeconds": 3000})
+    _, client = fake({("GET", "/api/v1/nodes"): {"items": [failed, pending]},
+                      ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods"): {"items": pods}})
+    rows = {r.node: r for r in client().rows(NOW)}
+    assert rows["n-failed"].reason == ("hardware: EFA: 15 of the node's 16 EFA devices visible; replacement refused at "
+                                       "20261201T150000Z (attempt 2): AccessDenied")
+    assert rows["n-pull"].state == "failed" and "past its allowance of 3000 s" in rows["n-pull"].reason
