@@ -26,17 +26,18 @@ from stackconfig.versions import EFA_DEVICE_PLUGIN_IMAGE, Chart, Charts
 
 from .registry import eks_addon_registry
 
-from .gpu_node_setup import registration_taints
+from .gpu_node_setup import QUARANTINE_TAINT, registration_taints
 
 NAMESPACE = "kube-system"
 
 
 def gpu_taints(pools: Sequence[Pool]) -> list[Taint]:
-    """Every distinct taint a GPU pool's nodes may carry, in a stable order, the burn-in taint included
-    whether or not the stack's burn-in is on (the plugins must advertise GPUs and EFA devices to the
-    burn-in pod of a node that is not proven yet; tolerating an absent taint changes nothing)."""
+    """Every distinct taint a GPU pool's nodes may carry, in a stable order, the burn-in and quarantine
+    taints included whether or not the stack's burn-in is on (the plugins must advertise GPUs and EFA
+    devices to the burn-in pod of a node that is not proven yet or is re-tested after a failure;
+    tolerating an absent taint changes nothing)."""
     taints = {(t.key, t.value, t.effect): t for p in pools if p.instance.is_gpu
-              for t in registration_taints(p, burn_in=True)}
+              for t in (*registration_taints(p, burn_in=True), QUARANTINE_TAINT)}
     return [taints[k] for k in sorted(taints)]
 
 

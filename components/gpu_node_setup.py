@@ -64,6 +64,11 @@ BURN_IN_TAINT = Taint(key=f"{LABEL_PREFIX}/burn-in", value="pending")
 ``nvidia.com/gpu`` taint they do not name) are not held; the device plugins name their taints and add
 this one (``components.device_plugins.gpu_taints``)."""
 
+QUARANTINE_TAINT = Taint(key=f"{LABEL_PREFIX}/quarantine", value="failed")
+"""Put on a node whose burn-in failed (``nodes.marks.result_patch``); no node group registers it, so an
+update of a node group's taints never lifts it. Tolerated only by the burn-in DaemonSets (a re-test) and
+the device plugins (a re-test needs the node's GPUs and EFA devices advertised)."""
+
 
 def registration_taints(pool: Pool, burn_in: bool) -> tuple[Taint, ...]:
     """The taints a pool's nodes register with: the pool's own, plus ``BURN_IN_TAINT`` on GPU pools when

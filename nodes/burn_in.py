@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY
+from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY, QUARANTINE_TAINT
 from stackconfig.burn_in import BreakerSettings
 from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
 from workloads import layout as L
@@ -25,9 +25,6 @@ from workloads.fabric_bench import OPS
 from workloads.model import WorkloadModel
 from workloads.render.ray import preflight_args
 
-QUARANTINE_TAINT = Taint(key=f"{LABEL_PREFIX}/quarantine", value="failed")
-"""Put on a node whose burn-in failed (``nodes.marks.result_patch``); no node group registers it, so an
-update of a node group's taints never lifts it. Only the burn-in DaemonSets tolerate it (a re-test)."""
 CAPABILITY_CHECKS = {LABEL_GDRCOPY: ("gdrdrv",), LABEL_EFA_GDA: ("gdrdrv", "gin-gda")}
 """The preflight checks (``workloads.preflight.checks`` names) that prove each capability label the
 node setup puts on a node (``components.gpu_node_setup.capability_labels``): the burn-in sets the

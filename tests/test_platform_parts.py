@@ -186,13 +186,14 @@ def test_nodeadm_raid0_on_nvme_types(stack):
         assert (strategy == "RAID0") == (pool.instance.nvme_disks > 0)
 
 
-def test_device_plugins_tolerate_exactly_gpu_taints(stack):
+def test_device_plugins_tolerate_exactly_gpu_and_quarantine_taints(stack):
     cfg = load(stack)
     graph = graph_of(stack)
     effect = {v: k for k, v in EKS_TAINT_EFFECT.items()}
     gpu_taints = {(t["key"], t["value"], effect[t["effect"]]) for p in cfg.pools if p.instance.is_gpu
                   for t in graph.named("aws:eks/nodeGroup:NodeGroup", f"{cfg.cluster_name}-{p.name}").inputs["taints"]}
     assert ("rl.platform/burn-in", "pending", "NoSchedule") in gpu_taints  # what GPU nodes register with
+    gpu_taints.add(("rl.platform/quarantine", "failed", "NoSchedule"))  # a failed node's re-test needs its devices
     releases = {r.inputs["name"]: r for r in graph.of_type("kubernetes:helm.sh/v3:Release")}
     charts = cfg.versions.charts
     for release, chart in (("aws-efa-k8s-device-plugin", charts.efa_device_plugin),

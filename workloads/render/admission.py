@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from components.gpu_node_setup import BURN_IN_TAINT
+from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
 from ..model import WorkloadModel
@@ -50,7 +50,7 @@ SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.i
 SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
 """Pod Security Standards, baseline, "SELinux": the allowed ``seLinuxOptions.type`` values besides empty."""
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-UNTOUCHABLE_TAINTS = (BURN_IN_TAINT.key, f"{LABEL_PREFIX}/quarantine")
+UNTOUCHABLE_TAINTS = (BURN_IN_TAINT.key, QUARANTINE_TAINT.key)
 """The burn-in taint every GPU node registers with until it passes, and the quarantine taint of a node
 that failed it (``nodes/``): a team pod tolerating either lands on untested or broken hardware."""
 PREEMPTABLE = "volcano.sh/preemptable"
