@@ -1,0 +1,46 @@
+"""Real wheels from the package registry (``pip download --no-deps``), cached under
+``.venv-contracts/cache/wheels`` (or ``$CONTRACTS_CACHE``), unpacked into a site-packages-like folder
+exactly as pip lays them out (a wheel is a zip of its install tree)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from conftest import ROOT
+
+CACHE = Path(os.environ.get("CONTRACTS_CACHE", ROOT / ".venv-contracts" / "cache"))
+
+
+def wheel(dist: str, version: str) -> Path:
+    """The wheel of ``dist==version`` for this platform, downloaded once."""
+    folder = CACHE / "wheels"
+    norm = dist.replace("-", "_").lower()
+    have = [w for w in folder.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
+    if not have:
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "-d", str(folder), f"{dist}=={version}"], check=True)
+        have = [w for w in folder.glob("*.whl") if w.name.lower().startswith(f"{norm}-{version}-")]
+    assert len(have) == 1, (dist, version, have)
+    return have[0]
+
+
+def unpack(whl: Path, site: Path, only: tuple[str, ...] = ()) -> Path:
+    """Install ``whl``'s files into ``site`` as pip would (``only``: just the members under these
+    prefixes, e.g. the ``.dist-info`` folder)."""
+    with zipfile.ZipFile(whl) as z:
+        for member in z.namelist():
+            if not only or member.startswith(only):
+                z.extract(member, site)
+    return site
+
+
+def metadata(whl: Path) -> str:
+    """The wheel's ``METADATA`` (its Requires-Dist)."""
+    with zipfile.ZipFile(whl) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        return z.read(name).decode()
