@@ -5,16 +5,14 @@ namespace package, whose ``__file__`` is None."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from recipe import snippets
-from wheels import unpack, wheel
+from wheels import run_in, unpack, wheel
 
 from software import profiles
+from software.recipe import snippets
 
 RECIPE = ROOT / "workloads" / "image" / "Dockerfile"
 PROFILES = [p for p in profiles().values() if p.image.recipe == "workloads/image/Dockerfile"]
@@ -22,12 +20,6 @@ PROFILES = [p for p in profiles().values() if p.image.recipe == "workloads/image
 
 def nccl_dist(p) -> str:
     return f"nvidia-nccl-cu{p.cuda.split('.')[0]}"
-
-
-def run_snippet(code: str, site: Path) -> subprocess.CompletedProcess:
-    """The snippet under ``python3 -S`` with only ``site`` on the path (as the image's site-packages)."""
-    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
-                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
 
 
 def test_the_recipe_marks_its_nccl_lookups_and_none_reads_a_namespace_packages_file():
@@ -43,7 +35,7 @@ def test_the_nccl_lookup_finds_the_wheel_torch_loads(p, tmp_path):
     for name, s in snippets(RECIPE).items():
         if not name.startswith("nccl-root"):
             continue
-        done = run_snippet(s.code, site)
+        done = run_in(site, s.code, {})
         assert done.returncode == 0, f"{name} ({s.instruction}) against {nccl_dist(p)}=={p.nccl}:\n{done.stderr}"
         root = Path(done.stdout.strip())
         assert root == site / "nvidia" / "nccl" and (root / "lib" / "libnccl.so.2").is_file(), (name, done.stdout)
@@ -53,5 +45,5 @@ def test_the_nccl_lookup_fails_loudly_without_the_wheel(tmp_path):
     (tmp_path / "site-packages").mkdir()
     for name, s in snippets(RECIPE).items():
         if name.startswith("nccl-root"):
-            done = run_snippet(s.code, tmp_path / "site-packages")
+            done = run_in(tmp_path / "site-packages", s.code, {})
             assert done.returncode != 0 and "nvidia-nccl" in done.stderr, (name, done.stderr)

@@ -5,11 +5,13 @@ exactly as pip lays them out (a wheel is a zip of its install tree)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import packaging
 from conftest import ROOT
 
 CACHE = Path(os.environ.get("CONTRACTS_CACHE", ROOT / ".venv-contracts" / "cache"))
@@ -44,3 +46,19 @@ def metadata(whl: Path) -> str:
     with zipfile.ZipFile(whl) as z:
         name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         return z.read(name).decode()
+
+
+def installed(site: Path, dist: str, version: str) -> None:
+    """A dist-info as pip leaves it for ``dist==version`` (all importlib.metadata reads of it)."""
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+
+
+def run_in(site: Path, code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``code`` under ``python3 -S`` with only ``site`` on the path (as an image's site-packages), plus
+    ``packaging`` (which pip vendors in the images)."""
+    if not (site / "packaging").exists():
+        shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})

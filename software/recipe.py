@@ -1,10 +1,9 @@
-"""The check snippets of the image recipes, pulled out of the Dockerfiles themselves, so a contract test
-runs exactly what the build runs (not a copy).
+"""The image recipes as data: their `ARG` defaults and their marked check snippets, pulled out of the
+Dockerfiles themselves so a test runs exactly what the build runs (not a copy).
 
-A snippet is marked by a comment line ``# contract: NAME`` directly above the instruction that holds it.
-The instruction is either a heredoc (``COPY <<'EOF' /path`` or ``RUN python3 - <<'EOF'``: the snippet is
-the heredoc's body) or a shell line with one ``python3 -c '...'`` / ``python3 -c "..."`` (the snippet is
-that argument, after Docker has joined the instruction's continuation lines).
+A snippet is marked by a comment line ``# contract: NAME`` above the instruction that holds it, a
+heredoc (``COPY <<'EOF' /path`` or ``RUN ... python3 - <<'EOF'``, opened on any of the instruction's
+lines): the snippet is the heredoc's body.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from pathlib import Path
 
 MARKER = re.compile(r"^#\s*contract:\s*([\w.-]+)\s*$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
-PY_SINGLE = re.compile(r"python3? -c '([^']*)'")
-PY_DOUBLE = re.compile(r'python3? -c "((?:[^"\\]|\\.)*)"')
 ARG = re.compile(r"^ARG (\w+)(?:=(.*))?$")
 
 
@@ -41,25 +38,14 @@ def snippets(dockerfile: Path) -> dict[str, Snippet]:
         while i < len(lines) and lines[i].lstrip().startswith("#"):
             i += 1  # further comment lines between the marker and its instruction
         first, start = lines[i], i
-        here = HEREDOC.search(first)
-        if here:
-            end = next(j for j in range(i + 1, len(lines)) if lines[j] == here.group(2))
-            code = "\n".join(lines[i + 1:end]) + "\n"
-            i = end + 1
-        else:
-            joined = ""
-            while i < len(lines):
-                line = lines[i]
-                i += 1
-                if line.endswith("\\"):
-                    joined += line[:-1]
-                    continue
-                joined += line
-                break
-            py = PY_SINGLE.search(joined) or PY_DOUBLE.search(joined)
-            if py is None:
-                raise ValueError(f"{dockerfile}:{start + 1}: contract {m.group(1)!r} marks no heredoc and no python3 -c")
-            code = py.group(1) if py.re is PY_SINGLE else re.sub(r"\\(.)", r"\1", py.group(1))
+        while HEREDOC.search(lines[i]) is None and lines[i].endswith("\\") and i + 1 < len(lines):
+            i += 1  # the heredoc opens on a continuation line of the instruction
+        here = HEREDOC.search(lines[i])
+        if here is None:
+            raise ValueError(f"{dockerfile}:{start + 1}: contract {m.group(1)!r} marks no heredoc")
+        end = next(j for j in range(i + 1, len(lines)) if lines[j] == here.group(2))
+        code = "\n".join(lines[i + 1:end]) + "\n"
+        i = end + 1
         if m.group(1) in found:
             raise ValueError(f"{dockerfile}:{start + 1}: contract {m.group(1)!r} marked twice")
         found[m.group(1)] = Snippet(m.group(1), code, first.strip())
