@@ -4,6 +4,7 @@ exactly as pip lays them out (a wheel is a zip of its install tree)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -11,7 +12,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import packaging
 from conftest import ROOT
 
 CACHE = Path(os.environ.get("CONTRACTS_CACHE", ROOT / ".venv-contracts" / "cache"))
@@ -55,10 +55,16 @@ def installed(site: Path, dist: str, version: str) -> None:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
 
 
-def run_in(site: Path, code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_in(site: Path, code: str, env: dict[str, str], deps: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``code`` under ``python3 -S`` with only ``site`` on the path (as an image's site-packages), plus
-    ``packaging`` (which pip vendors in the images)."""
-    if not (site / "packaging").exists():
-        shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
+    ``packaging`` (which pip vendors in the images) and the pure-Python modules ``deps`` (a wheel's own
+    Requires-Dist, taken from this environment)."""
+    for name in ("packaging", *deps):
+        mod = importlib.import_module(name)
+        src = Path(mod.__file__)
+        if src.name == "__init__.py":
+            shutil.copytree(src.parent, site / name, dirs_exist_ok=True)
+        else:
+            shutil.copy(src, site / src.name)
     return subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                           env={**env, "PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
