@@ -22,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 DATA = Path(__file__).resolve().parent / "profiles.yaml"
+BUILT = Path(__file__).resolve().parent / "built"
+"""One record per built image: ``<profile>.versions``, the image's ``/etc/rl-platform-image-versions``
+(what its last build step read from the image itself), written by ``python -m workloads.runs profiles
+<profile> --record-image FILE``. Where a record exists, the profile's NCCL is the record's."""
 DEFAULT_PROFILE = "miles-0.1"
 """What a run gets when it names none: the stack the platform ran before profiles existed."""
 COMMIT = r"^[0-9a-f]{40}$"
@@ -66,6 +70,18 @@ class SGLang(_Model):
     flags: str
 
 
+class Wheels(_Model):
+    """Miles' prebuilt wheels (flash-attn 2/3, TransformerEngine, apex, Mooncake, sgl-router, ...): compiled
+    extensions that load against one torch only. yueming-yuan/miles-wheels README: "Each release is the
+    complete, rolling wheel set for one (CUDA, arch) pair", re-synced in place by build_wheels.py upload."""
+    repo: str
+    release: str | None
+    """The release tag (the recipe's ``WHEELS_TAG_X86``); None: no published release matches this
+    profile's torch, so the build takes only the wheels placed in the build context (``wheels/``)."""
+    torch: str = Field(pattern=VERSION)
+    """The torch the release's extensions are built for; the build's last step refuses another."""
+
+
 class Image(_Model):
     recipe: str
     """Dockerfile under ``workloads/image/``."""
@@ -74,6 +90,9 @@ class Image(_Model):
     """The tag the recipe's build is pushed under in the stack's repository and that pods pull."""
     args: dict[str, str] = {}
     """Build arguments the profile sets (``docker buildx build --build-arg``)."""
+    pin_deviations: dict[str, str] = {}
+    """Pinned distributions allowed outside the image's SGLang Requires-Dist, each with why (upstream
+    cited); the build's pin check (``# contract: pins``) refuses every other pin outside it."""
     required_args: tuple[str, ...] = ()
     """Build arguments with no default: pins not readable here, given at build time."""
     digest_required: bool = False
@@ -93,7 +112,11 @@ class Profile(_Model):
     cuda: str = Field(pattern=VERSION)
     torch: str = Field(pattern=VERSION)
     nccl: str = Field(pattern=VERSION)
-    """The NCCL torch loads in the image (``torch.cuda.nccl.version()``); the preflight checks it."""
+    """The NCCL torch loads in the image (``torch.cuda.nccl.version()``), at least: the preflight checks the
+    loaded one is not older. Read from the built image's record (``BUILT``) where one exists."""
+    nccl_from_image: bool = False
+    """True: ``nccl`` is the built image's own (its record); False: the minimum read from the pins (torch's
+    Requires-Dist or the recipe's override), until the image is built and recorded."""
     efa_installer: str = Field(pattern=VERSION)
     aws_ofi_nccl: str = Field(pattern=VERSION)
     ray: str = Field(pattern=VERSION)
@@ -106,6 +129,8 @@ class Profile(_Model):
     """aws-ofi-nccl's GIN plugin with an NCCL that has GIN: DeepEP V2 across nodes over EFA."""
     checkpoint_on_stop: bool
     """``--save-trigger-sentinel`` exists: a run can be told to save now (Capacity Block end, cancel)."""
+    wheels: Wheels | None = None
+    """Miles' prebuilt wheels release the recipe installs (Miles profiles)."""
     refused_sglang: tuple[str, ...] = ()
     """SGLang flags the profile's versions refuse together with its a2a backends (``--sglang-<flag>``)."""
     image: Image
@@ -121,6 +146,14 @@ class Profile(_Model):
             raise ValueError(f"{self.name}: no framework commit and none required at build time")
         if self.image.required_args and not self.image.digest_required:
             raise ValueError(f"{self.name}: pins resolved at build time need the image pinned by digest")
+        if self.wheels and version_tuple(self.wheels.torch) != version_tuple(self.torch):
+            raise ValueError(f"{self.name}: wheels: release {self.wheels.release} is built for torch "
+                             f"{self.wheels.torch}, the image's torch is {self.torch}")
+        if self.wheels and {"WHEELS_REPO", "WHEELS_TAG_X86", "WHEELS_TORCH"} & set(self.image.args):
+            raise ValueError(f"{self.name}: image.args: the wheels build arguments come from `wheels`")
+        for dist, why in self.image.pin_deviations.items():
+            if not why.strip():
+                raise ValueError(f"{self.name}: image.pinDeviations.{dist}: say why (the upstream source)")
         gin_ready = (self.gin and version_tuple(self.nccl) >= GIN_MIN_NCCL
                      and version_tuple(self.efa_installer) >= GIN_MIN_EFA_INSTALLER)
         if "v2" in self.a2a and not gin_ready:
@@ -133,11 +166,46 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version))
 
 
+def built_record(text: str) -> dict[str, str]:
+    """``key=value`` lines of an image's ``/etc/rl-platform-image-versions`` (``#`` lines are comments)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def _with_record(name: str, row: dict, built: Path) -> dict:
+    """The profile row, its NCCL taken from the built image's record where there is one."""
+    path = built / f"{name}.versions"
+    if not path.is_file():
+        return row
+    rec = built_record(path.read_text())
+    where = f"{path.relative_to(path.parents[1])}"
+    base = row["image"]["base"]
+    if rec.get("base_image") != base:
+        raise ValueError(f"{where}: base_image: {rec.get('base_image')}; the profile builds from {base}")
+    have = rec.get("torch_nccl", "")
+    if not re.fullmatch(VERSION, have) or version_tuple(have) < version_tuple(str(row["nccl"])):
+        raise ValueError(f"{where}: torch_nccl: {have or 'missing'}; allowed: the NCCL the image loads, "
+                         f"{row['nccl']} or newer (the profile's minimum)")
+    return {**row, "nccl": have, "ncclFromImage": True}
+
+
+def load(data: Path = DATA, built: Path = BUILT) -> dict[str, Profile]:
+    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file."""
+    rows = yaml.safe_load(data.read_text())
+    out = {name: Profile.model_validate({"name": name, **_with_record(name, row, built)}) for name, row in rows.items()}
+    shared: dict[tuple[str, str], Profile] = {}
+    for p in out.values():
+        if p.wheels and p.wheels.release:
+            other = shared.setdefault((p.wheels.repo, p.wheels.release), p)
+            if other.torch != p.torch:
+                raise ValueError(f"{data.name}: {p.name}.wheels.release: {p.wheels.release} is {other.name}'s, built "
+                                 f"for torch {other.wheels.torch}; {p.name} runs torch {p.torch}")
+    return out
+
+
 @cache
 def profiles() -> dict[str, Profile]:
-    """The catalog, by name (``profiles.yaml``)."""
-    rows = yaml.safe_load(DATA.read_text())
-    return {name: Profile.model_validate({"name": name, **row}) for name, row in rows.items()}
+    """The catalog, by name (``profiles.yaml``, with the built images' records)."""
+    return load()
 
 
 def names() -> list[str]:

@@ -13,7 +13,7 @@ from conftest import ROOT
 from test_workloads import FP8_V2, MILES_01, merge, variant
 
 from software import profile, profiles
-from software.report import build_command
+from software.report import build_args, build_command
 from stackconfig.stack import StackConfigError
 from stackconfig.versions import STACK_REPOSITORY, SoftwareStack, workload_image
 from workloads.flagcheck import argv_pairs, argv_problems
@@ -103,7 +103,7 @@ def test_one_source_for_each_images_tag_and_build_arguments():
     for p in profiles().values():
         recipe = (ROOT / p.image.recipe).read_text()
         declared = set(re.findall(r"^ARG (\w+)", recipe, re.M))
-        assert set(p.image.args) | set(p.image.required_args) <= declared, p.name
+        assert set(build_args(p)) | set(p.image.required_args) <= declared, p.name
         assert workload_image(SoftwareStack(), p) == f"{STACK_REPOSITORY}:{p.image.tag}"
         assert f'-t "$REPO:{p.image.tag}"' in build_command(p) and f"-f {p.image.recipe}" in build_command(p)
         for f in (p.framework_source.flags, p.megatron.flags, p.sglang.flags):

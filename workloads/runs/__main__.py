@@ -7,6 +7,7 @@
     python -m workloads.runs follow <team> <run>
     python -m workloads.runs cancel <team> <run> [--now]
     python -m workloads.runs profiles [<profile>] [--build]        # software profiles and their pins
+    python -m workloads.runs profiles <profile> --record-image FILE  # keep the built image's versions file
 
 Exit codes: 0 done; 1 a run that never fits (plan), a cluster that cannot be used or a request it
 refuses; 2 an invalid stack or run file. Errors are one line on stderr (``workloads.cli``).
@@ -27,7 +28,7 @@ from typing import Callable, Sequence
 import yaml
 
 from software import names as software_profiles
-from software.report import report
+from software.report import record_image, report
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
@@ -74,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="the software profiles a run can name, with their pins")
     profiles.add_argument("profile", nargs="?", choices=software_profiles())
     profiles.add_argument("--build", action="store_true", help="print the image build command instead")
+    profiles.add_argument("--record-image", type=Path, metavar="FILE",
+                          help="the built image's /etc/rl-platform-image-versions: its NCCL becomes the profile's")
     return p
 
 
@@ -181,7 +184,11 @@ def _dispatch(args: argparse.Namespace, make: Callable[[], RunClient], out: Call
     if args.command == "submit":
         return submit(args, make, out)
     if args.command == "profiles":
-        for line in report(args.profile, args.build):
+        if args.record_image and not args.profile:
+            raise ValueError("profiles --record-image: name the profile whose image it is")
+        lines = (record_image(args.profile, args.record_image.read_text()) if args.record_image
+                 else report(args.profile, args.build))
+        for line in lines:
             out(line)
         return 0
     return on_cluster(args, make, out)
