@@ -26,7 +26,14 @@ EFA_ENV = {
 RDMAV_FORK_SAFE must not be used, FI_EFA_USE_DEVICE_RDMA is not to be set with libfabric >= 1.18 and
 aws-ofi-nccl >= 1.7 (libfabric aborts on an EFA device without RDMA when it is). No NCCL_PROTO=Simple:
 only aws-ofi-nccl 1.5.0 and older need it."""
-NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN"}
+NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN", "NCCL_CUMEM_ENABLE": "1"}
+"""NCCL_CUMEM_ENABLE=1 on every GPU pod, whatever the all-to-all: it is NCCL's own default since 2.19
+(NCCL user guide, env.html NCCL_CUMEM_ENABLE), NVLS allocates its buffers through cuMem multicast
+objects (NVIDIA/nccl src/transport/nvls.cc), and SGLang writes 0 when the variable is unset (sglang
+0.5.16 and 0.5.19 srt/entrypoints/engine.py ``_set_envs_and_config``, :1260-1261 / :1658-1659) while
+its deepep_v2 hook sets 1 (0.5.19 srt/arg_groups/moe_hook.py:191-192, "ElasticBuffer requires CUMEM").
+Left to them, NVLS would be on in a DeepEP V2 arm only; set here, the arms compare like for like and
+SGLang (which keeps a user-set value) and Miles' train actors (which copy it) agree."""
 SOCKETS_ENV = {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}
 """``fabric: sockets``: NCCL's own TCP transport between nodes (NCCL_NET picks the network by name;
 NCCL_NET_PLUGIN=none loads no plugin), so a run can be measured without EFA on the same pods."""
@@ -37,11 +44,11 @@ GDA_ENV = {"NCCL_SYM_GIN_KERNELS_ENABLE": "0"}
 
 def deepep_env(deepep: DeepEP) -> dict[str, str]:
     """V2 (SGLang ``deepep_v2``, ``ElasticBuffer``): NCCL GIN through aws-ofi-nccl's GIN plugin, type 2
-    (CPU proxy) or 5 (GPU-initiated EFA). NCCL_CUMEM_ENABLE is set in the pod so SGLang (which keeps a
-    user-set value) and Miles' train actors (which copy it) agree. V1 runs within one node in normal
+    (CPU proxy) or 5 (GPU-initiated EFA); ElasticBuffer's NCCL_CUMEM_ENABLE=1 is in every GPU pod
+    (``NCCL_ENV``). V1 runs within one node in normal
     mode over NVLink: no NVSHMEM transport to configure (its internode path needs IBGDA, not on EFA)."""
     if deepep.version is DeepEPVersion.V2:
-        env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend], "NCCL_CUMEM_ENABLE": "1"}
+        env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend]}
         return {**env, **(GDA_ENV if deepep.gin_backend is GinBackend.GPU else {})}
     return {}
 
