@@ -56,7 +56,7 @@ def build(cfg: StackConfig) -> Platform:
     model = derive(cfg)
     check_schedulable(model)  # before any resource is registered
     burn_in = burn_in_plans(model, cfg)
-    platform = Platform(cfg, gpu_setups=model.gpu_setups)
+    platform = Platform(cfg, gpu_setups=model.node_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack

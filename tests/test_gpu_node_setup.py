@@ -253,3 +253,33 @@ def test_an_ami_whose_nodeadm_ignores_the_drop_in_folder_fails_the_boot(tmp_path
     rc, dropin, err = run_fake_node(tmp_path, G.GpuNodeSetup(gdrcopy=True), "3.3.0g",
                                     NODEADM_RUN="ExecStart=/usr/bin/nodeadm init --skip config")
     assert rc != 0 and dropin == "" and "older than v20251023" in err
+
+
+def test_the_shared_stack_sets_up_its_nodes_for_every_profile_it_admits():
+    """p5en-shared runs nothing of its own but pins miles-deepep-v2 (versions.software.images), whose
+    team runs select rl.platform/gdrcopy and efa-gda: its GPU nodes must carry them."""
+    from conftest import load
+
+    from workloads.model import derive
+    m = derive(load("p5en-shared"))
+    for name in ("train", "rollout"):
+        pool = next(p for p in m.pools if p.name == name)
+        assert m.node_labels(pool)[G.LABEL_GDRCOPY] == "true" and m.node_labels(pool)[G.LABEL_EFA_GDA] == "true"
+    reward = next(p for p in m.pools if p.name == "reward")  # a GPU pool no run's DeepEP reaches
+    assert G.LABEL_GDRCOPY not in m.node_labels(reward)
+
+
+def test_a_run_selecting_labels_no_pool_carries_is_refused_at_plan_time(monkeypatch):
+    """Pods that select a capability no node of the pool is set up for stay Pending while the dry run
+    exits 0: plan and submit --dry-run refuse the run, naming pool and label. (Every shipped stack sets
+    up its nodes for the profiles it admits, so the stack's setup is emptied here.)"""
+    from pathlib import Path
+
+    from conftest import load
+
+    from workloads.runs import config
+    cfg, run = load("p5en-shared"), config.load_run(Path("runs/deepep-v2-qwen3-30b-fp8.yaml"))
+    config.run_config(cfg, run)  # the shipped stack admits it
+    monkeypatch.setattr(config, "node_setups", lambda cfg: {})
+    with pytest.raises(config.NeverFits, match=r"pool train: .*rl\.platform/gdrcopy=true"):
+        config.run_config(cfg, run)
