@@ -7,7 +7,9 @@ Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker).
 
 from __future__ import annotations
 
-from stackconfig.stack import Pool
+import hashlib
+
+from stackconfig.stack import Pool, Role
 
 from .layout import GIN_TYPE, DeepEP
 from .settings import DeepEPVersion, GinBackend
@@ -51,6 +53,36 @@ def deepep_env(deepep: DeepEP) -> dict[str, str]:
         env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend]}
         return {**env, **(GDA_ENV if deepep.gin_backend is GinBackend.GPU else {})}
     return {}
+
+
+JIT_CACHE_DIR = "cache/deep_ep"
+"""Under the shared file system's mount: DeepEP V2's JIT kernels, one directory per image."""
+
+
+def deepep_runtime_env(deepep: DeepEP, role: Role, mount: str, image: str) -> dict[str, str]:
+    """DeepEP V2's own variables (none for V1 or off).
+
+    - ``EP_JIT_CACHE_DIR``: DeepEP compiles its kernels at first use into ``$HOME/.deep_ep`` unless this
+      is set (deepseek-ai/DeepEP csrc/jit/compiler.hpp ``Compiler()``), so every pod start compiled them
+      again. On FSx they survive the pod; ``build()`` compiles into a temporary directory, fsyncs and
+      renames the directory into place, written for distributed file systems (ibid.). Its key hashes
+      the kernel's code, the flags and the NVCC version, not the contents of the headers it includes,
+      so each image (by digest, else by tag) gets its own directory.
+    - ``EP_REUSE_NCCL_COMM=0`` on trainer pods: DeepEP reuses the process group's NCCL communicator by
+      default, and that pointer is null until a collective ran on the group (deepseek-ai/DeepEP#726,
+      ``deep_ep/utils/comm.py`` ``get_nccl_comm_handle``). radixark/Megatron-LM@235952df calls
+      ``init_process_group`` without ``device_id`` (megatron/training/initialize.py:336-352, so
+      communicators are lazy) and builds the ElasticBuffer at the first dispatch
+      (megatron/core/transformer/moe/fused_a2a.py:90-113, token_dispatcher.py:1579-1585);
+      awslabs/awsome-distributed-ai#1265 needed NVIDIA/Megatron-LM#5153's initialisation fix for that
+      case. With 0, DeepEP creates its own communicator. SGLang's engines are left as they are."""
+    if deepep.version is not DeepEPVersion.V2:
+        return {}
+    key = hashlib.sha256(image.encode()).hexdigest()[:16]
+    env = {"EP_JIT_CACHE_DIR": f"{mount.rstrip('/')}/{JIT_CACHE_DIR}/{key}"}
+    if role is Role.TRAIN:
+        env["EP_REUSE_NCCL_COMM"] = "0"
+    return env
 
 
 def gpu_env(pool: Pool, efa: int, deepep: DeepEP, fabric: str = "efa") -> dict[str, str]:
