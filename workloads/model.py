@@ -53,6 +53,8 @@ class WorkloadModel:
     stage: L.Group | None
     deepep: L.DeepEP
     paths: L.Paths
+    ref_model: str
+    """Hugging Face repo id of the trainer's BF16 checkpoint (``layout.ref_model``), staged beside the model."""
     block_end: L.CapacityBlockEnd | None
     argv: tuple[str, ...] | None
     """The Miles command line; None when no run can start (a GPU pool has no desired nodes)."""
@@ -163,7 +165,7 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
         head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, L.paths(cfg).mount,
                                  workload_image(cfg.versions.software, run_profile(cfg))) for g in L.ray_workers(cfg)),
-        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
+        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg), ref_model=L.ref_model(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
         images=L.images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg))
