@@ -43,8 +43,8 @@ def shared() -> ProgramConfig:
 @pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
 def test_the_two_miles_arms_differ_only_in_the_all_to_all(path, shared):
     """Before: only the v2 arm's pods set NCCL_CUMEM_ENABLE=1; SGLang sets 0 when it is unset
-    (sglang 0.5.19 srt/entrypoints/engine.py:1658-1659) and NCCL's NVLS needs cuMem, so NVLS was on in
-    one arm alone."""
+    (sglang 0.5.19 srt/entrypoints/engine.py:1658-1659), so NCCL ran on cuMem (NVLS buffers, symmetric
+    windows) in one arm alone (workloads.env.NCCL_ENV)."""
     exp = load_experiment(path)
     diff = arm_changes(exp, "miles-nccl", "miles-deepep-v2", shared)
     assert "argv.--sglang-moe-a2a-backend" in diff  # the comparison is real

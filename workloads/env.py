@@ -29,13 +29,15 @@ RDMAV_FORK_SAFE must not be used, FI_EFA_USE_DEVICE_RDMA is not to be set with l
 aws-ofi-nccl >= 1.7 (libfabric aborts on an EFA device without RDMA when it is). No NCCL_PROTO=Simple:
 only aws-ofi-nccl 1.5.0 and older need it."""
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN", "NCCL_CUMEM_ENABLE": "1"}
-"""NCCL_CUMEM_ENABLE=1 on every GPU pod, whatever the all-to-all: it is NCCL's own default since 2.19
-(NCCL user guide, env.html NCCL_CUMEM_ENABLE), NVLS allocates its buffers through cuMem multicast
-objects (NVIDIA/nccl src/transport/nvls.cc), and SGLang writes 0 when the variable is unset (sglang
-0.5.16 and 0.5.19 srt/entrypoints/engine.py ``_set_envs_and_config``, :1260-1261 / :1658-1659) while
-its deepep_v2 hook sets 1 (0.5.19 srt/arg_groups/moe_hook.py:191-192, "ElasticBuffer requires CUMEM").
-Left to them, NVLS would be on in a DeepEP V2 arm only; set here, the arms compare like for like and
-SGLang (which keeps a user-set value) and Miles' train actors (which copy it) agree."""
+"""NCCL_CUMEM_ENABLE=1 on every GPU pod, whatever the all-to-all. NCCL's default is auto (-2,
+NVIDIA/nccl@5067397c src/misc/cudawrap.cc:16); with cuMem NCCL allocates through cuMem objects, which
+NVLS multicast buffers are (src/transport/nvls.cc:54-121), and enables symmetric-memory windows
+(src/init.cc:1674) and runtime connection (:1040-1049, :1552). SGLang writes 0 when the variable is
+unset (sglang 0.5.16 / 0.5.19 srt/entrypoints/engine.py ``_set_envs_and_config``, :1260-1261 /
+:1658-1659) while its deepep_v2 hook sets 1 (0.5.19 srt/arg_groups/moe_hook.py:191-192, "ElasticBuffer
+requires CUMEM"). Left to them, a DeepEP V2 arm alone would run NCCL on cuMem (and NVLS); set here,
+the arms compare like for like, and SGLang (which keeps a user-set value) and Miles' train actors
+(which copy it) agree."""
 SOCKETS_ENV = {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}
 """``fabric: sockets``: NCCL's own TCP transport between nodes (NCCL_NET picks the network by name;
 NCCL_NET_PLUGIN=none loads no plugin), so a run can be measured without EFA on the same pods."""
