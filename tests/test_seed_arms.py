@@ -78,6 +78,8 @@ def test_the_report_names_what_each_link_changes_as_rendered(tmp_path):
     assert "deepep.version" not in links["deepep"]  # a run-file field, not what runs
     assert links["framework"]["engineSpanNodes"] == [1, 2]
     assert links["framework"]["entryPoint"] == ["/root/slime/train.py", "/root/miles/train.py"]
+    # prices from another stack: the arms still render on the experiment's own (p5en-shared)
+    assert main(["report", str(tmp_path / "d"), "--stack", "p5en-prod"]) == 0
 
 
 def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes(shared):
