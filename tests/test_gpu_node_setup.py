@@ -316,8 +316,8 @@ def test_gdrcopy_comes_from_the_platform_bucket_not_github(tmp_path):
 def test_the_stack_stages_the_pinned_tarball_and_only_its_nodes_may_read_it():
     import json
 
-    from test_workloads import variant_graph
-    graph = variant_graph("p5en-prod", {})
+    from test_workloads import FP8_V2, variant_graph
+    graph = variant_graph("p5en-prod", FP8_V2)  # the graph the test above builds (cached)
     (obj,) = [o for o in graph.of_type("aws:s3/bucketObjectv2:BucketObjectv2") if o.inputs["key"] == G.GDRCOPY_KEY]
     assert obj.inputs["checksumAlgorithm"] == "SHA256"
     (policy,) = [p for p in graph.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.endswith("-gdrcopy")]
