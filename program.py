@@ -94,7 +94,7 @@ def build(cfg: StackConfig, deploy: bool = False, find: Lookup = lookup) -> Plat
     if deploy and cfg.deploy.phase is DeployPhase.FULL:
         check_deploy(cfg, model, find)  # before any resource is registered
     burn_in = burn_in_plans(model, cfg)
-    platform = Platform(cfg, gpu_setups=model.gpu_setups)
+    platform = Platform(cfg, gpu_setups=model.node_setups)
     for key, value in platform.outputs().items():
         pulumi.export(key, value)
     if cfg.deploy.phase is DeployPhase.BOOTSTRAP:  # the repository and the Backup opt-in only

@@ -73,6 +73,7 @@ SECONDS: dict[str, int] = {
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration": 2,
     "aws:s3/bucketPolicy:BucketPolicy": 2,
     "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration": 5,
+    "aws:s3/bucketObjectv2:BucketObjectv2": 5,  # the GDRCopy source tarball: one fetch, one PutObject
     # AWS Backup: vault, lock, plan and selection are synchronous API calls (estimates); the
     # selection's create is retried while IAM propagates its new role, ~10 s.
     "aws:backup/vault:Vault": 3,

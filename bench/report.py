@@ -22,6 +22,9 @@ def write_report(root: Path, stack: str | None = None) -> dict:
     root = Path(root)
     exp, collected = read_experiment_dir(root)
     report = compute(exp, collected, load_prices(stack))
+    if stack:  # each link's changes as the arms render on the experiment's stack (bench/arms.py)
+        from .arms import rendered_link_changes
+        rendered_link_changes(report, exp, exp.stack)
     simulated = None
     if (root / SIMULATED_FILE).is_file():
         simulated = json.loads((root / SIMULATED_FILE).read_text()).get("note", "bench/simulate.py")

@@ -44,6 +44,9 @@ GDRCOPY_TREE_SHA256 = "5c01ebe56c8b27862f74870813980c7494e268e3e39c064804f863bfa
 """sha256 of ``find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum`` over the v2.5.2 tree
 (``git archive v2.5.2``; 75 regular files, no .gitattributes, so GitHub's archive has the same files)."""
 GDRCOPY_URL = f"https://github.com/NVIDIA/gdrcopy/archive/{GDRCOPY_COMMIT}.tar.gz"
+"""Where ``pulumi up`` fetches the tarball once to stage it (``components.gdrcopy_source``); nodes never do."""
+GDRCOPY_KEY = f"platform/gdrcopy/gdrcopy-{GDRCOPY_COMMIT}.tar.gz"
+"""The staged tarball in the stack's bucket (outside ``checkpoints/``, which FSx links), by commit."""
 GDRDRV_MIN = "2.5"
 """gdrdrv's MODULE_VERSION is major.minor only (NVIDIA/gdrcopy@v2.5.2:src/gdrdrv/gdrdrv.h:31-34)."""
 
@@ -81,6 +84,15 @@ def registration_taints(pool: Pool, burn_in: bool) -> tuple[Taint, ...]:
     return (*pool.taints, BURN_IN_TAINT) if burn_in and pool.instance.is_gpu else pool.taints
 
 
+@dataclass(frozen=True)
+class GdrcopySource:
+    """Where a node fetches the pinned GDRCopy tarball: ``s3://<bucket>/GDRCOPY_KEY`` in ``region``,
+    through the VPC's S3 gateway endpoint (components/network.py), with the node role's read grant."""
+
+    bucket: str
+    region: str
+
+
 SHELLSCRIPT = "text/x-shellscript"
 BOOTHOOK = "text/cloud-boothook"
 
@@ -92,6 +104,8 @@ class GpuNodeSetup:
     gdrcopy: bool = False
     peer_mapping_override: bool = False
     min_efa_driver: str | None = None
+    source: GdrcopySource | None = None
+    """Where the tarball is staged; filled in by the platform (``Platform``) once the bucket exists."""
 
     def __post_init__(self) -> None:
         if (self.peer_mapping_override or self.min_efa_driver) and not self.gdrcopy:
@@ -151,7 +165,9 @@ def boot_script(setup: GpuNodeSetup) -> str:
     """The ``text/x-shellscript`` part (cloud-init final stage, once per instance:
     canonical/cloud-init@04eacd0:doc/rtd/explanation/format/user-data-script.rst), which runs before
     ``nodeadm-run.service`` (``After=... cloud-final.service``) starts kubelet. It builds gdrdrv from the
-    pinned GDRCopy tree (``make driver`` against the loaded nvidia module's source, as
+    pinned GDRCopy tree, fetched from the stack's bucket (``aws s3api get-object --checksum-mode ENABLED``:
+    the CLI checks the SHA256 checksum S3 stored at upload; then the tree hash), with ``make driver``
+    against the loaded nvidia module's source, as
     NVIDIA/gdrcopy@v2.5.2:README.md "from source" and :insmod.sh do, incl. ``mknod /dev/gdrdrv``),
     makes PeerMappingOverride effective (checked in /proc/driver/nvidia/params, reloading nvidia if it
     was loaded without it), reads the EFA driver version from /sys/module/efa/version (MODULE_VERSION
@@ -166,7 +182,9 @@ def boot_script(setup: GpuNodeSetup) -> str:
             .replace("@GDRCOPY_VERSION@", GDRCOPY_VERSION)
             .replace("@GDRCOPY_COMMIT@", GDRCOPY_COMMIT)
             .replace("@GDRCOPY_TREE_SHA256@", GDRCOPY_TREE_SHA256)
-            .replace("@GDRCOPY_URL@", GDRCOPY_URL)
+            .replace("@GDRCOPY_BUCKET@", setup.source.bucket if setup.source else "")
+            .replace("@GDRCOPY_REGION@", setup.source.region if setup.source else "")
+            .replace("@GDRCOPY_KEY@", GDRCOPY_KEY)
             .replace("@GDRDRV_MIN@", GDRDRV_MIN)
             .replace("@SELF@", SELF_PATH)
             .replace("@UNIT_NAME@", UNIT_NAME)
@@ -199,7 +217,10 @@ readonly MIN_EFA_DRIVER="@MIN_EFA_DRIVER@"
 readonly GDRCOPY_VERSION="@GDRCOPY_VERSION@"
 readonly GDRCOPY_COMMIT="@GDRCOPY_COMMIT@"
 readonly GDRCOPY_TREE_SHA256="@GDRCOPY_TREE_SHA256@"
-readonly GDRCOPY_URL="@GDRCOPY_URL@"
+# Staged in the stack's bucket by pulumi up (components/gdrcopy_source.py), read through the S3 gateway endpoint.
+readonly GDRCOPY_BUCKET="@GDRCOPY_BUCKET@"
+readonly GDRCOPY_REGION="@GDRCOPY_REGION@"
+readonly GDRCOPY_KEY="@GDRCOPY_KEY@"
 readonly GDRDRV_MIN="@GDRDRV_MIN@"
 readonly NVIDIA_OPTION='@NVIDIA_OPTION@'
 
@@ -367,8 +388,12 @@ build_gdrdrv() {
   fi
   nvsrc="$(nvidia_source "$nvver")" || fail "no source of the loaded nvidia $nvver under /usr/src" || return
   tmp="$(mktemp -d)" || fail "mktemp failed" || return
-  curl -fsSL --retry 5 --retry-connrefused --max-time 300 -o "$tmp/gdrcopy.tar.gz" "$GDRCOPY_URL" \
-    || fail "download of $GDRCOPY_URL failed" || return
+  [[ -n "$GDRCOPY_BUCKET" ]] || fail "no GDRCopy tarball staged for this node group" || return
+  # The AL2023 EKS AMI ships AWS CLI v2 (amazon-eks-ami@81fec2e:templates/al2023/provisioners/
+  # install-worker.sh:110-130); --checksum-mode ENABLED makes it verify the object's stored checksum.
+  aws s3api get-object --region "$GDRCOPY_REGION" --bucket "$GDRCOPY_BUCKET" --key "$GDRCOPY_KEY" \
+    --checksum-mode ENABLED "$tmp/gdrcopy.tar.gz" > /dev/null \
+    || fail "download of s3://$GDRCOPY_BUCKET/$GDRCOPY_KEY failed" || return
   tar -xzf "$tmp/gdrcopy.tar.gz" -C "$tmp" || fail "cannot unpack GDRCopy" || return
   tree="$tmp/gdrcopy-$GDRCOPY_COMMIT"
   [[ "$(tree_sha256 "$tree")" == "$GDRCOPY_TREE_SHA256" ]] \

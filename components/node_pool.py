@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import pulumi
@@ -27,7 +27,7 @@ import pulumi_aws as aws
 
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
-from .gpu_node_setup import SHELLSCRIPT, GpuNodeSetup, registration_taints, user_data_parts
+from .gpu_node_setup import SHELLSCRIPT, GdrcopySource, GpuNodeSetup, registration_taints, user_data_parts
 from .gpu_runtime import toolkit_script
 from .network import pods_per_node
 
@@ -151,15 +151,20 @@ class NodePool(pulumi.ComponentResource):
     def __init__(self, name: str, pool: Pool, cluster_name: pulumi.Input[str],
                  node_role_arn: pulumi.Input[str], net: PoolNetwork,
                  after: Sequence[pulumi.Resource] = (), gpu_setup: GpuNodeSetup = GpuNodeSetup(),
-                 burn_in: bool = False, opts: pulumi.ResourceOptions | None = None):
+                 burn_in: bool = False, gdrcopy_source: "pulumi.Input[GdrcopySource] | None" = None,
+                 opts: pulumi.ResourceOptions | None = None):
         """``after``: what the node group must wait for (VPC CNI add-on, node role policies, NAT
         egress); stated on the node group itself so the dependency is explicit in the graph.
-        ``burn_in``: GPU nodes register with the burn-in taint (``gpu_node_setup.registration_taints``)."""
+        ``burn_in``: GPU nodes register with the burn-in taint (``gpu_node_setup.registration_taints``).
+        ``gdrcopy_source``: where nodes that build gdrdrv fetch the staged GDRCopy tarball."""
         super().__init__("rlplatform:nodes:NodePool", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.placement_group = (
             aws.ec2.PlacementGroup(name, strategy="cluster", opts=child) if pool.placement_group else None)
         template = self._template_args(name, pool, net, gpu_setup)
+        if gpu_setup.gdrcopy and gdrcopy_source is not None:
+            template["user_data"] = pulumi.Output.from_input(gdrcopy_source).apply(
+                lambda src: user_data(pool, replace(gpu_setup, source=src)))
         if self.placement_group:
             template["placement"] = aws.ec2.LaunchTemplatePlacementArgs(group_name=self.placement_group.name)
         self.launch_template = aws.ec2.LaunchTemplate(name, **template, opts=child)

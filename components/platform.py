@@ -20,7 +20,8 @@ from stackconfig.deploy import DeployPhase
 from stackconfig.stack import Role, StackConfig
 from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
-from .gpu_node_setup import GpuNodeSetup
+from .gdrcopy_source import GdrcopyTarball
+from .gpu_node_setup import GdrcopySource, GpuNodeSetup
 from .iam import service_role
 from .network import Network, plan_subnets
 from .registry import ImageRegistry
@@ -71,16 +72,25 @@ class Platform(pulumi.ComponentResource):
         after = [*self.cluster.node_addons, *node_role.attachments, self.registry.pull_policy,
                  *self.network.egress]
         setups = gpu_setups or {}
+        self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
+                                            cluster_arn=self.cluster.eks.arn, opts=child)
+        # gdrdrv's source, staged once in the bucket (nodes no longer fetch it from GitHub at boot).
+        self.gdrcopy = GdrcopyTarball(f"{name}-gdrcopy", self.checkpoints.bucket.id, self.checkpoints.arn,
+                                      self.checkpoints.key_arn, node_role.role.name, cfg.region,
+                                      opts=pulumi.ResourceOptions(parent=self, depends_on=[self.checkpoints])) \
+            if any(s.gdrcopy for s in setups.values()) else None
+        source = None if self.gdrcopy is None else pulumi.Output.from_input(self.gdrcopy.bucket).apply(
+            lambda bucket: GdrcopySource(bucket=bucket, region=cfg.region))
+        staged = [] if self.gdrcopy is None else [self.gdrcopy.object, self.gdrcopy.read]
         self.pools = {p.name: NodePool(f"{name}-{p.name}", p, self.cluster.name, node_role.role.arn, net,
-                                       after=after, gpu_setup=setups.get(p.name, GpuNodeSetup()),
-                                       burn_in=cfg.burn_in.enabled, opts=child)
+                                       after=[*after, *(staged if setups.get(p.name, GpuNodeSetup()).gdrcopy else [])],
+                                       gpu_setup=setups.get(p.name, GpuNodeSetup()),
+                                       burn_in=cfg.burn_in.enabled, gdrcopy_source=source, opts=child)
                       for p in cfg.pools}
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])
         self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts,
                                             self.cluster.provider, cfg.region, after=[system], opts=child)
-        self.checkpoints = CheckpointBucket(f"{name}-checkpoints", cfg.checkpoints, self.cluster.name,
-                                            cluster_arn=self.cluster.eks.arn, opts=child)
         self.network.limit_s3_endpoint([self.checkpoints.arn])
         self.register_outputs({})
 

@@ -98,7 +98,7 @@ def test_script_pins_gdrcopy():
     s = G.boot_script(PROXY)
     assert f'GDRCOPY_VERSION="{G.GDRCOPY_VERSION}"' in s and G.GDRCOPY_VERSION.startswith("2.5.")
     assert f'GDRCOPY_COMMIT="{G.GDRCOPY_COMMIT}"' in s and f'"{G.GDRCOPY_TREE_SHA256}"' in s
-    assert f"/archive/{G.GDRCOPY_COMMIT}.tar.gz" in s
+    assert f"gdrcopy-{G.GDRCOPY_COMMIT}.tar.gz" in G.GDRCOPY_KEY and G.GDRCOPY_KEY in s  # staged by commit
     assert "make driver" in s and "mknod -m 666" in s and '-c "$R/dev/gdrdrv"' in s
 
 
@@ -253,3 +253,79 @@ def test_an_ami_whose_nodeadm_ignores_the_drop_in_folder_fails_the_boot(tmp_path
     rc, dropin, err = run_fake_node(tmp_path, G.GpuNodeSetup(gdrcopy=True), "3.3.0g",
                                     NODEADM_RUN="ExecStart=/usr/bin/nodeadm init --skip config")
     assert rc != 0 and dropin == "" and "older than v20251023" in err
+
+
+def test_the_shared_stack_sets_up_its_nodes_for_every_profile_it_admits():
+    """p5en-shared runs nothing of its own but pins miles-deepep-v2 (versions.software.images), whose
+    team runs select rl.platform/gdrcopy and efa-gda: its GPU nodes must carry them."""
+    from conftest import load
+
+    from workloads.model import derive
+    m = derive(load("p5en-shared"))
+    for name in ("train", "rollout"):
+        pool = next(p for p in m.pools if p.name == name)
+        assert m.node_labels(pool)[G.LABEL_GDRCOPY] == "true" and m.node_labels(pool)[G.LABEL_EFA_GDA] == "true"
+    reward = next(p for p in m.pools if p.name == "reward")  # a GPU pool no run's DeepEP reaches
+    assert G.LABEL_GDRCOPY not in m.node_labels(reward)
+
+
+def test_a_run_selecting_labels_no_pool_carries_is_refused_at_plan_time(monkeypatch):
+    """Pods that select a capability no node of the pool is set up for stay Pending while the dry run
+    exits 0: plan and submit --dry-run refuse the run, naming pool and label. (Every shipped stack sets
+    up its nodes for the profiles it admits, so the stack's setup is emptied here.)"""
+    from pathlib import Path
+
+    from conftest import load
+
+    from workloads.runs import config
+    cfg, run = load("p5en-shared"), config.load_run(Path("runs/deepep-v2-qwen3-30b-fp8.yaml"))
+    config.run_config(cfg, run)  # the shipped stack admits it
+    monkeypatch.setattr(config, "node_setups", lambda cfg: {})
+    with pytest.raises(config.NeverFits, match=r"pool train: .*rl\.platform/gdrcopy=true"):
+        config.run_config(cfg, run)
+
+
+def test_gdrcopy_comes_from_the_platform_bucket_not_github(tmp_path):
+    """Every V2 node downloaded the GDRCopy source from GitHub at boot, through the one NAT gateway.
+    It is fetched from the stack's bucket (through the S3 gateway endpoint), its stored SHA256
+    checksum verified by the CLI (``--checksum-mode ENABLED``), then the pinned tree hash."""
+    import platform as host
+
+    root = tmp_path / "root"
+    (root / "lib/modules" / host.release() / "build").mkdir(parents=True)
+    (root / "sys/module/nvidia").mkdir(parents=True)
+    (root / "sys/module/nvidia/version").write_text("580.95.05\n")
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/params").write_text("")
+    (root / "usr/src/nvidia-580.95.05").mkdir(parents=True)
+    (root / "usr/src/nvidia-580.95.05/nv-p2p.c").write_text('MODULE_LICENSE("NVIDIA");\n')
+    calls = tmp_path / "aws.calls"
+    STUBS["aws"] = f'echo "$*" >> {calls}; exit 1'
+    try:
+        setup = G.GpuNodeSetup(gdrcopy=True, source=G.GdrcopySource(bucket="b-1", region="us-east-1"))
+        rc, dropin, err = run_fake_node(tmp_path, setup, None, NVIDIA_RC="0")
+    finally:
+        del STUBS["aws"]
+    assert rc == 1 and labels_of(dropin)["rl.platform/gdrcopy"] == "false"
+    assert calls.read_text().split() == ["s3api", "get-object", "--region", "us-east-1", "--bucket", "b-1", "--key",
+                                         G.GDRCOPY_KEY, "--checksum-mode", "ENABLED", calls.read_text().split()[-1]]
+    assert f"download of s3://b-1/{G.GDRCOPY_KEY} failed" in err
+    assert "github.com" not in G.boot_script(setup)
+
+
+def test_the_stack_stages_the_pinned_tarball_and_only_its_nodes_may_read_it():
+    import json
+
+    from test_workloads import FP8_V2, variant_graph
+    graph = variant_graph("p5en-prod", FP8_V2)  # the graph the test above builds (cached)
+    (obj,) = [o for o in graph.of_type("aws:s3/bucketObjectv2:BucketObjectv2") if o.inputs["key"] == G.GDRCOPY_KEY]
+    assert obj.inputs["checksumAlgorithm"] == "SHA256"
+    (policy,) = [p for p in graph.of_type("aws:iam/rolePolicy:RolePolicy") if p.name.endswith("-gdrcopy")]
+    statements = json.loads(policy.inputs["policy"])["Statement"]
+    assert {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == \
+        {"s3:GetObject", "kms:Decrypt"}
+    (get,) = [s for s in statements if s["Action"] == "s3:GetObject"]
+    assert get["Resource"].endswith(f"/{G.GDRCOPY_KEY}")
+    (lt,) = [t for t in graph.of_type("aws:ec2/launchTemplate:LaunchTemplate") if t.name.endswith("-train")]
+    import base64
+    assert G.GDRCOPY_KEY in base64.b64decode(lt.inputs["userData"]).decode()

@@ -158,3 +158,50 @@ def test_the_launchers_group_names_are_the_ray_groups_the_stack_renders():
     m = derive(variant("p5en-prod", {}))
     assert [g.name for g in m.workers if g.gpus] == [TRAIN_GROUP, ROLLOUT_GROUP]
     assert [g.name for g in m.workers if g.ray_resources.get("gpu_node")] == [TRAIN_GROUP]  # where the driver runs
+
+
+ECHO_ARGV = "import json, sys\nprint(json.dumps(sys.argv[1:]))\n"
+
+
+def _argv_seen(tmp_path: Path, ckpt: Path) -> list[str]:
+    """What the entry point is given when the launcher runs it with ``--load <ckpt>`` and its lease there."""
+    entry = tmp_path / "train.py"
+    entry.write_text(ECHO_ARGV)
+    flags = ["--hf-checkpoint", "/m", "--ref-load", "/m", "--load", str(ckpt), "--save", str(ckpt)]
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+                          str(ckpt / "RUNNING"), str(entry), *flags], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_a_fresh_run_is_not_given_its_checkpoint_dir_as_load(tmp_path):
+    """Slime v0.2.4 keeps a given --load and loads it as an HF checkpoint unless it holds
+    latest_checkpointed_iteration.txt (slime/utils/arguments.py:1549-1561, backends/megatron_utils/
+    checkpoint.py:99-126 at bd217a63); the lease the launcher writes makes the dir non-empty."""
+    ckpt = tmp_path / "ckpt"
+    seen = _argv_seen(tmp_path, ckpt)
+    assert "--load" not in seen and seen[seen.index("--save") + 1] == str(ckpt)
+
+
+def test_a_run_with_a_complete_megatron_save_resumes_from_it(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "iter_0000020").mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
+    seen = _argv_seen(tmp_path, ckpt)
+    assert seen[seen.index("--load") + 1] == str(ckpt)
+
+
+def test_a_tracker_naming_a_missing_save_stops_the_launcher_instead_of_restarting(tmp_path):
+    """Megatron writes the tracker after the save it names (megatron/training/checkpointing.py); a tracker
+    without its iter_<7 digits> dir is a damaged checkpoint: neither resume from it nor start over."""
+    import pytest
+
+    from workloads.miles_launcher import resume_flags
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    assert resume_flags(["--load", str(ckpt), "--lr", "1"]) == ["--lr", "1"]
+    assert resume_flags([f"--load={ckpt}"]) == []
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("40\n")  # iter_0000040 absent
+    with pytest.raises(SystemExit, match="iter_0000040"):
+        resume_flags(["--load", str(ckpt)])
+    (ckpt / "iter_0000040").mkdir()
+    assert resume_flags(["--load", str(ckpt)]) == ["--load", str(ckpt)]

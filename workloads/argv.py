@@ -131,9 +131,11 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
         # slime/utils/arguments.py:1392-1405 at bd217a63), so it is no flag of its parser.
         f("--train-backend", "megatron")
     f("--megatron-to-hf-mode", "bridge")
-    # Checkpoints: HF weights (bridge mode loads them directly), Megatron saves on FSx -> S3.
+    # Checkpoints: HF weights (bridge mode loads them directly), Megatron saves on FSx -> S3. SGLang
+    # serves --hf-checkpoint; the trainer starts from --ref-load, BF16 beside an FP8 model (Miles
+    # docs/advanced/low-precision.md, layout.ref_model).
     f("--hf-checkpoint", p.model)
-    f("--ref-load", p.model)
+    f("--ref-load", p.ref_model)
     f("--load", p.checkpoints)
     f("--save", p.checkpoints)
     f("--save-interval", run.save_interval)

@@ -85,7 +85,10 @@ def budget(cfg: "ProgramConfig", precision: str) -> CheckpointBudget | None:
     if params is None:
         return None
     run, storage = cfg.workloads.run, cfg.workloads.storage
+    hf = params * HF_BYTES_PER_PARAM[precision]
+    if precision != "bf16":  # the trainer's BF16 checkpoint is staged beside it (layout.ref_model)
+        hf += params * HF_BYTES_PER_PARAM["bf16"]
     return CheckpointBudget(
         params=params, save_bytes=int(params * SAVE_BYTES_PER_PARAM),
-        saves_kept=2 + (run.save_interval == 1), hf_bytes=int(params * HF_BYTES_PER_PARAM[precision]),
+        saves_kept=2 + (run.save_interval == 1), hf_bytes=int(hf),
         data_bytes=storage.dataset_gib * GIB, capacity_bytes=storage.capacity_gib * GIB)

@@ -7,7 +7,9 @@ Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker).
 
 from __future__ import annotations
 
-from stackconfig.stack import Pool
+import hashlib
+
+from stackconfig.stack import Pool, Role
 
 from .layout import GIN_TYPE, DeepEP
 from .settings import DeepEPVersion, GinBackend
@@ -26,7 +28,16 @@ EFA_ENV = {
 RDMAV_FORK_SAFE must not be used, FI_EFA_USE_DEVICE_RDMA is not to be set with libfabric >= 1.18 and
 aws-ofi-nccl >= 1.7 (libfabric aborts on an EFA device without RDMA when it is). No NCCL_PROTO=Simple:
 only aws-ofi-nccl 1.5.0 and older need it."""
-NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN"}
+NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo", "NCCL_DEBUG": "WARN", "NCCL_CUMEM_ENABLE": "1"}
+"""NCCL_CUMEM_ENABLE=1 on every GPU pod, whatever the all-to-all. NCCL's default is auto (-2,
+NVIDIA/nccl@5067397c src/misc/cudawrap.cc:16); with cuMem NCCL allocates through cuMem objects, which
+NVLS multicast buffers are (src/transport/nvls.cc:54-121), and enables symmetric-memory windows
+(src/init.cc:1674) and runtime connection (:1040-1049, :1552). SGLang writes 0 when the variable is
+unset (sglang 0.5.16 / 0.5.19 srt/entrypoints/engine.py ``_set_envs_and_config``, :1260-1261 /
+:1658-1659) while its deepep_v2 hook sets 1 (0.5.19 srt/arg_groups/moe_hook.py:191-192, "ElasticBuffer
+requires CUMEM"). Left to them, a DeepEP V2 arm alone would run NCCL on cuMem (and NVLS); set here,
+the arms compare like for like, and SGLang (which keeps a user-set value) and Miles' train actors
+(which copy it) agree."""
 SOCKETS_ENV = {"NCCL_NET": "Socket", "NCCL_NET_PLUGIN": "none"}
 """``fabric: sockets``: NCCL's own TCP transport between nodes (NCCL_NET picks the network by name;
 NCCL_NET_PLUGIN=none loads no plugin), so a run can be measured without EFA on the same pods."""
@@ -37,13 +48,43 @@ GDA_ENV = {"NCCL_SYM_GIN_KERNELS_ENABLE": "0"}
 
 def deepep_env(deepep: DeepEP) -> dict[str, str]:
     """V2 (SGLang ``deepep_v2``, ``ElasticBuffer``): NCCL GIN through aws-ofi-nccl's GIN plugin, type 2
-    (CPU proxy) or 5 (GPU-initiated EFA). NCCL_CUMEM_ENABLE is set in the pod so SGLang (which keeps a
-    user-set value) and Miles' train actors (which copy it) agree. V1 runs within one node in normal
+    (CPU proxy) or 5 (GPU-initiated EFA); ElasticBuffer's NCCL_CUMEM_ENABLE=1 is in every GPU pod
+    (``NCCL_ENV``). V1 runs within one node in normal
     mode over NVLink: no NVSHMEM transport to configure (its internode path needs IBGDA, not on EFA)."""
     if deepep.version is DeepEPVersion.V2:
-        env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend], "NCCL_CUMEM_ENABLE": "1"}
+        env = {"NCCL_GIN_ENABLE": "1", "NCCL_GIN_TYPE": GIN_TYPE[deepep.gin_backend]}
         return {**env, **(GDA_ENV if deepep.gin_backend is GinBackend.GPU else {})}
     return {}
+
+
+JIT_CACHE_DIR = "cache/deep_ep"
+"""Under the shared file system's mount: DeepEP V2's JIT kernels, one directory per image."""
+
+
+def deepep_runtime_env(deepep: DeepEP, role: Role, mount: str, image: str) -> dict[str, str]:
+    """DeepEP V2's own variables (none for V1 or off).
+
+    - ``EP_JIT_CACHE_DIR``: DeepEP compiles its kernels at first use into ``$HOME/.deep_ep`` unless this
+      is set (deepseek-ai/DeepEP csrc/jit/compiler.hpp ``Compiler()``), so every pod start compiled them
+      again. On FSx they survive the pod; ``build()`` compiles into a temporary directory, fsyncs and
+      renames the directory into place, written for distributed file systems (ibid.). Its key hashes
+      the kernel's code, the flags and the NVCC version, not the contents of the headers it includes,
+      so each image (by digest, else by tag) gets its own directory.
+    - ``EP_REUSE_NCCL_COMM=0`` on trainer pods: DeepEP reuses the process group's NCCL communicator by
+      default, and that pointer is null until a collective ran on the group (deepseek-ai/DeepEP#726,
+      ``deep_ep/utils/comm.py`` ``get_nccl_comm_handle``). radixark/Megatron-LM@235952df calls
+      ``init_process_group`` without ``device_id`` (megatron/training/initialize.py:336-352, so
+      communicators are lazy) and builds the ElasticBuffer at the first dispatch
+      (megatron/core/transformer/moe/fused_a2a.py:90-113, token_dispatcher.py:1579-1585);
+      awslabs/awsome-distributed-ai#1265 needed NVIDIA/Megatron-LM#5153's initialisation fix for that
+      case. With 0, DeepEP creates its own communicator. SGLang's engines are left as they are."""
+    if deepep.version is not DeepEPVersion.V2:
+        return {}
+    key = hashlib.sha256(image.encode()).hexdigest()[:16]
+    env = {"EP_JIT_CACHE_DIR": f"{mount.rstrip('/')}/{JIT_CACHE_DIR}/{key}"}
+    if role is Role.TRAIN:
+        env["EP_REUSE_NCCL_COMM"] = "0"
+    return env
 
 
 def gpu_env(pool: Pool, efa: int, deepep: DeepEP, fabric: str = "efa") -> dict[str, str]:

@@ -82,6 +82,21 @@ def expert_precision(cfg: "ProgramConfig") -> str:
     return run.expert_precision or ("fp8-blockwise" if run.model.upper().endswith("-FP8") else "bf16")
 
 
+def ref_model(cfg: "ProgramConfig") -> str:
+    """The BF16 checkpoint the trainer starts from (``RunBase.ref_model``): given, else the model when it
+    is BF16, else the ``*-FP8`` model's BF16 release (its name without the suffix)."""
+    run = cfg.workloads.run
+    if run.ref_model:
+        return run.ref_model
+    if expert_precision(cfg) == "bf16":
+        return run.model
+    if not run.model.upper().endswith("-FP8"):
+        raise ValueError(f"workloads.run.refModel: required for {run.model} (FP8 experts): the trainer starts "
+                         f"from a BF16 checkpoint (Miles docs/advanced/low-precision.md); allowed: its BF16 "
+                         f"release's repo id")
+    return run.model[:-4]
+
+
 def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
     """The rules' view of the run: precision, engine span, DeepEP generation, GPU, SGLang."""
     rollout = cfg.pool(Role.ROLLOUT)
@@ -223,6 +238,9 @@ def preprocess_job(cfg: "ProgramConfig") -> Group | None:
 class Paths:
     mount: str
     model: str
+    """The checkpoint SGLang serves (``--hf-checkpoint``)."""
+    ref_model: str
+    """The BF16 checkpoint the trainer starts from (``--ref-load``; ``ref_model``)."""
     data: str
     checkpoints: str
 
@@ -239,6 +257,7 @@ def paths(cfg: "ProgramConfig") -> Paths:
     mount = w.storage.mount_path.rstrip("/")
     return Paths(mount=mount,
                  model=f"{mount}/models/{w.run.model.split('/')[1]}",
+                 ref_model=f"{mount}/models/{ref_model(cfg).split('/')[1]}",
                  data=f"{mount}/datasets/{w.run.dataset.split('/')[1]}/{w.run.prompt_file}",
                  checkpoints=f"{mount}/{CHECKPOINT_DIR}/{w.run.name}")
 

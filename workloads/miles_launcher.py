@@ -31,6 +31,14 @@ the launcher exits (unless a later attempt has taken it). A pod's preStop
 hook asks for a checkpoint only while the lease is fresh (``render.runs.SAVE_ON_STOP``), so a driver
 that was killed (its lease goes stale) never holds pods for the whole grace period. A save sentinel
 left from an earlier attempt is removed before Miles starts.
+
+**``--load`` only where there is a save to resume** (``resume_flags``): Slime v0.2.4 keeps a given
+``--load`` and, in bridge mode, reads a directory without Megatron's tracker as an HF checkpoint
+(slime/utils/arguments.py:1549-1561, backends/megatron_utils/checkpoint.py:99-126 at bd217a63), so a
+fresh run (its directory holds only the lease) would crash. The launcher passes ``--load`` only when
+``latest_checkpointed_iteration.txt`` names a save that is there; without it both Slime and Miles
+49cac7b5 (miles/utils/arguments.py:3035-3045, which already falls back the same way) start from
+``--ref-load``. A tracker naming a missing save stops the launcher: neither resume nor start over.
 """
 
 from __future__ import annotations
@@ -122,6 +130,44 @@ def _stopper(lease: "Lease | None"):
     return stop
 
 
+TRACKER = "latest_checkpointed_iteration.txt"
+"""Megatron's tracker, written after the save it names is complete (radixark/Megatron-LM@235952df:
+megatron/training/checkpointing.py:349-352 ``get_checkpoint_tracker_filename``, :362-378
+``read_metadata``: an iteration number or ``release``; the save is ``iter_<7 digits>`` or ``release``, :216-220)."""
+
+
+def _save_dir(load: Path) -> Path | None:
+    """The save ``load``'s tracker names, or None when there is no tracker."""
+    try:
+        text = (load / TRACKER).read_text().strip()
+    except OSError:
+        return None
+    return load / ("release" if text == "release" else f"iter_{int(text):07d}" if text.isdigit() else text)
+
+
+def resume_flags(flags: list[str]) -> list[str]:
+    """``flags`` with ``--load <dir>`` kept only when ``<dir>`` holds a complete Megatron save."""
+    out, i = [], 0
+    while i < len(flags):
+        token = flags[i]
+        if token == "--load" and i + 1 < len(flags):
+            load, width = flags[i + 1], 2
+        elif token.startswith("--load="):
+            load, width = token.split("=", 1)[1], 1
+        else:
+            out.append(token)
+            i += 1
+            continue
+        save = _save_dir(Path(load))
+        if save is not None and not save.is_dir():
+            raise SystemExit(f"miles_launcher: {load}/{TRACKER} names {save.name}, which is not there: the "
+                             f"checkpoint is damaged; restore it (or remove the tracker to start over)")
+        if save is not None:
+            out.extend(flags[i:i + width])
+        i += width
+    return out
+
+
 def run(argv: list[str]) -> None:
     """Run the entry point ``argv[0]`` with flags ``argv[1:]`` in this process, pinned."""
     entry = argv[0]
@@ -132,7 +178,7 @@ def run(argv: list[str]) -> None:
         # v0.2.4 slime/ray/placement_group.py has the same placement_group and sort_key (:20, :44).
         module = importlib.import_module(f"{os.path.basename(os.path.dirname(os.path.abspath(entry)))}.ray.placement_group")
         pin(module, *gpus)
-    sys.argv = argv
+    sys.argv = [entry, *resume_flags(argv[1:])]
     runpy.run_path(entry, run_name="__main__")
 
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
-from software import Profile
+from components.gpu_node_setup import GDA_FAMILIES, GpuNodeSetup, capability_labels, for_pool
+from software import Profile, profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
 
 from . import layout as L
+from . import moe_backend as moe
 from .argv import miles_argv
-from .env import gpu_env, runtime_env
+from .env import deepep_runtime_env, gpu_env, runtime_env
 from .profile import run_profile
 from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
@@ -52,6 +53,8 @@ class WorkloadModel:
     stage: L.Group | None
     deepep: L.DeepEP
     paths: L.Paths
+    ref_model: str
+    """Hugging Face repo id of the trainer's BF16 checkpoint (``layout.ref_model``), staged beside the model."""
     block_end: L.CapacityBlockEnd | None
     argv: tuple[str, ...] | None
     """The Miles command line; None when no run can start (a GPU pool has no desired nodes)."""
@@ -63,13 +66,17 @@ class WorkloadModel:
     images: Mapping[str, str]
     """Every image reference the workloads run, by the config field that sets it."""
     gpu_setups: Mapping[str, GpuNodeSetup]
-    """Per GPU pool: what its nodes install at boot for the run's kernels (gdrdrv for DeepEP V2)."""
+    """Per GPU pool: what the run's kernels need on the host (gdrdrv for DeepEP V2); its pods select it."""
+    node_setups: Mapping[str, GpuNodeSetup]
+    """Per GPU pool: what the stack's nodes install at boot, for every profile the stack admits
+    (``node_setups``); a run's ``gpu_setups`` must be among it."""
 
     def node_labels(self, pool: Pool) -> dict[str, str]:
         """The labels the pool's nodes carry: the pool's own plus the capabilities their setup proves."""
-        return {**pool.node_labels, **self.capabilities(pool)}
+        return {**pool.node_labels, **capability_labels(self.node_setups.get(pool.name, GpuNodeSetup()))}
 
     def capabilities(self, pool: Pool) -> dict[str, str]:
+        """The capability labels the run's pods on ``pool`` select."""
         return capability_labels(self.gpu_setups.get(pool.name, GpuNodeSetup()))
 
     @property
@@ -101,9 +108,10 @@ class WorkloadModel:
         return self.argv
 
 
-def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str) -> L.Group:
+def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str, mount: str, image: str) -> L.Group:
     if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
-        return replace(g, env=gpu_env(g.pool, g.efa, deepep, fabric))
+        env = gpu_env(g.pool, g.efa, deepep, fabric)
+        return replace(g, env={**env, **(deepep_runtime_env(deepep, g.pool.role, mount, image) if g.efa else {})})
     return g
 
 
@@ -114,10 +122,36 @@ def _argv(cfg: "ProgramConfig") -> tuple[tuple[str, ...] | None, str | None]:
         return None, str(idle)
 
 
-def _gpu_setups(cfg: "ProgramConfig", deepep: L.DeepEP) -> dict[str, GpuNodeSetup]:
+def gpu_setups(cfg: "ProgramConfig", deepep: L.DeepEP) -> dict[str, GpuNodeSetup]:
+    """Per GPU pool, what the run's DeepEP mode needs on the host (``components.gpu_node_setup.for_pool``)."""
     v2 = deepep.version is DeepEPVersion.V2
     gpu = deepep.gin_backend is GinBackend.GPU
     return {p.name: setup for p in L.gpu_pools(cfg) if (setup := for_pool(p, v2, gpu)) != GpuNodeSetup()}
+
+
+def admitted_profiles(cfg: "ProgramConfig") -> set[str]:
+    """The software profiles runs on this stack can use: the stack's own run's, each declared run's and
+    each one the stack pins an image for (``versions.software.images``, what team runs pull)."""
+    return {cfg.workloads.run.software, *(r.software for r in cfg.workloads.runs), *cfg.versions.software.images}
+
+
+def _merge(a: GpuNodeSetup, b: GpuNodeSetup) -> GpuNodeSetup:
+    return a if a.gpu_initiated or not b.gdrcopy else b
+
+
+def node_setups(cfg: "ProgramConfig") -> dict[str, GpuNodeSetup]:
+    """What each GPU pool's nodes install at boot: the stack's own run's setup, widened for every admitted
+    profile that runs DeepEP V2 (``Profile.a2a``) to what a V2 run there may select: GPU-initiated EFA
+    on a GDA family with EFA (the default ``ginBackend: auto``), else gdrdrv for the CPU proxy. A pool
+    whose GPUs are below SM90 gets nothing for it (DeepEP V2 needs SM90: workloads.moe_backend)."""
+    setups = gpu_setups(cfg, L.resolve_deepep(cfg))
+    if any("v2" in profile(name).a2a for name in admitted_profiles(cfg)):
+        for p in L.gpu_pools(cfg):
+            if moe.GPU_SM.get(p.instance.gpu_model, 0) < 90 or not p.efa_enabled:
+                continue
+            widest = for_pool(p, True, p.instance.family in GDA_FAMILIES)
+            setups[p.name] = _merge(setups.get(p.name, GpuNodeSetup()), widest)
+    return setups
 
 
 def derive(cfg: "ProgramConfig") -> WorkloadModel:
@@ -129,8 +163,9 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         settings=cfg.workloads, software=cfg.versions.software, profile=run_profile(cfg), charts=cfg.versions.charts,
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
-        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric) for g in L.ray_workers(cfg)),
-        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, L.paths(cfg).mount,
+                                 workload_image(cfg.versions.software, run_profile(cfg))) for g in L.ray_workers(cfg)),
+        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg), ref_model=L.ref_model(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
-        images=L.images(cfg), gpu_setups=_gpu_setups(cfg, deepep))
+        images=L.images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg))

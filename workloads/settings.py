@@ -127,6 +127,12 @@ class RunBase(SchemaModel):
     network, EFA devices still attached) to measure what EFA adds; ``sockets`` runs no DeepEP."""
     model: str = Field("Qwen/Qwen3-30B-A3B", pattern=r"^[\w.-]+/[\w.-]+$")
     """Hugging Face repo id; staged on the shared file system by the preprocessing Job."""
+    ref_model: str | None = Field(None, pattern=r"^[\w.-]+/[\w.-]+$")
+    """Hugging Face repo id of the BF16 checkpoint the trainer starts from (``--ref-load``), staged beside
+    ``model``. Default: ``model`` when it is BF16; for a ``*-FP8`` model, the BF16 release of the same
+    name (Qwen publishes both). Miles' low-precision recipe serves the FP8 checkpoint to SGLang and keeps
+    a BF16 one for the trainer (radixark/miles@49cac7b5 docs/advanced/low-precision.md, "BF16 train +
+    FP8 inference"); Megatron-Bridge would cast FP8 weights without their block scales."""
     expert_precision: Literal["bf16", "fp8-blockwise"] | None = None
     """Precision of the checkpoint's expert weights. Default: fp8-blockwise for a model named *-FP8
     (Qwen's and DeepSeek's 128x128 blockwise FP8 releases), else bf16."""
@@ -172,6 +178,15 @@ class RunBase(SchemaModel):
             raise ValueError(f"deepep.version: {version.value} needs RDMA between GPUs and fabric is sockets; "
                              f"allowed: off, or fabric: efa")
         return self
+
+    @field_validator("ref_model")
+    @classmethod
+    def _bf16_reference(cls, name: str | None) -> str | None:
+        if name and name.upper().endswith("-FP8"):
+            raise ValueError(f"{name} is an FP8 checkpoint; the trainer starts from a BF16 one (Miles "
+                             f"docs/advanced/low-precision.md: --hf-checkpoint FP8 for SGLang, --ref-load BF16 "
+                             f"for the trainer); allowed: the BF16 release, e.g. {name[:-4]}")
+        return name
 
     @field_validator("extra_args", "model_args")
     @classmethod

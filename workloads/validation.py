@@ -16,7 +16,7 @@ from .teams import validate_members, validate_teams
 from .checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
-from .layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, resolve_deepep
+from .layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
 from .profile import image_field, run_profile, validate_profile
 from .settings import DeepEPVersion, GinBackend, Submission
 
@@ -95,6 +95,7 @@ def validate_run(cfg: "ProgramConfig") -> None:
     of the stack goes through these alone: ``runs.config.run_config``)."""
     w = cfg.workloads
     run = w.run
+    ref_model(cfg)  # the trainer's BF16 checkpoint is known (ValueError naming workloads.run.refModel)
     if run.model_args is None and run.model not in MODEL_PRESETS:
         raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
                          f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")

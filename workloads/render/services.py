@@ -148,7 +148,8 @@ def stage_template(m: WorkloadModel) -> dict:
     data_dir = p.data.rsplit("/", 1)[0]
     # The Hugging Face token (gated models) is read from a file of the optional Secret hf-token,
     # not from an environment variable.
-    env = env_list({"MODEL": run.model, "MODEL_DIR": p.model, "DATASET": run.dataset, "DATA_DIR": data_dir,
+    env = env_list({"MODEL": run.model, "MODEL_DIR": p.model, "REF_MODEL": m.ref_model, "REF_MODEL_DIR": p.ref_model,
+                    "DATASET": run.dataset, "DATA_DIR": data_dir,
                     "PROMPT_FILE": run.prompt_file, "HF_HOME": f"{p.mount}/hf-cache",
                     "HF_TOKEN_FILE": f"{HF_TOKEN_DIR}/token", **TMP_HOME_ENV})
     c = {"name": "stage", "image": m.image, "imagePullPolicy": "IfNotPresent",

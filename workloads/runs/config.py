@@ -17,7 +17,10 @@ from pydantic import ValidationError
 
 from stackconfig.stack import NodeCounts, Pool, Role
 
-from ..model import WorkloadModel, derive
+from components.gpu_node_setup import GpuNodeSetup, capability_labels
+
+from .. import layout as L
+from ..model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
 from ..render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
 from ..settings import RunFile, RunSpec, Submission
 from ..validation import validate_run
@@ -95,7 +98,22 @@ def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
         validate_run(seen)
     except ValueError as err:
         raise ValueError(f"run {run.name}: {str(err).replace('workloads.run.', '')}") from None
+    check_capabilities(cfg, seen, run)
     return seen
+
+
+def check_capabilities(cfg: "ProgramConfig", seen: "ProgramConfig", run: RunFile) -> None:
+    """NeverFits when the run's pods select a capability label (``rl.platform/gdrcopy``, ``efa-gda``) that
+    the stack's node setup never gives the pool's nodes: they would stay Pending however long they wait."""
+    have = node_setups(cfg)
+    for pool, setup in gpu_setups(seen, L.resolve_deepep(seen)).items():
+        carried = capability_labels(have.get(pool, GpuNodeSetup()))
+        missing = [f"{k}={v}" for k, v in capability_labels(setup).items() if carried.get(k) != v]
+        if missing:
+            raise NeverFits(f"run {run.name}: pool {pool}: its pods select {', '.join(missing)}, which no node of "
+                            f"the pool carries (the stack sets its nodes up for software "
+                            f"{', '.join(sorted(p for p in admitted_profiles(cfg)))}); allowed: a software profile the "
+                            f"stack admits (versions.software.images), or deepep.ginBackend: proxy")
 
 
 def run_model(cfg: "ProgramConfig", run: RunFile) -> WorkloadModel:
@@ -103,7 +121,7 @@ def run_model(cfg: "ProgramConfig", run: RunFile) -> WorkloadModel:
     team's namespace under the team's service account (whose role reaches only the team's prefix).
     The file system path the pods see is the team's directory (``render.teams.team_fsx_pv``)."""
     return replace(derive(run_config(cfg, run)), namespace=namespace_of(run.team),
-                   service_account=TEAM_SERVICE_ACCOUNT)
+                   service_account=TEAM_SERVICE_ACCOUNT, node_setups=node_setups(cfg))
 
 
 def check_declared_runs(cfg: "ProgramConfig") -> None:

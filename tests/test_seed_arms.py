@@ -1,0 +1,96 @@
+"""The seed's comparison is the one it claims: the arms differ, as rendered (RayJob image, pod env,
+argv, engine span), only where the experiment says they do."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.arms import arm_changes, render_arm
+from bench.experiment import arm_run, load_experiment
+from stackconfig.files import read_stack
+from workloads.stack import ProgramConfig
+
+SEED = Path("experiments/seed-ab.yaml")
+SEED_SHAPE = Path("experiments/seed-p5en.yaml")
+
+ALL_TO_ALL_ARGV = {"--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
+                   "--sglang-moe-a2a-backend", "--sglang-moe-runner-backend", "--sglang-deepep-mode",
+                   "--sglang-deepep-v2-mode"}
+"""Megatron's dispatcher (workloads.moe_backend.MoEBackend.megatron_args) and SGLang's a2a backend/runner."""
+ALL_TO_ALL_ENV = re.compile(r"^(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z_]+|"
+                            r"SGLANG_DEEPEP_[A-Z_]+)$")
+"""NCCL GIN (workloads.env.deepep_env), DeepEP's own EP_* variables and SGLang's DeepEP budget."""
+
+
+def _allowed(key: str) -> bool:
+    kind, _, rest = key.partition(".")
+    if kind == "argv":
+        return rest in ALL_TO_ALL_ARGV
+    if kind == "env":
+        return bool(ALL_TO_ALL_ENV.match(rest.partition(".")[2]))
+    return False
+
+
+@pytest.fixture(scope="module")
+def shared() -> ProgramConfig:
+    return read_stack("p5en-shared", model=ProgramConfig)
+
+
+@pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
+def test_the_two_miles_arms_differ_only_in_the_all_to_all(path, shared):
+    """Before: only the v2 arm's pods set NCCL_CUMEM_ENABLE=1; SGLang sets 0 when it is unset
+    (sglang 0.5.19 srt/entrypoints/engine.py:1658-1659), so NCCL ran on cuMem (NVLS buffers, symmetric
+    windows) in one arm alone (workloads.env.NCCL_ENV)."""
+    exp = load_experiment(path)
+    diff = arm_changes(exp, "miles-nccl", "miles-deepep-v2", shared)
+    assert "argv.--sglang-moe-a2a-backend" in diff  # the comparison is real
+    assert [k for k in diff if not _allowed(k)] == []
+
+
+@pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
+def test_the_baseline_runs_nccl_over_efa(path, shared):
+    """The seed's baseline is "a Slime stack without EFA-accelerated expert parallelism": its NCCL
+    still crosses nodes over EFA (aws-ofi-nccl); only the experts' all-to-all is plain NCCL."""
+    exp = load_experiment(path)
+    base = render_arm(exp, exp.baseline, shared)
+    assert base["entryPoint"] == "/root/slime/train.py"
+    for group in ("trainer", "rollout"):
+        assert base[f"env.{group}.NCCL_NET_PLUGIN"] == "ofi" and base[f"env.{group}.FI_PROVIDER"] == "efa"
+        assert f"env.{group}.NCCL_NET" not in base
+    tcp = [a.name for a in exp.arms if arm_run(exp, a.name).fabric == "sockets"]
+    assert all("tcp" in name for name in tcp)  # a TCP arm, if any, says so in its name
+
+
+def test_the_report_names_what_each_link_changes_as_rendered(tmp_path):
+    from bench.__main__ import main
+    from bench.simulate import ArmTruth, Truth, simulate
+    truth = Truth(arms={a: ArmTruth(tokens_per_s=t, repeat_drift=0.0) for a, t in
+                        (("slime", 40000), ("miles-nccl", 45000), ("miles-deepep-v2", 60000))}, seed=1)
+    simulate(SEED, truth, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d"), "--stack", "p5en-shared"]) == 0
+    links = {link["name"]: link["changes"] for link in
+             json.loads((tmp_path / "d" / "report.json").read_text())["decomposition"]["links"]}
+    assert links["deepep"]["argv.--sglang-moe-a2a-backend"] == [None, "deepep_v2"]
+    assert "deepep.version" not in links["deepep"]  # a run-file field, not what runs
+    assert links["framework"]["engineSpanNodes"] == [1, 2]
+    assert links["framework"]["entryPoint"] == ["/root/slime/train.py", "/root/miles/train.py"]
+    # prices from another stack: the arms still render on the experiment's own (p5en-shared)
+    assert main(["report", str(tmp_path / "d"), "--stack", "p5en-prod"]) == 0
+
+
+def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes(shared):
+    exp = load_experiment(SEED_SHAPE)
+    for arm in exp.arms:
+        run = arm_run(exp, arm.name)
+        assert run.nodes == {"train": 16, "rollout": 32}
+        assert {p.name: p.instance_type for p in shared.pools if p.name in run.nodes} == \
+            {"train": "p5en.48xlarge", "rollout": "p5en.48xlarge"}
+    readme = Path("README.md").read_text()
+    assert f"python -m bench estimate {SEED_SHAPE} --stack p5en-shared" in readme
+    from bench.cost import estimate
+    est = estimate(exp, shared)
+    assert f"{est.node_hours:,.1f} node-hours, ${est.usd:,.2f}" in " ".join(readme.split())  # the README's figure
