@@ -176,7 +176,7 @@ def boot_script(setup: GpuNodeSetup) -> str:
     labelled true unless verified; on any failure it logs why and exits 1 after labelling."""
     if not setup.gdrcopy:
         raise ValueError("boot_script: this setup needs nothing on the host")
-    return (_SCRIPT
+    return _without_comments(_SCRIPT
             .replace("@WANT_PEER_MAPPING@", "1" if setup.peer_mapping_override else "0")
             .replace("@MIN_EFA_DRIVER@", setup.min_efa_driver or "")
             .replace("@GDRCOPY_VERSION@", GDRCOPY_VERSION)
@@ -204,6 +204,15 @@ def user_data_parts(setup: GpuNodeSetup) -> list[tuple[str, str]]:
         return []
     parts = [(BOOTHOOK, peer_mapping_boothook())] if setup.peer_mapping_override else []
     return [*parts, (SHELLSCRIPT, boot_script(setup))]
+
+
+def _without_comments(script: str) -> str:
+    """The script as the node gets it: whole-line comments dropped (the shebang kept). They stay in this
+    file for readers; on the node they would only spend EC2's 16 KB user-data limit, which EKS shares
+    with the NodeConfig part it appends (EKS user guide, launch-templates "user data")."""
+    lines = script.splitlines()
+    kept = [lines[0]] + [line for line in lines[1:] if not line.lstrip().startswith("#")]
+    return "\n".join(kept) + "\n"
 
 
 _SCRIPT = r"""#!/bin/bash
