@@ -41,12 +41,20 @@ def test_deep_merge_replaces_lists_and_scalars():
     assert deep_merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "d": 2}) == {"a": {"b": 1, "c": [2]}, "d": 2}
 
 
-def test_order_alternates_by_default():
+def test_the_schedule_runs_mirrored_blocks():
     exp = load_experiment(EXAMPLE)
-    assert [a.folder for a in schedule(exp)][:4] == ["nccl/r1", "deepep-v1/r1", "deepep-v1-faults/r1", "nccl/r2"]
-    blocked = parse_experiment({**raw(), "order": "blocked"}, "x.yaml")
-    assert blocked.order == "blocked"
-    assert [a.folder for a in schedule(blocked)][:2] == ["nccl/r1", "nccl/r2"]
+    arms = [a.name for a in exp.arms]
+    assert [a.folder for a in schedule(exp)] == [f"{a}/r1" for a in arms] + [f"{a}/r2" for a in arms[::-1]] + [
+        f"{a}/r3" for a in arms]
+
+
+def test_fewer_than_three_repeats_or_too_few_measured_steps_are_refused():
+    with pytest.raises(ValueError, match="repeats: Input should be greater than or equal to 3"):
+        parse_experiment({**raw(), "repeats": 2}, "x.yaml")
+    with pytest.raises(ValueError, match="minMeasuredSteps: 40 is more than steps"):
+        parse_experiment({**raw(), "minMeasuredSteps": 40}, "x.yaml")
+    with pytest.raises(ValueError, match="order: Input should be 'mirrored'"):
+        parse_experiment({**raw(), "order": "alternate"}, "x.yaml")
 
 
 @pytest.mark.parametrize("change, message", [
