@@ -65,13 +65,16 @@ class Collected:
         return (self.end - self.start).total_seconds()
 
     def rollout_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes if n.role == "rollout")
+        """``--rollout-num-gpus`` of the attempt's argv (``evidence.rollout_gpus``), not the nodes touched."""
+        from .evidence import rollout_gpus  # evidence reads Collected: imported when called
+        return rollout_gpus(self)
 
     def measured(self, warmup: int) -> list[Step]:
-        """First occurrences of the steps after warm-up that carry a rollout throughput, by id."""
+        """First occurrences of the steps that carry a rollout throughput, by id, after the first ``warmup``
+        of them the attempt logged (a resumed attempt, starting at a later step, warms up again)."""
         firsts = self.log.first()
-        return [firsts[i] for i in sorted(firsts) if i >= warmup
-                and "perf/tokens_per_gpu_per_sec" in firsts[i].metrics]
+        ids = sorted(i for i in firsts if "perf/tokens_per_gpu_per_sec" in firsts[i].metrics)
+        return [firsts[i] for i in ids[warmup:]]
 
 
 def _time(value: str | None) -> datetime | None:
