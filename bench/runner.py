@@ -5,7 +5,8 @@ Everything a run is made of comes from the run command's own code (``workloads.r
 the run sees it and its RayJob (``submit.run_objects``), the Kubernetes calls (``client.RunClient``:
 submit, list, next attempt), the image repository (``stackconfig.versions.with_repository``).
 
-Guarantees: ``--dry-run`` prints every attempt's RayJob in run order and contacts no cluster; a
+Guarantees: ``--dry-run`` prints every attempt's RayJob in run order, as one multi-document YAML
+stream (``---`` before each), and contacts no cluster; a
 drained node is uncordoned once the platform has reacted, so the run can return to the same
 reserved nodes; an
 attempt is submitted only when the previous one has finished (the nodes are free again); a fault
@@ -163,6 +164,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     if dry_run:
         for a in attempts:
             objs = run_objects(cfg, a.run)
+            out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
             out(f"# {a.folder}: {objs.gang.describe()}; faults: "
                 f"{', '.join(f'{f.kind.value} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
             out(yaml.safe_dump(without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY)),
