@@ -107,7 +107,15 @@ def test_steps_beyond_the_run_fail(simulated: Path, capsys):
     assert "step 900, beyond the run's 33 steps" in _fails(simulated, capsys)
 
 
-def test_the_shipped_example_is_the_simulators():
+def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
+    """examples/bench-report is the simulator's, and its report is what `report` writes today: per-repeat
+    tables, the evidence per arm and the price basis."""
     root = Path("examples/bench-report")
-    assert (root / "report.md").read_text().splitlines()[0].startswith("**Made by the simulator, not measured")
+    md = (root / "report.md").read_text()
+    assert md.splitlines()[0].startswith("**Made by the simulator, not measured")
     assert json.loads((root / "simulated.json").read_text())["note"]
+    for text in ("## Per repeat", "## Evidence per arm", "## Price basis", "Tokens: generated response tokens"):
+        assert text in md
+    shutil.copytree(root, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d")]) == 0
+    assert (tmp_path / "d" / "report.md").read_text() == md

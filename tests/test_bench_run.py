@@ -158,6 +158,15 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     jobs = json.loads((out / "deepep-v1-faults" / "r1" / "rayjob.json").read_text())["items"]
     assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
     assert (out / "experiment.yaml").read_text() == EXAMPLE.read_text()
+    # every attempt after the first is held to the first one's nodes, per pool
+    first, later = fake.submitted[0], fake.submitted[1]
+    assert "affinity" not in first["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    held = {g["groupName"]: g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][-1] for g in later["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    assert held["trainer"] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["train-0", "train-1"]}
+    assert held["rollout"]["values"] == ["rollout-0", "rollout-1"]
+    from workloads.crds import crd_schema, validate
+    assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
     assert main(["report", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"][1]
