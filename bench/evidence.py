@@ -1,10 +1,8 @@
 """What an attempt shows it ran: its own argv (from its RayJob), SGLang's resolved server arguments and
 NCCL's chosen network from the logs, and whether that contradicts the arm's configuration.
 
-- argv: the RayJob's ``spec.runtimeEnvYAML`` holds ``env_vars.MILES_ARGV``, the entry point and flags as
-  JSON (``workloads.argv.driver``); the rollout GPUs are its ``--rollout-num-gpus``
-  (``workloads.miles_launcher.layout``), the figure Miles divides by (``miles/ray/rollout/metrics.py:142-149``
-  at radixark/miles@49cac7b5), never the nodes some pod touched. The mode of a step: the entry point
+- argv (``bench.argv``): the rollout GPUs are its ``--rollout-num-gpus`` (``Collected.rollout_gpus``), never
+  the nodes some pod touched. The mode of a step: the entry point
   (``train.py`` or ``train_async.py``), ``--partial-rollout`` and ``--over-sampling-batch-size`` (Miles
   ``miles/utils/arguments.py``; the flags of ``workloads/schemas/miles/49cac7b52507-flags.json``).
 - SGLang: each engine logs ``server_args=<its resolved dict>`` at start (sglang 0.5.19
@@ -23,14 +21,12 @@ value the log does not show is reported as not shown, never guessed.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
-import yaml
+from workloads.miles_launcher import ARGV_ENV
 
-from workloads.miles_launcher import ARGV_ENV, layout
-
+from .argv import flag, rayjob_argv
 from .artifacts import ArtifactError, Collected
 
 SGLANG_KEYS = ("moe_a2a_backend", "moe_runner_backend", "deepep_mode", "deepep_v2_mode")
@@ -43,35 +39,12 @@ FABRIC_NETWORK = {"efa": "Libfabric", "sockets": "Socket"}
 
 
 def argv(c: Collected) -> list[str]:
-    """The attempt's ``[entry point, *flags]`` from its first RayJob; the same for every RayJob of it."""
-    seen = []
-    for job in c.rayjobs:
-        env = yaml.safe_load(((job.get("spec") or {}).get("runtimeEnvYAML")) or "") or {}
-        raw = (env.get("env_vars") or {}).get(ARGV_ENV)
-        if raw is None:
-            raise ArtifactError(f"{c.attempt.folder}: RayJob {job.get('metadata', {}).get('name')} has no "
-                                f"{ARGV_ENV} in spec.runtimeEnvYAML (not submitted by runs/bench?)")
-        seen.append(json.loads(raw))
-    return seen[0]
-
-
-def flag(words: list[str], name: str) -> str | None:
-    """The value after ``name`` (or ``name=value``); ``""`` for a flag with no value; None when absent."""
-    for i, w in enumerate(words):
-        if w == name:
-            nxt = words[i + 1] if i + 1 < len(words) else ""
-            return "" if nxt.startswith("--") else nxt
-        if w.startswith(name + "="):
-            return w.split("=", 1)[1]
-    return None
-
-
-def rollout_gpus(c: Collected) -> int:
-    """``--rollout-num-gpus`` of the attempt's argv."""
-    lay = layout(argv(c)[1:])
-    if lay is None:
-        raise ArtifactError(f"{c.attempt.folder}: the RayJob's argv has no --rollout-num-gpus/--actor-num-nodes")
-    return lay[1]
+    """The attempt's ``[entry point, *flags]`` from its first RayJob."""
+    got = rayjob_argv(c.rayjobs[0]) if c.rayjobs else None
+    if got is None:
+        raise ArtifactError(f"{c.attempt.folder}: its RayJob has no {ARGV_ENV} in spec.runtimeEnvYAML (not "
+                            f"submitted by runs/bench?)")
+    return got
 
 
 def mode(c: Collected) -> str:
