@@ -207,8 +207,7 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
     for p in stack.pools:
         if p.name in used:
             price, source = prices.node(_pool_node(p))
-            basis.append(f"pool {p.name} {p.instance_type} {p.capacity.type.value} "
-                         + (f"${price:,.2f}/node-h ({source})" if price is not None else source))
+            basis.append(f"pool {p.name}: " + (f"${price:,.2f}/node-h ({source})" if price is not None else source))
     out = [f"Experiment {exp.name} on stack {stack.stack}: {len(exp.arms)} arms x {exp.repeats} repeats, "
            f"{exp.warmup_steps} warm-up + {exp.steps} measured steps each, order {exp.order}",
            f"Assumed (experiment file, not measured): {exp.estimate.step_seconds:g} s per step, "

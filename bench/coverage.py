@@ -12,7 +12,7 @@ false alarms; each with 3% step noise and ``--drift`` (default 2%) relative stan
 whole repeat. ``--linear`` adds a linear drift per attempt of the schedule. Only the fields of the
 experiment and simulator that the pre-fix code also had are used by default, so the same script
 measures the code before the fix (``--json`` writes the figures; ``--before FILE`` puts them beside the
-current ones). ``--write`` replaces the section between the ``bench-coverage`` markers of BENCHMARKS.md.
+current ones; ``--now FILE`` reuses figures measured before). ``--write`` replaces the section between the ``bench-coverage`` markers of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -102,9 +102,11 @@ def main() -> None:
                    help="linear drift per attempt; one row per value")
     p.add_argument("--json", type=Path, help="write the figures to this file")
     p.add_argument("--before", type=Path, action="append", default=[], help="figures of the pre-fix code (--json)")
+    p.add_argument("--now", type=Path, help="figures measured before (--json) instead of measuring again")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
-    now = [measure(args.experiments, args.repeats, args.order, args.drift, lin) for lin in args.linear]
+    now = json.loads(args.now.read_text()) if args.now else [
+        measure(args.experiments, args.repeats, args.order, args.drift, lin) for lin in args.linear]
     if args.json:
         args.json.write_text(json.dumps(now, indent=1) + "\n")
     before = [m for f in args.before for m in json.loads(f.read_text())]
