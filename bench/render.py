@@ -235,7 +235,7 @@ def throughput_svg(arms: dict[str, list[Collected]], warmup: int) -> str:
         (bx0, _), (bx1, _) = plot.xy(first, 0), plot.xy(first + warmup - 0.5, 0)
         plot.out.append(f'<rect x="{bx0:.1f}" y="{TOP}" width="{bx1 - bx0:.1f}" height="{H - BOTTOM - TOP}" '
                         f'fill="#bbbbbb" opacity="0.35"/>')
-        plot.legend(f"warm-up ({warmup} steps, left out)", "#999999", box=True)
+        plot.legend(f"warm-up ({warmup} steps)", "#999999", box=True)
     for i, name in enumerate(arms):
         colour = COLOURS[i % len(COLOURS)]
         for (arm, rep), pts in sorted(series.items()):

@@ -185,7 +185,7 @@ def test_plots_have_ticks_a_legend_outside_repeats_apart_and_the_warm_up_band(d:
     width = int(re.search(r'width="(\d+)"', svg).group(1))
     legend_x = [float(x) for x in re.findall(r'<text x="([0-9.]+)" y="[0-9.]+">nccl r\d</text>', svg)]
     assert len(legend_x) == 3 and min(legend_x) > width - 190  # in the right margin, outside the data
-    assert svg.count("stroke-dasharray") >= 2 and "warm-up (3 steps, left out)" in svg
+    assert svg.count("stroke-dasharray") >= 2 and "warm-up (3 steps)" in svg
     assert len(re.findall(r'text-anchor="end">[0-9,]+</text>', svg)) >= 3  # y ticks
     faults = (d / "faults.svg").read_text()
     ys = re.findall(r'<text x="[0-9.]+" y="([0-9.]+)" fill="(?:red|orange)"', faults)
