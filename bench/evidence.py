@@ -79,6 +79,8 @@ def read_evidence(c: Collected, text: str) -> Evidence:
     networks: list[str] = []
     gin = False
     for line in text.splitlines():
+        if "server_args=" not in line and "NCCL INFO" not in line:
+            continue
         if _SERVER_ARGS.search(line):
             for k, rx in _KEY.items():
                 if (m := rx.search(line)) is not None:
