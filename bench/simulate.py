@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from stackconfig.labels import POOL_LABEL, ROLE_LABEL
-from workloads.labels import RUN_LABEL
-
 import yaml
 
+from stackconfig.labels import POOL_LABEL, ROLE_LABEL
+from workloads.labels import RUN_LABEL
 from workloads.miles_launcher import ARGV_ENV
 from workloads.settings import DeepEPVersion
 

@@ -2,6 +2,7 @@
 EC2's Spot price history for Spot (against moto), on-demand otherwise; every figure names its source."""
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import boto3
 import pytest
@@ -58,3 +59,28 @@ def test_a_spot_price_is_weighted_by_how_long_it_held():
             return {"SpotPriceHistory": [rec(-5, 10.0), rec(1, 20.0)]}
     got = spot_price(EC2(), P5EN, "us-east-1a", START, START + timedelta(hours=4))
     assert got["usd"] == pytest.approx((10.0 * 1 + 20.0 * 3) / 4)
+
+
+def test_report_prices_spot_nodes_from_the_collected_history(tmp_path):
+    """`report --spot-prices` collects each Spot node's price over its attempt into spot-prices.json and
+    prices the nodes by it, naming the source."""
+    import json
+
+    from bench.report import write_report
+    from bench.simulate import ArmTruth, Truth, simulate
+
+    class EC2:
+        def describe_spot_price_history(self, **kw):
+            zone = kw["Filters"][0]["Values"][0]
+            return {"SpotPriceHistory": [{"AvailabilityZone": zone, "InstanceType": kw["InstanceTypes"][0],
+                                          "ProductDescription": "Linux/UNIX", "SpotPrice": "12.5",
+                                          "Timestamp": START - timedelta(days=1)}]}
+
+    truth = Truth(arms={}, default=ArmTruth(tokens_per_s=50000), capacity_type="SPOT")
+    simulate(Path("experiments/example-ab.yaml"), truth, tmp_path / "d")
+    report = write_report(tmp_path / "d", spot_client=EC2())
+    nccl = report["arms"]["nccl"]
+    assert json.loads((tmp_path / "d" / "spot-prices.json").read_text())[f"{P5EN} us-east-1a"]["usd"] == 12.5
+    assert nccl["price_basis"][0].startswith(f"Spot {P5EN} us-east-1a, EC2 DescribeSpotPriceHistory")
+    row = nccl["per_repeat"][0]
+    assert row["cost_usd"] == pytest.approx(12.5 * 4 * row["jct_s"] / 3600, rel=1e-3)
