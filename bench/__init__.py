@@ -3,7 +3,10 @@ fabric buy in time, utilisation, resilience and money.
 
 ``experiment`` (the experiment file and its attempts), ``runner`` and ``faults`` (submit, inject,
 collect; through the run command's code), ``logparse`` and ``artifacts`` (read what was collected),
-``stats`` and ``figures`` (the numbers), ``cost`` (prices and the estimate), ``cloudwatch``
-(Container Insights via boto3), ``render`` and ``report`` (report.md, report.json, SVG), ``simulate``
-(artifacts for the tests and the shipped example). Command: ``python -m bench`` / ``moe-rl-bench``.
+``checks`` and ``evidence`` (what an attempt must show before it is compared, and what it shows it
+ran), ``per_attempt``, ``stats`` and ``figures`` (the numbers), ``cost`` (prices and the estimate),
+``cloudwatch`` (Container Insights via boto3), ``render`` and ``report`` (report.md, report.json,
+SVG), ``simulate`` (artifacts for the tests and the shipped example), ``coverage`` and ``benchmark``
+(how well the interval covers; how long the report takes). Command: ``python -m bench`` /
+``moe-rl-bench``.
 """

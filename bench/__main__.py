@@ -45,7 +45,13 @@ def _parser() -> argparse.ArgumentParser:
                                                       "imageRepository)")
     rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory")
     rep.add_argument("dir", type=Path)
-    rep.add_argument("--stack", help="price nodes by this stack's pools (default: the catalog's on-demand prices)")
+    rep.add_argument("--stack", help="price nodes by this stack's pools: Capacity Block and ODCR at the pool's "
+                                     "capacity.hourlyPrice (default: on-demand nodes at the catalog's price)")
+    rep.add_argument("--across-node-sets", action="store_true",
+                     help="compare attempts that ran on different nodes (refused otherwise)")
+    rep.add_argument("--spot-prices", metavar="REGION",
+                     help="first collect the Spot nodes' prices from EC2 DescribeSpotPriceHistory (boto3, the "
+                          "default AWS credentials) into spot-prices.json")
     return p
 
 
@@ -67,7 +73,11 @@ def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None"
         return _run(args, client, out)
     else:
         from .report import write_report
-        report = write_report(args.dir, args.stack)
+        spot = None
+        if args.spot_prices:
+            import boto3
+            spot = boto3.client("ec2", region_name=args.spot_prices)
+        report = write_report(args.dir, args.stack, args.across_node_sets, spot)
         out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
     return 0
 

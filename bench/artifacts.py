@@ -24,6 +24,7 @@ from pathlib import Path
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.labels import RUN_LABEL
 
+from .argv import rayjob_argv, rollout_num_gpus
 from .experiment import Attempt, Experiment, load_experiment, schedule
 from .logparse import ParsedLog, Step, parse_log
 
@@ -65,13 +66,19 @@ class Collected:
         return (self.end - self.start).total_seconds()
 
     def rollout_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes if n.role == "rollout")
+        """``--rollout-num-gpus`` of the attempt's argv (``argv.rollout_num_gpus``), not the nodes touched."""
+        words = rayjob_argv(self.rayjobs[0]) if self.rayjobs else None
+        gpus = None if words is None else rollout_num_gpus(words)
+        if gpus is None:
+            raise ArtifactError(f"{self.attempt.folder}: its RayJob's argv (MILES_ARGV) has no --rollout-num-gpus")
+        return gpus
 
     def measured(self, warmup: int) -> list[Step]:
-        """First occurrences of the steps after warm-up that carry a rollout throughput, by id."""
+        """First occurrences of the steps that carry a rollout throughput, by id, after the first ``warmup``
+        of them the attempt logged (a resumed attempt, starting at a later step, warms up again)."""
         firsts = self.log.first()
-        return [firsts[i] for i in sorted(firsts) if i >= warmup
-                and "perf/tokens_per_gpu_per_sec" in firsts[i].metrics]
+        ids = sorted(i for i in firsts if "perf/tokens_per_gpu_per_sec" in firsts[i].metrics)
+        return [firsts[i] for i in ids[warmup:]]
 
 
 def _time(value: str | None) -> datetime | None:

@@ -8,7 +8,10 @@ Insights with enhanced observability metrics", Container-Insights-metrics-enhanc
 
 - ``node_gpu_utilization``: percent of GPU time busy, averaged over the node's GPUs (DCGM exporter);
 - ``node_efa_rx_bytes``, ``node_efa_tx_bytes``: bytes per second received and sent by the node's EFA
-  devices.
+  devices;
+- ``node_efa_rdma_read_bytes``, ``node_efa_rdma_write_bytes``: bytes per second received by RDMA read and
+  written by RDMA write operations (the GPU-direct traffic of NCCL's net plugin and DeepEP); the same
+  tables, and the CloudWatch agent's ``awscontainerinsightreceiver`` EFA metric names.
 
 Guarantees: one query per node and metric, ids derived from the node's position (GetMetricData ids
 must match ``^[a-z][a-zA-Z0-9_]*$``); every page (``NextToken``) is read; ``cloudwatch.json`` holds the
@@ -25,7 +28,9 @@ NAMESPACE = "ContainerInsights"
 GPU_UTIL = "node_gpu_utilization"
 EFA_RX = "node_efa_rx_bytes"
 EFA_TX = "node_efa_tx_bytes"
-METRICS = (GPU_UTIL, EFA_RX, EFA_TX)
+RDMA_READ = "node_efa_rdma_read_bytes"
+RDMA_WRITE = "node_efa_rdma_write_bytes"
+METRICS = (GPU_UTIL, EFA_RX, EFA_TX, RDMA_READ, RDMA_WRITE)
 
 
 def instance_id(provider_id: str) -> str:

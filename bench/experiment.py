@@ -3,9 +3,11 @@
 Guarantees: every arm is the base run with the arm's overrides deep-merged onto it and validated as a
 ``workloads.settings.RunFile`` (any run-file field may be overridden, so an arm can change the
 software profile, the all-to-all, the fabric or the nodes); every arm runs the same number of
-steps; the attempts alternate between arms (A B C A B C) so that drift in the cluster does not read
-as a difference between arms; a bad file fails with one message naming the file, the arm and the
-field.
+steps; the attempts run in blocks, block ``r`` holding repeat ``r`` of every arm, in alternating
+direction (A B C, then C B A: A B C C B A A B C ...), so drift in the cluster cancels within a block
+pair instead of reading as a difference between arms (``stats``); every arm has at least
+``stats.MIN_PAIRED_REPEATS`` repeats; a bad file fails with one message naming the file, the arm and
+the field.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pydantic import Field, ValidationError, model_validator
 
 from stackconfig.base import SchemaModel
 from workloads.settings import RunFile
+
+from .stats import MIN_PAIRED_REPEATS
 
 NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
 """Experiment and arm names: short DNS labels, so ``<experiment>-<arm>-r<n>`` stays a valid run name."""
@@ -74,11 +78,15 @@ class Experiment(SchemaModel):
     steps: int = Field(ge=1)
     """Measured rollout steps per attempt."""
     warmup_steps: int = Field(0, ge=0)
-    """Steps run first and left out of every figure (engine warm-up, CUDA graph capture, caches)."""
-    repeats: int = Field(2, ge=1)
-    order: Literal["alternate", "blocked"] = "alternate"
-    """``alternate``: repeat 1 of every arm, then repeat 2 (A B C A B C), so drift in the cluster does not
-    read as a difference; ``blocked``: every repeat of one arm, then the next (A A B B C C)."""
+    """Steps run first and left out of every figure (engine warm-up, CUDA graph capture, caches), counted
+    from the first step each attempt logs (a resumed attempt warms up again)."""
+    min_measured_steps: int = Field(10, ge=2)
+    """An attempt with fewer measured steps in its log is refused (a cut log, a late start)."""
+    repeats: int = Field(MIN_PAIRED_REPEATS, ge=MIN_PAIRED_REPEATS)
+    """Paired repeats per arm: the unit of every interval (``stats``)."""
+    order: Literal["mirrored"] = "mirrored"
+    """Block ``r`` runs repeat ``r`` of every arm, forwards in odd blocks and backwards in even ones
+    (A B C C B A), so a linear drift over two blocks adds the same to every arm."""
     decomposition: list[Link] = []
     """A chain of links from the baseline to the last arm; each link's share of the whole gain."""
     estimate: Assumptions
@@ -101,6 +109,9 @@ class Experiment(SchemaModel):
                 raise ValueError(f"decomposition[{link.name}].from: {link.from_!r}; allowed: {prev!r} (the links "
                                  f"form one chain starting at the baseline)")
             prev = link.to
+        if self.min_measured_steps > self.steps:
+            raise ValueError(f"minMeasuredSteps: {self.min_measured_steps} is more than steps ({self.steps}); "
+                             f"allowed: 2..{self.steps}")
         for arm in self.arms:
             for f in arm.faults:
                 if f.at_step > self.warmup_steps + self.steps:
@@ -153,9 +164,8 @@ class Attempt:
 
 
 def schedule(exp: Experiment) -> list[Attempt]:
-    """Every attempt in the order it runs."""
-    pairs = ([(a.name, r) for r in range(1, exp.repeats + 1) for a in exp.arms] if exp.order == "alternate"
-             else [(a.name, r) for a in exp.arms for r in range(1, exp.repeats + 1)])
+    """Every attempt in the order it runs: block by block, odd blocks forwards, even ones backwards."""
+    pairs = [(a.name, r) for r in range(1, exp.repeats + 1) for a in (exp.arms if r % 2 else exp.arms[::-1])]
     return [Attempt(arm, r, arm_run(exp, arm, r)) for arm, r in pairs]
 
 

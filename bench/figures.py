@@ -1,16 +1,17 @@
-"""The figures of ``report.json``, computed from checked artifacts only (``artifacts.Collected``).
+"""The figures of ``report.json``, computed from checked artifacts only (``artifacts.Collected``, then
+``checks``: its own log, complete, finite, the same nodes, evidence that agrees with the arm).
 
-Per arm: rollout throughput of the whole rollout pool (``perf/tokens_per_gpu_per_sec`` x the
-attempt's rollout GPUs, per measured step; median and interquartile range), step time
-(``perf/step_time``), job completion time (RayJob ``status.startTime`` to ``status.endTime``), GPU-hours
-and cost per attempt (node-hours x the node's price), cost per million generated tokens (whole
-attempts: every step's tokens = throughput x ``perf/rollout_time``), mean response length, and GPU
-utilisation and EFA traffic when ``cloudwatch.json`` is there. Against the baseline: the throughput
-ratio with a bootstrap interval and whether it is beyond the noise between repeats, and the
-difference in work (response length). The decomposition splits the gain along a chain of arms in
-log space: link share = ln(link ratio) / ln(whole ratio). It assumes the links multiply (no
-interaction between what they change) and attributes to a link everything that differs between its
-two arms, which the report lists.
+Per attempt: ``per_attempt`` (throughput, the rest of the step, end to end, quality, utilisation over
+the measured window, money, nodes, evidence). Per arm: rollout throughput over all measured steps
+(median and interquartile range) with each repeat's median, and the attempts' figures summarised
+(medians; means for quality and money). Against the baseline: the throughput ratio paired by block
+with its interval (``stats.ratio``, the repeat as the unit) and whether it is beyond the noise
+between repeats, the difference in work (response length) and in mode (sync/async). The
+decomposition splits the gain along a chain of arms in log space: link share = ln(link ratio) /
+ln(whole ratio). It assumes the links multiply (no interaction between what they change) and
+attributes to a link everything that differs between its two arms, which the report lists; shares
+are withheld when the whole gain is not beyond the noise, when two arms of a link differ in work by
+more than ``WORK_TOLERANCE`` or in mode.
 
 Fault arms are kept out of the comparison; each of their faults gets detection time, time back to
 steady throughput, steps and tokens lost, and where the resume started against the last complete
@@ -24,43 +25,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from statistics import fmean, median
 
 from .artifacts import ArtifactError, Collected
-from .cloudwatch import summarise
+from .checks import TOKENS, check_complete, check_finite, check_own_log, check_same_nodes, node_set
 from .cost import Prices
+from .evidence import contradictions, read_evidence
 from .experiment import Experiment, differences
-from .stats import ArmSample, arm_sample, ratio, summary
+from .per_attempt import attempt_figures, step_tokens_per_s
+from .stats import ArmSample, TooFewRepeats, arm_sample, ratio, summary
 
-TOKENS = "perf/tokens_per_gpu_per_sec"
 STEADY_FRACTION = 0.9
 STEADY_STEPS = 3
 WORK_TOLERANCE = 0.05
 """Response lengths differing by more than this between two arms are reported as different work."""
-
-
-def step_tokens_per_s(c: Collected, warmup: int) -> list[float]:
-    gpus = c.rollout_gpus()
-    return [s.metrics[TOKENS] * gpus for s in c.measured(warmup)]
-
-
-def attempt_tokens(c: Collected) -> float:
-    """Tokens generated in the attempt (every first occurrence of a step, warm-up included)."""
-    gpus = c.rollout_gpus()
-    return sum(s.metrics.get(TOKENS, 0.0) * gpus * s.metrics.get("perf/rollout_time", 0.0)
-               for s in c.log.first().values())
-
-
-def attempt_cost(c: Collected, prices: Prices) -> tuple[float | None, list[str]]:
-    hours = c.seconds / 3600
-    total, bases = 0.0, set()
-    for node in c.nodes:
-        price, basis = prices.node(node)
-        bases.add(basis)
-        if price is None:
-            return None, sorted(bases)
-        total += price * hours
-    return total, sorted(bases)
 
 
 @dataclass
@@ -71,38 +50,63 @@ class ArmFigures:
     json: dict
 
 
-def arm_figures(exp: Experiment, name: str, attempts: list[Collected], prices: Prices, seed: int) -> ArmFigures:
-    groups = [step_tokens_per_s(c, exp.warmup_steps) for c in attempts]
-    steps = [s for c in attempts for s in c.measured(exp.warmup_steps)]
-    step_times = [s.metrics["perf/step_time"] for s in steps if "perf/step_time" in s.metrics]
-    lengths = [s.metrics["rollout/response_len/mean"] for s in steps if "rollout/response_len/mean" in s.metrics]
-    costs = [attempt_cost(c, prices) for c in attempts]
-    usd = None if any(cost is None for cost, _ in costs) else [cost for cost, _ in costs]
-    tokens = sum(attempt_tokens(c) for c in attempts)
-    cw = [summarise(c.cloudwatch) for c in attempts if c.cloudwatch]
-    gpu_util = [x["gpu_util"] for x in cw if x["gpu_util"] is not None]
-    efa = [x["efa_gbps"] for x in cw if x["efa_gbps"] is not None]
-    sample = arm_sample(groups, seed)
-    tput = summary([v for g in groups for v in g]).to_json()
-    tput["per_repeat_median"] = [round(median(g), 4) for g in groups]
+def _med(rows: list[dict], *path: str) -> float | None:
+    vals = []
+    for r in rows:
+        for p in path:
+            r = r.get(p) if isinstance(r, dict) else None
+        if r is not None:
+            vals.append(r)
+    return round(median(vals), 4) if vals else None
+
+
+def _merge_evidence(rows: list[dict]) -> dict:
+    out: dict = {"sglang_resolved": {}, "nccl_network": [], "nccl_gin": [], "asked": {}}
+    for r in rows:
+        ev = r["evidence"]
+        for k, vals in ev["sglang_resolved"].items():
+            out["sglang_resolved"].setdefault(k, [])
+            out["sglang_resolved"][k] += [v for v in vals if v not in out["sglang_resolved"][k]]
+        out["nccl_network"] += [n for n in ev["nccl_network"] if n not in out["nccl_network"]]
+        if ev["nccl_gin"] not in out["nccl_gin"]:
+            out["nccl_gin"].append(ev["nccl_gin"])
+        out["asked"] = ev["asked"]
+    return out
+
+
+def arm_figures(exp: Experiment, name: str, attempts: list[Collected], rows: list[dict]) -> ArmFigures:
+    groups = {c.attempt.repeat: step_tokens_per_s(c, exp.warmup_steps) for c in attempts}
+    sample = arm_sample(groups)
+    tput = summary([v for g in groups.values() for v in g]).to_json()
+    tput["per_repeat_median"] = {str(k): round(v, 4) for k, v in sample.medians.items()}
+    usd = [r["cost_usd"] for r in rows]
+    tokens = sum(r["tokens_generated"] for r in rows)
+    roles = sorted({k for r in rows for k in (r["utilisation_measured_window"] or {})})
+    util = {rl: {m: _med(rows, "utilisation_measured_window", rl, m) for m in
+                 ("gpu_util", "efa_gbps", "rdma_read_gbps", "rdma_write_gbps")} for rl in roles}
     out = {
         "attempts": [c.attempt.folder for c in attempts],
-        "rollout_gpus": sorted({c.rollout_gpus() for c in attempts}),
+        "mode": sorted({r["mode"] for r in rows}),
+        "rollout_gpus": sorted({r["rollout_gpus"] for r in rows}),
         "rollout_tokens_per_s": tput,
-        "step_time_s": summary(step_times).to_json() if step_times else None,
-        "jct_s": {"median": round(median(c.seconds for c in attempts), 1),
-                  "per_repeat": [round(c.seconds, 1) for c in attempts]},
-        "gpu_hours": round(fmean(sum(n.gpus for n in c.nodes) * c.seconds / 3600 for c in attempts), 3),
-        "node_hours": round(fmean(len(c.nodes) * c.seconds / 3600 for c in attempts), 3),
-        "cost_usd": None if usd is None else round(fmean(usd), 2),
-        "price_basis": sorted({b for _, bases in costs for b in bases}),
-        "usd_per_million_tokens": None if usd is None or not tokens else round(sum(usd) / tokens * 1e6, 4),
-        "tokens_generated": round(tokens),
-        "mean_response_len": round(fmean(lengths), 2) if lengths else None,
-        "gpu_util": round(fmean(gpu_util), 2) if gpu_util else None,
-        "efa_gbps": round(fmean(efa), 3) if efa else None,
-        "malformed_perf_lines": sum(len(c.log.malformed) for c in attempts),
-        "lines_collapsed_by_ray_dedup": sum(c.log.collapsed for c in attempts),
+        "step_parts_s": {k: _med(rows, "step_parts_s", k) for k in rows[0]["step_parts_s"]},
+        "end_to_end_tokens_per_s": _med(rows, "end_to_end", "tokens_per_s"),
+        "end_to_end_samples_per_s": _med(rows, "end_to_end", "samples_per_s"),
+        "quality": {k: _med(rows, "quality", k) for k in rows[0]["quality"]},
+        "jct_s": {"median": _med(rows, "jct_s"), "per_repeat": [r["jct_s"] for r in rows]},
+        "gpu_hours": round(fmean(r["gpu_hours"] for r in rows), 3),
+        "node_hours": round(fmean(r["node_hours"] for r in rows), 3),
+        "cost_usd": None if None in usd else round(fmean(usd), 2),
+        "price_basis": sorted({b for r in rows for b in r["price_basis"]}),
+        "usd_per_million_tokens": None if None in usd or not tokens else round(sum(usd) / tokens * 1e6, 4),
+        "steady_usd_per_million_tokens": _med(rows, "steady_usd_per_million_tokens"),
+        "tokens_generated": tokens,
+        "mean_response_len": _med(rows, "quality", "mean_response_len"),
+        "utilisation_measured_window": util or None,
+        "evidence": _merge_evidence(rows),
+        "per_repeat": rows,
+        "malformed_perf_lines": sum(r["malformed_perf_lines"] for r in rows),
+        "lines_collapsed_by_ray_dedup": sum(r["lines_collapsed_by_ray_dedup"] for r in rows),
     }
     return ArmFigures(name, attempts, sample, out)
 
@@ -113,6 +117,13 @@ def _work(arm: dict, base: dict) -> dict | None:
         return None
     rel = a / b - 1
     return {"relative": round(rel, 4), "different": abs(rel) > WORK_TOLERANCE}
+
+
+def _ratio(arm: ArmFigures, base: ArmFigures):
+    try:
+        return ratio(arm.sample, base.sample)
+    except TooFewRepeats as err:
+        raise ArtifactError(f"arm {arm.name} against {base.name}: {err}") from None
 
 
 def _fault_figures(exp: Experiment, c: Collected) -> list[dict]:
@@ -154,45 +165,85 @@ def _fault_figures(exp: Experiment, c: Collected) -> list[dict]:
     return out
 
 
-def compute(exp: Experiment, collected: list[Collected], prices: Prices) -> dict:
+def check(root: Path, exp: Experiment, collected: list[Collected], across_node_sets: bool = False
+          ) -> tuple[dict[str, dict], str | None]:
+    """Refuse what does not add up; the per-attempt figures by folder and the node-set note."""
+    rows, sets = {}, {}
+    for c in collected:
+        text = (root / c.attempt.folder / "driver.log").read_text(errors="replace")
+        check_own_log(c, text)
+        check_complete(exp, c)
+        check_finite(exp, c)
+        ev = read_evidence(c, text)
+        wrong = contradictions(c, ev)
+        if wrong:
+            raise ArtifactError(f"{wrong[0]}: the arm did not run what it claims")
+        nodes = node_set(root, c)
+        if not exp.arm(c.attempt.arm).faults:
+            sets[c.attempt.folder] = nodes
+        rows[c.attempt.folder] = (c, nodes, ev)
+    note = check_same_nodes(sets, across_node_sets) if sets else None
+    return rows, note
+
+
+def compute(exp: Experiment, collected: list[Collected], prices: Prices, root: Path,
+            across_node_sets: bool = False) -> dict:
     by_arm: dict[str, list[Collected]] = {}
     for c in collected:
         by_arm.setdefault(c.attempt.arm, []).append(c)
     missing = [a.name for a in exp.arms if a.name not in by_arm]
     if missing:
         raise ArtifactError(f"arm {missing[0]}: no attempt collected")
+    checked, node_note = check(Path(root), exp, collected, across_node_sets)
+    rows = {f: attempt_figures(exp, c, prices, nodes, ev) for f, (c, nodes, ev) in checked.items()}
     compared = [a.name for a in exp.arms if not a.faults]
-    figs = {name: arm_figures(exp, name, by_arm[name], prices, seed=i) for i, name in enumerate(compared)}
+    figs = {name: arm_figures(exp, name, by_arm[name], [rows[c.attempt.folder] for c in by_arm[name]])
+            for name in compared}
     base = figs[exp.baseline]
     arms: dict[str, dict] = {}
     for name, f in figs.items():
         entry = dict(f.json)
         if name != exp.baseline:
-            entry["ratio_vs_baseline"] = ratio(f.sample, base.sample).to_json()
+            entry["ratio_vs_baseline"] = _ratio(f, base).to_json()
             entry["work_vs_baseline"] = _work(f.json, base.json)
+            entry["mode_vs_baseline"] = None if f.json["mode"] == base.json["mode"] else (
+                f"{'/'.join(f.json['mode'])} against {'/'.join(base.json['mode'])}: a step is not the same unit")
         arms[name] = entry
-    report = {"experiment": exp.name, "baseline": exp.baseline, "warmup_steps": exp.warmup_steps,
-              "measured_steps": exp.steps, "repeats": exp.repeats, "order": exp.order, "arms": arms,
-              "decomposition": _decomposition(exp, figs),
-              "faults": {a.name: {c.attempt.folder: _fault_figures(exp, c) for c in by_arm[a.name]}
-                         for a in exp.arms if a.faults}}
-    return report
+    return {"experiment": exp.name, "baseline": exp.baseline, "warmup_steps": exp.warmup_steps,
+            "measured_steps": exp.steps, "min_measured_steps": exp.min_measured_steps, "repeats": exp.repeats,
+            "order": exp.order, "schedule": [c.attempt.folder for c in collected],
+            "token_definition": "generated response tokens: perf/tokens_per_gpu_per_sec x --rollout-num-gpus x "
+                                "perf/rollout_time per step, the sum of the step's response lengths (Miles "
+                                "miles/ray/rollout/metrics.py:142-149); prompt tokens not counted",
+            "price_source": prices.basis, "node_sets": node_note or "every compared attempt ran on the nodes of the first",
+            "arms": arms, "decomposition": _decomposition(exp, figs),
+            "faults": {a.name: {c.attempt.folder: _fault_figures(exp, c) for c in by_arm[a.name]}
+                       for a in exp.arms if a.faults},
+            "fault_attempts": {c.attempt.folder: rows[c.attempt.folder] for a in exp.arms if a.faults
+                               for c in by_arm[a.name]}}
 
 
 def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
     if not exp.decomposition:
         return None
-    whole = ratio(figs[exp.decomposition[-1].to].sample, figs[exp.baseline].sample)
+    whole = _ratio(figs[exp.decomposition[-1].to], figs[exp.baseline])
+    why = None if whole.beyond_noise else "the whole gain is not beyond the noise between repeats: no share is given"
     links = []
     for link in exp.decomposition:
-        r = ratio(figs[link.to].sample, figs[link.from_].sample)
-        share = math.log(r.value) / math.log(whole.value) if whole.beyond_noise and whole.value != 1 else None
-        links.append({"name": link.name, "from": link.from_, "to": link.to, "ratio": r.to_json(),
-                      "share": None if share is None else round(share, 4),
+        a, b = figs[link.to].json, figs[link.from_].json
+        work = _work(a, b)
+        if why is None and work and work["different"]:
+            why = (f"link {link.name}: mean response length differs by {100 * work['relative']:+.1f}% (more than "
+                   f"{100 * WORK_TOLERANCE:.0f}%): the arms did different work")
+        if why is None and a["mode"] != b["mode"]:
+            why = f"link {link.name}: {'/'.join(a['mode'])} against {'/'.join(b['mode'])} (a step is not the same unit)"
+        r = _ratio(figs[link.to], figs[link.from_])
+        links.append({"name": link.name, "from": link.from_, "to": link.to, "ratio": r.to_json(), "share": r,
                       "changes": {k: list(v) for k, v in differences(exp, link.from_, link.to).items()}})
-    why = None if whole.beyond_noise else (
-        "one repeat per arm: the noise between repeats is unknown" if whole.noise is None
-        else "the whole gain is not beyond the noise between repeats: no share is given")
+    for link in links:
+        r = link["share"]
+        link["share"] = None if why is not None or whole.value == 1 else round(
+            math.log(r.value) / math.log(whole.value), 4)
     return {"whole": {"from": exp.baseline, "to": exp.decomposition[-1].to, "ratio": whole.to_json()},
             "links": links, "shares_withheld_because": why,
             "method": "share = ln(link ratio) / ln(whole ratio); assumes the links multiply (no interaction) and "

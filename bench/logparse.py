@@ -21,6 +21,18 @@ deduplication may hold back lines that look alike across processes and print one
 `` [repeated Nx across cluster]`` (``ray/_private/ray_logging/__init__.py:229-234``): such lines are
 counted, since steps may then be missing (run with ``RAY_DEDUP_LOGS=0``).
 
+Two more lines of the training side carry what the step did, besides its speed (radixark/miles@49cac7b5):
+``rollout <rollout_id>: {...}`` from ``log_rollout_data`` (``miles/backends/training_utils/log_utils.py:123``,
+keys ``rollout/<field>`` of the rollout batch, ``rollout/raw_reward`` among them), merged into the step;
+``step <n>: {...}`` from ``log_train_step`` (``log_utils.py:538``, keys ``train/<loss key>`` such as
+``train/ppo_kl``, ``miles/backends/training_utils/loss_hub/losses.py:88``), where ``n`` is
+``rollout_id x num_steps_per_rollout + step_id``, kept apart in ``ParsedLog.train``. A critic's
+``critic-step`` lines are not the actor's and are ignored.
+
+Values may be numpy scalars: with ``--log-passrate`` Miles adds ``passrate/pass@k`` as ``np.mean(...)``
+(``miles/utils/metric_utils.py:34-35``), which numpy >= 2 prints as ``np.float64(0.5)``; such a call of a
+numpy scalar type around a literal is read as the literal.
+
 Guarantees: the dict is read as ``ast.literal_eval`` reads it (``nan``/``inf`` as floats; a repr of
 plain string keys and numbers through ``json``, which reads it identically and faster), never ``eval``; a
 truncated or malformed line is counted with its line number and never half-read; the two lines of a
@@ -37,12 +49,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-PERF = re.compile(r"\bperf (\d+): (\{.*)$")
+PERF = re.compile(r"(?<![\w-])(perf|rollout|step) (\d+): (\{.*)$")
 STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](\d{3}))?")
 REPEATED = re.compile(r"\[repeated (\d+)x across cluster\]")
 ROLLOUT_KEY = "perf/rollout_time"
 TRAIN_KEYS = ("perf/step_time", "perf/actor_train_time", "perf/train_time")
 _SPECIAL = {"nan": math.nan, "inf": math.inf}
+_NUMPY = ("np", "numpy")
+_NUMPY_SCALARS = frozenset({"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32",
+                            "uint16", "uint8", "bool_", "longdouble"})
 _JSON_SPECIAL = re.compile(r"\b(nan|inf)\b")
 
 
@@ -63,6 +78,8 @@ class ParsedLog:
     """(line number, reason) of perf lines that could not be read."""
     collapsed: int = 0
     """Lines Ray's deduplication printed once for several (``[repeated Nx ...]``)."""
+    train: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    """(accumulated train step, ``train/*`` metrics) of every ``step <n>:`` line, in log order."""
 
     def first(self) -> dict[int, Step]:
         """The first occurrence of each step id (a redo after a resume is not counted twice)."""
@@ -109,6 +126,13 @@ def _literal(text: str) -> dict | None:
             def visit_Name(self, node: ast.Name) -> ast.AST:
                 return ast.Constant(_SPECIAL[node.id]) if node.id in _SPECIAL else node
 
+            def visit_Call(self, node: ast.Call) -> ast.AST:
+                f = node.func
+                if (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in _NUMPY
+                        and f.attr in _NUMPY_SCALARS and len(node.args) == 1 and not node.keywords):
+                    return self.visit(node.args[0])
+                return node
+
         try:
             value = ast.literal_eval(ast.fix_missing_locations(Names().visit(tree)))
         except (ValueError, SyntaxError, TypeError):
@@ -134,9 +158,10 @@ def parse_log(text: str) -> ParsedLog:
     steps: list[Step] = []
     open_steps: dict[int, Step] = {}
     malformed: list[tuple[int, str]] = []
+    train: list[tuple[int, dict[str, float]]] = []
     collapsed = 0
     for number, raw in enumerate(text.splitlines(), start=1):
-        if "perf " not in raw:
+        if ": {" not in raw:
             continue
         line = ANSI.sub("", raw)
         m = PERF.search(line)
@@ -144,16 +169,25 @@ def parse_log(text: str) -> ParsedLog:
             continue
         if (rep := REPEATED.search(line)) is not None:
             collapsed += int(rep.group(1))
-        metrics = _literal(_dict_text(m.group(2)))
+        metrics = _literal(_dict_text(m.group(3)))
         if metrics is None:
-            malformed.append((number, "not a complete dict (truncated line?)"))
+            malformed.append((number, f"{m.group(1)} line: not a complete dict (truncated line?)"))
             continue
         bad = [k for k, v in metrics.items() if not isinstance(k, str) or isinstance(v, bool)
                or not isinstance(v, (int, float))]
         metrics = {k: float(v) for k, v in metrics.items() if k not in bad}
-        rid = int(m.group(1))
-        side_rollout = ROLLOUT_KEY in metrics
+        kind, rid = m.group(1), int(m.group(2))
+        if kind == "step":
+            train.append((rid, metrics))
+            continue
         current = open_steps.get(rid)
+        if kind == "rollout":
+            if current is None:
+                current = open_steps[rid] = Step(rid, line=number)
+                steps.append(current)
+            current.metrics.update(metrics)
+            continue
+        side_rollout = ROLLOUT_KEY in metrics
         seen_side = current is not None and (
             (side_rollout and ROLLOUT_KEY in current.metrics)
             or (not side_rollout and any(k in current.metrics for k in TRAIN_KEYS)))
@@ -164,4 +198,4 @@ def parse_log(text: str) -> ParsedLog:
         current.metrics.update(metrics)
         if side_rollout or current.at is None:
             current.at = _stamp(line) or current.at
-    return ParsedLog(steps, malformed, collapsed)
+    return ParsedLog(steps, malformed, collapsed, train)

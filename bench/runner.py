@@ -5,7 +5,9 @@ Everything a run is made of comes from the run command's own code (``workloads.r
 the run sees it and its RayJob (``submit.run_objects``), the Kubernetes calls (``client.RunClient``:
 submit, list, next attempt), the image repository (``stackconfig.versions.with_repository``).
 
-Guarantees: ``--dry-run`` prints every attempt's RayJob in run order and contacts no cluster; a
+Guarantees: every attempt after the first is pinned to the first one's nodes (``pinning``);
+``--dry-run`` prints every attempt's RayJob in run order, as one multi-document YAML
+stream (``---`` before each), and contacts no cluster; a
 drained node is uncordoned once the platform has reacted, so the run can return to the same
 reserved nodes; an
 attempt is submitted only when the previous one has finished (the nodes are free again); a fault
@@ -40,6 +42,7 @@ from .cloudwatch import collect as cw_collect, instance_id
 from .experiment import Attempt, Experiment, load_experiment, schedule
 from .faults import detected, inject, uncordon
 from .logparse import parse_log
+from .pinning import node_set, pinned
 
 POLL_S = 30.0
 
@@ -118,10 +121,11 @@ def _objects(api: RunClient, cfg: ProgramConfig, run):
 
 def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: Attempt, folder: Path,
                 repository: str, out: Callable[[str], None], poll_s: float = POLL_S,
-                cloudwatch: object | None = None) -> None:
+                cloudwatch: object | None = None, pins: dict[str, list[str]] | None = None) -> None:
+    """``pins``: pool -> the nodes of the experiment's first attempt (``pinning``)."""
     run = attempt.run
     objs = _objects(api, cfg, run)
-    api.submit(without_dedup(with_repository(objs.rayjob, repository)))
+    api.submit(without_dedup(with_repository(pinned(objs.rayjob, pins or {}), repository)))
     out(f"{attempt.folder}: submitted {run.name}")
     seen = Seen()
     pending = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
@@ -144,7 +148,7 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 break
             resumed = attempt_of(run, api.next_attempt(run))  # the job failed after a fault: resume
             objs = _objects(api, cfg, resumed)
-            api.submit(without_dedup(with_repository(objs.rayjob, repository)))
+            api.submit(without_dedup(with_repository(pinned(objs.rayjob, pins or {}), repository)))
             out(f"{attempt.folder}: resumed as attempt {resumed.attempt}")
             run = resumed
             records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
@@ -163,6 +167,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     if dry_run:
         for a in attempts:
             objs = run_objects(cfg, a.run)
+            out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
             out(f"# {a.folder}: {objs.gang.describe()}; faults: "
                 f"{', '.join(f'{f.kind.value} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
             out(yaml.safe_dump(without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY)),
@@ -176,7 +181,9 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     shutil.copyfile(path, out_dir / EXPERIMENT_FILE)
     api = client()
     cw = None if cloudwatch is None else cloudwatch(cfg.region)
+    pins = None
     for a in attempts:
-        run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw)
+        run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, pins)
+        pins = pins or node_set(out_dir / a.folder)  # every later attempt on the first one's nodes
     out(f"collected {len(attempts)} attempts into {out_dir}; next: python -m bench report {out_dir}")
     return 0

@@ -1,15 +1,19 @@
 """A simulator of collected artifacts, for the tests and the shipped example; never a measurement.
 
 ``simulate(experiment, truth, root)`` writes what ``run`` collects, for every attempt of the
-experiment: a driver log shaped like a Miles driver log as ``ray job logs`` returns it (Ray's
-coloured actor prefix, Miles' logging prefix, both ``perf`` lines of each step with the pinned
-Miles' keys; see ``bench.logparse``), with one truncated line where the log ends; the RayJob(s) with
+experiment: a driver log shaped like a Miles driver log as ``ray job logs`` returns it (Ray's job
+line with the job id, Ray's coloured actor prefix, Miles' logging prefix, both ``perf`` lines, the
+``rollout`` and ``step`` lines of each step with the pinned Miles' keys, see ``bench.logparse``;
+each engine's ``server_args=`` line and NCCL's ``Using network`` lines, see ``bench.evidence``), with
+one truncated line where the log ends; the RayJob(s) with the argv in ``MILES_ARGV``, the job id and
 KubeRay status times; the Node objects with EKS labels and GPU capacity; GetMetricData results; and,
 for a fault arm, the faults with the resume they cause. Figures follow ``truth`` (rollout tokens/s
-of the pool, relative noise, response length, step overheads), so a report on the directory must
-find them. ``simulated.json`` marks the directory as simulated.
+of the pool, step noise, drift per repeat and along the schedule, response length, step overheads),
+so a report on the directory must find them; an arm ``truth`` does not name runs at
+``truth.default``. ``simulated.json`` marks the directory as simulated.
 
     python -m bench.simulate experiments/example-ab.yaml examples/bench-report   # the shipped example
+    python -m bench.simulate experiments/seed-ab.yaml /tmp/seed-ab                 # any experiment
 """
 
 from __future__ import annotations
@@ -23,11 +27,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import yaml
+
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.labels import RUN_LABEL
+from workloads.miles_launcher import ARGV_ENV
+from workloads.settings import DeepEPVersion
 
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
-from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, queries
+from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL
+from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, RDMA_READ, RDMA_WRITE, queries
 from .experiment import Attempt, Experiment, FaultKind, load_experiment, schedule
 from .report import SIMULATED_FILE
 
@@ -47,6 +56,8 @@ class ArmTruth:
     train_s: float = 60.0
     gpu_util: float = 70.0
     efa_gbps: float = 100.0
+    reward: float = 0.45
+    kl: float = 0.002
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,14 @@ class Truth:
     startup_s: float = 600.0
     seed: int = 7
     note: str = "bench/simulate.py from its configured figures"
+    default: ArmTruth = ArmTruth(tokens_per_s=50000)
+    """The truth of an arm ``arms`` does not name."""
+    drift_per_attempt: float = 0.0
+    """Relative change of every arm's throughput from one attempt of the schedule to the next (a linear
+    drift of the cluster)."""
+
+    def arm(self, name: str) -> ArmTruth:
+        return self.arms.get(name, self.default)
 
 
 def _stamp(t: datetime) -> str:
@@ -77,7 +96,7 @@ def _rollout_metrics(rng: random.Random, tput: float, truth: ArmTruth, samples: 
     return {"rollout/response_len/mean": length, "rollout/response_len/median": length * 0.92,
             "rollout/response_len/max": longest, "rollout/response_len/min": length * 0.08,
             "rollout/zero_std/count_0.0": float(rng.randint(0, 6)), "rollout/repetition_frac": 0.0,
-            "rollout/truncated_ratio": 0.0, "perf/rollout_time": rollout_time,
+            "rollout/truncated_ratio": round(rng.uniform(0.0, 0.04), 4), "perf/rollout_time": rollout_time,
             "perf/tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
             "perf/longest_sample_tokens_per_sec": longest / rollout_time,
             "perf/effective_tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
@@ -99,17 +118,43 @@ def _nodes(attempt: Attempt, truth: Truth) -> list[dict]:
             name = f"ip-10-0-{3 if pool == 'rollout' else 2}-{10 + i}.ec2.internal"
             out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
                 ROLE_LABEL: pool, POOL_LABEL: pool, INSTANCE_TYPE_LABEL: truth.instance_type,
-                CAPACITY_TYPE_LABEL: truth.capacity_type}},
+                CAPACITY_TYPE_LABEL: truth.capacity_type, ZONE_LABEL: "us-east-1a",
+                **dict(zip(EKS_NETWORK_LAYERS, ("nn-sim-1", "nn-sim-2", f"nn-sim-3-{pool}")))}},
                 "spec": {"providerID": f"aws:///us-east-1a/i-0{zlib.crc32(f'{attempt.folder}/{name}'.encode()):016x}"},
                 "status": {"capacity": {GPU_RESOURCE: str(GPUS_PER_NODE)}}})
     return out
 
 
+A2A = {DeepEPVersion.OFF: ("none", "auto", "triton"), DeepEPVersion.V1: ("deepep", "auto", "deep_gemm"),
+       DeepEPVersion.V2: ("deepep_v2", "deep_gemm", "deep_gemm")}
+"""deepep.version -> (SGLang a2a backend asked, runner asked, runner resolved), as the simulator plays it."""
+
+
+def _argv(attempt: Attempt) -> list[str]:
+    """The entry point and flags the attempt's RayJob carries (a subset: what the report reads)."""
+    run = attempt.run
+    a2a, runner, _ = A2A[run.deepep.version or DeepEPVersion.OFF]
+    words = [f"/root/miles/{run.entry_point.value}", "--actor-num-nodes", str(run.nodes["train"]),
+             "--actor-num-gpus-per-node", str(GPUS_PER_NODE), "--rollout-num-gpus",
+             str(run.nodes["rollout"] * GPUS_PER_NODE), "--rollout-num-gpus-per-engine",
+             str(run.rollout.nodes_per_engine * GPUS_PER_NODE), "--sglang-moe-a2a-backend", a2a,
+             "--sglang-moe-runner-backend", runner]
+    if run.deepep.version is DeepEPVersion.V1:
+        words += ["--sglang-deepep-mode", run.deepep.sglang_mode]
+    return words
+
+
+def _job_id(attempt: Attempt, n: int) -> str:
+    return f"raysubmit_{zlib.crc32(f'{attempt.run.name}-{n}'.encode()):08x}"
+
+
 def _rayjob(attempt: Attempt, n: int, start: datetime, end: datetime, failed: bool) -> dict:
     name = f"{attempt.run.name}-{n}"
+    env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(_argv(attempt))}})
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {
         "name": name, "namespace": f"team-{attempt.run.team}", "labels": {RUN_LABEL: attempt.run.name}},
-        "status": {"jobDeploymentStatus": "Failed" if failed else "Complete",
+        "spec": {"entrypoint": "python3 /opt/moe-rl/miles_launcher.py", "runtimeEnvYAML": env},
+        "status": {"jobId": _job_id(attempt, n), "jobDeploymentStatus": "Failed" if failed else "Complete",
                    "jobStatus": "FAILED" if failed else "SUCCEEDED", "startTime": start.isoformat(),
                    "endTime": end.isoformat(), "rayJobInfo": {"startTime": (start + timedelta(minutes=5)).isoformat(),
                                                                "endTime": end.isoformat()}}}
@@ -121,24 +166,45 @@ def _cloudwatch(nodes: list[dict], arm: ArmTruth, start: datetime, end: datetime
     results = []
     for q in queries("rl-p5en-shared", pairs):
         metric = q["MetricStat"]["Metric"]["MetricName"]
-        mean = {GPU_UTIL: arm.gpu_util, EFA_RX: arm.efa_gbps / 2 * 1e9 / 8, EFA_TX: arm.efa_gbps / 2 * 1e9 / 8}[metric]
+        half = arm.efa_gbps / 2 * 1e9 / 8
+        mean = {GPU_UTIL: arm.gpu_util, EFA_RX: half, EFA_TX: half, RDMA_READ: half * 0.1, RDMA_WRITE: half * 0.8}[metric]
         results.append({"Id": q["Id"], "Label": q["Label"], "Timestamps": [t.isoformat() for t in stamps],
                         "Values": [mean * rng.uniform(0.95, 1.05) for _ in stamps], "StatusCode": "Complete"})
     return {"namespace": "ContainerInsights", "cluster": "rl-p5en-shared", "periodSeconds": 60,
             "start": start.isoformat(), "end": end.isoformat(), "MetricDataResults": results}
 
 
+def _job_header(attempt: Attempt, n: int, t: datetime) -> list[str]:
+    """What a job's log shows before its first step: Ray's job line (job_supervisor.py), each engine's
+    resolved server args (sglang engine.py:265) and NCCL's network choice (NCCL_DEBUG=INFO, init.cc)."""
+    run = attempt.run
+    version = run.deepep.version or DeepEPVersion.OFF
+    a2a, _, runner = A2A[version]
+    engines = run.nodes["rollout"] // run.rollout.nodes_per_engine
+    mode = f", 'deepep_mode': '{run.deepep.sglang_mode}'" if version is DeepEPVersion.V1 else ""
+    network = "AWS Libfabric" if run.fabric == "efa" else "Socket"
+    out = [f"{_stamp(t)[:19]},000\tINFO job_manager.py:531 -- Runtime env is setting up.",
+           f"Running entrypoint for job {_job_id(attempt, n)}: python3 /opt/moe-rl/miles_launcher.py"]
+    out += [_line(t, "SGLangEngine", 3000 + e, "sglang", "engine.py:265",
+                  f"server_args={{'tp_size': {run.rollout.nodes_per_engine * GPUS_PER_NODE}, 'moe_a2a_backend': "
+                  f"'{a2a}', 'moe_runner_backend': '{runner}'{mode}}}") for e in range(engines)]
+    out += [f"ip-10-0-2-10:2405:2405 [0] NCCL INFO Using network {network}"]
+    if version is DeepEPVersion.V2:
+        out.append("ip-10-0-3-10:3000:3000 [0] NCCL INFO NET/OFI gin: Initializing")
+    return out
+
+
 def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, rng: random.Random,
-             folder: Path) -> datetime:
-    arm = truth.arms[attempt.arm]
+             folder: Path, slot: int = 0) -> datetime:
+    arm = truth.arm(attempt.arm)
     run = attempt.run
     nodes = _nodes(attempt, truth)
     gpus = attempt.run.nodes["rollout"] * GPUS_PER_NODE
     samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
-    drift = rng.gauss(1.0, arm.repeat_drift)
+    per_rollout = max(1, samples // run.grpo.global_batch_size)
+    drift = rng.gauss(1.0, arm.repeat_drift) * (1 + truth.drift_per_attempt * slot)
     faults = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
-    lines = ["2026-11-30 08:00:01,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
-             "Running entrypoint for job raysubmit_sim: python3 -m workloads.miles_launcher ..."]
+    lines = _job_header(attempt, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
     jobs, fault_records, job_start, step, slow = [], [], start, 0, 0
     while step < exp.total_steps:
@@ -147,6 +213,14 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         r = _rollout_metrics(rng, tput, arm, samples, gpus)
         t += timedelta(seconds=r["perf/rollout_time"])
         lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step}: {r}"))
+        reward = {"rollout/raw_reward": min(1.0, max(0.0, rng.gauss(arm.reward, 0.03))),
+                  "rollout/rewards": 0.0, "rollout/response_lengths": r["rollout/response_len/mean"]}
+        lines.append(_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "log_utils.py:123",
+                           f"rollout {step}: {reward}"))
+        lines += [_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "model.py:854",
+                        f"step {step * per_rollout + i}: " + str({"train/ppo_kl": abs(rng.gauss(arm.kl, arm.kl / 4)),
+                                                                  "train/loss": 0.1, "train/grad_norm": 0.5}))
+                  for i in range(per_rollout)]
         tr = _train_metrics(rng, arm, r["perf/rollout_time"])
         t += timedelta(seconds=tr["perf/train_time"])
         lines.append(_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "train_metric_utils.py:56",
@@ -168,6 +242,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         lines.append(_line(injected, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
         jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, detected, failed=True))
         job_start = detected + timedelta(seconds=30)
+        lines += _job_header(attempt, len(jobs) + 1, job_start)
         t = job_start + timedelta(seconds=truth.startup_s)
         step, slow = (step + 1) // run.save_interval * run.save_interval, 2
     jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, t + timedelta(seconds=30), failed=False))
@@ -191,8 +266,8 @@ def simulate(experiment: Path, truth: Truth, root: Path) -> Experiment:
     (root / SIMULATED_FILE).write_text(json.dumps({"note": truth.note}) + "\n")
     rng = random.Random(truth.seed)
     t = START
-    for attempt in schedule(exp):
-        t = _attempt(exp, attempt, truth, t, rng, root / attempt.folder)
+    for slot, attempt in enumerate(schedule(exp)):
+        t = _attempt(exp, attempt, truth, t, rng, root / attempt.folder, slot)
     return exp
 
 
@@ -200,7 +275,7 @@ EXAMPLE_TRUTH = Truth(arms={
     "nccl": ArmTruth(tokens_per_s=52000, response_len=3100, gpu_util=61, efa_gbps=38),
     "deepep-v1": ArmTruth(tokens_per_s=57200, response_len=3150, gpu_util=66, efa_gbps=45),
     "deepep-v1-faults": ArmTruth(tokens_per_s=57200, response_len=3150, gpu_util=64, efa_gbps=44)},
-    note="bench/simulate.py (EXAMPLE_TRUTH: nccl 52,000 tokens/s, deepep-v1 57,200 tokens/s, 3% step noise); "
+    capacity_type="ON_DEMAND", note="bench/simulate.py (EXAMPLE_TRUTH: nccl 52,000 tokens/s, deepep-v1 57,200 tokens/s, 3% step noise); "
          "an illustration of the report, not a measurement")
 
 

@@ -1,21 +1,48 @@
-"""Robust summaries and the ratio of two arms with a bootstrap confidence interval.
+"""Robust summaries, and the ratio of two arms with an interval whose unit is the repeat.
 
-Guarantees: medians and quartiles by linear interpolation (numpy's default); the bootstrap resamples
-the steps of each attempt separately (so every resample keeps each repeat's weight) with a fixed
-seed, so the same artifacts always give the same interval; the noise between repeats is the largest
-relative gap between the medians of two repeats of one arm.
+Guarantees: medians and quartiles by linear interpolation (numpy's default); a ratio compares the two
+arms' repeats pair by pair, the pair being one block of the experiment's schedule (repeat ``r`` of
+every arm, run next to each other, in alternating direction: A B C C B A, ``experiment.schedule``),
+so what drifts from block to block cancels within a pair and linear drift across two blocks cancels
+too. Each repeat enters as one number, the median of its measured steps: the spread of the paired
+log-ratios holds the step noise and the drift between repeats alike, so no step is resampled (steps
+are autocorrelated; resampling them one by one, as the earlier bootstrap did, leaves the variance
+between repeats out and gives intervals that are too narrow: BENCHMARKS.md, "Coverage of the
+ratio's interval"). The interval is Student's t on the paired log-ratios (n - 1 degrees of
+freedom), exponentiated; fewer than ``MIN_PAIRED_REPEATS`` pairs give no interval and raise.
+Deterministic: the same artifacts always give the same interval.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from statistics import median
+from statistics import fmean, median, stdev
 
-import numpy as np
-
-BOOTSTRAP_SAMPLES = 1000
 CONFIDENCE = 0.95
-SEED = 20261201
+MIN_PAIRED_REPEATS = 3
+"""Below 3 pairs the t interval has 1 degree of freedom (a quantile of 12.7) and the noise between
+repeats is one difference: no ratio is given."""
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+"""Student's t 0.975 quantiles for 1..30 degrees of freedom (any statistics table, three decimals)."""
+_Z975 = 1.959964
+
+
+class TooFewRepeats(ValueError):
+    """A ratio asked of fewer paired repeats than ``MIN_PAIRED_REPEATS``."""
+
+
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile: the table to 30 degrees of freedom, then the Cornish-Fisher
+    expansion in 1/df (error under 1e-4 beyond 30)."""
+    if df < 1:
+        raise ValueError("t975: df must be >= 1")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -41,63 +68,79 @@ def summary(values: list[float]) -> Summary:
     return Summary(quantile(values, 0.5), quantile(values, 0.25), quantile(values, 0.75), len(values))
 
 
-def repeat_noise(groups: list[list[float]]) -> float | None:
-    """Largest relative gap between repeat medians of one arm; None with fewer than two repeats."""
-    meds = [median(g) for g in groups if g]
-    if len(meds) < 2:
+def repeat_noise(values: list[float]) -> float | None:
+    """Largest relative gap between the repeat medians of one arm; None with fewer than two repeats."""
+    if len(values) < 2:
         return None
-    centre = median(meds)
-    return (max(meds) - min(meds)) / centre if centre else None
+    centre = median(values)
+    return (max(values) - min(values)) / centre if centre else None
 
 
-def boot_medians(groups: list[list[float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED) -> np.ndarray:
-    """Medians of ``samples`` resamples, each attempt's steps resampled (with replacement) within the
-    attempt, so every resample keeps each repeat's number of steps."""
-    rng = np.random.default_rng(seed)
-    parts = [np.asarray(g, dtype=float)[rng.integers(0, len(g), size=(samples, len(g)))] for g in groups if g]
-    return np.median(np.concatenate(parts, axis=1), axis=1)
+@dataclass(frozen=True)
+class ArmSample:
+    """One arm's measured per-step values by repeat (the block number), and each repeat's median."""
+
+    by_repeat: dict[int, list[float]]
+
+    @property
+    def medians(self) -> dict[int, float]:
+        return {r: median(v) for r, v in sorted(self.by_repeat.items()) if v}
+
+    @property
+    def point(self) -> float:
+        return median(self.medians.values())
+
+    @property
+    def noise(self) -> float | None:
+        return repeat_noise(list(self.medians.values()))
+
+
+def arm_sample(by_repeat: dict[int, list[float]]) -> ArmSample:
+    return ArmSample(dict(by_repeat))
 
 
 @dataclass(frozen=True)
 class Ratio:
     value: float
+    """exp(mean paired log-ratio): the geometric mean of the per-block ratios."""
     low: float
     high: float
+    pairs: list[tuple[int, float]]
+    """(block, ratio of the two repeats' medians), in block order."""
     noise: float | None
-    """The larger repeat noise of the two arms; None when either arm has one repeat."""
+    """The larger repeat noise of the two arms."""
 
     @property
-    def beyond_noise(self) -> bool | None:
+    def beyond_noise(self) -> bool:
         """The interval excludes 1 and the difference is larger than the noise between repeats."""
-        if self.noise is None:
-            return None
-        return (self.low > 1 or self.high < 1) and abs(self.value - 1) > self.noise
+        return (self.low > 1 or self.high < 1) and (self.noise is None or abs(self.value - 1) > self.noise)
 
     def to_json(self) -> dict:
         return {"value": round(self.value, 4), "ci95": [round(self.low, 4), round(self.high, 4)],
+                "method": f"paired by block, Student t on {len(self.pairs)} log-ratios of repeat medians",
+                "per_block": {str(b): round(r, 4) for b, r in self.pairs},
                 "repeat_noise": None if self.noise is None else round(self.noise, 4),
                 "beyond_noise": self.beyond_noise}
 
 
-@dataclass(frozen=True)
-class ArmSample:
-    """One arm's per-step values grouped by attempt, with its bootstrap medians (computed once)."""
-
-    groups: list[list[float]]
-    boots: np.ndarray
-    point: float
-    noise: float | None
-
-
-def arm_sample(groups: list[list[float]], seed: int = SEED) -> ArmSample:
-    """``seed`` differs per arm, so two arms' resamples are independent."""
-    return ArmSample(groups, boot_medians(groups, seed=seed), quantile([v for g in groups for v in g], 0.5),
-                     repeat_noise(groups))
+def paired_interval(log_ratios: list[float]) -> tuple[float, float, float]:
+    """(point, low, high) of exp(mean) from paired log-ratios, Student's t at ``CONFIDENCE``."""
+    n = len(log_ratios)
+    if n < MIN_PAIRED_REPEATS:
+        raise TooFewRepeats(f"{n} paired repeats; a ratio needs at least {MIN_PAIRED_REPEATS}")
+    centre = fmean(log_ratios)
+    half = t975(n - 1) * stdev(log_ratios) / math.sqrt(n)
+    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
 def ratio(arm: ArmSample, base: ArmSample) -> Ratio:
-    """Median of ``arm`` over median of ``base``, with a percentile interval from paired resamples
-    (the two arms are resampled independently)."""
-    low, high = np.quantile(arm.boots / base.boots, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    noise = max(arm.noise, base.noise) if arm.noise is not None and base.noise is not None else None
-    return Ratio(arm.point / base.point, float(low), float(high), noise)
+    """``arm`` over ``base``, paired by block (the repeat number both attempts share)."""
+    a, b = arm.medians, base.medians
+    blocks = sorted(set(a) & set(b))
+    if len(blocks) < MIN_PAIRED_REPEATS:
+        raise TooFewRepeats(f"{len(blocks)} paired repeats (blocks {', '.join(map(str, blocks)) or 'none'}); a ratio "
+                            f"needs at least {MIN_PAIRED_REPEATS}: set repeats >= {MIN_PAIRED_REPEATS}")
+    logs = [math.log(a[k] / b[k]) for k in blocks]
+    value, low, high = paired_interval(logs)
+    noises = [n for n in (arm.noise, base.noise) if n is not None]
+    return Ratio(value, low, high, [(k, a[k] / b[k]) for k in blocks], max(noises) if noises else None)

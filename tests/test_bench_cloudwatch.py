@@ -6,7 +6,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from bench.cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, NAMESPACE, collect, instance_id, queries, summarise
+from bench.cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, METRICS, NAMESPACE, collect, instance_id, queries, summarise
 
 NODES = [("ip-10-0-3-10.ec2.internal", "i-0aaa"), ("ip-10-0-3-11.ec2.internal", "i-0bbb")]
 START = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
@@ -35,7 +35,7 @@ def test_collect_and_summarise_against_moto():
                                                              {"Name": "InstanceId", "Value": "i-0aaa"},
                                                              {"Name": "NodeName", "Value": NODES[0][0]}]}])
     doc = collect(cw, "rl-p5en-shared", NODES, START, START + timedelta(minutes=30))
-    assert len(doc["MetricDataResults"]) == 6
+    assert len(doc["MetricDataResults"]) == len(NODES) * len(METRICS)
     got = summarise(doc)
     assert got["gpu_util"] == pytest.approx(60.0)   # node means 70 and 50
     assert got["efa_gbps"] == pytest.approx(30.0)   # (2.5e9 + 1.25e9) B/s x 8 = 30 Gbit/s per node

@@ -41,12 +41,20 @@ def test_deep_merge_replaces_lists_and_scalars():
     assert deep_merge({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "d": 2}) == {"a": {"b": 1, "c": [2]}, "d": 2}
 
 
-def test_order_alternates_by_default():
+def test_the_schedule_runs_mirrored_blocks():
     exp = load_experiment(EXAMPLE)
-    assert [a.folder for a in schedule(exp)][:4] == ["nccl/r1", "deepep-v1/r1", "deepep-v1-faults/r1", "nccl/r2"]
-    blocked = parse_experiment({**raw(), "order": "blocked"}, "x.yaml")
-    assert blocked.order == "blocked"
-    assert [a.folder for a in schedule(blocked)][:2] == ["nccl/r1", "nccl/r2"]
+    arms = [a.name for a in exp.arms]
+    assert [a.folder for a in schedule(exp)] == [f"{a}/r1" for a in arms] + [f"{a}/r2" for a in arms[::-1]] + [
+        f"{a}/r3" for a in arms]
+
+
+def test_fewer_than_three_repeats_or_too_few_measured_steps_are_refused():
+    with pytest.raises(ValueError, match="repeats: Input should be greater than or equal to 3"):
+        parse_experiment({**raw(), "repeats": 2}, "x.yaml")
+    with pytest.raises(ValueError, match="minMeasuredSteps: 40 is more than steps"):
+        parse_experiment({**raw(), "minMeasuredSteps": 40}, "x.yaml")
+    with pytest.raises(ValueError, match="order: Input should be 'mirrored'"):
+        parse_experiment({**raw(), "order": "alternate"}, "x.yaml")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -80,13 +88,26 @@ def test_estimate_from_the_stack_prices(capsys):
     exp = load_experiment(EXAMPLE)
     stack = read_stack("p5en-shared", model=ProgramConfig)
     est = estimate(exp, stack)
-    p5en = stack.pools[1].hourly_price  # the catalog's on-demand price of p5en.48xlarge
     hours = (15 * 60 + 33 * 150) / 3600
-    assert est.attempts == 6 and est.hours == pytest.approx(6 * hours)
-    assert est.usd == pytest.approx(6 * 4 * p5en * hours)
-    assert main(["estimate", str(EXAMPLE), "--stack", "p5en-prod"]) == 0
+    assert est.attempts == 9 and est.hours == pytest.approx(9 * hours)
+    # p5en-shared's pools are a Capacity Block and an ODCR with no contract price: no cost, never on-demand
+    assert est.usd is None
+    assert main(["estimate", str(EXAMPLE)]) == 0
     text = capsys.readouterr().out
-    assert "total: 6 attempts" in text and "Assumed (experiment file, not measured): 150 s per step" in text
+    assert "total: 9 attempts" in text and "Assumed (experiment file, not measured): 150 s per step" in text
+    assert "no contract price (set capacity.hourlyPrice of pool train" in text
+
+
+def test_estimate_refuses_what_run_refuses_and_shows_the_reserved_pools(capsys):
+    """p5en-prod submits through its own RayCluster: `bench run` refuses it, so `estimate` does too."""
+    assert main(["estimate", str(EXAMPLE), "--stack", "p5en-prod"]) != 0
+    assert "workloads.submit raycluster" in capsys.readouterr().err
+    stack = read_stack("p5en-shared", model=ProgramConfig)
+    est = estimate(load_experiment(EXAMPLE), stack)
+    pools = {p.name: p for p in stack.pools}
+    assert [r.split(" (")[0] for r in est.reserved] == ["pool rollout", "pool train"]
+    assert f"{pools['rollout'].nodes.desired} nodes x {est.hours:.1f} h" in est.reserved[0]
+    assert "paid whether used or not" in est.reserved[0]
 
 
 def test_estimate_refuses_a_pool_the_stack_lacks(capsys, tmp_path):

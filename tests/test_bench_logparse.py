@@ -48,10 +48,28 @@ def test_a_redone_step_is_a_new_occurrence_and_first_keeps_the_first():
 
 
 def test_other_lines_are_ignored():
-    text = "\n".join([f"{PREFIX}eval 3: {{'eval/aime': 0.4}}", f"{TRAIN}rollout 3: {{'rollout/x': 1}}",
+    text = "\n".join([f"{PREFIX}eval 3: {{'eval/aime': 0.4}}", f"{TRAIN}critic-step 3: {{'train/critic-loss': 1}}",
                       "performance perf counters: none"])
     log = parse_log(text)
-    assert not log.steps and not log.malformed
+    assert not log.steps and not log.malformed and not log.train
+
+
+def test_numpy_2_scalars_of_log_passrate_are_read():
+    """Miles' --log-passrate adds np.mean(...) values (miles/utils/metric_utils.py:34-35), printed by numpy 2
+    as np.float64(...): the rest of the line must still be read."""
+    line = rollout(4)[:-1] + ", 'passrate/pass@1': np.float64(0.5), 'passrate/pass@8': np.float64(nan)}"
+    log = parse_log(line)
+    assert not log.malformed
+    assert log.steps[0].metrics["passrate/pass@1"] == 0.5 and log.steps[0].metrics["perf/rollout_time"] == 90.0
+
+
+def test_reward_and_train_lines_are_kept():
+    text = "\n".join([rollout(2), f"{TRAIN}rollout 2: {{'rollout/raw_reward': 0.25, 'rollout/truncated': 0.0}}",
+                      f"{TRAIN}step 2: {{'train/ppo_kl': 0.001, 'train/loss': 0.3}}", train(2)])
+    log = parse_log(text)
+    assert len(log.steps) == 1 and log.steps[0].metrics["rollout/raw_reward"] == 0.25
+    assert log.steps[0].metrics["perf/step_time"] == 150.0
+    assert log.train == [(2, {"train/ppo_kl": 0.001, "train/loss": 0.3})]
 
 
 from hypothesis import given, strategies as st  # noqa: E402

@@ -13,7 +13,8 @@ EXPERIMENT = Path("experiments/example-ab.yaml")
 TRUTH = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000, repeat_drift=0.0, response_len=3000, efa_gbps=40, gpu_util=60),
                     "deepep-v1": ArmTruth(tokens_per_s=60000, repeat_drift=0.0, response_len=3000, efa_gbps=50,
                                           gpu_util=70),
-                    "deepep-v1-faults": ArmTruth(tokens_per_s=60000, repeat_drift=0.0)}, seed=3)
+                    "deepep-v1-faults": ArmTruth(tokens_per_s=60000, repeat_drift=0.0)}, seed=3,
+              capacity_type="ON_DEMAND")
 
 
 @pytest.fixture()
@@ -23,17 +24,19 @@ def simulated(tmp_path: Path) -> Path:
 
 
 def test_report_finds_the_configured_figures(simulated: Path):
-    assert main(["report", str(simulated), "--stack", "p5en-shared"]) == 0
+    assert main(["report", str(simulated)]) == 0
     report = json.loads((simulated / "report.json").read_text())
     nccl, deepep = report["arms"]["nccl"], report["arms"]["deepep-v1"]
     lo, hi = deepep["ratio_vs_baseline"]["ci95"]
     assert lo <= 60000 / 50000 <= hi
     assert deepep["ratio_vs_baseline"]["beyond_noise"] is True
     assert nccl["rollout_tokens_per_s"]["iqr"][0] <= 50000 <= nccl["rollout_tokens_per_s"]["iqr"][1]
-    assert nccl["gpu_util"] == pytest.approx(60, rel=0.03) and deepep["efa_gbps"] == pytest.approx(50, rel=0.03)
+    util = nccl["utilisation_measured_window"]
+    assert util["rollout"]["gpu_util"] == pytest.approx(60, rel=0.03) and util["train"]["gpu_util"] == pytest.approx(60, rel=0.03)
+    assert deepep["utilisation_measured_window"]["rollout"]["efa_gbps"] == pytest.approx(50, rel=0.03)
     assert nccl["mean_response_len"] == pytest.approx(3000, rel=0.02)
-    # 4 p5en nodes held per attempt at the stack's price (the catalog's on-demand p5en price)
-    assert nccl["price_basis"] == ["pool rollout of stack p5en-shared", "pool train of stack p5en-shared"]
+    # 4 on-demand p5en nodes held per attempt at the catalog's on-demand price
+    assert nccl["price_basis"] == ["catalog on-demand p5en.48xlarge"]
     assert nccl["cost_usd"] > 0 and nccl["usd_per_million_tokens"] > deepep["usd_per_million_tokens"]
     assert report["decomposition"]["links"][0]["share"] == pytest.approx(1.0)
     # what the link changes as the arms render on the stack (bench/arms.py), not the run-file field
@@ -105,20 +108,15 @@ def test_steps_beyond_the_run_fail(simulated: Path, capsys):
     assert "step 900, beyond the run's 33 steps" in _fails(simulated, capsys)
 
 
-def test_the_shipped_example_is_the_simulators():
+def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
+    """examples/bench-report is the simulator's, and its report is what `report` writes today: per-repeat
+    tables, the evidence per arm and the price basis."""
     root = Path("examples/bench-report")
-    assert (root / "report.md").read_text().splitlines()[0].startswith("**Made by the simulator, not measured")
+    md = (root / "report.md").read_text()
+    assert md.splitlines()[0].startswith("**Made by the simulator, not measured")
     assert json.loads((root / "simulated.json").read_text())["note"]
-
-
-def test_one_repeat_states_unknown_noise_and_withholds_shares(tmp_path: Path):
-    import yaml
-    doc = yaml.safe_load(EXPERIMENT.read_text()) | {"repeats": 1}
-    (tmp_path / "one.yaml").write_text(yaml.safe_dump(doc))
-    simulate(tmp_path / "one.yaml", TRUTH, tmp_path / "d")
+    for text in ("## Per repeat", "## Evidence per arm", "## Price basis", "Tokens: generated response tokens"):
+        assert text in md
+    shutil.copytree(root, tmp_path / "d")
     assert main(["report", str(tmp_path / "d")]) == 0
-    report = json.loads((tmp_path / "d" / "report.json").read_text())
-    r = report["arms"]["deepep-v1"]["ratio_vs_baseline"]
-    assert r["repeat_noise"] is None and r["beyond_noise"] is None
-    assert report["decomposition"]["shares_withheld_because"] == "one repeat per arm: the noise between repeats is unknown"
-    assert "noise between repeats unknown (one repeat)" in (tmp_path / "d" / "report.md").read_text()
+    assert (tmp_path / "d" / "report.md").read_text() == md

@@ -85,9 +85,9 @@ class FakeRuns(RunClient):
         done = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run]
         last = max((self.next_step[n] for n in done), default=0)
         job = {**rayjob, "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
-                                    "startTime": datetime.now(timezone.utc).isoformat()}}
+                                    "jobId": f"raysubmit_{md['name']}", "startTime": datetime.now(timezone.utc).isoformat()}}
         self.jobs[md["name"]] = job
-        self.logs[md["name"]] = ["Running entrypoint for job raysubmit_fake"]
+        self.logs[md["name"]] = [f"Running entrypoint for job raysubmit_{md['name']}: python3 miles_launcher.py"]
         self.next_step[md["name"]] = last // self.interval * self.interval  # resume at the checkpoint boundary
         self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
@@ -122,9 +122,10 @@ def test_dry_run_prints_every_attempt_in_order(capsys):
     assert main(["run", str(EXAMPLE), "--dry-run"]) == 0
     text = capsys.readouterr().out
     heads = [line.split(":")[0] for line in text.splitlines() if line.startswith("# ")]
-    assert heads == ["# nccl/r1", "# deepep-v1/r1", "# deepep-v1-faults/r1", "# nccl/r2", "# deepep-v1/r2",
-                     "# deepep-v1-faults/r2"]
-    jobs = [d for d in yaml.safe_load_all(text.replace("\n# ", "\n---\n# ")) if d]
+    arms = ["nccl", "deepep-v1", "deepep-v1-faults"]
+    assert heads == [f"# {a}/r1" for a in arms] + [f"# {a}/r2" for a in arms[::-1]] + [f"# {a}/r3" for a in arms]
+    jobs = list(yaml.safe_load_all(text))  # a valid multi-document stream as printed, one RayJob per attempt
+    assert [j["kind"] for j in jobs] == ["RayJob"] * 9
     env = yaml.safe_load(jobs[0]["spec"]["runtimeEnvYAML"])["env_vars"]
     assert env["RAY_DEDUP_LOGS"] == "0"  # every perf line reaches the driver log
 
@@ -134,7 +135,7 @@ def test_the_seed_comparison_dry_runs_each_arm_on_its_own_profile(capsys):
     engine over two nodes would be refused: Slime's NCCL is 2.27.5) and gets its profile's image."""
     assert main(["run", "experiments/seed-ab.yaml", "--dry-run"]) == 0
     text = capsys.readouterr().out
-    jobs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text.replace("\n# ", "\n---\n# ")) if d}
+    jobs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(text)}
     images = {name.rsplit("-r", 1)[0]: job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
               ["containers"][0]["image"] for name, job in jobs.items()}
     assert ":slime-" in images["seed-ab-slime"] and ":miles-sglang0.5.19-" in images["seed-ab-miles-nccl"]
@@ -157,6 +158,15 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     jobs = json.loads((out / "deepep-v1-faults" / "r1" / "rayjob.json").read_text())["items"]
     assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
     assert (out / "experiment.yaml").read_text() == EXAMPLE.read_text()
+    # every attempt after the first is held to the first one's nodes, per pool
+    first, later = fake.submitted[0], fake.submitted[1]
+    assert "affinity" not in first["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    held = {g["groupName"]: g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchExpressions"][-1] for g in later["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    assert held["trainer"] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["train-0", "train-1"]}
+    assert held["rollout"]["values"] == ["rollout-0", "rollout-1"]
+    from workloads.crds import crd_schema, validate
+    assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
     assert main(["report", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"][1]
@@ -200,8 +210,8 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
 
     schema = crd_schema("ray.io/v1", "RayJob")
     assert main(["run", str(EXAMPLE), "--dry-run"]) == 0
-    jobs = [d for d in yaml.safe_load_all(capsys.readouterr().out.replace("\n# ", "\n---\n# ")) if d]
-    assert len(jobs) == 6 and all(validate(j, schema) == [] for j in jobs)
+    jobs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert len(jobs) == 9 and all(validate(j, schema) == [] for j in jobs)
     simulate(EXAMPLE, EXAMPLE_TRUTH, tmp_path / "d")
     version = k8s_version(read_stack("p5en-shared", model=ProgramConfig))
     for folder in (tmp_path / "d").glob("*/r*"):
