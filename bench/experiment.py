@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from workloads.settings import RunFile
@@ -27,16 +27,30 @@ NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
 
 
 class FaultKind(StrEnum):
+    """Crashes through AWS FIS (``bench.faults``): a pod killed with grace period 0, an instance terminated."""
     DELETE_ROLLOUT_POD = "delete-rollout-pod"
     DELETE_TRAINER_POD = "delete-trainer-pod"
-    DRAIN_GPU_NODE = "drain-gpu-node"
-    """Cordon a GPU node of the run and evict its pods (the Eviction API, as ``kubectl drain`` does)."""
+    TERMINATE_GPU_NODE = "terminate-gpu-node"
+
+
+DRAIN = "drain-gpu-node"
+"""No longer a fault: a drain respects the platform's ``runs`` PodDisruptionBudget (maxUnavailable 0),
+so every eviction of a run pod is refused (429); what a drain does to a run is nothing, by design."""
 
 
 class Fault(SchemaModel):
     kind: FaultKind
     at_step: int = Field(ge=1)
     """Injected once the driver log shows this rollout step complete."""
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _no_drain(cls, value):
+        if value == DRAIN:
+            raise ValueError(f"{DRAIN}: a drain respects the `runs` PodDisruptionBudget (maxUnavailable 0), so the "
+                             f"Eviction API refuses every run pod with 429 and nothing happens to the run; allowed: "
+                             f"{', '.join(k.value for k in FaultKind)} (terminate-gpu-node is the node crash)")
+        return value
 
 
 class Arm(SchemaModel):

@@ -28,6 +28,7 @@ from . import layout as L
 from . import render as M
 from .model import WorkloadModel
 from .render.admission import admission_policies
+from .render.faults import fault_rbac
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
@@ -145,6 +146,7 @@ class Workloads(pulumi.ComponentResource):
         and the PVs/PVCs of its directories once they exist."""
         reward = m.settings.reward.port if m.reward else None
         ns, *rest = team_objects(team, m.pools, m.namespace, reward, m.head)
+        rest += fault_rbac(team) if m.settings.fault_injection else []
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,
