@@ -27,7 +27,7 @@ from statistics import median
 
 from .artifacts import Collected
 from .experiment import Experiment
-from .logparse import ANSI, STAMP
+from .logparse import ANSI
 
 TOKENS = "perf/tokens_per_gpu_per_sec"
 STEADY_FRACTION = 0.9
@@ -46,7 +46,7 @@ def _iso(value: str) -> datetime:
 
 
 def checkpoint_lines(text: str) -> dict[str, list]:
-    """Saves (time, iteration), loads (line number, iteration), engine recoveries (time or None, count)."""
+    """Saves (time, iteration), loads (line number, iteration), engine recoveries (line number, count)."""
     out: dict[str, list] = {"saved": [], "loaded": [], "recovered": []}
     for number, raw in enumerate(text.splitlines(), 1):
         line = ANSI.sub("", raw)
@@ -55,8 +55,7 @@ def checkpoint_lines(text: str) -> dict[str, list]:
         elif m := LOADED.search(line):
             out["loaded"].append((number, int(m.group(1))))
         elif m := RECOVERED.search(line):
-            stamp = STAMP.search(line)
-            out["recovered"].append((_time(stamp.group(1)) if stamp else None, int(m.group(1))))
+            out["recovered"].append((number, int(m.group(1))))
     return out
 
 
@@ -75,17 +74,20 @@ def fault_figures(exp: Experiment, c: Collected) -> list[dict]:
     """One dict per fault of the attempt: its record plus outcome, detection, restart, resume and loss."""
     lines = checkpoint_lines(c.text)
     gpus = c.rollout_gpus()
-    out = []
+    out, mark = [], 0
     for f in c.faults:
         injected = _iso(f["injectedAt"])
         status, outcome = _outcome(c, f)
-        before = [s for s in c.log.steps if s.at is not None and s.at <= injected and TOKENS in s.metrics]
-        after = [s for s in c.log.steps if s.at is not None and s.at > injected and TOKENS in s.metrics]
+        # the fault's place in the log: the step the runner had seen logged when it injected (its first
+        # occurrence after the previous fault), so the log's own order splits before from after
+        mark = next((s.line for s in c.log.steps if s.rollout_id == f.get("loggedStep", f.get("step"))
+                     and s.line > mark), mark)
+        before = [s for s in c.log.steps if s.line <= mark and TOKENS in s.metrics]
+        after = [s for s in c.log.steps if s.line > mark and s.at is not None and TOKENS in s.metrics]
         saved = [it for at, it in lines["saved"] if at <= injected]
-        mark = max((s.line for s in before), default=0)  # the fault's place in the log
         restarted = status != "SUCCEEDED" and bool(f.get("resumedAs"))
         loaded = next((it for n, it in lines["loaded"] if n > mark), None) if restarted else None
-        recovered = [n for at, n in lines["recovered"] if at is None or at > injected]
+        recovered = [count for n, count in lines["recovered"] if n > mark]
         fig = {**f, "outcome": outcome, "job_status": status,
                "detection_s": round((_iso(f["detectedAt"]) - injected).total_seconds(), 1) if f.get("detectedAt")
                else None,
@@ -102,7 +104,7 @@ def fault_figures(exp: Experiment, c: Collected) -> list[dict]:
             out.append({**fig, "error": "no step logged before or after the fault"})
             continue
         pre = median(s.metrics[TOKENS] for s in before)
-        steady = next(((after[i].at - injected).total_seconds() for i in range(len(after) - STEADY_STEPS + 1)
+        steady = next((max(0.0, (after[i].at - injected).total_seconds()) for i in range(len(after) - STEADY_STEPS + 1)
                        if all(s.metrics[TOKENS] >= STEADY_FRACTION * pre for s in after[i:i + STEADY_STEPS])), None)
         last = max(s.rollout_id for s in before)
         redone = sorted({s.rollout_id for s in after if s.rollout_id <= last})
