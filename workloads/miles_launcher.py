@@ -166,7 +166,7 @@ def tee_driver_log(path: Path) -> threading.Thread:
     os.dup2(write, 1)
     os.dup2(write, 2)
     os.close(write)
-    copier = threading.Thread(target=copy, name="driver-log-tee")
+    copier = threading.Thread(target=copy, name="driver-log-tee", daemon=True)  # joined at exit (restore)
     copier.start()
 
     def restore() -> None:
