@@ -14,7 +14,7 @@ from test_workloads import k8s_version, variant, variant_graph
 
 from workloads.model import derive
 from workloads.render import raycluster
-from workloads.render.runs import NO_HEAD_RESTART, team_run_budget
+from workloads.render.runs import KUBERAY_OWNED_LABELS, NO_HEAD_RESTART, team_run_budget
 from workloads.render.teams import SUBMITTER_RULES, team_resource_quota
 from workloads.runs import load_run
 from workloads.runs.__main__ import main
@@ -49,8 +49,10 @@ def test_teams_may_not_create_disruption_budgets_and_get_one_from_the_platform_a
     kubernetes_validate.validate(budget, k8s_version(cfg), strict=True)
     assert budget["metadata"]["namespace"] == "team-alpha" and budget["spec"]["maxUnavailable"] == 0
     assert budget["spec"]["selector"]["matchExpressions"] == [
-        {"key": "rl.platform/run", "operator": "Exists"},
+        {"key": "ray.io/node-type", "operator": "In", "values": ["head", "worker"]},
         {"key": "ray.io/group", "operator": "In", "values": ["headgroup", "trainer", "rollout"]}]
+    # issue 26.4: no label a team writes (its RayJob's rl.platform/run) decides what the budget holds
+    assert {e["key"] for e in budget["spec"]["selector"]["matchExpressions"]} <= set(KUBERAY_OWNED_LABELS)
     hard = team_resource_quota(alpha, m.pools, m.head)["spec"]["hard"]
     # alpha: train cap 128 GPUs (16 p5en), rollout cap 256 (32 p5en): 48 nodes of 192 vCPU, 2 TiB, plus a head each.
     nodes = 48
