@@ -53,12 +53,32 @@ class Fault(SchemaModel):
         return value
 
 
+class ServingBench(SchemaModel):
+    """SGLang's serving benchmark against the attempt's engines once ``atStep`` is logged (``bench.serving``):
+    fixed prompts and lengths at a set concurrency; TTFT/TPOT/ITL percentiles in the report."""
+    at_step: int = Field(ge=1)
+    num_prompts: int = Field(256, ge=1)
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(1024, ge=1)
+    max_concurrency: int = Field(64, ge=1)
+    seed: int = 1
+    router_port: int = Field(30100, ge=1024, le=65535)
+    """The run's router port (Miles ``--sglang-router-port``), fixed so the benchmark can reach it."""
+
+    def miles_flags(self) -> list[str]:
+        """The router on the head (Miles 49cac7b5 ``--pin-rollout-manager-to-head``,
+        ``miles/utils/arguments.py:814``) on this port (``miles/backends/sglang_utils/arguments.py:19``)."""
+        return ["--pin-rollout-manager-to-head", "--sglang-router-port", str(self.router_port)]
+
+
 class Arm(SchemaModel):
     name: str = Field(pattern=NAME)
     set: dict[str, Any] = {}
     """Run-file fields this arm overrides (camelCase, as in a run file), deep-merged onto ``base``."""
     faults: list[Fault] = []
     """A fault arm: failures injected at chosen steps; its figures are kept out of the comparison."""
+    serving: ServingBench | None = None
+    """A fixed-workload rollout measurement during the arm's attempts (``bench.serving``)."""
 
 
 class Link(SchemaModel):
@@ -147,6 +167,8 @@ def arm_run(exp: Experiment, arm: str, repeat: int = 1) -> RunFile:
     """The run file of one attempt: base + the arm's overrides, named and sized for the experiment."""
     raw = deep_merge(exp.base, exp.arm(arm).set)
     raw = deep_merge(raw, {"name": run_name(exp.name, arm, repeat), "grpo": {"numRollout": exp.total_steps}})
+    if exp.arm(arm).serving is not None:
+        raw["extraArgs"] = list(raw.get("extraArgs", [])) + exp.arm(arm).serving.miles_flags()
     try:
         return RunFile.model_validate(raw)
     except ValidationError as err:

@@ -132,7 +132,9 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices) -> dict
               "measured_steps": exp.steps, "repeats": exp.repeats, "order": exp.order, "arms": arms,
               "decomposition": _decomposition(exp, figs),
               "faults": {a.name: {c.attempt.folder: fault_figures(exp, c) for c in by_arm[a.name]}
-                         for a in exp.arms if a.faults}}
+                         for a in exp.arms if a.faults},
+              "serving": {a.name: {c.attempt.folder: c.serving for c in by_arm[a.name]}
+                          for a in exp.arms if a.serving}}
     return report
 
 

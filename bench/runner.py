@@ -33,7 +33,7 @@ from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
 from workloads.layout import CHECKPOINT_DIR
 from workloads.miles_launcher import driver_log_path
-from workloads.runs.client import FINISHED, RunClient, _attempt, _word, attempt_of
+from workloads.runs.client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
 from workloads.runs.config import run_pools
 from workloads.runs.submit import run_objects
 from workloads.render.runs import RUN_LABEL
@@ -45,6 +45,7 @@ from .cloudwatch import collect as cw_collect, instance_id
 from .experiment import Attempt, Experiment, load_experiment, schedule
 from .driverlog import DriverLog, LogUnavailable
 from .faults import Injector, detected
+from .serving import parse_result, start_command as serving_start
 from .logparse import parse_log
 
 POLL_S = 30.0
@@ -171,6 +172,33 @@ def log_source(cfg: ProgramConfig, s3: object | None = None, bucket: str | None 
     return source
 
 
+class ServingRun:
+    """One attempt's serving benchmark (``bench.serving``): started in the head once its step is logged,
+    its result line read from the run's directory at later polls."""
+
+    def __init__(self, bench, team: str, run: str):
+        self.bench, self.team, self.run = bench, team, run
+        self.output: str | None = None
+        self.result: dict = {"error": f"not started: step {bench.at_step} was never logged"}
+
+    def poll(self, api: RunClient, job: dict, steps: list, finished: bool) -> None:
+        if "error" not in self.result:
+            return
+        head = api._head(self.team, self.run, job)
+        if self.output is None and not finished and head and any(s.rollout_id >= self.bench.at_step for s in steps):
+            self.output = str(driver_log_path(_word(job, "--marker"), _attempt(job)).with_name(
+                f"bench-serving-{_attempt(job)}.jsonl"))
+            code, _ = api._exec(self.team, head, serving_start(self.bench, _flag(job, "--hf-checkpoint"), self.output))
+            self.result = {"error": f"bench_serving did not start (exec exited {code})"} if code != 0 else \
+                {"error": "started; no result line yet", "startedAtStep": max(s.rollout_id for s in steps)}
+        elif self.output is not None and head:
+            code, text = api._exec(self.team, head, ["cat", self.output])
+            if code == 0 and text.strip():
+                self.result = parse_result(text) | {"startedAtStep": self.result.get("startedAtStep")}
+        if finished and "error" in self.result and self.output is not None:
+            self.result["error"] = f"no result before the attempt ended (see {self.output}.out)"
+
+
 def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: Attempt, folder: Path,
                 repository: str, out: Callable[[str], None], poll_s: float = POLL_S,
                 cloudwatch: object | None = None, injector: Injector | None = None,
@@ -186,6 +214,8 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
     seen = Seen(logs or log_source(cfg))
     pending = {f.at_step: f.kind for f in faults}
     records: list[dict] = []
+    bench = exp.arm(attempt.arm).serving
+    serving = None if bench is None else ServingRun(bench, run.team, run.name)
     try:
         _submit(api, cfg, run, repository, bool(faults))
         out(f"{attempt.folder}: submitted {run.name}")
@@ -202,6 +232,8 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                     records.append(record)
                     record |= detected(api, run.team, run.name, record)
                     out(f"{attempt.folder}: {record['kind']} at step {step} on {record['target']}")
+            if serving is not None and job is not None:
+                serving.poll(api, job, parse_log(seen.logs.get(job["metadata"]["name"], "")).steps, _finished(job))
             if _finished(job):
                 if (job.get("status") or {}).get("jobStatus") == "SUCCEEDED" or not records:
                     break
@@ -212,6 +244,8 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
             time.sleep(poll_s)
         collect(api, attempt, folder, records, seen, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
+        if serving is not None:
+            (folder / "serving.json").write_text(json.dumps(serving.result, indent=1))
     except BaseException as err:
         _leave_as_found(api, attempt, folder, records, seen, injector, out, err)
         raise

@@ -160,3 +160,28 @@ def test_the_fault_engine_registers_templates_pulumi_aws_accepts():
     entry, = graph.of_type("aws:eks/accessEntry:AccessEntry")
     assert entry.inputs["kubernetesGroups"] == ["rl-fault-injector"]
     json.loads(graph.of_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
+
+
+BENCH_SERVING = json.loads((ROOT / "tests" / "data" / "sglang-0.5.19-bench-serving.json").read_text())
+
+
+def test_the_serving_benchmark_uses_only_flags_sglang_0_5_19_parses_for_a_fixed_workload():
+    from bench.experiment import ServingBench
+    from bench.serving import argv
+    words = argv(ServingBench(at_step=5, input_len=512, output_len=256), "/mnt/fsx/models/m", "/o.jsonl")
+    flags = [w for w in words if w.startswith("--")]
+    assert set(flags) <= set(BENCH_SERVING["flags"]), set(flags) - set(BENCH_SERVING["flags"])
+    given = dict(zip(words, words[1:]))
+    assert given["--dataset-name"] == "random-ids" and given["--random-range-ratio"] == "1.0"  # exact lengths
+    assert (given["--random-input-len"], given["--random-output-len"]) == ("512", "256")
+    assert "--disable-ignore-eos" not in words  # every answer runs to its fixed length
+
+
+def test_the_serving_figures_are_read_from_its_own_result_line():
+    from bench.serving import METRICS, THROUGHPUT, parse_result
+    assert set(METRICS) | set(THROUGHPUT) <= set(BENCH_SERVING["result_keys"])
+    line = {k: float(i) for i, k in enumerate(BENCH_SERVING["result_keys"])}
+    got = parse_result("\n" + json.dumps(line) + "\n")
+    assert got["p99_itl_ms"] == line["p99_itl_ms"] and got["median_ttft_ms"] == line["median_ttft_ms"]
+    with pytest.raises(ValueError, match="p99_tpot_ms"):
+        parse_result(json.dumps({k: v for k, v in line.items() if k != "p99_tpot_ms"}))

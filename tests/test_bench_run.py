@@ -119,12 +119,18 @@ class FakeRuns(RunClient):
         self.cancelled: list[str] = []
         self.execs: list[list[str]] = []
         self.interval, self.total = save_interval, total
+        self.serving_result: dict = {}
 
     def tier_sizes(self, pools):
         return {}
 
     def _exec(self, team, pod, command):
         self.execs.append(command)
+        if command[0] == "cat":  # the serving benchmark's result line, once started
+            started = any("sglang.bench_serving" in c[-1] for c in self.execs)
+            return (0, json.dumps(self.serving_result) + "\n") if started else (1, "")
+        if "sglang.bench_serving" in command[-1]:
+            return 0, ""
         owner = next(p for p in self.pods if p.metadata.name == pod)
         name = f"{owner.metadata.labels[RUN_LABEL]}-{owner.metadata.labels[ATTEMPT_LABEL]}"
         offset = int(command[2].split("tail -c +")[1].split()[0]) - 1
@@ -452,6 +458,35 @@ def test_a_failure_at_any_step_leaves_the_cluster_as_found(tmp_path, monkeypatch
         assert unfinished == []  # every attempt it started is cancelled or done
     assert all(not t for t in clients["ec2"].tags.values())  # no instance left tagged for termination
     assert (tmp_path / "o" / "deepep-v1-faults" / "r1" / "INCOMPLETE").is_file()  # what it saw, marked
+
+
+def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_latency(tmp_path, monkeypatch):
+    """The arm's run pins its router to the head on a fixed port; once the step is logged the benchmark
+    starts in the head (a team member's exec) and its result line is read back into the report."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if a["name"] != "deepep-v1-faults"]
+    exp["arms"][1]["serving"] = {"atStep": 5, "inputLen": 512, "outputLen": 256, "maxConcurrency": 32}
+    exp["repeats"] = 1
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    keys = json.loads(Path("tests/data/sglang-0.5.19-bench-serving.json").read_text())["result_keys"]
+    fake = FakeRuns(save_interval=10, total=33)
+    fake.serving_result = {k: 10.0 + i for i, k in enumerate(keys)}
+    _, aws = _aws(fake)
+    out = tmp_path / "o"
+    assert main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY],
+                client=lambda: fake, out=print, aws=aws) == 0
+    job = next(j for j in fake.submitted if j["metadata"]["name"].startswith("example-ab-deepep-v1-r1"))
+    argv = json.loads(yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["MILES_ARGV"])
+    assert argv[argv.index("--sglang-router-port") + 1] == "30100" and "--pin-rollout-manager-to-head" in argv
+    start = next(c for c in fake.execs if "sglang.bench_serving" in c[-1])
+    assert "--random-output-len 256" in start[-1] and "http://$HEAD_IP:30100" in start[-1]
+    assert not (out / "nccl" / "r1" / "serving.json").exists()
+    assert main(["report", str(out)]) == 0
+    serving = json.loads((out / "report.json").read_text())["serving"]["deepep-v1"]["deepep-v1/r1"]
+    assert serving["p99_itl_ms"] == fake.serving_result["p99_itl_ms"]
+    assert "sglang bench_serving" in (out / "report.md").read_text()
 
 
 def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
