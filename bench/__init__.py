@@ -1,8 +1,10 @@
 """The benchmark: measure on your own cluster what a software profile, an all-to-all backend and a
 fabric buy in time, utilisation, resilience and money.
 
-``experiment`` (the experiment file and its attempts), ``runner`` and ``faults`` (submit, inject,
-collect; through the run command's code), ``logparse`` and ``artifacts`` (read what was collected),
+``experiment`` (the experiment file and its attempts), ``runner``, ``faults`` (the FIS fault engine),
+``driverlog`` and ``serving`` (submit, inject, read the driver log, run sglang's serving benchmark,
+collect; through the run command's code), ``logparse``, ``artifacts`` and ``recovery`` (read what was
+collected and what each fault did),
 ``stats`` and ``figures`` (the numbers), ``cost`` (prices and the estimate), ``cloudwatch``
 (Container Insights via boto3), ``render`` and ``report`` (report.md, report.json, SVG), ``simulate``
 (artifacts for the tests and the shipped example). Command: ``python -m bench`` / ``moe-rl-bench``.
