@@ -169,17 +169,3 @@ def test_follow_without_a_running_head_says_so(api, capsys):
     assert "has no running head yet" in capsys.readouterr().err
 
 
-def test_driver_log_reads_ray_job_logs_from_the_attempts_head_and_nothing_once_it_is_gone(api, monkeypatch):
-    """The benchmark's driver log: HTTPMode has no submitter pod, so the log comes from the head, which
-    goes with the Ray cluster after the attempt ends."""
-    running = {"metadata": {"name": "r-1-head"}, "status": {"phase": "Running"}}
-    _, client = api({("GET", JOBS): {"items": [_running()]}, ("GET", PODS): {"items": [running]}})
-    calls = []
-    monkeypatch.setattr("kubernetes.stream.stream", lambda *a, **kw: calls.append((a, kw)) or _Stream(0, "perf 0: {}\n"))
-    assert client().driver_log("alpha", "r", "r-1") == "perf 0: {}\n"
-    (args, kw), = calls
-    assert args[1:3] == ("r-1-head", "team-alpha")
-    assert kw["command"] == ["ray", "job", "logs", "--address", "http://127.0.0.1:8265", "r-1-abcde"]
-    _, gone = api({("GET", JOBS): {"items": [_running()]}, ("GET", PODS): {"items": []}})
-    assert gone().driver_log("alpha", "r", "r-1") == ""
-    assert gone().driver_log("alpha", "r", "r-9") == ""  # no such attempt
