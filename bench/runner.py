@@ -148,7 +148,7 @@ def with_fault_target(rayjob: dict) -> dict:
     job = copy.deepcopy(rayjob)
     for group in job["spec"]["rayClusterSpec"].get("workerGroupSpecs", []):
         md = group["template"].setdefault("metadata", {})
-        md.setdefault("labels", {})[FAULT_TARGET_LABEL] = "true"
+        md.setdefault("labels", {})[FAULT_TARGET_LABEL] = group["groupName"]
     return job
 
 

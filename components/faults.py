@@ -11,7 +11,7 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
 
 - ``aws:eks:pod-delete`` on an ``aws:eks:pod`` target (``clusterIdentifier``, ``namespace``,
   ``selectorType: labelSelector``, ``selectorValue``), ``gracePeriodSeconds: 0``: a crash (SIGKILL,
-  no preStop), one pod (``COUNT(1)``) of the attempt's group carrying ``FAULT_TARGET_LABEL``. FIS runs
+  no preStop), one pod (``COUNT(1)``) of the attempt's group (``FAULT_TARGET_LABEL`` = the group). FIS runs
   its pod in the target namespace with ``kubernetesServiceAccount`` (``workloads.render.faults``);
 - ``aws:ec2:terminate-instances`` on ``aws:ec2:instance`` with the tag ``FAULT_TAG`` = cluster
   (``ALL``): the bench tags exactly one instance before starting it. Its policy (``node_policy``) is
@@ -34,7 +34,8 @@ from .iam import policy_document, trust_policy
 FAULT_TAG = "rl.platform/fault-target"
 """EC2 tag on the one instance a ``terminate-gpu-node`` fault terminates (value: the cluster)."""
 FAULT_TARGET_LABEL = "rl.platform/fault-target"
-"""Pod label (value ``"true"``) on a fault arm's worker groups: what the pod templates select."""
+"""Pod label on a fault arm's worker groups, its value the group's name: what the pod templates select
+(one ``key=value``, the form the ``aws:eks:pod`` target's ``labelSelector`` takes)."""
 CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/fault", "rl.platform/team"
 FIS_GROUP = "rl-fault-injector"
 """Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
@@ -49,7 +50,7 @@ def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
     return {"targets": [{"name": "pod", "resource_type": "aws:eks:pod", "selection_mode": "COUNT(1)",
                          "parameters": {"clusterIdentifier": cluster, "namespace": namespace,
                                         "selectorType": "labelSelector",
-                                        "selectorValue": f"ray.io/group={group},{FAULT_TARGET_LABEL}=true"}}],
+                                        "selectorValue": f"{FAULT_TARGET_LABEL}={group}"}}],
             "actions": [{"name": "kill", "action_id": "aws:eks:pod-delete",
                          "parameters": [{"key": "gracePeriodSeconds", "value": "0"},
                                         {"key": "kubernetesServiceAccount", "value": FIS_SERVICE_ACCOUNT}],
