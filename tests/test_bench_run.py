@@ -95,9 +95,9 @@ class FakeCore:
         raise _api_error(403, "Forbidden")
 
     def create_namespaced_pod_eviction(self, name, namespace, body):
-        pod = next(p for p in self.cluster.pods if p.metadata.name == name)
         if not self.admin:
             raise _api_error(403, "Forbidden")
+        pod = next(p for p in self.cluster.pods if p.metadata.name == name)
         if RUN_LABEL in pod.metadata.labels and pod.metadata.labels[RAY_GROUP_LABEL] in GUARDED:
             raise _api_error(429, "TooManyRequests")  # Cannot evict pod as it would violate the pod's disruption budget
         self.cluster.kill(pod, grace=30)
@@ -382,19 +382,17 @@ def test_a_drain_is_refused_by_the_runs_budget_so_it_is_no_fault():
     fake.submit({"metadata": {"name": "r-1", "labels": {RUN_LABEL: "r"}},
                  "spec": {"rayClusterSpec": {"workerGroupSpecs": [{"groupName": "rollout", "template": {}}]}}})
     victim = next(p for p in fake.pods if p.metadata.labels[RAY_GROUP_LABEL] == "rollout")
-    try:
+    with pytest.raises(ApiException) as refused:
         fake.core.create_namespaced_pod_eviction(victim.metadata.name, NAMESPACE, None)
-    except ApiException as err:
-        assert err.status == 429
+    assert refused.value.status == 429
+    with pytest.raises(ApiException) as forbidden:  # and a team member may not evict at all
+        FakeRuns(save_interval=10, total=33).core.create_namespaced_pod_eviction(victim.metadata.name, NAMESPACE, None)
+    assert forbidden.value.status == 403
     exp = yaml.safe_load(EXAMPLE.read_text())
     exp["arms"][2]["faults"] = [{"kind": "drain-gpu-node", "atStep": 12}]
     from bench.experiment import parse_experiment
-    try:
+    with pytest.raises(ValueError, match="429.*terminate-gpu-node"):
         parse_experiment(exp, "x.yaml")
-    except ValueError as err:
-        assert "429" in str(err) and "terminate-gpu-node" in str(err)
-    else:
-        raise AssertionError("a drain fault was accepted")
 
 
 def test_a_pod_fault_is_a_crash_without_the_save_on_stop_checkpoint(tmp_path, monkeypatch):
