@@ -186,18 +186,3 @@ def test_the_serving_figures_are_read_from_its_own_result_line():
     with pytest.raises(ValueError, match="p99_tpot_ms"):
         parse_result(json.dumps({k: v for k, v in line.items() if k != "p99_tpot_ms"}))
 
-
-def test_the_fault_engines_kubernetes_objects_validate_and_stay_in_the_team_namespace():
-    import kubernetes_validate
-
-    from stackconfig.files import read_stack
-    from test_workloads import k8s_version
-    from workloads.render.faults import fault_rbac
-    from workloads.stack import ProgramConfig
-    cfg = read_stack("p5en-shared", model=ProgramConfig)
-    team = cfg.workloads.teams[0]
-    objs = fault_rbac(team)
-    for obj in objs:
-        kubernetes_validate.validate(obj, k8s_version(cfg), strict=True)
-    assert {o["metadata"]["namespace"] for o in objs} == {f"team-{team.name}"}
-    assert {o["kind"] for o in objs} == {"ServiceAccount", "Role", "RoleBinding"}  # nothing cluster-wide

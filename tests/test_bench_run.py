@@ -510,3 +510,11 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
             assert validate(job, schema) == []
         for node in json.loads((folder / "nodes.json").read_text())["items"]:
             kubernetes_validate.validate(node, version, strict=True)
+    # the fault engine's objects in a team namespace (rendered with workloads.faultInjection)
+    from workloads.render.faults import fault_rbac
+    team = read_stack("p5en-shared", model=ProgramConfig).workloads.teams[0]
+    rbac = fault_rbac(team)
+    for obj in rbac:
+        kubernetes_validate.validate(obj, version, strict=True)
+    assert {o["metadata"]["namespace"] for o in rbac} == {f"team-{team.name}"}
+    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}  # nothing cluster-wide
