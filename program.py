@@ -23,6 +23,7 @@ from workloads.component import Workloads
 from workloads.model import WorkloadModel, derive
 from workloads.runs.config import check_declared_runs
 from workloads.runs.submit import run_objects
+from workloads.render.teams import namespace_of
 from workloads.schedulability import check, unschedulable
 from workloads.stack import ProgramConfig
 
@@ -106,6 +107,12 @@ def build(cfg: StackConfig, deploy: bool = False, find: Lookup = lookup) -> Plat
         pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                      "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "
                                                   f"svc/miles-head-svc 8265:8265"})
+    if model.settings.fault_injection:  # the bench's fault engine, after the team namespaces it binds in
+        from components.faults import FaultEngine
+        engine = FaultEngine(cfg.cluster_name, platform.cluster.eks.arn,
+                             [(t.name, namespace_of(t.name)) for t in model.settings.teams],
+                             depends_on=[workloads], opts=pulumi.ResourceOptions(parent=platform))
+        pulumi.export("benchFaults", engine.outputs())
     pulumi.export("submission", model.settings.submit.value)
     pulumi.export("checkpointFileSystem", workloads.storage.id)
     return platform

@@ -1,7 +1,7 @@
 """The benchmark command.
 
     python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
-    python -m bench run experiments/seed-ab.yaml --out results/seed-ab [--dry-run]
+    python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET [--dry-run]
     python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cloudwatch", action="store_true",
                      help="also collect the Container Insights GPU and EFA metrics of each attempt (boto3, the "
                           "default AWS credentials, the stack's region)")
+    run.add_argument("--log-bucket", help="the stack's checkpoint bucket (pulumi stack output checkpointBucket): "
+                                          "driver logs are read from its exported copy once a head is gone")
     run.add_argument("--repository", default="", help="the stack's ECR repository URL (pulumi stack output "
                                                       "imageRepository)")
     rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory")
@@ -56,12 +58,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | None" = None,
-         out: Callable[[str], None] = print) -> int:
+         out: Callable[[str], None] = print, aws: "Callable[[str, str], object] | None" = None) -> int:
     args = _parser().parse_args(argv)
-    return run_command("bench", lambda: _dispatch(args, client, out))
+    return run_command("bench", lambda: _dispatch(args, client, out, aws or _boto3))
 
 
-def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
+def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
+              aws: Callable[[str, str], object]) -> int:
     if args.command == "estimate":
         from workloads.stack import ProgramConfig
 
@@ -70,7 +73,7 @@ def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None"
         out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
     elif args.command == "run":
         read_input(load_experiment, args.experiment)  # an invalid file is exit 2 before anything runs
-        return _run(args, client, out)
+        return _run(args, client, out, aws)
     else:
         from .report import write_report
         spot = None
@@ -82,16 +85,23 @@ def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None"
     return 0
 
 
-def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None]) -> int:
+def _boto3(service: str, region: str):
+    import boto3
+    return boto3.client(service, region_name=region)
+
+
+def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
+         aws: Callable[[str, str], object] = _boto3) -> int:
+    """``aws(service, region)``: an AWS client with the default credentials (boto3)."""
     from workloads.runs.__main__ import kube_client
 
+    from .faults import Injector
     from .runner import run_experiment
-    cloudwatch = None
-    if args.cloudwatch:
-        import boto3
-        cloudwatch = lambda region: boto3.client("cloudwatch", region_name=region)  # noqa: E731
+    cloudwatch = (lambda region: aws("cloudwatch", region)) if args.cloudwatch else None
     return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
-                          out, args.repository, args.stack_dir, cloudwatch)
+                          out, args.repository, args.stack_dir, cloudwatch,
+                          injector=lambda region, cluster: Injector(aws("fis", region), aws("ec2", region), cluster),
+                          s3=lambda region: aws("s3", region), log_bucket=args.log_bucket)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,10 @@ class Collected:
     end: datetime
     cloudwatch: dict | None = None
     faults: list[dict] = field(default_factory=list)
+    text: str = ""
+    """The driver log as collected (its checkpoint and restart lines, ``bench.recovery``)."""
+    serving: dict | None = None
+    """``serving.json``: the serving benchmark's figures (``bench.serving``), or its error."""
 
     @property
     def seconds(self) -> float:
@@ -118,7 +122,8 @@ def read_attempt(root: Path, exp: Experiment, attempt: Attempt) -> Collected:
     log_path = folder / "driver.log"
     if not log_path.is_file():
         raise ArtifactError(f"{where}: driver.log missing")
-    log = parse_log(log_path.read_text(errors="replace"))
+    text = log_path.read_text(errors="replace")
+    log = parse_log(text)
     rayjobs = _items(_json(folder / "rayjob.json", where))
     for job in rayjobs:
         run = (job.get("metadata", {}).get("labels") or {}).get(RUN_LABEL)
@@ -138,7 +143,8 @@ def read_attempt(root: Path, exp: Experiment, attempt: Attempt) -> Collected:
                             f"(a log from another run?)")
     got = Collected(attempt, log, rayjobs, nodes, min(starts), max(ends),
                     _json(folder / "cloudwatch.json", where) if (folder / "cloudwatch.json").is_file() else None,
-                    _json(folder / "faults.json", where) if (folder / "faults.json").is_file() else [])
+                    _json(folder / "faults.json", where) if (folder / "faults.json").is_file() else [], text,
+                    _json(folder / "serving.json", where) if (folder / "serving.json").is_file() else None)
     if not got.measured(exp.warmup_steps):
         raise ArtifactError(f"{where}: no measured step in driver.log (no perf line with perf/tokens_per_gpu_per_sec "
                             f"after the {exp.warmup_steps} warm-up steps; {len(log.malformed)} malformed perf lines)")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from workloads.settings import RunFile
@@ -31,16 +31,48 @@ NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
 
 
 class FaultKind(StrEnum):
+    """Crashes through AWS FIS (``bench.faults``): a pod killed with grace period 0, an instance terminated."""
     DELETE_ROLLOUT_POD = "delete-rollout-pod"
     DELETE_TRAINER_POD = "delete-trainer-pod"
-    DRAIN_GPU_NODE = "drain-gpu-node"
-    """Cordon a GPU node of the run and evict its pods (the Eviction API, as ``kubectl drain`` does)."""
+    TERMINATE_GPU_NODE = "terminate-gpu-node"
+
+
+DRAIN = "drain-gpu-node"
+"""No longer a fault: a drain respects the platform's ``runs`` PodDisruptionBudget (maxUnavailable 0),
+so every eviction of a run pod is refused (429); what a drain does to a run is nothing, by design."""
 
 
 class Fault(SchemaModel):
     kind: FaultKind
     at_step: int = Field(ge=1)
     """Injected once the driver log shows this rollout step complete."""
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _no_drain(cls, value):
+        if value == DRAIN:
+            raise ValueError(f"{DRAIN}: a drain respects the `runs` PodDisruptionBudget (maxUnavailable 0), so the "
+                             f"Eviction API refuses every run pod with 429 and nothing happens to the run; allowed: "
+                             f"{', '.join(k.value for k in FaultKind)} (terminate-gpu-node is the node crash)")
+        return value
+
+
+class ServingBench(SchemaModel):
+    """SGLang's serving benchmark against the attempt's engines once ``atStep`` is logged (``bench.serving``):
+    fixed prompts and lengths at a set concurrency; TTFT/TPOT/ITL percentiles in the report."""
+    at_step: int = Field(ge=1)
+    num_prompts: int = Field(256, ge=1)
+    input_len: int = Field(1024, ge=1)
+    output_len: int = Field(1024, ge=1)
+    max_concurrency: int = Field(64, ge=1)
+    seed: int = 1
+    router_port: int = Field(30100, ge=1024, le=65535)
+    """The run's router port (Miles ``--sglang-router-port``), fixed so the benchmark can reach it."""
+
+    def miles_flags(self) -> list[str]:
+        """The router on the head (Miles 49cac7b5 ``--pin-rollout-manager-to-head``,
+        ``miles/utils/arguments.py:814``) on this port (``miles/backends/sglang_utils/arguments.py:19``)."""
+        return ["--pin-rollout-manager-to-head", "--sglang-router-port", str(self.router_port)]
 
 
 class Arm(SchemaModel):
@@ -49,6 +81,8 @@ class Arm(SchemaModel):
     """Run-file fields this arm overrides (camelCase, as in a run file), deep-merged onto ``base``."""
     faults: list[Fault] = []
     """A fault arm: failures injected at chosen steps; its figures are kept out of the comparison."""
+    serving: ServingBench | None = None
+    """A fixed-workload rollout measurement during the arm's attempts (``bench.serving``)."""
 
 
 class Link(SchemaModel):
@@ -144,6 +178,8 @@ def arm_run(exp: Experiment, arm: str, repeat: int = 1) -> RunFile:
     """The run file of one attempt: base + the arm's overrides, named and sized for the experiment."""
     raw = deep_merge(exp.base, exp.arm(arm).set)
     raw = deep_merge(raw, {"name": run_name(exp.name, arm, repeat), "grpo": {"numRollout": exp.total_steps}})
+    if exp.arm(arm).serving is not None:
+        raw["extraArgs"] = list(raw.get("extraArgs", [])) + exp.arm(arm).serving.miles_flags()
     try:
         return RunFile.model_validate(raw)
     except ValidationError as err:

@@ -13,18 +13,15 @@ attributes to a link everything that differs between its two arms, which the rep
 are withheld when the whole gain is not beyond the noise, when two arms of a link differ in work by
 more than ``WORK_TOLERANCE`` or in mode.
 
-Fault arms are kept out of the comparison; each of their faults gets detection time, time back to
-steady throughput, steps and tokens lost, and where the resume started against the last complete
-checkpoint (Miles saves after step ``r`` when ``(r + 1) % save_interval == 0``,
-radixark/miles@49cac7b5 ``miles/utils/misc.py:147-151`` and ``train.py:122-125``, and resumes at the
-saved step + 1, ``miles/backends/megatron_utils/actor.py:212``).
+Fault arms are kept out of the comparison; each of their faults gets its outcome, detection time,
+time back to steady throughput, steps and tokens lost and the checkpoint it resumed from, from the
+attempt's own signals (``bench.recovery``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from statistics import fmean, median
 
@@ -34,10 +31,9 @@ from .cost import Prices
 from .evidence import contradictions, read_evidence
 from .experiment import Experiment, differences
 from .per_attempt import attempt_figures, step_tokens_per_s
+from .recovery import fault_figures
 from .stats import ArmSample, TooFewRepeats, arm_sample, ratio, summary
 
-STEADY_FRACTION = 0.9
-STEADY_STEPS = 3
 WORK_TOLERANCE = 0.05
 """Response lengths differing by more than this between two arms are reported as different work."""
 
@@ -126,45 +122,6 @@ def _ratio(arm: ArmFigures, base: ArmFigures):
         raise ArtifactError(f"arm {arm.name} against {base.name}: {err}") from None
 
 
-def _fault_figures(exp: Experiment, c: Collected) -> list[dict]:
-    interval = c.attempt.run.save_interval
-    gpus = c.rollout_gpus()
-    out = []
-    for f in c.faults:
-        injected = datetime.fromisoformat(f["injectedAt"].replace("Z", "+00:00"))
-        detected = f.get("detectedAt")
-        before = [s for s in c.log.steps if s.at is not None and s.at <= injected and TOKENS in s.metrics]
-        after = [s for s in c.log.steps if s.at is not None and s.at > injected and TOKENS in s.metrics]
-        if not before or not after:
-            out.append({**f, "error": "no step logged before or after the fault"})
-            continue
-        pre = median(s.metrics[TOKENS] for s in before if s.rollout_id >= exp.warmup_steps) \
-            if any(s.rollout_id >= exp.warmup_steps for s in before) else median(s.metrics[TOKENS] for s in before)
-        steady = None
-        for i in range(len(after) - STEADY_STEPS + 1):
-            if all(s.metrics[TOKENS] >= STEADY_FRACTION * pre for s in after[i:i + STEADY_STEPS]):
-                steady = (after[i].at - injected).total_seconds()
-                break
-        last, start = max(s.rollout_id for s in before), after[0].rollout_id
-        redone = range(start, last + 1)
-        firsts = c.log.first()
-        checkpoint = (last + 1) // interval * interval
-        resumed = ("continued (no restart)" if start == last + 1 else
-                   "last complete checkpoint" if start == checkpoint else
-                   "checkpoint before the last (the last save was cut short?)" if start == checkpoint - interval
-                   else f"step {start}: not a checkpoint boundary (saveInterval {interval})")
-        out.append({**f, "detection_s": None if not detected else round(
-                        (datetime.fromisoformat(detected.replace("Z", "+00:00")) - injected).total_seconds(), 1),
-                    "back_to_steady_s": None if steady is None else round(steady, 1),
-                    "steps_lost": len(redone),
-                    "tokens_lost": round(sum(firsts[i].metrics.get(TOKENS, 0.0) * gpus
-                                             * firsts[i].metrics.get("perf/rollout_time", 0.0)
-                                             for i in redone if i in firsts)),
-                    "last_step_before": last, "resumed_at_step": start, "resumed_from": resumed,
-                    "resumed_from_last_checkpoint": start in (checkpoint, last + 1)})
-    return out
-
-
 def check(root: Path, exp: Experiment, collected: list[Collected], across_node_sets: bool = False
           ) -> tuple[dict[str, dict], str | None]:
     """Refuse what does not add up; the per-attempt figures by folder and the node-set note."""
@@ -217,8 +174,10 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices, root: P
                                 "miles/ray/rollout/metrics.py:142-149); prompt tokens not counted",
             "price_source": prices.basis, "node_sets": node_note or "every compared attempt ran on the nodes of the first",
             "arms": arms, "decomposition": _decomposition(exp, figs),
-            "faults": {a.name: {c.attempt.folder: _fault_figures(exp, c) for c in by_arm[a.name]}
+            "faults": {a.name: {c.attempt.folder: fault_figures(exp, c) for c in by_arm[a.name]}
                        for a in exp.arms if a.faults},
+            "serving": {a.name: {c.attempt.folder: c.serving for c in by_arm[a.name]}
+                        for a in exp.arms if a.serving},
             "fault_attempts": {c.attempt.folder: rows[c.attempt.folder] for a in exp.arms if a.faults
                                for c in by_arm[a.name]}}
 

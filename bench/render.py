@@ -139,18 +139,32 @@ def markdown(report: dict, simulated: str | None) -> str:
         out.append(f"\nMethod: {d['method']}.")
     if report["faults"]:
         out += ["", "## Faults", "", "| arm | attempt | fault | at step | detection s | back to steady s | "
-                "steps lost | tokens lost | resumed from |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+                "steps lost | tokens lost | outcome (RayJob status) | resumed from |",
+                "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
         for arm, attempts in report["faults"].items():
             for folder, faults in attempts.items():
                 for f in faults:
                     if "error" in f:
-                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} |||||")
+                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} |||| "
+                                   f"{f.get('outcome', '')} | {f.get('resumed_from', '')} |")
                         continue
                     out.append(f"| {arm} | {folder} | {f['kind']} | {f['step']} | {_num(f['detection_s'])} | "
                                f"{_num(f['back_to_steady_s'])} | {f['steps_lost']} | {f['tokens_lost']:,} | "
-                               f"{f['resumed_from']} (step {f['resumed_at_step']}) |")
+                               f"{f['outcome']} | {f['resumed_from']} (step {f['resumed_at_step']}) |")
         out += ["", "Fault attempts, per repeat:", ""] + _table(REPEAT_HEAD, _repeat_rows(
             list(report["fault_attempts"].values())))
+    if report.get("serving"):
+        out += ["", "## Fixed-workload rollout (sglang bench_serving)", "",
+                "| arm | attempt | at step | TTFT p50 / p99 ms | TPOT p50 / p99 ms | ITL p50 / p99 ms | output tok/s |",
+                "|---|---|---:|---:|---:|---:|---:|"]
+        for arm, attempts in report["serving"].items():
+            for folder, r in attempts.items():
+                if not r or "error" in r:
+                    out.append(f"| {arm} | {folder} | | {(r or {}).get('error', 'no serving.json')} ||||")
+                    continue
+                out.append(f"| {arm} | {folder} | {r.get('startedAtStep')} | "
+                           + " | ".join(f"{r[f'median_{k}_ms']:.1f} / {r[f'p99_{k}_ms']:.1f}" for k in ("ttft", "tpot", "itl"))
+                           + f" | {r['output_throughput']:,.0f} |")
     notes = [f"`{n}`: {a['malformed_perf_lines']} malformed perf lines skipped" for n, a in report["arms"].items()
              if a["malformed_perf_lines"]]
     notes += [f"`{n}`: Ray's log deduplication collapsed {a['lines_collapsed_by_ray_dedup']} lines (set "

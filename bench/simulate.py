@@ -148,6 +148,12 @@ def _job_id(attempt: Attempt, n: int) -> str:
     return f"raysubmit_{zlib.crc32(f'{attempt.run.name}-{n}'.encode()):08x}"
 
 
+def _saved(t: datetime, iteration: int) -> str:
+    """Megatron's line once a save is complete (megatron/training/checkpointing.py:742-745)."""
+    return (f"\x1b[36m(MegatronTrainRayActor pid=2405, ip=10.0.3.17)\x1b[0m   [{t.strftime('%Y-%m-%d %H:%M:%S.%f')}] "
+            f"successfully saved checkpoint from iteration {iteration:7d} to /mnt/fsx/checkpoints [ t 1/1, p 1/1 ]")
+
+
 def _rayjob(attempt: Attempt, n: int, start: datetime, end: datetime, failed: bool) -> dict:
     name = f"{attempt.run.name}-{n}"
     env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(_argv(attempt))}})
@@ -225,6 +231,8 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         t += timedelta(seconds=tr["perf/train_time"])
         lines.append(_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "train_metric_utils.py:56",
                            f"perf {step}: {tr}"))
+        if (step + 1) % run.save_interval == 0:  # the signals bench.recovery reads (its docstring cites them)
+            lines.append(_saved(t, step))
         kind = faults.pop(step, None)
         if kind is None:
             step += 1
@@ -232,9 +240,12 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         injected = t + timedelta(seconds=5)
         detected = injected + timedelta(seconds=20 if kind is FaultKind.DELETE_ROLLOUT_POD else 45)
         fault_records.append({"kind": kind.value, "step": step, "target": "simulated",
-                              "injectedAt": injected.isoformat(), "detectedAt": detected.isoformat()})
+                              "rayjob": f"{run.name}-{len(jobs) + 1}", "injectedAt": injected.isoformat(),
+                              "detectedAt": detected.isoformat(), "detectedBy": "Event CreatedWorkerPod (simulated)"})
         if kind is FaultKind.DELETE_ROLLOUT_POD:  # the engine restarts in place (--use-fault-tolerance)
             t = detected + timedelta(seconds=120)
+            lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "server_group.py:209",
+                               "Recovered 1 dead rollout engines (worker_type=regular)"))
             step, slow = step + 1, 2
             continue
         # a trainer lost: the job fails, the next attempt resumes at the last checkpoint boundary
@@ -245,6 +256,9 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         lines += _job_header(attempt, len(jobs) + 1, job_start)
         t = job_start + timedelta(seconds=truth.startup_s)
         step, slow = (step + 1) // run.save_interval * run.save_interval, 2
+        fault_records[-1]["resumedAs"] = f"{run.name}-{len(jobs) + 1}"
+        lines.append(f"\x1b[36m(MegatronTrainRayActor pid=2405, ip=10.0.3.17)\x1b[0m  successfully loaded checkpoint "
+                     f"from /mnt/fsx/checkpoints/{run.name} [ t 1/1, p 1/1 ] at iteration {step - 1}")
     jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, t + timedelta(seconds=30), failed=False))
     # the log of a stopped job often ends mid-line
     lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:53", "eval 99: {'eval/aime': 0.4")[:60])

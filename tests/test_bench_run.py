@@ -6,26 +6,43 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
+from kubernetes.client import ApiException
+
 from bench.__main__ import main
-from workloads.render.common import RAY_GROUP_LABEL
-from workloads.render.runs import RUN_LABEL
+from components.faults import (CLUSTER_TAG, FAULT_KIND_TAG, FAULT_TARGET_LABEL, POD_GROUPS, TEAM_TAG, TERMINATE,
+                               pod_delete_template, terminate_template)
+from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
+from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.runs.client import RunClient
 
 EXAMPLE = Path("experiments/example-ab.yaml")
 STEPS_PER_POLL = 8
 REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-shared"
+CLUSTER = "rl-p5en-shared"
 
 
-def _pod(name: str, run: str, group: str, node: str, created: datetime):
-    return SimpleNamespace(metadata=SimpleNamespace(name=name, namespace="team-alpha", creation_timestamp=created,
-                                                    owner_references=[], labels={RUN_LABEL: run, RAY_GROUP_LABEL: group}),
+NAMESPACE = "team-alpha"
+GUARDED = {"headgroup", "trainer", "rollout"}
+"""The groups the `runs` PodDisruptionBudget holds (maxUnavailable 0), render.runs.team_run_budget."""
+
+
+def _pod(name: str, run: str, group: str, node: str, created: datetime, attempt: int = 1, extra: dict | None = None):
+    labels = {RUN_LABEL: run, RAY_GROUP_LABEL: group, ATTEMPT_LABEL: str(attempt),
+              RAY_NODE_TYPE_LABEL: "head" if group == "headgroup" else "worker", **(extra or {})}
+    return SimpleNamespace(metadata=SimpleNamespace(name=name, namespace=NAMESPACE, creation_timestamp=created,
+                                                    owner_references=[], labels=labels),
                            spec=SimpleNamespace(node_name=node), status=SimpleNamespace(phase="Running"))
 
 
+def _stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
 def _perf(step: int, at: datetime) -> list[str]:
-    stamp = at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    stamp = _stamp(at)
     r = {"rollout/response_len/mean": 3000.0, "perf/rollout_time": 90.0, "perf/tokens_per_gpu_per_sec": 1000.0}
     t = {"perf/train_wait_time": 90.0, "perf/train_time": 60.0, "perf/step_time": 150.0}
     return [f"(RolloutManager pid=1, ip=10.0.3.1) [{stamp} rollout_manager] metrics.py:89 - perf {step}: {r}",
@@ -33,51 +50,92 @@ def _perf(step: int, at: datetime) -> list[str]:
             f"perf {step}: {t}"]
 
 
+def _saved(step: int, at: datetime) -> str:
+    """Megatron's line once a save is complete (checkpointing.py:742-745, radixark/Megatron-LM 37f91617)."""
+    return (f"(MegatronTrainRayActor pid=2, ip=10.0.2.1)   [{at.strftime('%Y-%m-%d %H:%M:%S.%f')}] successfully saved "
+            f"checkpoint from iteration {step:7d} to /mnt/fsx/checkpoints/x [ t 1/4, p 1/1 ]")
+
+
+def _api_error(status: int, reason: str):
+    return ApiException(status=status, reason=reason)
+
+
 class FakeCore:
-    def __init__(self, cluster: "FakeRuns"):
-        self.cluster = cluster
+    """The core API as a team member sees it (render.teams.SUBMITTER_RULES): no pod delete, no node
+    patch, no eviction, no cluster-wide pod list (403); with ``admin`` RBAC an eviction of a pod the
+    `runs` budget guards is refused 429, as the Eviction API does under maxUnavailable 0."""
+
+    def __init__(self, cluster: "FakeRuns", admin: bool = False):
+        self.cluster, self.admin = cluster, admin
         self.api_client = SimpleNamespace(sanitize_for_serialization=lambda o: o)
-        self.deleted, self.evicted, self.patched = [], [], []
 
     def list_namespaced_pod(self, namespace, label_selector=""):
         want = dict(p.split("=") for p in label_selector.split(",") if "=" in p)
         return SimpleNamespace(items=[p for p in self.cluster.pods
                                       if all(p.metadata.labels.get(k) == v for k, v in want.items())])
 
+    def list_namespaced_event(self, namespace):
+        return SimpleNamespace(items=list(self.cluster.events))
+
     def read_node(self, name):
+        if name in self.cluster.gone:
+            raise _api_error(404, "NotFound")
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
             "rl.platform/role": name.split("-")[0], "rl.platform/pool": name.split("-")[0],
             "node.kubernetes.io/instance-type": "p5en.48xlarge", "eks.amazonaws.com/capacityType": "CAPACITY_BLOCK"}},
             "spec": {"providerID": f"aws:///us-east-1a/i-{name}"}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
 
-    def delete_namespaced_pod(self, name, namespace):
-        self.deleted.append(name)
+    def delete_namespaced_pod(self, name, namespace, **_):
+        raise _api_error(403, "Forbidden")
+
+    def patch_node(self, name, body):
+        raise _api_error(403, "Forbidden")
+
+    def list_pod_for_all_namespaces(self, **_):
+        raise _api_error(403, "Forbidden")
+
+    def create_namespaced_pod_eviction(self, name, namespace, body):
+        if not self.admin:
+            raise _api_error(403, "Forbidden")
         pod = next(p for p in self.cluster.pods if p.metadata.name == name)
-        self.cluster.pods.remove(pod)
-        run, group = pod.metadata.labels[RUN_LABEL], pod.metadata.labels[RAY_GROUP_LABEL]
-        if group == "trainer":
-            self.cluster.fail(run)
-        self.cluster.pods.append(_pod(name + "-x", run, group, pod.spec.node_name,
-                                      datetime.now(timezone.utc) + timedelta(seconds=1)))
+        if RUN_LABEL in pod.metadata.labels and pod.metadata.labels[RAY_GROUP_LABEL] in GUARDED:
+            raise _api_error(429, "TooManyRequests")  # Cannot evict pod as it would violate the pod's disruption budget
+        self.cluster.kill(pod, grace=30)
 
 
 class FakeRuns(RunClient):
-    """The run command's client over an in-memory cluster: each list of RayJobs moves them on."""
+    """The run command's client over an in-memory cluster: each list of RayJobs moves them on. Its
+    driver logs are the launcher's files, read through exec (``tail -c``)."""
 
-    def __init__(self, save_interval: int, total: int):
-        self.core = FakeCore(self)
+    def __init__(self, save_interval: int, total: int, admin: bool = False):
+        self.core = FakeCore(self, admin)
         self.jobs: dict[str, dict] = {}
         self.logs: dict[str, list[str]] = {}
         self.next_step: dict[str, int] = {}
         self.pods: list = []
+        self.events: list = []
+        self.gone: set[str] = set()
         self.submitted: list[dict] = []
+        self.cancelled: list[str] = []
+        self.execs: list[list[str]] = []
         self.interval, self.total = save_interval, total
+        self.serving_result: dict = {}
 
     def tier_sizes(self, pools):
         return {}
 
-    def driver_log(self, team, run, rayjob):
-        return "\n".join(self.logs[rayjob]) + "\n"
+    def _exec(self, team, pod, command):
+        self.execs.append(command)
+        if command[0] == "cat":  # the serving benchmark's result line, once started
+            started = any("sglang.bench_serving" in c[-1] for c in self.execs)
+            return (0, json.dumps(self.serving_result) + "\n") if started else (1, "")
+        if "sglang.bench_serving" in command[-1]:
+            return 0, ""
+        owner = next(p for p in self.pods if p.metadata.name == pod)
+        name = f"{owner.metadata.labels[RUN_LABEL]}-{owner.metadata.labels[ATTEMPT_LABEL]}"
+        offset = int(command[2].split("tail -c +")[1].split()[0]) - 1
+        text = ("\n".join(self.logs[name]) + "\n").encode()
+        return 0, text[offset:].decode()
 
     def submit(self, rayjob):
         md = rayjob["metadata"]
@@ -87,21 +145,68 @@ class FakeRuns(RunClient):
         job = {**rayjob, "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
                                     "jobId": f"raysubmit_{md['name']}", "startTime": datetime.now(timezone.utc).isoformat()}}
         self.jobs[md["name"]] = job
-        self.logs[md["name"]] = [f"Running entrypoint for job raysubmit_{md['name']}: python3 miles_launcher.py"]
-        self.next_step[md["name"]] = last // self.interval * self.interval  # resume at the checkpoint boundary
+        resume = last // self.interval * self.interval  # resume after the last complete save
+        self.logs[md["name"]] = [f"Running entrypoint for job raysubmit_{md['name']}: python3 miles_launcher.py"] + (
+            [f"(MegatronTrainRayActor pid=2, ip=10.0.2.1)  successfully loaded checkpoint from /mnt/fsx/checkpoints/x "
+             f"[ t 1/4, p 1/1 ] at iteration {resume - 1}"] if resume else [])
+        self.next_step[md["name"]] = resume
+        attempt = int(md["name"].rsplit("-", 1)[1])
         self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]
+        workers = {g["groupName"]: g["template"].get("metadata", {}).get("labels", {})
+                   for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+        self.pods.append(_pod(f"{md['name']}-head", run, "headgroup", "system-0", datetime.now(timezone.utc), attempt))
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
+            extra = {k: v for k, v in workers.get(group, {}).items() if k == FAULT_TARGET_LABEL}
             for i in range(2):
                 self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, f"{pool}-{i}",
-                                      datetime.now(timezone.utc)))
+                                      datetime.now(timezone.utc), attempt, extra))
         self.submitted.append(job)
         return job
+
+    def _job_of(self, pod) -> str:
+        return f"{pod.metadata.labels[RUN_LABEL]}-{pod.metadata.labels[ATTEMPT_LABEL]}"
+
+    def kill(self, pod, grace: int):
+        """A pod gone: with a grace period its preStop asks for a checkpoint first (render.runs.SAVE_ON_STOP);
+        a lost trainer fails the job, a lost rollout engine is recovered in place."""
+        name, now = self._job_of(pod), datetime.now(timezone.utc)
+        self.pods.remove(pod)
+        if grace > 0:
+            self.logs[name].append(_saved(self.next_step[name] - 1, now))
+            self.next_step[name] = (self.next_step[name] // self.interval + 1) * self.interval  # a graceful save
+        self.events.append(SimpleNamespace(
+            metadata=SimpleNamespace(name=f"ev-{len(self.events)}"), reason="CreatedWorkerPod",
+            involved_object=SimpleNamespace(kind="RayCluster", name=f"{name}-raycluster-x"),
+            event_time=now + timedelta(seconds=2), last_timestamp=None, first_timestamp=None))
+        group = pod.metadata.labels[RAY_GROUP_LABEL]
+        if group == "trainer":
+            self.fail(pod.metadata.labels[RUN_LABEL])
+        else:
+            self.logs[name].append(f"(RolloutManager pid=1, ip=10.0.3.1) [{_stamp(now)} rollout_manager] "
+                                   f"server_group.py:209 - Recovered 1 dead rollout engines (worker_type=regular)")
+            self.pods.append(_pod(pod.metadata.name + "-x", pod.metadata.labels[RUN_LABEL], group, pod.spec.node_name,
+                                  now + timedelta(seconds=1), int(pod.metadata.labels[ATTEMPT_LABEL]),
+                                  {k: v for k, v in pod.metadata.labels.items() if k == FAULT_TARGET_LABEL}))
+
+    def terminate(self, node: str):
+        self.gone.add(node)
+        for pod in [p for p in self.pods if p.spec.node_name == node]:
+            self.kill(pod, grace=0)
 
     def fail(self, run):
         for name, job in self.jobs.items():
             if job["metadata"]["labels"][RUN_LABEL] == run and job["status"]["jobStatus"] == "RUNNING":
                 job["status"] |= {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
                                   "endTime": datetime.now(timezone.utc).isoformat()}
+        self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]  # the cluster is deleted
+
+    def cancel(self, team, run, now=False):
+        names = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run
+                 and j["status"]["jobDeploymentStatus"] not in ("Complete", "Failed", "Suspended")]
+        for n in names:
+            self.jobs[n]["status"] |= {"jobDeploymentStatus": "Suspended", "jobStatus": "STOPPED"}
+        self.cancelled += names
+        return names
 
     def rayjobs(self, team=None, run=None):
         for name, job in self.jobs.items():
@@ -112,10 +217,90 @@ class FakeRuns(RunClient):
                     job["status"] |= {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
                                       "endTime": datetime.now(timezone.utc).isoformat()}
                     break
-                self.logs[name] += _perf(self.next_step[name], datetime.now(timezone.utc))
+                step = self.next_step[name]
+                self.logs[name] += _perf(step, datetime.now(timezone.utc))
+                if (step + 1) % self.interval == 0:
+                    self.logs[name].append(_saved(step, datetime.now(timezone.utc)))
                 self.next_step[name] += 1
         return sorted((j for j in self.jobs.values() if run is None or j["metadata"]["labels"][RUN_LABEL] == run),
                       key=lambda j: j["metadata"]["name"])
+
+
+class FakeFIS:
+    """AWS FIS over the fake cluster: the stack's templates (components.faults, as specified) run as
+    their parameters say: a pod-delete with its grace period on one pod its selector matches, a
+    terminate on the instance tagged for it."""
+
+    def __init__(self, cluster: FakeRuns, ec2: "FakeEC2", fail_with: str | None = None):
+        self.cluster, self.ec2, self.fail_with = cluster, ec2, fail_with
+        self.specs = {f"EXT-{kind}": (pod_delete_template(CLUSTER, NAMESPACE, group),
+                                      {CLUSTER_TAG: CLUSTER, TEAM_TAG: "alpha", FAULT_KIND_TAG: kind})
+                      for kind, group in POD_GROUPS.items()}
+        self.specs[f"EXT-{TERMINATE}"] = (terminate_template(CLUSTER), {CLUSTER_TAG: CLUSTER, FAULT_KIND_TAG: TERMINATE})
+        self.started, self.stopped, self.experiments = [], [], {}
+
+    def list_experiment_templates(self, **_):
+        return {"experimentTemplates": [{"id": i, "tags": tags} for i, (_, tags) in self.specs.items()]}
+
+    def start_experiment(self, experimentTemplateId, tags):
+        spec, _ = self.specs[experimentTemplateId]
+        exp = f"EXP{len(self.started)}"
+        self.started.append(experimentTemplateId)
+        action, target = spec["actions"][0], spec["targets"][0]
+        if action["action_id"] == "aws:eks:pod-delete":
+            want = dict(kv.split("=") for kv in target["parameters"]["selectorValue"].split(","))
+            pod = next(p for p in self.cluster.pods if all(p.metadata.labels.get(k) == v for k, v in want.items()))
+            grace = int({p["key"]: p["value"] for p in action["parameters"]}["gracePeriodSeconds"])
+            self.cluster.kill(pod, grace)
+        else:
+            tag = target["resource_tags"][0]
+            for iid in [i for i, t in self.ec2.tags.items() if t.get(tag["key"]) == tag["value"]]:
+                self.cluster.terminate(iid.removeprefix("i-"))
+        self.experiments[exp] = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
+        return {"experiment": {"id": exp}}
+
+    def get_experiment(self, id):
+        return {"experiment": {"state": self.experiments[id]}}
+
+    def stop_experiment(self, id):
+        self.stopped.append(id)
+
+
+class FakeEC2:
+    def __init__(self):
+        self.tags: dict[str, dict] = {}
+
+    def create_tags(self, Resources, Tags):
+        for r in Resources:
+            self.tags.setdefault(r, {}).update({t["Key"]: t["Value"] for t in Tags})
+
+    def delete_tags(self, Resources, Tags):
+        for r in Resources:
+            for t in Tags:
+                self.tags.get(r, {}).pop(t["Key"], None)
+
+
+class FakeS3:
+    """The checkpoint bucket: the launcher's log files as the file system exported them."""
+
+    def __init__(self, cluster: FakeRuns):
+        self.cluster, self.reads = cluster, []
+
+    def get_object(self, Bucket, Key, Range):
+        self.reads.append((Key, Range))
+        run, log = Key.split("/")[-2:]
+        text = ("\n".join(self.cluster.logs[f"{run}-{log.removeprefix('driver-').removesuffix('.log')}"]) + "\n").encode()
+        start = int(Range.removeprefix("bytes=").rstrip("-"))
+        if start >= len(text):
+            raise type("ClientError", (Exception,), {"response": {"Error": {"Code": "InvalidRange"}}})()
+        return {"Body": SimpleNamespace(read=lambda: text[start:])}
+
+
+def _aws(fake: FakeRuns, fail_with: str | None = None):
+    ec2 = FakeEC2()
+    fis = FakeFIS(fake, ec2, fail_with)
+    clients = {"fis": fis, "ec2": ec2, "s3": FakeS3(fake)}
+    return clients, lambda service, region: clients[service]
 
 
 def test_dry_run_prints_every_attempt_in_order(capsys):
@@ -143,18 +328,23 @@ def test_the_seed_comparison_dry_runs_each_arm_on_its_own_profile(capsys):
 
 
 def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
-    monkeypatch.setattr("time.sleep", lambda s: None)  # the runner's and the fault detector's polls
+    """Against a cluster that refuses a team member what the API refuses (403), the faults go through
+    FIS; the killed trainer fails the job, the next attempt loads the last complete checkpoint."""
+    monkeypatch.setattr("time.sleep", lambda s: None)  # the runner's, the detector's and FIS' polls
     fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
     lines: list[str] = []
     out = tmp_path / "out"
-    assert main(["run", str(EXAMPLE), "--out", str(out), "--repository", REPOSITORY], client=lambda: fake, out=lines.append) == 0
+    assert main(["run", str(EXAMPLE), "--out", str(out), "--repository", REPOSITORY, "--log-bucket", "b"],
+                client=lambda: fake, out=lines.append, aws=aws) == 0
     assert [j["metadata"]["name"] for j in fake.submitted][:4] == [
         "example-ab-nccl-r1-1", "example-ab-deepep-v1-r1-1", "example-ab-deepep-v1-faults-r1-1",
         "example-ab-deepep-v1-faults-r1-2"]  # the trainer fault made the job fail: resumed as attempt 2
+    assert clients["fis"].started[:2] == ["EXT-delete-rollout-pod", "EXT-delete-trainer-pod"]
     faults = json.loads((out / "deepep-v1-faults" / "r1" / "faults.json").read_text())
     assert [f["kind"] for f in faults] == ["delete-rollout-pod", "delete-trainer-pod"]
-    assert all(f["detectedAt"] for f in faults) and faults[1]["resumedAs"] == "example-ab-deepep-v1-faults-r1-2"
-    assert fake.core.deleted[0].startswith("example-ab-deepep-v1-faults-r1-1-rollout")
+    assert all(f["detectedBy"].startswith("Event CreatedWorkerPod") for f in faults)
+    assert faults[1]["resumedAs"] == "example-ab-deepep-v1-faults-r1-2"
     jobs = json.loads((out / "deepep-v1-faults" / "r1" / "rayjob.json").read_text())["items"]
     assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
     assert (out / "experiment.yaml").read_text() == EXAMPLE.read_text()
@@ -169,32 +359,142 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
     assert main(["report", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"][1]
-    assert trainer["resumed_from_last_checkpoint"] and trainer["resumed_at_step"] % 10 == 0
+    rollout, trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
+    assert rollout["outcome"].startswith("survived in place") and rollout["engines_recovered"] == 1
+    assert trainer["job_status"] == "FAILED" and "resubmitted as example-ab-deepep-v1-faults-r1-2" in trainer["outcome"]
+    assert trainer["loaded_iteration"] == trainer["last_saved_iteration"] and trainer["resumed_from_last_checkpoint"]
     assert report["arms"]["nccl"]["rollout_gpus"] == [16]
 
 
-def test_drain_cordons_and_evicts_all_but_daemonsets():
-    from bench.experiment import FaultKind
-    from bench.faults import inject, uncordon
-
+def test_faults_never_use_kubernetes_calls_a_team_member_lacks(tmp_path, monkeypatch):
+    """The fake answers 403 to pod delete, node patch, eviction and cluster-wide pod lists, as the
+    API answers a team member (render.teams.SUBMITTER_RULES); every fault kind still runs."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if a["name"] == "nccl"] + [
+        {"name": "node", "set": {"deepep": {"version": "v1"}}, "faults": [{"kind": "terminate-gpu-node", "atStep": 12}]}]
+    exp["repeats"], exp["decomposition"] = 1, []
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
     fake = FakeRuns(save_interval=10, total=33)
-    fake.submit({"metadata": {"name": "r-1", "labels": {RUN_LABEL: "r"}}, "spec": {}})
-    calls = []
-    daemon = _pod("efa-plugin-x", "", "", "rollout-0", datetime.now(timezone.utc))
-    daemon.metadata.owner_references = [SimpleNamespace(kind="DaemonSet")]
-    victims = [p for p in fake.pods if p.spec.node_name == "rollout-0"] + [daemon]
-    fake.core.patch_node = lambda name, body: calls.append(("patch", name, body))
-    fake.core.list_pod_for_all_namespaces = lambda field_selector: (
-        calls.append(("list", field_selector)) or SimpleNamespace(items=victims))
-    fake.core.create_namespaced_pod_eviction = lambda name, ns, body: calls.append(("evict", name, body.metadata.name))
-    record = inject(fake, FaultKind.DRAIN_GPU_NODE, "alpha", "r")
-    assert record["target"] == "node/rollout-0"
-    assert calls[0] == ("patch", "rollout-0", {"spec": {"unschedulable": True}})
-    assert calls[1] == ("list", "spec.nodeName=rollout-0")
-    assert [c[1] for c in calls if c[0] == "evict"] == ["r-1-rollout-0"]  # the DaemonSet's pod stays
-    uncordon(fake, record)
-    assert calls[-1] == ("patch", "rollout-0", {"spec": {"unschedulable": False}})
+    clients, aws = _aws(fake)
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY], client=lambda: fake, out=print, aws=aws) == 0
+    assert clients["fis"].started == ["EXT-terminate-gpu-node"] and fake.gone == {"rollout-0"}
+    assert clients["ec2"].tags == {"i-rollout-0": {}}  # tagged for the fault, untagged after
+    nodes = json.loads((tmp_path / "o" / "node" / "r1" / "nodes.json").read_text())["items"]
+    assert "rollout-0" in {n["metadata"]["name"] for n in nodes}  # recorded before it disappeared
+
+
+def test_a_drain_is_refused_by_the_runs_budget_so_it_is_no_fault():
+    """With RBAC to evict, the Eviction API still answers 429 for every pod the `runs` budget guards;
+    an experiment asking for a drain is refused with that reason, naming the crash to use instead."""
+    fake = FakeRuns(save_interval=10, total=33, admin=True)
+    fake.submit({"metadata": {"name": "r-1", "labels": {RUN_LABEL: "r"}},
+                 "spec": {"rayClusterSpec": {"workerGroupSpecs": [{"groupName": "rollout", "template": {}}]}}})
+    victim = next(p for p in fake.pods if p.metadata.labels[RAY_GROUP_LABEL] == "rollout")
+    with pytest.raises(ApiException) as refused:
+        fake.core.create_namespaced_pod_eviction(victim.metadata.name, NAMESPACE, None)
+    assert refused.value.status == 429
+    with pytest.raises(ApiException) as forbidden:  # and a team member may not evict at all
+        FakeRuns(save_interval=10, total=33).core.create_namespaced_pod_eviction(victim.metadata.name, NAMESPACE, None)
+    assert forbidden.value.status == 403
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"][2]["faults"] = [{"kind": "drain-gpu-node", "atStep": 12}]
+    from bench.experiment import parse_experiment
+    with pytest.raises(ValueError, match="429.*terminate-gpu-node"):
+        parse_experiment(exp, "x.yaml")
+
+
+def test_a_pod_fault_is_a_crash_without_the_save_on_stop_checkpoint(tmp_path, monkeypatch):
+    """FIS deletes with gracePeriodSeconds 0: no preStop, so no checkpoint is saved at the fault (a
+    grace period would run SAVE_ON_STOP and save one); the resume loads the last periodic save."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    spec = pod_delete_template(CLUSTER, NAMESPACE, "trainer")
+    assert {p["key"]: p["value"] for p in spec["actions"][0]["parameters"]}["gracePeriodSeconds"] == "0"
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY], client=lambda: fake, out=print, aws=aws) == 0
+    log = (tmp_path / "o" / "deepep-v1-faults" / "r1" / "driver.log").read_text()
+    saved = [int(line.split("iteration")[1].split()[0]) for line in log.splitlines() if "successfully saved" in line]
+    assert all((i + 1) % 10 == 0 for i in saved)  # only the periodic saves: none at the fault
+
+
+FAILURES = ["submit", "rayjobs", "start_experiment", "experiment_failed", "list_namespaced_event", "read_node"]
+
+
+@pytest.mark.parametrize("where", FAILURES)
+def test_a_failure_at_any_step_leaves_the_cluster_as_found(tmp_path, monkeypatch, where):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if a["name"] in ("nccl", "deepep-v1-faults")]
+    exp["arms"][1]["faults"] = [{"kind": "terminate-gpu-node", "atStep": 12}]
+    exp["repeats"], exp["decomposition"] = 1, []
+    exp["order"] = "blocked"
+    exp["arms"].reverse()
+    exp["baseline"] = "nccl"
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake, fail_with="simulated" if where == "experiment_failed" else None)
+    calls = {"n": 0}
+
+    def broken(target, name):
+        real = getattr(target, name)
+
+        def call(*a, **k):
+            calls["n"] += 1
+            if calls["n"] >= (1 if name in ("submit", "start_experiment") else 3):
+                raise RuntimeError(f"{name} broke")
+            return real(*a, **k)
+        setattr(target, name, call)
+    if where in ("submit", "rayjobs"):
+        broken(fake, where)
+    elif where == "start_experiment":
+        broken(clients["fis"], where)
+    elif where != "experiment_failed":
+        broken(fake.core, where)
+    lines: list[str] = []
+    try:  # a FaultError is one line and exit 1; anything else goes on as itself, after the clean-up
+        assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY],
+                    client=lambda: fake, out=lines.append, aws=aws) == 1
+    except RuntimeError as err:
+        assert str(err) == f"{where} broke"
+    text = "\n".join(lines)
+    assert "left as found: fault engine" in text and "left as found: attempts" in text
+    unfinished = [n for n, j in fake.jobs.items() if j["status"]["jobDeploymentStatus"] == "Running"]
+    if where != "rayjobs":
+        assert unfinished == []  # every attempt it started is cancelled or done
+    assert all(not t for t in clients["ec2"].tags.values())  # no instance left tagged for termination
+    assert (tmp_path / "o" / "deepep-v1-faults" / "r1" / "INCOMPLETE").is_file()  # what it saw, marked
+
+
+def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_latency(tmp_path, monkeypatch):
+    """The arm's run pins its router to the head on a fixed port; once the step is logged the benchmark
+    starts in the head (a team member's exec) and its result line is read back into the report."""
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if a["name"] != "deepep-v1-faults"]
+    exp["arms"][1]["serving"] = {"atStep": 5, "inputLen": 512, "outputLen": 256, "maxConcurrency": 32}
+    exp["repeats"] = 1
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    keys = json.loads(Path("tests/data/sglang-0.5.19-bench-serving.json").read_text())["result_keys"]
+    fake = FakeRuns(save_interval=10, total=33)
+    fake.serving_result = {k: 10.0 + i for i, k in enumerate(keys)}
+    _, aws = _aws(fake)
+    out = tmp_path / "o"
+    assert main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY],
+                client=lambda: fake, out=print, aws=aws) == 0
+    job = next(j for j in fake.submitted if j["metadata"]["name"].startswith("example-ab-deepep-v1-r1"))
+    argv = json.loads(yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["MILES_ARGV"])
+    assert argv[argv.index("--sglang-router-port") + 1] == "30100" and "--pin-rollout-manager-to-head" in argv
+    start = next(c for c in fake.execs if "sglang.bench_serving" in c[-1])
+    assert "--random-output-len 256" in start[-1] and "http://$HEAD_IP:30100" in start[-1]
+    assert not (out / "nccl" / "r1" / "serving.json").exists()
+    assert main(["report", str(out)]) == 0
+    serving = json.loads((out / "report.json").read_text())["serving"]["deepep-v1"]["deepep-v1/r1"]
+    assert serving["p99_itl_ms"] == fake.serving_result["p99_itl_ms"]
+    assert "sglang bench_serving" in (out / "report.md").read_text()
 
 
 def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
@@ -220,3 +520,11 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
             assert validate(job, schema) == []
         for node in json.loads((folder / "nodes.json").read_text())["items"]:
             kubernetes_validate.validate(node, version, strict=True)
+    # the fault engine's objects in a team namespace (rendered with workloads.faultInjection)
+    from workloads.render.faults import fault_rbac
+    team = read_stack("p5en-shared", model=ProgramConfig).workloads.teams[0]
+    rbac = fault_rbac(team)
+    for obj in rbac:
+        kubernetes_validate.validate(obj, version, strict=True)
+    assert {o["metadata"]["namespace"] for o in rbac} == {f"team-{team.name}"}
+    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}  # nothing cluster-wide

@@ -28,6 +28,7 @@ from . import layout as L
 from . import render as M
 from .model import WorkloadModel
 from .render.admission import team_admission
+from .render.faults import fault_rbac
 from .render.network_policies import kuberay_operator_policy
 from .render.runs import team_run_budget
 from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
@@ -150,6 +151,7 @@ class Workloads(pulumi.ComponentResource):
         and the PVs/PVCs of its directories once they exist."""
         reward = m.settings.reward.port if m.reward else None
         ns, *rest = team_objects(team, m.pools, m.namespace, reward, m.head)
+        rest += fault_rbac(team) if m.settings.fault_injection else []
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,

@@ -182,6 +182,49 @@ def run(argv: list[str]) -> None:
     runpy.run_path(entry, run_name="__main__")
 
 
+def driver_log_path(marker: Path | str, attempt: str | int) -> Path:
+    """Where the launcher tees the driver's output: next to the lease, in the run's checkpoint
+    directory on FSx, which the file system exports to the team's bucket prefix (``workloads.teams``
+    ``team_checkpoint_directory``), so the log outlives the pods and the cluster."""
+    return Path(marker).parent / f"driver-{attempt}.log"
+
+
+def tee_driver_log(path: Path) -> threading.Thread:
+    """Copy everything written to this process's stdout and stderr (file descriptors 1 and 2, so Ray's
+    forwarded worker lines and native writes too) to ``path`` as well, appended, unbuffered. Ray's job
+    supervisor keeps reading the original stdout (``ray job logs``). At exit the descriptors are put
+    back, which ends the copy; the returned thread is joined then."""
+    import atexit
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(1), os.dup(2)
+    read, write = os.pipe()
+    log = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the copier)
+
+    def copy() -> None:
+        with log:
+            while chunk := os.read(read, 1 << 16):
+                os.write(saved[0], chunk)
+                log.write(chunk)
+        os.close(read)
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    copier = threading.Thread(target=copy, name="driver-log-tee", daemon=True)  # joined at exit (restore)
+    copier.start()
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)  # the last writers of the pipe are gone: the copier reads EOF
+        os.dup2(saved[1], 2)
+        copier.join(timeout=10)
+    atexit.register(restore)
+    return copier
+
+
 def main(args: list[str]) -> None:
     p = argparse.ArgumentParser(prog="miles_launcher.py")
     p.add_argument("--marker", type=Path, help="lease file kept fresh while Miles runs")
@@ -190,6 +233,8 @@ def main(args: list[str]) -> None:
     a = p.parse_args(args)
     argv = a.argv or json.loads(os.environ[ARGV_ENV])
     lease = None if a.marker is None else Lease(a.marker, a.attempt)
+    if a.marker is not None:
+        tee_driver_log(driver_log_path(a.marker, a.attempt))
     signal.signal(signal.SIGTERM, _stopper(lease))
     if lease is None:
         run(argv)

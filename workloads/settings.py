@@ -375,9 +375,19 @@ class WorkloadSettings(SchemaModel):
     network: NetworkTiers = NetworkTiers()
     runs: list[RunFile] = []
     """Runs declared in the stack (same schema as ``runs/*.yaml``), for those who want them in the graph."""
+    fault_injection: bool = False
+    """AWS FIS experiment templates, their role and the bench policies for the benchmark's fault arms
+    (``components.faults``, ``bench.faults``); needs ``submit: runs`` and teams."""
     efa_devices: dict[str, int] = {}
     """Per pool: EFA devices the device plugin advertises, when fewer than the type has (p5en nodes
     have been seen advertising 15, not 16). Pods request exactly this many."""
+
+    @model_validator(mode="after")
+    def _faults_need_teams(self) -> "WorkloadSettings":
+        if self.fault_injection and (self.submit is not Submission.RUNS or not self.teams):
+            raise ValueError("faultInjection: the fault templates target team namespaces; allowed: with "
+                             "submit: runs and at least one team")
+        return self
 
     @property
     def digests_required(self) -> bool:

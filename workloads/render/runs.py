@@ -38,7 +38,7 @@ from ..miles_launcher import LEASE_STALE_MIN
 from ..model import WorkloadModel
 from ..settings import RunFile, Submission, TopologyMode
 from ..teams import TEAM_LABEL, TeamSettings
-from .common import FSX_VOLUME, RAY_GROUP_LABEL, labels
+from .common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
 from .operators import tier_label
 from .ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
 from .services import stage_template
@@ -218,14 +218,24 @@ def team_run_budget(m: WorkloadModel, team: TeamSettings) -> dict:
     """One PodDisruptionBudget per team namespace, the platform's (teams may not create budgets):
     maxUnavailable 0 over every run's head, trainers and (unless Spot) rollout pods, so a node group
     update or ``kubectl drain`` waits instead of evicting them. Volcano's preemption deletes pods
-    without the Eviction API, so it is not held up."""
+    without the Eviction API, so it is not held up.
+
+    It selects only on labels KubeRay sets on the pods it makes and no pod template can override
+    (``ray.io/node-type``, ``ray.io/group``: ray-operator/controllers/ray/common/pod.go:1167-1189, v1.7.0),
+    never on a label a team writes (``rl.platform/run`` is the team's, in its RayJob): a team creates no
+    pods itself (``render.teams.SUBMITTER_RULES``), so every pod held is a Ray pod KubeRay made for one
+    of its RayJobs, on the pools admission allows it (GPU pools, heads on the head pool)."""
     groups = ["headgroup", TRAINER] + ([] if m.rollout_spot else [ROLLOUT])
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": RUN_BUDGET, "namespace": namespace_of(team.name),
                          "labels": team_labels(team, "run-budget")},
             "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {
-                "matchExpressions": [{"key": RUN_LABEL, "operator": "Exists"},
+                "matchExpressions": [{"key": RAY_NODE_TYPE_LABEL, "operator": "In", "values": ["head", "worker"]},
                                      {"key": RAY_GROUP_LABEL, "operator": "In", "values": groups}]}}}
+
+
+KUBERAY_OWNED_LABELS = (RAY_NODE_TYPE_LABEL, RAY_GROUP_LABEL, "ray.io/cluster")
+"""Pod labels KubeRay v1.7.0 sets and a pod template cannot override (common/pod.go:1178-1183)."""
 
 
 def priority_classes(m: WorkloadModel) -> list[dict]:

@@ -219,19 +219,6 @@ class RunClient:
             f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt(job)},{RAY_NODE_TYPE_LABEL}=head")).items
         return next((p.metadata.name for p in heads if p.status.phase == "Running"), None)
 
-    def driver_log(self, team: str, run: str, rayjob: str) -> str:
-        """The driver's log so far of the attempt ``rayjob``: ``ray job logs`` against its head's own Jobs
-        API (HTTPMode has no submitter pod to read). Empty when the attempt has no job id or no running
-        head: its Ray cluster is deleted ``ttlSecondsAfterFinished`` after it ends, so a caller that
-        needs the whole log reads it while the attempt runs and once more as it finishes."""
-        job = next((j for j in self.rayjobs(team, run) if j["metadata"]["name"] == rayjob), None)
-        job_id = None if job is None else (job.get("status") or {}).get("jobId")
-        head = None if job_id is None else self._head(team, run, job)
-        if head is None:
-            return ""
-        code, out = self._exec(team, head, ["ray", "job", "logs", "--address", DASHBOARD, job_id])
-        return out if code == 0 else ""
-
     def follow(self, team: str, run: str) -> Iterator[str]:
         """The driver's log, from the latest attempt's head: ``ray job logs --follow`` against its own Jobs
         API (HTTPMode has no submitter pod to read)."""

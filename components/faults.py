@@ -1,0 +1,149 @@
+"""The fault engine of the benchmark's fault arms: AWS Fault Injection Service (FIS) experiment
+templates the stack creates, the role FIS acts with, and the IAM policies that let a bench user start
+them (``bench.faults`` starts them; nothing else of the platform does).
+
+Why FIS, not an in-cluster injector: the faults the field cares about (a process killed, an instance
+gone) are what FIS does with AWS' own agent and audit trail (CloudTrail ``StartExperiment``), each
+template is a reviewed, fixed action on a fixed target selector, and the identity that acts is FIS'
+role, not the bench user's: a team member only gets ``fis:StartExperiment`` on its own team's
+templates. An in-cluster injector would be one more privileged controller (pods delete in every team
+namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions reference"):
+
+- ``aws:eks:pod-delete`` on an ``aws:eks:pod`` target (``clusterIdentifier``, ``namespace``,
+  ``selectorType: labelSelector``, ``selectorValue``), ``gracePeriodSeconds: 0``: a crash (SIGKILL,
+  no preStop), one pod (``COUNT(1)``) of the attempt's group (``FAULT_TARGET_LABEL`` = the group). FIS runs
+  its pod in the target namespace with ``kubernetesServiceAccount`` (``workloads.render.faults``);
+- ``aws:ec2:terminate-instances`` on ``aws:ec2:instance`` with the tag ``FAULT_TAG`` = cluster
+  (``ALL``): the bench tags exactly one instance before starting it. Its policy (``node_policy``) is
+  for the platform's operators only: tagging is not tied to a team, so it could stop any node.
+
+Guarantees: nothing is created unless ``faults.enabled`` is set; the FIS role may terminate only
+instances tagged ``FAULT_TAG`` = this cluster and gets Kubernetes access only through the access
+entry's group (``FIS_GROUP``), which each team namespace binds (``workloads.render.faults``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from .iam import policy_document, trust_policy
+
+FAULT_TAG = "rl.platform/fault-target"
+"""EC2 tag on the one instance a ``terminate-gpu-node`` fault terminates (value: the cluster)."""
+FAULT_TARGET_LABEL = "rl.platform/fault-target"
+"""Pod label on a fault arm's worker groups, its value the group's name: what the pod templates select
+(one ``key=value``, the form the ``aws:eks:pod`` target's ``labelSelector`` takes)."""
+CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/fault", "rl.platform/team"
+FIS_GROUP = "rl-fault-injector"
+"""Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
+FIS_SERVICE_ACCOUNT = "fis-pod-delete"
+POD_GROUPS = {"delete-rollout-pod": "rollout", "delete-trainer-pod": "trainer"}
+TERMINATE = "terminate-gpu-node"
+
+
+def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
+    """Targets and action of one ``aws:eks:pod-delete`` template (FIS actions reference: parameters
+    ``gracePeriodSeconds``, ``kubernetesServiceAccount``; target ``aws:eks:pod``)."""
+    return {"targets": [{"name": "pod", "resource_type": "aws:eks:pod", "selection_mode": "COUNT(1)",
+                         "parameters": {"clusterIdentifier": cluster, "namespace": namespace,
+                                        "selectorType": "labelSelector",
+                                        "selectorValue": f"{FAULT_TARGET_LABEL}={group}"}}],
+            "actions": [{"name": "kill", "action_id": "aws:eks:pod-delete",
+                         "parameters": [{"key": "gracePeriodSeconds", "value": "0"},
+                                        {"key": "kubernetesServiceAccount", "value": FIS_SERVICE_ACCOUNT}],
+                         "target": {"key": "Pods", "value": "pod"}}]}
+
+
+def terminate_template(cluster: str) -> dict:
+    """``aws:ec2:terminate-instances`` on the instances tagged ``FAULT_TAG`` = ``cluster``."""
+    return {"targets": [{"name": "node", "resource_type": "aws:ec2:instance", "selection_mode": "ALL",
+                         "resource_tags": [{"key": FAULT_TAG, "value": cluster}],
+                         "filters": [{"path": "State.Name", "values": ["running"]}]}],
+            "actions": [{"name": "terminate", "action_id": "aws:ec2:terminate-instances",
+                         "target": {"key": "Instances", "value": "node"}}]}
+
+
+def fis_role_statements(cluster: str, cluster_arn: str) -> list[dict]:
+    """What FIS' role may do: terminate only tagged instances, describe them, and reach the cluster."""
+    return [{"Effect": "Allow", "Action": "ec2:TerminateInstances", "Resource": "arn:aws:ec2:*:*:instance/*",
+             "Condition": {"StringEquals": {f"aws:ResourceTag/{FAULT_TAG}": cluster}}},
+            {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
+            {"Effect": "Allow", "Action": "eks:DescribeCluster", "Resource": cluster_arn}]
+
+
+def team_policy_statements(cluster: str, team: str) -> list[dict]:
+    """A team member's bench rights: start, watch and stop its own team's pod templates only."""
+    return [{"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment-template/*",
+             "Condition": {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster,
+                                            f"aws:ResourceTag/{TEAM_TAG}": team}}},
+            {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment/*"},
+            {"Effect": "Allow", "Action": ["fis:GetExperiment", "fis:StopExperiment", "fis:ListExperimentTemplates",
+                                           "fis:GetExperimentTemplate", "fis:TagResource"], "Resource": "*"}]
+
+
+def node_policy_statements(cluster: str) -> list[dict]:
+    """An operator's node-fault rights: tag an instance of this cluster with ``FAULT_TAG`` only, and
+    start the cluster's terminate template."""
+    return [{"Effect": "Allow", "Action": ["ec2:CreateTags", "ec2:DeleteTags"], "Resource": "arn:aws:ec2:*:*:instance/*",
+             "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster},
+                           "ForAllValues:StringEquals": {"aws:TagKeys": [FAULT_TAG]}}},
+            {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment-template/*",
+             "Condition": {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster,
+                                            f"aws:ResourceTag/{FAULT_KIND_TAG}": TERMINATE}}}]
+
+
+class FaultEngine(pulumi.ComponentResource):
+    """The FIS role, its cluster access, one pod-delete template per team and group, the terminate
+    template, and the bench policies (``teamPolicies`` per team, ``nodePolicy``)."""
+
+    def __init__(self, cluster: str, cluster_arn: pulumi.Input[str], teams: Sequence[tuple[str, str]],
+                 depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
+        """``cluster``: the EKS cluster's name; ``teams``: (team, namespace) pairs."""
+        name = f"{cluster}-faults"
+        super().__init__("rlplatform:index:FaultEngine", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(depends_on))
+        role = aws.iam.Role(f"{name}-fis", assume_role_policy=trust_policy("fis.amazonaws.com"), opts=child)
+        aws.iam.RolePolicy(f"{name}-fis", role=role.id, policy=pulumi.Output.from_input(cluster_arn).apply(
+            lambda arn: policy_document(fis_role_statements(cluster, arn))), opts=child)
+        aws.eks.AccessEntry(f"{name}-fis", cluster_name=cluster, principal_arn=role.arn,
+                            kubernetes_groups=[FIS_GROUP], type="STANDARD", opts=child)
+        specs = {(team, kind): (pod_delete_template(cluster, namespace, group),
+                                {CLUSTER_TAG: cluster, TEAM_TAG: team, FAULT_KIND_TAG: kind})
+                 for team, namespace in teams for kind, group in POD_GROUPS.items()}
+        specs[TERMINATE] = (terminate_template(cluster), {CLUSTER_TAG: cluster, FAULT_KIND_TAG: TERMINATE})
+        self.templates = {key: experiment_template(f"{name}-{'-'.join(key) if isinstance(key, tuple) else key}",
+                                                   spec, tags, role.arn, child)
+                          for key, (spec, tags) in specs.items()}
+        self.team_policies = {team: aws.iam.Policy(f"{name}-bench-{team}", description=f"bench faults of team {team}",
+                                                   policy=policy_document(team_policy_statements(cluster, team)),
+                                                   opts=child) for team, _ in teams}
+        self.node_policy = aws.iam.Policy(f"{name}-bench-nodes", description="bench node faults (operators)",
+                                          policy=policy_document(node_policy_statements(cluster)), opts=child)
+        self.register_outputs({})
+
+    def outputs(self) -> dict:
+        return {"teamPolicies": {t: p.arn for t, p in self.team_policies.items()}, "nodePolicy": self.node_policy.arn}
+
+
+def experiment_template(name: str, spec: dict, tags: dict, role_arn: pulumi.Input[str],
+                        opts: pulumi.ResourceOptions) -> aws.fis.ExperimentTemplate:
+    """``spec`` (``pod_delete_template``/``terminate_template``) as pulumi-aws 7.51.1's
+    ``aws.fis.ExperimentTemplate`` (targets: name, resource_type, selection_mode, parameters,
+    resource_tags, filters; actions: name, action_id, target, parameters)."""
+    def target(t: dict) -> aws.fis.ExperimentTemplateTargetArgs:
+        return aws.fis.ExperimentTemplateTargetArgs(
+            name=t["name"], resource_type=t["resource_type"], selection_mode=t["selection_mode"],
+            parameters=t.get("parameters"),
+            resource_tags=[aws.fis.ExperimentTemplateTargetResourceTagArgs(**x) for x in t.get("resource_tags", [])] or None,
+            filters=[aws.fis.ExperimentTemplateTargetFilterArgs(**x) for x in t.get("filters", [])] or None)
+    actions = [aws.fis.ExperimentTemplateActionArgs(
+        name=a["name"], action_id=a["action_id"], target=aws.fis.ExperimentTemplateActionTargetArgs(**a["target"]),
+        parameters=[aws.fis.ExperimentTemplateActionParameterArgs(**p) for p in a.get("parameters", [])] or None)
+        for a in spec["actions"]]
+    return aws.fis.ExperimentTemplate(name, description=f"rl-platform bench fault {name}", role_arn=role_arn,
+                                      stop_conditions=[aws.fis.ExperimentTemplateStopConditionArgs(source="none")],
+                                      targets=[target(t) for t in spec["targets"]], actions=actions, tags=tags,
+                                      opts=opts)

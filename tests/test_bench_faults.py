@@ -1,0 +1,188 @@
+"""The bench's fault engine and its signals: the FIS templates and policies the stack creates, the
+recovery figures read from the RayJob status and the driver log's own lines, the driver log teed by
+the launcher and read incrementally."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from analysis import mocks
+from conftest import ROOT
+from bench.artifacts import Collected, Node
+from bench.driverlog import CHUNK, DriverLog, LogUnavailable
+from bench.experiment import load_experiment, schedule
+from bench.logparse import parse_log
+from bench.recovery import fault_figures
+from components.faults import (FAULT_TAG, FaultEngine, fis_role_statements, node_policy_statements,
+                               team_policy_statements, terminate_template)
+from workloads.render.common import RAY_NODE_TYPE_LABEL
+from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
+
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+
+
+def _perf(step: int, at: datetime) -> str:
+    r = {"perf/rollout_time": 90.0, "perf/tokens_per_gpu_per_sec": 1000.0}
+    return (f"(RolloutManager pid=1, ip=10.0.3.1) [{at.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} rollout_manager] "
+            f"metrics.py:89 - perf {step}: {r}")
+
+
+def _collected(lines: list[str], jobs: list[dict], faults: list[dict]) -> Collected:
+    exp = load_experiment("experiments/example-ab.yaml")
+    attempt = next(a for a in schedule(exp) if a.arm == "deepep-v1-faults")
+    text = "\n".join(lines) + "\n"
+    return Collected(attempt, parse_log(text), jobs, [Node("r", "rollout", "rollout", "p5en.48xlarge", "ON_DEMAND", 8)],
+                     T0, T0 + timedelta(hours=1), None, faults, text)
+
+
+def _job(name: str, status: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"jobStatus": status}}
+
+
+def test_the_outcome_is_the_rayjob_status_not_step_arithmetic():
+    """Steps that go on right after the fault once read as "continued (no restart), 0 steps lost"; with
+    the RayJob FAILED (and not resubmitted) the outcome says so."""
+    lines = [_perf(i, T0 + timedelta(minutes=i)) for i in range(20)]
+    fault = {"kind": "delete-trainer-pod", "step": 12, "loggedStep": 12, "rayjob": "r-1",
+             "injectedAt": (T0 + timedelta(minutes=12, seconds=30)).isoformat()}
+    fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), _collected(lines, [_job("r-1", "FAILED")], [fault]))
+    assert fig["job_status"] == "FAILED" and "FAILED" in fig["outcome"] and "not resubmitted" in fig["outcome"]
+    assert "continued" not in fig["resumed_from"]
+
+
+def test_resumed_from_the_last_complete_checkpoint_is_the_iteration_megatron_loaded():
+    """The resume is judged by Megatron's own lines: saved from iteration 19 before the fault, loaded at
+    iteration 9 after it (the last save was not the one loaded) -> not the last complete checkpoint."""
+    saved = lambda i, at: (f"(MegatronTrainRayActor pid=2, ip=10.0.2.1)   [{at.strftime('%Y-%m-%d %H:%M:%S.%f')}] "  # noqa: E731
+                           f"successfully saved checkpoint from iteration {i:7d} to /mnt/fsx/checkpoints/r [ t 1/4, p 1/1 ]")
+    lines = [_perf(i, T0 + timedelta(minutes=i)) for i in range(25)]
+    lines.insert(11, saved(9, T0 + timedelta(minutes=9, seconds=30)))
+    lines.insert(22, saved(19, T0 + timedelta(minutes=19, seconds=30)))
+    lines += ["(MegatronTrainRayActor pid=2, ip=10.0.2.1)  successfully loaded checkpoint from /mnt/fsx/checkpoints/r "
+              "[ t 1/4, p 1/1 ] at iteration 9"] + [_perf(i, T0 + timedelta(minutes=30 + i)) for i in range(10, 25)]
+    fault = {"kind": "delete-trainer-pod", "step": 24, "loggedStep": 24, "rayjob": "r-1", "resumedAs": "r-2",
+             "injectedAt": (T0 + timedelta(minutes=24, seconds=30)).isoformat()}
+    jobs = [_job("r-1", "FAILED"), _job("r-2", "SUCCEEDED")]
+    fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), _collected(lines, jobs, [fault]))
+    assert (fig["last_saved_iteration"], fig["loaded_iteration"]) == (19, 9)
+    assert fig["resumed_from"] == "checkpoint iteration 9" and fig["resumed_from_last_checkpoint"] is False
+    assert fig["steps_lost"] == 15  # steps 10-24 were run again
+
+
+class _Head:
+    """A head pod whose exec serves ``tail -c`` of one file, as the launcher's copy on FSx."""
+
+    def __init__(self, data: bytes, code: int | None = 0):
+        self.data, self.code, self.commands = data, code, []
+        pod = SimpleNamespace(metadata=SimpleNamespace(name="r-1-head", labels={
+            RUN_LABEL: "r", ATTEMPT_LABEL: "1", RAY_NODE_TYPE_LABEL: "head"}), status=SimpleNamespace(phase="Running"))
+        self.pods = [pod]
+        self.core = SimpleNamespace(list_namespaced_pod=lambda ns, label_selector: SimpleNamespace(items=self.pods))
+
+    def _exec(self, team, pod, command):
+        self.commands.append(command)
+        offset = int(command[2].split("tail -c +")[1].split()[0]) - 1
+        return self.code, self.data[offset:offset + CHUNK].decode()
+
+
+def test_the_driver_log_is_read_from_where_it_stopped():
+    head = _Head(b"line 1\nline 2\n")
+    log = DriverLog("alpha", "r", 1, "/mnt/fsx/checkpoints/r/driver-1.log")
+    assert log.read(head) == "line 1\nline 2\n"
+    head.data += b"line 3\n"
+    assert log.read(head) == "line 3\n" and log.offset == len(head.data)
+    assert [c[2].split()[2] for c in head.commands] == ["+1", "+15"]  # only the new bytes each time
+    assert log.read(head) == ""
+
+
+def test_a_log_that_cannot_be_read_is_an_error_saying_so_never_an_empty_log():
+    with pytest.raises(LogUnavailable, match="did not end in time"):
+        DriverLog("alpha", "r", 1, "/f").read(_Head(b"x", code=None))
+    gone = _Head(b"x")
+    gone.pods = []
+    with pytest.raises(LogUnavailable, match="no running head .* no bucket"):
+        DriverLog("alpha", "r", 1, "/f").read(gone)
+
+
+def test_once_the_head_is_gone_the_rest_comes_from_the_bucket_from_the_same_offset():
+    head = _Head(b"abc\n")
+    got = []
+    s3 = SimpleNamespace(get_object=lambda Bucket, Key, Range: got.append((Bucket, Key, Range)) or {
+        "Body": SimpleNamespace(read=lambda: b"def\n")})
+    log = DriverLog("alpha", "r", 1, "/mnt/fsx/checkpoints/r/driver-1.log", s3=s3, bucket="b",
+                    key_of=lambda p: "checkpoints/teams/alpha/r/driver-1.log")
+    assert log.read(head) == "abc\n"
+    head.pods = []  # the node went, and the head with it
+    assert log.read(head) == "def\n" and got == [("b", "checkpoints/teams/alpha/r/driver-1.log", "bytes=4-")]
+
+
+def test_the_launcher_tees_the_driver_output_to_the_run_directory(tmp_path):
+    """stdout, stderr and native writes reach both the job's own log (Ray reads the process's stdout)
+    and the file next to the lease."""
+    marker = tmp_path / "checkpoints" / "r" / "RUNNING"
+    code = ("import os, sys, runpy; from pathlib import Path; m = runpy.run_path(sys.argv[2]); "
+            "m['tee_driver_log'](m['driver_log_path'](Path(sys.argv[1]), 2)); print('perf 0: {}'); "
+            "sys.stderr.write('warn\\n'); os.write(1, b'native\\n')")
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(marker), str(ROOT / "workloads" / "miles_launcher.py")],
+                          capture_output=True, text=True, timeout=30)
+    teed = (marker.parent / "driver-2.log").read_text()
+    for text in ("perf 0: {}", "warn", "native"):
+        assert text in done.stdout and text in teed
+
+
+def test_the_fis_role_terminates_only_the_instance_the_bench_tagged():
+    stmt = next(s for s in fis_role_statements("c", "arn:aws:eks:us-east-1:1:cluster/c")
+                if s["Action"] == "ec2:TerminateInstances")
+    assert stmt["Condition"] == {"StringEquals": {f"aws:ResourceTag/{FAULT_TAG}": "c"}}
+    assert terminate_template("c")["targets"][0]["resource_tags"] == [{"key": FAULT_TAG, "value": "c"}]
+    team = team_policy_statements("c", "alpha")[0]
+    assert team["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/team"] == "alpha"
+    tags = node_policy_statements("c")[0]["Condition"]
+    assert tags["ForAllValues:StringEquals"] == {"aws:TagKeys": [FAULT_TAG]}  # no other tag can be set
+
+
+def test_the_fault_engine_registers_templates_pulumi_aws_accepts():
+    """pulumi-aws 7.51.1 ``aws.fis.ExperimentTemplate`` with the fields used (under the mock engine)."""
+    graph = mocks.run(lambda: FaultEngine("c", "arn:aws:eks:us-east-1:123456789012:cluster/c",
+                                          [("alpha", "team-alpha")]), region="us-east-1", stack="t")
+    templates = {r.name: r.inputs for r in graph.of_type("aws:fis/experimentTemplate:ExperimentTemplate")}
+    assert set(templates) == {"c-faults-alpha-delete-rollout-pod", "c-faults-alpha-delete-trainer-pod",
+                              "c-faults-terminate-gpu-node"}
+    kill = templates["c-faults-alpha-delete-trainer-pod"]
+    assert {p["key"]: p["value"] for p in kill["actions"][0]["parameters"]}["gracePeriodSeconds"] == "0"
+    assert kill["targets"][0]["parameters"]["namespace"] == "team-alpha"
+    entry, = graph.of_type("aws:eks/accessEntry:AccessEntry")
+    assert entry.inputs["kubernetesGroups"] == ["rl-fault-injector"]
+    json.loads(graph.of_type("aws:iam/rolePolicy:RolePolicy")[0].inputs["policy"])
+
+
+BENCH_SERVING = json.loads((ROOT / "tests" / "data" / "sglang-0.5.19-bench-serving.json").read_text())
+
+
+def test_the_serving_benchmark_uses_only_flags_sglang_0_5_19_parses_for_a_fixed_workload():
+    from bench.experiment import ServingBench
+    from bench.serving import argv
+    words = argv(ServingBench(at_step=5, input_len=512, output_len=256), "/mnt/fsx/models/m", "/o.jsonl")
+    flags = [w for w in words if w.startswith("--")]
+    assert set(flags) <= set(BENCH_SERVING["flags"]), set(flags) - set(BENCH_SERVING["flags"])
+    given = dict(zip(words, words[1:]))
+    assert given["--dataset-name"] == "random-ids" and given["--random-range-ratio"] == "1.0"  # exact lengths
+    assert (given["--random-input-len"], given["--random-output-len"]) == ("512", "256")
+    assert "--disable-ignore-eos" not in words  # every answer runs to its fixed length
+
+
+def test_the_serving_figures_are_read_from_its_own_result_line():
+    from bench.serving import METRICS, THROUGHPUT, parse_result
+    assert set(METRICS) | set(THROUGHPUT) <= set(BENCH_SERVING["result_keys"])
+    line = {k: float(i) for i, k in enumerate(BENCH_SERVING["result_keys"])}
+    got = parse_result("\n" + json.dumps(line) + "\n")
+    assert got["p99_itl_ms"] == line["p99_itl_ms"] and got["median_ttft_ms"] == line["median_ttft_ms"]
+    with pytest.raises(ValueError, match="p99_tpot_ms"):
+        parse_result(json.dumps({k: v for k, v in line.items() if k != "p99_tpot_ms"}))
+
