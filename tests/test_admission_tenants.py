@@ -203,3 +203,23 @@ def test_a_run_pods_own_tolerations_pass(policies, rayjob):
     for pod in run_pods(rayjob):
         assert refused(policies[POD_POLICY], pod) == []
 
+
+
+def test_the_pod_policy_judges_every_team_request_but_not_the_fis_pod_delete_pod(policies):
+    """AWS FIS creates its own pod in the target namespace for aws:eks:pod-delete: the team pod policy
+    (which would refuse its pool-less, platform-less spec) does not match the FIS access entry's group,
+    and matches every other requester, a team member included."""
+    import celpy
+    from celpy import json_to_cel
+    from components.faults import FIS_GROUP
+    env = celpy.Environment()
+    conditions = policies[POD_POLICY]["spec"]["matchConditions"]
+
+    def matches(groups: list[str]) -> bool:
+        act = {"request": json_to_cel({"userInfo": {"username": "u", "groups": groups}})}
+        return all(env.program(env.compile(c["expression"])).evaluate(act) for c in conditions)
+    assert not matches([FIS_GROUP, "system:authenticated"])
+    assert matches(["team-alpha-members", "system:authenticated"])
+    assert matches(["system:serviceaccounts:team-alpha", "system:authenticated"])
+    other = [p for name, p in policies.items() if name != POD_POLICY]
+    assert all("matchConditions" not in p["spec"] for p in other)  # RayJobs, clusters, podgroups: judged always

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from components.faults import FIS_GROUP
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
@@ -293,12 +294,21 @@ META_UNCHANGED = ("(has(object.metadata.labels) ? object.metadata.labels : {}) =
                   " (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})")
 
 
+NOT_THE_FAULT_ENGINE = {"name": "not-the-fault-engine", "expression": f"!('{FIS_GROUP}' in request.userInfo.groups)"}
+"""The team pod policy does not judge the pod AWS FIS creates for an ``aws:eks:pod-delete`` experiment
+(FIS User Guide, "Use the AWS FIS aws:eks:pod actions": FIS creates its own pod, from its own image, in
+the target namespace). Only the FIS role's EKS access entry carries ``FIS_GROUP`` (``components.faults``),
+whose trust is the FIS service and whose templates the stack defines; a team member cannot join a group
+an access entry names. Its RBAC there is create/get/list/delete pods (``render.faults.ENGINE_RULES``)."""
+
+
 def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[tuple[str, str]],
-            variables: list[dict] | None = None, unchanged: str = SPEC_UNCHANGED) -> list[dict]:
+            variables: list[dict] | None = None, unchanged: str = SPEC_UNCHANGED,
+            match_conditions: list[dict] | None = None) -> list[dict]:
     """A policy on ``resources`` ((group, version, resources)) at CREATE and at every UPDATE not
     ``unchanged``, and its Deny binding on every team namespace."""
     md = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
-    spec: dict = {"failurePolicy": "Fail",
+    spec: dict = {"failurePolicy": "Fail", **({"matchConditions": match_conditions} if match_conditions else {}),
                   "matchConstraints": {"resourceRules": [
                       {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": r}
                       for g, v, r in resources]},
@@ -322,7 +332,7 @@ def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str]
              {"name": "headPool", "expression": f"'{head_pool}'"}]
     labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
-                     [containers, *pools]),
+                     [containers, *pools], match_conditions=[NOT_THE_FAULT_ENGINE]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
             *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes), unchanged=labelled),
             *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])],
