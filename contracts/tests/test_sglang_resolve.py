@@ -1,0 +1,63 @@
+"""SGLang's own resolution (sglang 0.5.9 / 0.5.16 ``ServerArgs.__post_init__``, 0.5.19
+``ServerArgs.resolve_once()`` -> ``arg_groups/pipeline.py:run_resolution_pipeline``) accepts every rollout
+engine the product renders, with the exact ``--sglang-*`` flags Miles passes, the rollout pod's env, the
+node's GPU memory (instance catalog) and the model's config.json; and DeepEP V2's buffer fits the memory
+the engine leaves outside ``mem_fraction_static``."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from sglang_engines import engines, resolve
+
+from workloads.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_buffer_bytes
+
+ENGINES = engines()
+BY_NAME = {e.name: e for e in ENGINES}
+
+
+@functools.cache
+def results(version: str) -> dict[str, dict]:
+    batch = [e for e in ENGINES if e.sglang == version]
+    return {e.name: r for e, r in zip(batch, resolve(batch))}
+
+
+def result(name: str) -> dict:
+    return results(BY_NAME[name].sglang)[name]
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_sglang_resolves_the_rendered_engine(name):
+    r = result(name)
+    assert r["ok"], f"{name}: SGLang {BY_NAME[name].sglang} refuses the engine: {r['error']}\n{r['trace']}"
+
+
+def _deepep_v2(name: str) -> bool:
+    return "deepep_v2" in BY_NAME[name].spec["argv"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BY_NAME if _deepep_v2(n)))
+def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
+    """What SGLang keeps outside ``mem_fraction_static`` when left to itself (sglang 0.5.19
+    arg_groups/memory_hook.py:233-268, which reserves DeepEP buffers for ``deepep`` only, :337-349)
+    must still be there once our fraction also holds DeepEP V2's ElasticBuffer."""
+    e = BY_NAME[name]
+    ours = result(name)
+    assert ours["ok"], ours["error"]
+    spec = dict(e.spec, argv=_without(e.spec["argv"], "--sglang-mem-fraction-static"))
+    default = resolve([type(e)(e.name, e.sglang, spec)])[0]
+    assert default["ok"], default["error"]
+    gpu = e.spec["gpu_memory_mib"] * 2 ** 20
+    capacity = int(e.spec["env"][DEEPEP_V2_CAPACITY_ENV])
+    nodes = max(1, e.spec["gpus_per_engine"] // e.spec["gpus_per_node"])
+    buffer = deepep_v2_buffer_bytes(capacity, hidden=2048, topk=8, ranks=e.spec["gpus_per_engine"],
+                                    nodes=nodes)
+    assert (1 - ours["mem_fraction_static"]) * gpu >= (1 - default["mem_fraction_static"]) * gpu + buffer
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    if flag not in argv:
+        return argv
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:]
