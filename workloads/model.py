@@ -19,7 +19,7 @@ from stackconfig.versions import Charts, SoftwareStack, workload_image
 
 from . import layout as L
 from .argv import miles_argv
-from .env import gpu_env, runtime_env
+from .env import gpu_env, rollout_env, runtime_env
 from .profile import run_profile
 from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
@@ -101,9 +101,10 @@ class WorkloadModel:
         return self.argv
 
 
-def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str) -> L.Group:
+def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str, rollout: dict[str, str]) -> L.Group:
     if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
-        return replace(g, env=gpu_env(g.pool, g.efa, deepep, fabric))
+        env = gpu_env(g.pool, g.efa, deepep, fabric)
+        return replace(g, env={**env, **rollout} if g.pool.role is Role.ROLLOUT else env)
     return g
 
 
@@ -129,7 +130,7 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         settings=cfg.workloads, software=cfg.versions.software, profile=run_profile(cfg), charts=cfg.versions.charts,
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
-        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric) for g in L.ray_workers(cfg)),
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, rollout_env(cfg)) for g in L.ray_workers(cfg)),
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),

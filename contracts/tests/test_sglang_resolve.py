@@ -7,6 +7,8 @@ the engine leaves outside ``mem_fraction_static``."""
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import pytest
 from sglang_engines import engines, resolve
@@ -51,8 +53,9 @@ def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
     gpu = e.spec["gpu_memory_mib"] * 2 ** 20
     capacity = int(e.spec["env"][DEEPEP_V2_CAPACITY_ENV])
     nodes = max(1, e.spec["gpus_per_engine"] // e.spec["gpus_per_node"])
-    buffer = deepep_v2_buffer_bytes(capacity, hidden=2048, topk=8, ranks=e.spec["gpus_per_engine"],
-                                    nodes=nodes)
+    model = json.loads((Path(e.spec["model_path"]) / "config.json").read_text())
+    buffer = deepep_v2_buffer_bytes(capacity, hidden=model["hidden_size"], topk=model["num_experts_per_tok"],
+                                    ranks=e.spec["gpus_per_engine"], nodes=nodes)
     assert (1 - ours["mem_fraction_static"]) * gpu >= (1 - default["mem_fraction_static"]) * gpu + buffer
 
 
