@@ -142,10 +142,41 @@ def test_nccl_is_the_version_torch_loads_and_the_plugin_may_be_a_path(monkeypatc
     plugin.write_text("")
     monkeypatch.setenv("NCCL_NET_PLUGIN", str(plugin))
     monkeypatch.setattr(P, "_dlopen", lambda names: names[0])
-    assert P.check_ofi_plugin("2.28.9") is None
-    assert "turns into libnccl-net-<path>.so" in P.check_ofi_plugin("2.27.5")
+    # NCCL 2.27.5 (slime-0.2.4) dlopens the value as given first too (plugin_open.cc:63-67 at v2.27.5-1).
+    assert P.check_ofi_plugin() is None
     monkeypatch.setenv("NCCL_NET_PLUGIN", "libfoo")
-    assert P.check_ofi_plugin("2.28.9").startswith("NCCL: NCCL_NET_PLUGIN='libfoo'; allowed: 'ofi' or")
+    assert P.check_ofi_plugin().startswith("NCCL: NCCL_NET_PLUGIN='libfoo'; allowed: 'ofi' or")
+
+
+def _init_log(*messages: str) -> str:
+    """NCCL INFO lines as src/debug.cc (v2.30.7-1 :354) prints them: host:pid:tid, "[dev] NCCL INFO msg"."""
+    return "".join(f"p5en-1:4211:4211 [0] NCCL INFO {m}\n" for m in messages)
+
+
+# The messages, from NVIDIA/nccl's own format strings (v2.30.7-1): src/plugin/net.cc:228, gin.cc:158, init.cc:486.
+GDA_LOG = _init_log("Assigned NET plugin Libfabric to comm", "GIN/Plugin: Assigned plugin Libfabric type 5 to comm",
+                    "Using network Libfabric")
+
+
+def test_the_gin_type_is_read_from_ncclss_own_init_lines():
+    assert P.nccl_gin(GDA_LOG) == ("Libfabric", 5) and P.nccl_network(GDA_LOG) == "Libfabric"
+    assert P.check_gin_type(GDA_LOG, "5") is None
+    proxy = GDA_LOG.replace("type 5", "type 2")
+    assert P.check_gin_type(proxy, "5") == "GIN: NCCL assigned 'Libfabric' type 2, the profile needs type 5"
+    none = _init_log("Assigned NET plugin Libfabric to comm", "Using network Libfabric")
+    assert P.check_gin_type(none, "2").startswith("GIN: NCCL assigned no GIN plugin (NCCL_GIN_TYPE=2 expected)")
+
+
+def test_the_preflight_collective_fails_when_gin_is_not_the_profiles(monkeypatch):
+    class Done:
+        returncode, stderr = 0, ""
+        stdout = GDA_LOG.replace("type 5", "type 2")
+
+    monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: Done)
+    assert P.check_nccl_network(gin_type="5") == "GIN: NCCL assigned 'Libfabric' type 2, the profile needs type 5"
+    assert P.check_nccl_network(gin_type="2") is None and P.check_nccl_network() is None
+    Done.stdout = _init_log("Assigned NET plugin Socket to comm", "Using network Socket")
+    assert "NET plugin 'Socket'" in P.check_nccl_network(gin_type="5")
 
 
 def test_gdrdrv_must_open_and_the_gda_path_is_checked_in_the_pod(monkeypatch, tmp_path):

@@ -75,11 +75,18 @@ def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
     if moe_backend(cfg).moe_a2a_backend != "deepep_v2":
         return None
     run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
-    model = model_args(cfg)
     engine = run.rollout.nodes_per_engine * rollout.instance.gpus
     return deepep_v2_budget(rollout.instance.gpu_memory_gib * 1024, engine, engine if run.rollout.dp_attention else 1,
-                            run.rollout.nodes_per_engine, int(model[model.index("--hidden-size") + 1]),
-                            int(model[model.index("--moe-router-topk") + 1]), run.rollout.mem_fraction_static)
+                            run.rollout.nodes_per_engine, _model_dim(cfg, "--hidden-size"),
+                            _model_dim(cfg, "--moe-router-topk"), run.rollout.mem_fraction_static)
+
+
+def _model_dim(cfg: "ProgramConfig", flag: str) -> int:
+    """``flag``'s value in the run's model flags, else in its model's preset."""
+    for flags in (model_args(cfg), MODEL_PRESETS.get(cfg.workloads.run.model, [])):
+        if flag in flags:
+            return int(flags[flags.index(flag) + 1])
+    raise ValueError(f"workloads.run.modelArgs: {flag} is needed to size DeepEP V2's buffer; allowed: add it")
 
 
 def reward_url(cfg: "ProgramConfig") -> str:

@@ -23,9 +23,8 @@ NVLS_GPUS = frozenset({"H100", "H200", "B200", "B300"})
 
 EFA_ENV = {
     "FI_PROVIDER": "efa",
-    # The short name works with every NCCL here. A full path works from NCCL 2.28 (plugin_open.cc
-    # dlopens it as given), but NCCL 2.27 (slime-0.2.4) builds "libnccl-net-<value>.so" from it and
-    # falls back to sockets when that is not found.
+    # NCCL loads libnccl-net-ofi.so for the short name (NVIDIA/nccl v2.27.5-1 src/plugin/plugin_open.cc:76-78);
+    # a full path would work too: every pinned NCCL dlopens the value as given first (:63-67; v2.28.9-1 :69-75).
     "NCCL_NET_PLUGIN": "ofi",
 }
 """aws-ofi-nccl 1.21's doc/efa-env-var.md: FI_EFA_FORK_SAFE is not needed (the plugin sets it),

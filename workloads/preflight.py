@@ -9,10 +9,12 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - GPUs: ``nvidia-smi -L`` lists the expected count;
 - EFA: ``fi_info -p efa -t FI_EP_RDM`` lists as many EFA domains as the pod requested devices
   (libfabric's own view: a device the plugin allocated but libfabric cannot open counts missing);
-- aws-ofi-nccl: the plugin NCCL loads for ``NCCL_NET_PLUGIN`` (the short name ``ofi``, or from NCCL
-  2.28 a full path, which ``plugin_open.cc`` dlopens as given) opens, and a one-rank NCCL
-  communicator on this GPU reports the network it chose (``NCCL_DEBUG=INFO``: ``Using network ...``):
-  Libfabric (NET/OFI), not Socket; with ``--fabric sockets`` the reverse;
+- aws-ofi-nccl: the plugin NCCL loads for ``NCCL_NET_PLUGIN`` (the short name ``ofi``, or a full path,
+  which every pinned NCCL dlopens as given first: NVIDIA/nccl v2.27.5-1 src/plugin/plugin_open.cc:63-67,
+  v2.28.9-1 :69-75, v2.30.7-1 :85-90) opens, and a one-rank NCCL communicator on this GPU reports, in
+  NCCL's own INFO lines, the network it chose and, for DeepEP V2, the GIN plugin and its type
+  (``nccl_init``): Libfabric (NET/OFI), not Socket (with ``--fabric sockets`` the reverse), and the GIN
+  type the pod's ``NCCL_GIN_TYPE`` names;
 - NCCL: the version torch loads (``torch.cuda.nccl.version()``, which is what the run uses, not
   whatever ``libnccl.so.2`` the loader would find) is at least the profile's;
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` opens (GDRCopy's kernel module on the host, passed into the
@@ -96,19 +98,25 @@ def torch_nccl() -> str | None:
     return out.strip() if out and re.fullmatch(r"\d+\.\d+\.\d+", out.strip()) else None
 
 
-def check_ofi_plugin(nccl: str | None) -> str | None:
+def check_ofi_plugin() -> str | None:
     name = os.environ.get("NCCL_NET_PLUGIN", "ofi")
     if name != "ofi" and not os.path.isabs(name):
         return f"NCCL: NCCL_NET_PLUGIN={name!r}; allowed: 'ofi' or the plugin's full path"
-    if os.path.isabs(name) and (nccl is None or parse_version(nccl) < (2, 28)):
-        return (f"NCCL: NCCL_NET_PLUGIN={name!r} is a path, which NCCL {nccl or '(unknown)'} turns into "
-                f"libnccl-net-<path>.so (a path is taken as given from 2.28); allowed: 'ofi'")
     if _dlopen((name,) if os.path.isabs(name) else OFI_PLUGINS) is None:
         return f"NCCL: aws-ofi-nccl ({name if os.path.isabs(name) else ' or '.join(OFI_PLUGINS)}) does not load: NCCL would fall back to sockets"
     return None
 
 
 NET_LINE = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
+"""NVIDIA/nccl src/init.cc ``INFO(NCCL_INIT, "Using network %s", ...)`` (v2.27.5-1 :346, v2.30.7-1 :486);
+the line prefix is src/debug.cc's ``"[%d] NCCL INFO %s"`` (v2.30.7-1 :354)."""
+NET_PLUGIN_LINE = re.compile(r"NCCL INFO Assigned NET plugin (.+?) to comm\s*$", re.M)
+"""src/plugin/net.cc ``"Assigned NET plugin %s to comm"`` (v2.27.5-1 :174, v2.30.7-1 :228)."""
+GIN_LINE = re.compile(r"NCCL INFO GIN/Plugin: Assigned plugin (.+?) type (\d+) to comm\s*$", re.M)
+"""src/plugin/gin.cc ``"GIN/Plugin: Assigned plugin %s type %d to comm"`` (v2.30.7-1 :158, the newest tag
+readable here; 2.31.2 is not), logged at communicator init (init.cc:477 ``ncclGinInit`` before :486).
+A plugin whose type differs from ``NCCL_GIN_TYPE`` is skipped (gin.cc:145), so a missing line means GIN
+is not there at all."""
 NCCL_PROBE = (
     "import os, torch, torch.distributed as dist\n"
     "dist.init_process_group('nccl', init_method='tcp://127.0.0.1:' + os.environ['PREFLIGHT_PORT'], rank=0, world_size=1)\n"
@@ -121,7 +129,22 @@ def nccl_network(log: str) -> str | None:
     return found[-1] if found else None
 
 
-def check_nccl_network(sockets: bool = False) -> str | None:
+def nccl_gin(log: str) -> tuple[str, int] | None:
+    """(plugin, GIN type) NCCL assigned to the communicator, from its INFO log; None without GIN."""
+    found = GIN_LINE.findall(log)
+    return (found[-1][0], int(found[-1][1])) if found else None
+
+
+def check_gin_type(log: str, want: str) -> str | None:
+    """GIN as the profile names it (``NCCL_GIN_TYPE``: 2 proxy, 5 EFA GDA), not another type or none."""
+    gin = nccl_gin(log)
+    if gin is None:
+        return f"GIN: NCCL assigned no GIN plugin (NCCL_GIN_TYPE={want} expected): DeepEP V2 cannot run across nodes"
+    return None if str(gin[1]) == want else (
+        f"GIN: NCCL assigned {gin[0]!r} type {gin[1]}, the profile needs type {want}")
+
+
+def check_nccl_network(sockets: bool = False, gin_type: str | None = None) -> str | None:
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PREFLIGHT_PORT": "29555"}
     env.pop("NCCL_DEBUG_FILE", None)  # the log must reach this process
     try:
@@ -136,7 +159,11 @@ def check_nccl_network(sockets: bool = False) -> str | None:
         return None if net.strip() == "Socket" else f"NCCL: uses network {net!r}, not Socket (fabric sockets)"
     # aws-ofi-nccl 1.21 names itself "Libfabric" ("AWS Libfabric" / "OFI" when NCCL_NET asks for those).
     ofi = "libfabric" in net.lower() or net.strip() == "OFI"
-    return None if ofi else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
+    if not ofi:
+        plugin = NET_PLUGIN_LINE.findall(done.stdout + done.stderr)
+        return (f"NCCL: uses network {net!r} (NET plugin {plugin[-1] if plugin else 'none assigned'!r}), "
+                f"not NET/OFI (aws-ofi-nccl over EFA)")
+    return check_gin_type(done.stdout + done.stderr, gin_type) if gin_type else None
 
 
 def check_nccl(want: str, have: str | None) -> str | None:
@@ -222,7 +249,7 @@ def check_shm(want_gib: int) -> str | None:
 
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
-    nccl = torch_nccl() if args.nccl or args.efa else None
+    nccl = torch_nccl() if args.nccl else None
     out = [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
            ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
@@ -232,8 +259,9 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
     if args.efa and args.fabric == "sockets":
         out += [("efa", lambda: check_efa(args.efa)), ("nccl-net", lambda: check_nccl_network(sockets=True))]
     elif args.efa:
-        out += [("efa", lambda: check_efa(args.efa)), ("ofi", lambda: check_ofi_plugin(nccl)),
-                ("nccl-net", check_nccl_network)]
+        gin_type = os.environ.get("NCCL_GIN_TYPE") if args.gin else None
+        out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin),
+                ("nccl-net", lambda: check_nccl_network(gin_type=gin_type))]
     if args.gin:
         out += [("gdrdrv", check_gdrdrv), ("gin-plugin", check_gin_plugin)]
     if args.gin == "gpu":
