@@ -3,12 +3,14 @@ without GPUs or EFA (this one). The run on a real H200 is in docs/measurements/p
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load
 
 from workloads import preflight as P
+from workloads.model import derive
 
 # `nvidia-smi -L` as printed on an H200 (docs/measurements/preflight-h200.log).
 NVIDIA_SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-415e89a7-7c22-dd0a-1500-7c731133b576)\n"
@@ -206,3 +208,65 @@ def test_the_pods_ask_the_preflight_for_their_profiles_contract():
     assert args[args.index("--nccl") + 1] == "2.28.9" and "--gin" not in args
     sockets = derive(variant("p5en-prod", {"workloads": {"run": {"fabric": "sockets", "deepep": {"version": "off"}}}}))
     assert "--fabric" in preflight_args(sockets, sockets.worker("trainer"))
+
+
+FAKE_SGLANG = '''
+import dataclasses
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    """Stands for sglang's: its CLI, the Miles kwargs, and a resolution that refuses as 0.5.19 does."""
+    model_path: str = ""
+    tp_size: int = 1
+    dp_size: int = 1
+    pp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    chunked_prefill_size: int = 8192
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path")
+        parser.add_argument("--tensor-parallel-size", "--tp-size", type=int, default=1)
+        parser.add_argument("--data-parallel-size", "--dp-size", type=int, default=1)
+        parser.add_argument("--pipeline-parallel-size", "--pp-size", type=int, default=1)
+        parser.add_argument("--expert-parallel-size", "--ep-size", type=int, default=1)
+        parser.add_argument("--enable-dp-attention", action="store_true")
+        parser.add_argument("--chunked-prefill-size", type=int, default=8192)
+
+    def resolve_once(self):
+        per_rank = self.chunked_prefill_size // (self.dp_size if self.enable_dp_attention else 1)
+        if per_rank > 128:
+            raise ValueError("DeepEP v2 per-rank prefill budget exceeds "
+                             f"SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required={per_rank}, capacity=128")
+'''
+
+
+def _fake_sglang(tmp_path):
+    pkg = tmp_path / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "sglang", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "server_args.py").write_text(FAKE_SGLANG)
+    return tmp_path
+
+
+def test_rollout_pods_resolve_the_engines_server_args_and_fail_in_seconds(monkeypatch, tmp_path):
+    from workloads.render.ray import preflight_args
+    m = derive(load("p5en-prod"))
+    args = P.parse_args(preflight_args(m, m.worker("rollout")))
+    engine = json.loads(args.sglang_engine)
+    flags = list(m.run_argv()[3:])
+    assert engine["argv"] == [t for i, t in enumerate(flags) if t.startswith("--sglang-")
+                              or (i and flags[i - 1].startswith("--sglang-") and not t.startswith("--"))]
+    assert engine["gpus_per_engine"] == 16 and engine["model_path"] == m.paths.model
+    assert "--sglang-engine" not in preflight_args(m, m.worker("trainer"))
+    monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path)))
+    refused = dict(engine, argv=["--sglang-enable-dp-attention", "--sglang-dp-size", "16"])
+    assert P.check_sglang(json.dumps(refused)) == (
+        "SGLang refuses the engine Miles would start: ValueError: DeepEP v2 per-rank prefill budget exceeds "
+        "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=512, capacity=128")
+    assert P.check_sglang(json.dumps(dict(refused, argv=[*refused["argv"], "--sglang-chunked-prefill-size", "2048"]))) is None
+    nodes = dict(refused, argv=["--sglang-nnodes", "2"])
+    assert "Miles registers no --sglang-nnodes" in P.check_sglang(json.dumps(nodes))

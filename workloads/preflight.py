@@ -20,6 +20,9 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` opens (GDRCopy's kernel module on the host, passed into the
   pod), the plugin exports a GIN interface; GPU-initiated (``--gin gpu``): ``NCCL_GIN_TYPE=5``,
   ``NCCL_SYM_GIN_KERNELS_ENABLE=0`` and the driver's ``PeerMappingOverride=1``;
+- SGLang (rollout pods, ``--sglang-engine``): the image's SGLang resolves the engine's ``ServerArgs``
+  from the ``--sglang-*`` flags Miles will pass (``sglang_server_args``), in a child process on this GPU,
+  so a refusal (e.g. DeepEP V2's dispatch budget) costs seconds, not a model load;
 - memlock: unlimited, or ``CAP_IPC_LOCK`` (the kernel skips RLIMIT_MEMLOCK for a task that has it:
   mm/mlock.c ``can_do_mlock``, and ib_umem pins against it only without it); 2-MiB huge pages
   available; ``/dev/shm`` at least the expected size.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import re
 import resource
@@ -211,6 +215,89 @@ def check_gda(params: str | None = None) -> str | None:
         "GIN: the NVIDIA driver was loaded without PeerMappingOverride=1 (GPU-initiated EFA needs it)")
 
 
+SGLANG_SKIPPED = ("model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "port", "nnodes",
+                  "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
+                  "enable_return_routed_experts", "enable_return_indexer_topk")
+"""radixark/miles 49cac7b5 miles/backends/sglang_utils/arguments.py ``_SKIPPED_SERVER_ARGS``: Miles registers
+no ``--sglang-`` flag for these and sets them itself."""
+
+
+def sglang_tokens(argv: list[str]) -> list[str]:
+    """The ``--sglang-*`` flags of a Miles argv with their values, prefix stripped."""
+    out, take = [], False
+    for tok in argv:
+        if tok.startswith("--"):
+            take = tok.startswith("--sglang-")
+            if take:
+                out.append("--" + tok[len("--sglang-"):])
+        elif take:
+            out.append(tok)
+    return out
+
+
+def sglang_server_args(engine: dict, server_args_cls=None, device: str | None = None):
+    """``ServerArgs`` as Miles 49cac7b5 builds it: SGLang's own ``add_cli_args`` under the ``--sglang-``
+    prefix with parallel sizes under their short names (arguments.py:60-130), ``tp_size`` from
+    ``--rollout-num-gpus-per-engine`` and DP > 1 only with DP attention (``validate_args``), then the fixed
+    kwargs and every parsed field of ``sglang_engine.py:_compute_server_args`` (:711-739, :807-817), keys
+    this SGLang lacks dropped. ``engine``: ``argv`` (the ``--sglang-*`` flags), ``gpus_per_engine``,
+    ``gpus_per_node``, ``model_path``."""
+    import dataclasses
+    if server_args_cls is None:
+        from sglang.srt.server_args import ServerArgs as server_args_cls
+    tokens = sglang_tokens(engine["argv"])
+    skipped = [t for t in tokens if t.startswith("--") and t[2:].replace("-", "_") in SGLANG_SKIPPED]
+    if skipped:
+        raise ValueError(f"Miles registers no --sglang-{skipped[0][2:]} (arguments.py _SKIPPED_SERVER_ARGS)")
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add = parser.add_argument
+
+    def short_dest(*names, **kw):
+        short = [n[2:].replace("-", "_") for n in names if isinstance(n, str) and n.startswith("--")]
+        dest = next((d for d in short if d in ("tp_size", "dp_size", "pp_size", "ep_size")), None)
+        return add(*names, **({"dest": dest} if dest and "dest" not in kw else {}), **kw)
+
+    parser.add_argument = short_dest
+    server_args_cls.add_cli_args(parser)
+    parser.add_argument = add
+    ns = parser.parse_args(["--model-path", engine["model_path"], *tokens])
+    if ns.dp_size > 1 and not ns.enable_dp_attention:
+        raise ValueError("Miles validate_args: --sglang-dp-size > 1 needs --sglang-enable-dp-attention")
+    per_engine = engine["gpus_per_engine"]
+    kwargs = {"model_path": engine["model_path"], "trust_remote_code": True, "random_seed": 1234,
+              "enable_memory_saver": False, "host": "127.0.0.1", "port": 30000, "nccl_port": 30001,
+              "nnodes": max(1, per_engine // engine["gpus_per_node"]), "node_rank": 0,
+              "dist_init_addr": "127.0.0.1:30002", "gpu_id_step": 1, "base_gpu_id": 0, "tp_size": per_engine,
+              "dp_size": ns.dp_size, "pp_size": ns.pp_size, "ep_size": ns.ep_size, "skip_server_warmup": True,
+              "enable_draft_weights_cpu_backup": True, "enable_metrics": True,
+              **({"device": device} if device else {})}
+    fields = {f.name for f in dataclasses.fields(server_args_cls)}
+    kwargs.update({n: getattr(ns, n) for n in fields if n not in kwargs and hasattr(ns, n)})
+    return server_args_cls(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+def resolve_sglang(engine: dict, server_args_cls=None, device: str | None = None):
+    """The resolved ``ServerArgs`` (0.5.19: ``resolve_once()``, server_args.py:3673; before: the constructor's
+    ``__post_init__``); raises what SGLang raises."""
+    args = sglang_server_args(engine, server_args_cls, device)
+    if hasattr(args, "resolve_once"):
+        args.resolve_once()
+    return args
+
+
+def check_sglang(engine_json: str) -> str | None:
+    """The image's SGLang resolves the engine in a child process (``--resolve-sglang``)."""
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--resolve-sglang", engine_json],
+                              capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "SGLang: resolving the engine's ServerArgs took over 600 s"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f"SGLang refuses the engine Miles would start: {lines[-1] if lines else f'exit {done.returncode}'}"
+
+
 CAP_IPC_LOCK = 14
 
 
@@ -266,6 +353,8 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
         out += [("gdrdrv", check_gdrdrv), ("gin-plugin", check_gin_plugin)]
     if args.gin == "gpu":
         out.append(("gin-gda", check_gda))
+    if args.sglang_engine:
+        out.append(("sglang", lambda: check_sglang(args.sglang_engine)))
     return out
 
 
@@ -280,10 +369,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="DeepEP V2 over NCCL GIN: gdrdrv and the plugin's GIN; gpu: also the EFA-GDA path")
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)
+    parser.add_argument("--sglang-engine", default="", help="JSON engine (rollout pods): SGLang resolves its ServerArgs")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--resolve-sglang"]:  # the child of check_sglang: SGLang's own refusal, one line
+        try:
+            resolve_sglang(json.loads(argv[1]))
+        except Exception as err:  # noqa: BLE001 - whatever SGLang raises is the finding
+            print(f"{type(err).__name__}: {err}".replace("\n", " "), file=sys.stderr)
+            return 1
+        return 0
     args = parse_args(argv)
     node = os.environ.get("NODE_NAME", "this node")
     for name, check in checks(args):

@@ -10,8 +10,9 @@ from typing import Any
 import yaml
 
 from .. import layout as L
-from ..argv import SCRIPTS_DIR, driver
+from ..argv import SCRIPTS_DIR, driver, entry_and_flags
 from ..model import WorkloadModel
+from ..preflight import sglang_tokens
 from .common import (
     FSX_VOLUME,
     HEAD_PORTS,
@@ -55,7 +56,18 @@ def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
         args += ["--fabric", "sockets"]
     if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path
         args += ["--gin", "gpu" if g.env["NCCL_GIN_TYPE"] == "5" else "proxy"]
+    if g.name == "rollout" and m.argv is not None:  # the image's SGLang resolves the engine Miles will start
+        _, flags = entry_and_flags(m.argv)
+        engine = {"argv": sglang_flags(flags), "model_path": m.paths.model,
+                  "gpus_per_engine": int(flags[flags.index("--rollout-num-gpus-per-engine") + 1]),
+                  "gpus_per_node": int(flags[flags.index("--num-gpus-per-node") + 1])}
+        args += ["--sglang-engine", json.dumps(engine, separators=(",", ":"))]
     return args
+
+
+def sglang_flags(flags: list[str]) -> list[str]:
+    """The ``--sglang-*`` flags of a Miles argv with their values (prefix kept)."""
+    return [f"--sglang-{t[2:]}" if t.startswith("--") else t for t in sglang_tokens(flags)]
 
 
 def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
