@@ -11,7 +11,7 @@ from workloads.model import derive
 from workloads.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_budget, deepep_v2_buffer_bytes
 
 
-def _engine(stack: str, nodes_per_engine: int | None = None):
+def _engine(stack: str, nodes_per_engine: int | None = None, model: bool = False):
     cfg = load(stack)
     if nodes_per_engine is not None:
         run = cfg.workloads.run.model_copy(update={"rollout": cfg.workloads.run.rollout.model_copy(
@@ -19,7 +19,7 @@ def _engine(stack: str, nodes_per_engine: int | None = None):
         cfg = cfg.model_copy(update={"workloads": cfg.workloads.model_copy(update={"run": run})})
     m = derive(cfg)
     flags = {k: v[0] if v else None for k, v in argv_pairs(list(m.run_argv()[3:]))}
-    return flags, m.worker("rollout").env
+    return (flags, m.worker("rollout").env, m) if model else (flags, m.worker("rollout").env)
 
 
 def test_the_deepep_v2_capacity_holds_the_per_rank_prefill_chunk_and_the_decode_graph():
@@ -44,7 +44,10 @@ def test_the_static_memory_fraction_leaves_the_deepep_v2_buffer_out():
 
 
 def test_engines_within_one_node_run_deepep_v2_with_gin_off():
-    flags, env = _engine("p5en-prod", nodes_per_engine=1)
+    from workloads.render.ray import preflight_args
+    flags, env, m = _engine("p5en-prod", nodes_per_engine=1, model=True)
     assert flags["--sglang-deepep-v2-mode"] == "direct" and env["EP_DISABLE_GIN"] == "1"
+    assert "--gin" not in preflight_args(m, m.worker("rollout"))  # GIN is not what these pods need
+    assert "--gin" in preflight_args(m, m.worker("trainer"))
     flags, env = _engine("p5en-prod")
     assert flags["--sglang-deepep-v2-mode"] == "hybrid" and "EP_DISABLE_GIN" not in env

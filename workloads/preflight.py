@@ -240,7 +240,9 @@ def sglang_server_args(engine: dict, server_args_cls=None, device: str | None = 
     prefix with parallel sizes under their short names (arguments.py:60-130), ``tp_size`` from
     ``--rollout-num-gpus-per-engine`` and DP > 1 only with DP attention (``validate_args``), then the fixed
     kwargs and every parsed field of ``sglang_engine.py:_compute_server_args`` (:711-739, :807-817), keys
-    this SGLang lacks dropped. ``engine``: ``argv`` (the ``--sglang-*`` flags), ``gpus_per_engine``,
+    this SGLang lacks dropped. Slime v0.2.4 (bd217a63) builds the same: slime/backends/sglang_utils/
+    arguments.py:139-152 maps the long parallel-size names to the short ones, sglang_engine.py:514-539.
+    ``engine``: ``argv`` (the ``--sglang-*`` flags), ``gpus_per_engine``,
     ``gpus_per_node``, ``model_path``."""
     import dataclasses
     if server_args_cls is None:

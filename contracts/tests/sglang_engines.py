@@ -17,7 +17,6 @@ from stackconfig.files import read_stack, stack_names
 from stackconfig.stack import Role
 from workloads.argv import entry_and_flags
 from workloads.model import WorkloadModel, derive
-from workloads.profile import run_profile
 from workloads.runs import load_run
 from workloads.runs.config import run_model
 from workloads.stack import ProgramConfig
@@ -82,6 +81,3 @@ def resolve(batch: list[Engine]) -> list[dict]:
     if done.returncode != 0:
         raise RuntimeError(f"resolver failed ({done.returncode}): {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-__all__ = ["Engine", "engines", "resolve", "run_profile"]

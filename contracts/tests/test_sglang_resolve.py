@@ -11,17 +11,33 @@ import json
 from pathlib import Path
 
 import pytest
-from sglang_engines import engines, resolve
+from sglang_engines import Engine, engines, resolve
 
 from workloads.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_buffer_bytes
 
 ENGINES = engines()
 BY_NAME = {e.name: e for e in ENGINES}
+OWN = " [SGLang's own memory fraction]"
+"""A DeepEP V2 engine once more without ``--sglang-mem-fraction-static``: what SGLang reserves by itself."""
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    if flag not in argv:
+        return argv
+    i = argv.index(flag)
+    return argv[:i] + argv[i + 2:]
+
+
+def _deepep_v2(name: str) -> bool:
+    return "deepep_v2" in BY_NAME[name].spec["argv"]
 
 
 @functools.cache
 def results(version: str) -> dict[str, dict]:
+    """One child per SGLang version resolves its engines and the DeepEP V2 engines' own-fraction twins."""
     batch = [e for e in ENGINES if e.sglang == version]
+    batch += [Engine(e.name + OWN, e.sglang, dict(e.spec, argv=_without(e.spec["argv"], "--sglang-mem-fraction-static")))
+              for e in batch if _deepep_v2(e.name)]
     return {e.name: r for e, r in zip(batch, resolve(batch))}
 
 
@@ -35,10 +51,6 @@ def test_sglang_resolves_the_rendered_engine(name):
     assert r["ok"], f"{name}: SGLang {BY_NAME[name].sglang} refuses the engine: {r['error']}\n{r['trace']}"
 
 
-def _deepep_v2(name: str) -> bool:
-    return "deepep_v2" in BY_NAME[name].spec["argv"]
-
-
 @pytest.mark.parametrize("name", sorted(n for n in BY_NAME if _deepep_v2(n)))
 def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
     """What SGLang keeps outside ``mem_fraction_static`` when left to itself (sglang 0.5.19
@@ -47,8 +59,7 @@ def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
     e = BY_NAME[name]
     ours = result(name)
     assert ours["ok"], ours["error"]
-    spec = dict(e.spec, argv=_without(e.spec["argv"], "--sglang-mem-fraction-static"))
-    default = resolve([type(e)(e.name, e.sglang, spec)])[0]
+    default = results(e.sglang)[name + OWN]
     assert default["ok"], default["error"]
     gpu = e.spec["gpu_memory_mib"] * 2 ** 20
     capacity = int(e.spec["env"][DEEPEP_V2_CAPACITY_ENV])
@@ -58,9 +69,3 @@ def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
                                     ranks=e.spec["gpus_per_engine"], nodes=nodes)
     assert (1 - ours["mem_fraction_static"]) * gpu >= (1 - default["mem_fraction_static"]) * gpu + buffer
 
-
-def _without(argv: list[str], flag: str) -> list[str]:
-    if flag not in argv:
-        return argv
-    i = argv.index(flag)
-    return argv[:i] + argv[i + 2:]

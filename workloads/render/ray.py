@@ -54,7 +54,8 @@ def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
             "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
     if g.efa and g.env.get("NCCL_NET") == "Socket":
         args += ["--fabric", "sockets"]
-    if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path
+    # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path; not where DeepEP runs with GIN off (direct mode).
+    if g.efa and "NCCL_GIN_TYPE" in g.env and g.env.get("EP_DISABLE_GIN") != "1":
         args += ["--gin", "gpu" if g.env["NCCL_GIN_TYPE"] == "5" else "proxy"]
     if g.name == "rollout" and m.argv is not None:  # the image's SGLang resolves the engine Miles will start
         _, flags = entry_and_flags(m.argv)
