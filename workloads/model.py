@@ -124,13 +124,14 @@ def _gpu_setups(cfg: "ProgramConfig", deepep: L.DeepEP) -> dict[str, GpuNodeSetu
 def derive(cfg: "ProgramConfig") -> WorkloadModel:
     deepep = L.resolve_deepep(cfg)
     argv, no_run = _argv(cfg)
+    rollout = rollout_env(cfg)
     return WorkloadModel(
         stack=cfg.stack, cluster_name=cfg.cluster_name, namespace=cfg.checkpoints.namespace,
         service_account=cfg.checkpoints.service_account, retain_storage=cfg.checkpoints.retain_on_destroy,
         settings=cfg.workloads, software=cfg.versions.software, profile=run_profile(cfg), charts=cfg.versions.charts,
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
-        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, rollout_env(cfg)) for g in L.ray_workers(cfg)),
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, rollout) for g in L.ray_workers(cfg)),
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),

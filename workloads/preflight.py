@@ -222,17 +222,19 @@ SGLANG_SKIPPED = ("model_path", "config", "trust_remote_code", "random_seed", "e
 no ``--sglang-`` flag for these and sets them itself."""
 
 
-def sglang_tokens(argv: list[str]) -> list[str]:
-    """The ``--sglang-*`` flags of a Miles argv with their values, prefix stripped."""
+def sglang_flags(argv: list[str]) -> list[str]:
+    """The ``--sglang-*`` flags of a Miles argv with their values."""
     out, take = [], False
     for tok in argv:
-        if tok.startswith("--"):
-            take = tok.startswith("--sglang-")
-            if take:
-                out.append("--" + tok[len("--sglang-"):])
-        elif take:
+        take = tok.startswith("--sglang-") if tok.startswith("--") else take
+        if take:
             out.append(tok)
     return out
+
+
+def sglang_tokens(argv: list[str]) -> list[str]:
+    """``sglang_flags`` without the prefix, as SGLang's own parser reads them."""
+    return ["--" + t[len("--sglang-"):] if t.startswith("--sglang-") else t for t in sglang_flags(argv)]
 
 
 def sglang_server_args(engine: dict, server_args_cls=None, device: str | None = None):

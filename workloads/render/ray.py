@@ -12,7 +12,7 @@ import yaml
 from .. import layout as L
 from ..argv import SCRIPTS_DIR, driver, entry_and_flags
 from ..model import WorkloadModel
-from ..preflight import sglang_tokens
+from ..preflight import sglang_flags
 from .common import (
     FSX_VOLUME,
     HEAD_PORTS,
@@ -64,11 +64,6 @@ def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
                   "gpus_per_node": int(flags[flags.index("--num-gpus-per-node") + 1])}
         args += ["--sglang-engine", json.dumps(engine, separators=(",", ":"))]
     return args
-
-
-def sglang_flags(flags: list[str]) -> list[str]:
-    """The ``--sglang-*`` flags of a Miles argv with their values (prefix kept)."""
-    return [f"--sglang-{t[2:]}" if t.startswith("--") else t for t in sglang_tokens(flags)]
 
 
 def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
