@@ -117,8 +117,10 @@ the line prefix is src/debug.cc's ``"[%d] NCCL INFO %s"`` (v2.30.7-1 :354)."""
 NET_PLUGIN_LINE = re.compile(r"NCCL INFO Assigned NET plugin (.+?) to comm\s*$", re.M)
 """src/plugin/net.cc ``"Assigned NET plugin %s to comm"`` (v2.27.5-1 :174, v2.30.7-1 :228)."""
 GIN_LINE = re.compile(r"NCCL INFO GIN/Plugin: Assigned plugin (.+?) type (\d+) to comm\s*$", re.M)
-"""src/plugin/gin.cc ``"GIN/Plugin: Assigned plugin %s type %d to comm"`` (v2.30.7-1 :158, the newest tag
-readable here; 2.31.2 is not), logged at communicator init (init.cc:477 ``ncclGinInit`` before :486).
+"""src/plugin/gin.cc ``"GIN/Plugin: Assigned plugin %s type %d to comm"`` (v2.30.7-1 :158; 2.31.0a7 db761c88
+:160, the nearest to 2.31.2 readable here), logged at communicator init (v2.30.7-1 init.cc:477 ``ncclGinInit``
+before :486). NCCL 2.28 logs ``"Assigned GIN plugin %s to comm"`` without the type (v2.28.9-1 net.cc:249);
+GIN needs the DeepEP V2 profile's NCCL 2.31.2 here.
 A plugin whose type differs from ``NCCL_GIN_TYPE`` is skipped (gin.cc:145), so a missing line means GIN
 is not there at all."""
 NCCL_PROBE = (
@@ -218,8 +220,7 @@ def check_gda(params: str | None = None) -> str | None:
 SGLANG_SKIPPED = ("model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "port", "nnodes",
                   "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
                   "enable_return_routed_experts", "enable_return_indexer_topk")
-"""radixark/miles 49cac7b5 miles/backends/sglang_utils/arguments.py ``_SKIPPED_SERVER_ARGS``: Miles registers
-no ``--sglang-`` flag for these and sets them itself."""
+"""Miles 49cac7b5 sglang_utils/arguments.py ``_SKIPPED_SERVER_ARGS``: no ``--sglang-`` flag; Miles sets them."""
 
 
 def sglang_flags(argv: list[str]) -> list[str]:
@@ -270,11 +271,10 @@ def sglang_server_args(engine: dict, server_args_cls=None, device: str | None = 
     per_engine = engine["gpus_per_engine"]
     kwargs = {"model_path": engine["model_path"], "trust_remote_code": True, "random_seed": 1234,
               "enable_memory_saver": False, "host": "127.0.0.1", "port": 30000, "nccl_port": 30001,
-              "nnodes": max(1, per_engine // engine["gpus_per_node"]), "node_rank": 0,
-              "dist_init_addr": "127.0.0.1:30002", "gpu_id_step": 1, "base_gpu_id": 0, "tp_size": per_engine,
-              "dp_size": ns.dp_size, "pp_size": ns.pp_size, "ep_size": ns.ep_size, "skip_server_warmup": True,
-              "enable_draft_weights_cpu_backup": True, "enable_metrics": True,
-              **({"device": device} if device else {})}
+              "nnodes": max(1, per_engine // engine["gpus_per_node"]), "node_rank": 0, "dist_init_addr": "127.0.0.1:30002",
+              "gpu_id_step": 1, "base_gpu_id": 0, "tp_size": per_engine, "dp_size": ns.dp_size, "pp_size": ns.pp_size,
+              "ep_size": ns.ep_size, "skip_server_warmup": True, "enable_draft_weights_cpu_backup": True,
+              "enable_metrics": True, **({"device": device} if device else {})}
     fields = {f.name for f in dataclasses.fields(server_args_cls)}
     kwargs.update({n: getattr(ns, n) for n in fields if n not in kwargs and hasattr(ns, n)})
     return server_args_cls(**{k: v for k, v in kwargs.items() if k in fields})
