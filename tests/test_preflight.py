@@ -253,15 +253,19 @@ def _fake_sglang(tmp_path):
 
 
 def test_rollout_pods_resolve_the_engines_server_args_and_fail_in_seconds(monkeypatch, tmp_path):
-    from workloads.render.ray import preflight_args
+    from workloads.render.ray import preflight_args, raycluster
     m = derive(load("p5en-prod"))
-    args = P.parse_args(preflight_args(m, m.worker("rollout")))
+    groups = {g["groupName"]: g for g in raycluster(m)["spec"]["workerGroupSpecs"]}
+    init = next(c for c in groups["rollout"]["template"]["spec"]["initContainers"] if c["name"] == "preflight")
+    args = P.parse_args(init["command"][2:])
     engine = json.loads(args.sglang_engine)
     flags = list(m.run_argv()[3:])
     assert engine["argv"] == [t for i, t in enumerate(flags) if t.startswith("--sglang-")
                               or (i and flags[i - 1].startswith("--sglang-") and not t.startswith("--"))]
     assert engine["gpus_per_engine"] == 16 and engine["model_path"] == m.paths.model
-    assert "--sglang-engine" not in preflight_args(m, m.worker("trainer"))
+    trainer = next(c for c in groups["trainer"]["template"]["spec"]["initContainers"] if c["name"] == "preflight")
+    assert "--sglang-engine" not in trainer["command"]
+    assert "--sglang-engine" not in preflight_args(m, m.worker("rollout"))  # the burn-in checks nodes only
     monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path)))
     refused = dict(engine, argv=["--sglang-enable-dp-attention", "--sglang-dp-size", "16"])
     assert P.check_sglang(json.dumps(refused)) == (

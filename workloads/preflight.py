@@ -352,7 +352,7 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
     elif args.efa:
         gin_type = os.environ.get("NCCL_GIN_TYPE") if args.gin else None
         out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin),
-                ("nccl-net", lambda: check_nccl_network(gin_type=gin_type))]
+                ("nccl-net", lambda: check_nccl_network(False, gin_type))]
     if args.gin:
         out += [("gdrdrv", check_gdrdrv), ("gin-plugin", check_gin_plugin)]
     if args.gin == "gpu":
