@@ -3,12 +3,14 @@ without GPUs or EFA (this one). The run on a real H200 is in docs/measurements/p
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, load
 
 from workloads import preflight as P
+from workloads.model import derive
 
 # `nvidia-smi -L` as printed on an H200 (docs/measurements/preflight-h200.log).
 NVIDIA_SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-415e89a7-7c22-dd0a-1500-7c731133b576)\n"
@@ -142,10 +144,41 @@ def test_nccl_is_the_version_torch_loads_and_the_plugin_may_be_a_path(monkeypatc
     plugin.write_text("")
     monkeypatch.setenv("NCCL_NET_PLUGIN", str(plugin))
     monkeypatch.setattr(P, "_dlopen", lambda names: names[0])
-    assert P.check_ofi_plugin("2.28.9") is None
-    assert "turns into libnccl-net-<path>.so" in P.check_ofi_plugin("2.27.5")
+    # NCCL 2.27.5 (slime-0.2.4) dlopens the value as given first too (plugin_open.cc:63-67 at v2.27.5-1).
+    assert P.check_ofi_plugin() is None
     monkeypatch.setenv("NCCL_NET_PLUGIN", "libfoo")
-    assert P.check_ofi_plugin("2.28.9").startswith("NCCL: NCCL_NET_PLUGIN='libfoo'; allowed: 'ofi' or")
+    assert P.check_ofi_plugin().startswith("NCCL: NCCL_NET_PLUGIN='libfoo'; allowed: 'ofi' or")
+
+
+def _init_log(*messages: str) -> str:
+    """NCCL INFO lines as src/debug.cc (v2.30.7-1 :354) prints them: host:pid:tid, "[dev] NCCL INFO msg"."""
+    return "".join(f"p5en-1:4211:4211 [0] NCCL INFO {m}\n" for m in messages)
+
+
+# The messages, from NVIDIA/nccl's own format strings (v2.30.7-1): src/plugin/net.cc:228, gin.cc:158, init.cc:486.
+GDA_LOG = _init_log("Assigned NET plugin Libfabric to comm", "GIN/Plugin: Assigned plugin Libfabric type 5 to comm",
+                    "Using network Libfabric")
+
+
+def test_the_gin_type_is_read_from_ncclss_own_init_lines():
+    assert P.nccl_gin(GDA_LOG) == ("Libfabric", 5) and P.nccl_network(GDA_LOG) == "Libfabric"
+    assert P.check_gin_type(GDA_LOG, "5") is None
+    proxy = GDA_LOG.replace("type 5", "type 2")
+    assert P.check_gin_type(proxy, "5") == "GIN: NCCL assigned 'Libfabric' type 2, the profile needs type 5"
+    none = _init_log("Assigned NET plugin Libfabric to comm", "Using network Libfabric")
+    assert P.check_gin_type(none, "2").startswith("GIN: NCCL assigned no GIN plugin (NCCL_GIN_TYPE=2 expected)")
+
+
+def test_the_preflight_collective_fails_when_gin_is_not_the_profiles(monkeypatch):
+    class Done:
+        returncode, stderr = 0, ""
+        stdout = GDA_LOG.replace("type 5", "type 2")
+
+    monkeypatch.setattr(P.subprocess, "run", lambda *a, **k: Done)
+    assert P.check_nccl_network(gin_type="5") == "GIN: NCCL assigned 'Libfabric' type 2, the profile needs type 5"
+    assert P.check_nccl_network(gin_type="2") is None and P.check_nccl_network() is None
+    Done.stdout = _init_log("Assigned NET plugin Socket to comm", "Using network Socket")
+    assert "NET plugin 'Socket'" in P.check_nccl_network(gin_type="5")
 
 
 def test_gdrdrv_must_open_and_the_gda_path_is_checked_in_the_pod(monkeypatch, tmp_path):
@@ -175,3 +208,69 @@ def test_the_pods_ask_the_preflight_for_their_profiles_contract():
     assert args[args.index("--nccl") + 1] == "2.28.9" and "--gin" not in args
     sockets = derive(variant("p5en-prod", {"workloads": {"run": {"fabric": "sockets", "deepep": {"version": "off"}}}}))
     assert "--fabric" in preflight_args(sockets, sockets.worker("trainer"))
+
+
+FAKE_SGLANG = '''
+import dataclasses
+
+
+@dataclasses.dataclass
+class ServerArgs:
+    """Stands for sglang's: its CLI, the Miles kwargs, and a resolution that refuses as 0.5.19 does."""
+    model_path: str = ""
+    tp_size: int = 1
+    dp_size: int = 1
+    pp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    chunked_prefill_size: int = 8192
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path")
+        parser.add_argument("--tensor-parallel-size", "--tp-size", type=int, default=1)
+        parser.add_argument("--data-parallel-size", "--dp-size", type=int, default=1)
+        parser.add_argument("--pipeline-parallel-size", "--pp-size", type=int, default=1)
+        parser.add_argument("--expert-parallel-size", "--ep-size", type=int, default=1)
+        parser.add_argument("--enable-dp-attention", action="store_true")
+        parser.add_argument("--chunked-prefill-size", type=int, default=8192)
+
+    def resolve_once(self):
+        per_rank = self.chunked_prefill_size // (self.dp_size if self.enable_dp_attention else 1)
+        if per_rank > 128:
+            raise ValueError("DeepEP v2 per-rank prefill budget exceeds "
+                             f"SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required={per_rank}, capacity=128")
+'''
+
+
+def _fake_sglang(tmp_path):
+    pkg = tmp_path / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    for d in (tmp_path / "sglang", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "server_args.py").write_text(FAKE_SGLANG)
+    return tmp_path
+
+
+def test_rollout_pods_resolve_the_engines_server_args_and_fail_in_seconds(monkeypatch, tmp_path):
+    from workloads.render.ray import preflight_args, raycluster
+    m = derive(load("p5en-prod"))
+    groups = {g["groupName"]: g for g in raycluster(m)["spec"]["workerGroupSpecs"]}
+    init = next(c for c in groups["rollout"]["template"]["spec"]["initContainers"] if c["name"] == "preflight")
+    args = P.parse_args(init["command"][2:])
+    engine = json.loads(args.sglang_engine)
+    flags = list(m.run_argv()[3:])
+    assert engine["argv"] == [t for i, t in enumerate(flags) if t.startswith("--sglang-")
+                              or (i and flags[i - 1].startswith("--sglang-") and not t.startswith("--"))]
+    assert engine["gpus_per_engine"] == 16 and engine["model_path"] == m.paths.model
+    trainer = next(c for c in groups["trainer"]["template"]["spec"]["initContainers"] if c["name"] == "preflight")
+    assert "--sglang-engine" not in trainer["command"]
+    assert "--sglang-engine" not in preflight_args(m, m.worker("rollout"))  # the burn-in checks nodes only
+    monkeypatch.setenv("PYTHONPATH", str(_fake_sglang(tmp_path)))
+    refused = dict(engine, argv=["--sglang-enable-dp-attention", "--sglang-dp-size", "16"])
+    assert P.check_sglang(json.dumps(refused)) == (
+        "SGLang refuses the engine Miles would start: ValueError: DeepEP v2 per-rank prefill budget exceeds "
+        "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK: required=512, capacity=128")
+    assert P.check_sglang(json.dumps(dict(refused, argv=[*refused["argv"], "--sglang-chunked-prefill-size", "2048"]))) is None
+    nodes = dict(refused, argv=["--sglang-nnodes", "2"])
+    assert "Miles registers no --sglang-nnodes" in P.check_sglang(json.dumps(nodes))

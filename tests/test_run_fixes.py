@@ -37,11 +37,21 @@ def test_capacity_block_pool_can_scale_to_zero():
 
 
 def test_rollout_memory_fraction_is_left_to_sglang_unless_set():
-    """Dedicated rollout GPUs: SGLang sizes its static memory itself (0.7 is the colocated value)."""
-    assert "--sglang-mem-fraction-static" not in _argv()
+    """Dedicated rollout GPUs: SGLang sizes its static memory itself (0.7 is the colocated value), except
+    with DeepEP V2, whose buffer SGLang does not reserve (workloads.sglang_budget): a fraction is set then,
+    and a given one must leave the buffer its room."""
+    import pytest
     from test_workloads import variant
-    argv = list(derive(variant("p5en-prod", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.85}}}})).argv)
+
+    from stackconfig.stack import StackConfigError
+    assert "--sglang-mem-fraction-static" not in _argv("p5en-shared")
+    argv = list(derive(variant("p5en-shared", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.85}}}})).argv)
     assert argv[argv.index("--sglang-mem-fraction-static") + 1] == "0.85"
+    assert "--sglang-mem-fraction-static" in _argv("p5en-prod")  # DeepEP V2
+    argv = list(derive(variant("p5en-prod", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.6}}}})).argv)
+    assert argv[argv.index("--sglang-mem-fraction-static") + 1] == "0.6"
+    with pytest.raises(StackConfigError, match="workloads.run.rollout.memFractionStatic: 0.85 leaves no room"):
+        variant("p5en-prod", {"workloads": {"run": {"rollout": {"memFractionStatic": 0.85}}}})
 
 
 def test_checkpoints_are_retained_and_fit_the_file_system():
@@ -65,6 +75,8 @@ def test_checkpoints_are_retained_and_fit_the_file_system():
 def test_a_file_system_too_small_for_the_run_is_refused():
     import pytest
     from test_workloads import variant
+
+    from stackconfig.stack import StackConfigError
 
     from stackconfig.stack import StackConfigError
     with pytest.raises(StackConfigError, match=r"workloads.storage.capacityGib: 4800 GiB .* allowed: >= 9600"):

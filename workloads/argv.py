@@ -22,6 +22,7 @@ from .checkpoint_budget import retain_interval
 from .miles_launcher import ARGV_ENV
 from .layout import is_spot, moe_backend, paths, reward_enabled
 from .profile import run_profile
+from .sglang_budget import Budget, deepep_v2_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import ProgramConfig
@@ -66,6 +67,26 @@ def model_args(cfg: "ProgramConfig") -> list[str]:
     if run.model_args is not None:
         return list(run.model_args)
     return list(MODEL_PRESETS[run.model])
+
+
+def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
+    """The DeepEP V2 engine's token and memory budget (``workloads.sglang_budget``); None for other backends.
+    Hidden size and top-k come from the Megatron model flags the run passes (the same architecture)."""
+    if moe_backend(cfg).moe_a2a_backend != "deepep_v2":
+        return None
+    run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
+    engine = run.rollout.nodes_per_engine * rollout.instance.gpus
+    return deepep_v2_budget(rollout.instance.gpu_memory_gib * 1024, engine, engine if run.rollout.dp_attention else 1,
+                            run.rollout.nodes_per_engine, _model_dim(cfg, "--hidden-size"),
+                            _model_dim(cfg, "--moe-router-topk"), run.rollout.mem_fraction_static)
+
+
+def _model_dim(cfg: "ProgramConfig", flag: str) -> int:
+    """``flag``'s value in the run's model flags, else in its model's preset."""
+    for flags in (model_args(cfg), MODEL_PRESETS.get(cfg.workloads.run.model, [])):
+        if flag in flags:
+            return int(flags[flags.index(flag) + 1])
+    raise ValueError(f"workloads.run.modelArgs: {flag} is needed to size DeepEP V2's buffer; allowed: add it")
 
 
 def reward_url(cfg: "ProgramConfig") -> str:
@@ -210,7 +231,10 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--rollout-num-gpus-per-engine", lay["rollout_num_gpus_per_engine"])
     # SGLang engines: expert parallel over the whole engine, DeepEP all-to-all.
     engine = lay["rollout_num_gpus_per_engine"]
-    if run.rollout.mem_fraction_static is not None:
+    budget = rollout_budget(cfg)
+    if budget is not None:  # DeepEP V2: prefill chunk, graph batch, requests and memory sized to its buffer
+        a.extend(budget.sglang_args())
+    elif run.rollout.mem_fraction_static is not None:
         f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
     f("--sglang-ep-size", engine)
     if moe.moe_a2a_backend != "none":

@@ -8,20 +8,24 @@ Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker).
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from stackconfig.stack import Pool, Role
 
-from .layout import GIN_TYPE, DeepEP
+from .argv import rollout_budget
+from .layout import GIN_TYPE, DeepEP, moe_backend
 from .settings import DeepEPVersion, GinBackend
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .stack import ProgramConfig
 
 NVLS_GPUS = frozenset({"H100", "H200", "B200", "B300"})
 """NVLink SHARP (NVLS) needs third-generation NVSwitch: Hopper and newer, not A100."""
 
 EFA_ENV = {
     "FI_PROVIDER": "efa",
-    # The short name works with every NCCL here. A full path works from NCCL 2.28 (plugin_open.cc
-    # dlopens it as given), but NCCL 2.27 (slime-0.2.4) builds "libnccl-net-<value>.so" from it and
-    # falls back to sockets when that is not found.
+    # NCCL loads libnccl-net-ofi.so for the short name (NVIDIA/nccl v2.27.5-1 src/plugin/plugin_open.cc:76-78);
+    # a full path would work too: every pinned NCCL dlopens the value as given first (:63-67; v2.28.9-1 :69-75).
     "NCCL_NET_PLUGIN": "ofi",
 }
 """aws-ofi-nccl 1.21's doc/efa-env-var.md: FI_EFA_FORK_SAFE is not needed (the plugin sets it),
@@ -108,3 +112,23 @@ def runtime_env(pool: Pool) -> dict[str, str]:
         "NCCL_NVLS_ENABLE": "1" if pool.instance.gpu_model in NVLS_GPUS else "0",
         "PYTHONPATH": "/root/Megatron-LM",
     }
+
+
+DIRECT_MODE_ENV = {"EP_DISABLE_GIN": "1"}
+"""DeepEP V2 in direct mode (an engine within one node) moves tokens over NVLink only, but ElasticBuffer
+still asks NCCL for GIN unless EP_DISABLE_GIN is set: amazon-contributing/DeepEP 2542d964
+csrc/kernels/backend/nccl.cu (``num_ranks > 1 and not gin_disabled``; the direct branch keeps upstream's
+FULL-connection requirements, VA and strong signals included, which EFA-GDA does not offer: only the
+hybrid unordered kernels clear ``ginVaSignalsRequired``/``ginStrongSignalsRequired``), so it asserts
+"NCCL GIN is unavailable". Honoured since deepseek-ai/DeepEP#630 (fixing #629: EP_DISABLE_GIN=1 did not
+bypass the GIN check for single-node EP)."""
+
+
+def rollout_env(cfg: "ProgramConfig") -> dict[str, str]:
+    """What the rollout pods add for SGLang: DeepEP V2's per-rank token capacity
+    (``workloads.sglang_budget``) and, for engines within one node, GIN off."""
+    budget = rollout_budget(cfg)
+    if budget is None:
+        return {}
+    direct = moe_backend(cfg).deepep_v2_mode == "direct"
+    return {**budget.env(), **(DIRECT_MODE_ENV if direct else {})}

@@ -20,7 +20,7 @@ from stackconfig.versions import Charts, SoftwareStack, workload_image
 from . import layout as L
 from . import moe_backend as moe
 from .argv import miles_argv
-from .env import deepep_runtime_env, gpu_env, runtime_env
+from .env import deepep_runtime_env, gpu_env, rollout_env, runtime_env
 from .profile import run_profile
 from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
@@ -108,10 +108,11 @@ class WorkloadModel:
         return self.argv
 
 
-def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str, mount: str, image: str) -> L.Group:
+def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str, mount: str, image: str, rollout: dict[str, str]) -> L.Group:
     if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
-        env = gpu_env(g.pool, g.efa, deepep, fabric)
-        return replace(g, env={**env, **(deepep_runtime_env(deepep, g.pool.role, mount, image) if g.efa else {})})
+        env = {**gpu_env(g.pool, g.efa, deepep, fabric),
+               **(deepep_runtime_env(deepep, g.pool.role, mount, image) if g.efa else {})}
+        return replace(g, env={**env, **rollout} if g.pool.role is Role.ROLLOUT else env)
     return g
 
 
@@ -157,6 +158,7 @@ def node_setups(cfg: "ProgramConfig") -> dict[str, GpuNodeSetup]:
 def derive(cfg: "ProgramConfig") -> WorkloadModel:
     deepep = L.resolve_deepep(cfg)
     argv, no_run = _argv(cfg)
+    rollout = rollout_env(cfg)
     return WorkloadModel(
         stack=cfg.stack, cluster_name=cfg.cluster_name, namespace=cfg.checkpoints.namespace,
         service_account=cfg.checkpoints.service_account, retain_storage=cfg.checkpoints.retain_on_destroy,
@@ -164,7 +166,8 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
         head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, L.paths(cfg).mount,
-                                 workload_image(cfg.versions.software, run_profile(cfg))) for g in L.ray_workers(cfg)),
+                                 workload_image(cfg.versions.software, run_profile(cfg)), rollout)
+                                 for g in L.ray_workers(cfg)),
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg), ref_model=L.ref_model(cfg),
         block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),

@@ -9,15 +9,20 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
 - GPUs: ``nvidia-smi -L`` lists the expected count;
 - EFA: ``fi_info -p efa -t FI_EP_RDM`` lists as many EFA domains as the pod requested devices
   (libfabric's own view: a device the plugin allocated but libfabric cannot open counts missing);
-- aws-ofi-nccl: the plugin NCCL loads for ``NCCL_NET_PLUGIN`` (the short name ``ofi``, or from NCCL
-  2.28 a full path, which ``plugin_open.cc`` dlopens as given) opens, and a one-rank NCCL
-  communicator on this GPU reports the network it chose (``NCCL_DEBUG=INFO``: ``Using network ...``):
-  Libfabric (NET/OFI), not Socket; with ``--fabric sockets`` the reverse;
+- aws-ofi-nccl: the plugin NCCL loads for ``NCCL_NET_PLUGIN`` (the short name ``ofi``, or a full path,
+  which every pinned NCCL dlopens as given first: NVIDIA/nccl v2.27.5-1 src/plugin/plugin_open.cc:63-67,
+  v2.28.9-1 :69-75, v2.30.7-1 :85-90) opens, and a one-rank NCCL communicator on this GPU reports, in
+  NCCL's own INFO lines, the network it chose and, for DeepEP V2, the GIN plugin and its type
+  (``nccl_init``): Libfabric (NET/OFI), not Socket (with ``--fabric sockets`` the reverse), and the GIN
+  type the pod's ``NCCL_GIN_TYPE`` names;
 - NCCL: the version torch loads (``torch.cuda.nccl.version()``, which is what the run uses, not
   whatever ``libnccl.so.2`` the loader would find) is at least the profile's;
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` opens (GDRCopy's kernel module on the host, passed into the
   pod), the plugin exports a GIN interface; GPU-initiated (``--gin gpu``): ``NCCL_GIN_TYPE=5``,
   ``NCCL_SYM_GIN_KERNELS_ENABLE=0`` and the driver's ``PeerMappingOverride=1``;
+- SGLang (rollout pods, ``--sglang-engine``): the image's SGLang resolves the engine's ``ServerArgs``
+  from the ``--sglang-*`` flags Miles will pass (``sglang_server_args``), in a child process on this GPU,
+  so a refusal (e.g. DeepEP V2's dispatch budget) costs seconds, not a model load;
 - memlock: unlimited, or ``CAP_IPC_LOCK`` (the kernel skips RLIMIT_MEMLOCK for a task that has it:
   mm/mlock.c ``can_do_mlock``, and ib_umem pins against it only without it); 2-MiB huge pages
   available; ``/dev/shm`` at least the expected size.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import os
 import re
 import resource
@@ -96,19 +102,27 @@ def torch_nccl() -> str | None:
     return out.strip() if out and re.fullmatch(r"\d+\.\d+\.\d+", out.strip()) else None
 
 
-def check_ofi_plugin(nccl: str | None) -> str | None:
+def check_ofi_plugin() -> str | None:
     name = os.environ.get("NCCL_NET_PLUGIN", "ofi")
     if name != "ofi" and not os.path.isabs(name):
         return f"NCCL: NCCL_NET_PLUGIN={name!r}; allowed: 'ofi' or the plugin's full path"
-    if os.path.isabs(name) and (nccl is None or parse_version(nccl) < (2, 28)):
-        return (f"NCCL: NCCL_NET_PLUGIN={name!r} is a path, which NCCL {nccl or '(unknown)'} turns into "
-                f"libnccl-net-<path>.so (a path is taken as given from 2.28); allowed: 'ofi'")
     if _dlopen((name,) if os.path.isabs(name) else OFI_PLUGINS) is None:
         return f"NCCL: aws-ofi-nccl ({name if os.path.isabs(name) else ' or '.join(OFI_PLUGINS)}) does not load: NCCL would fall back to sockets"
     return None
 
 
 NET_LINE = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.M)
+"""NVIDIA/nccl src/init.cc ``INFO(NCCL_INIT, "Using network %s", ...)`` (v2.27.5-1 :346, v2.30.7-1 :486);
+the line prefix is src/debug.cc's ``"[%d] NCCL INFO %s"`` (v2.30.7-1 :354)."""
+NET_PLUGIN_LINE = re.compile(r"NCCL INFO Assigned NET plugin (.+?) to comm\s*$", re.M)
+"""src/plugin/net.cc ``"Assigned NET plugin %s to comm"`` (v2.27.5-1 :174, v2.30.7-1 :228)."""
+GIN_LINE = re.compile(r"NCCL INFO GIN/Plugin: Assigned plugin (.+?) type (\d+) to comm\s*$", re.M)
+"""src/plugin/gin.cc ``"GIN/Plugin: Assigned plugin %s type %d to comm"`` (v2.30.7-1 :158; 2.31.0a7 db761c88
+:160, the nearest to 2.31.2 readable here), logged at communicator init (v2.30.7-1 init.cc:477 ``ncclGinInit``
+before :486). NCCL 2.28 logs ``"Assigned GIN plugin %s to comm"`` without the type (v2.28.9-1 net.cc:249);
+GIN needs the DeepEP V2 profile's NCCL 2.31.2 here.
+A plugin whose type differs from ``NCCL_GIN_TYPE`` is skipped (gin.cc:145), so a missing line means GIN
+is not there at all."""
 NCCL_PROBE = (
     "import os, torch, torch.distributed as dist\n"
     "dist.init_process_group('nccl', init_method='tcp://127.0.0.1:' + os.environ['PREFLIGHT_PORT'], rank=0, world_size=1)\n"
@@ -121,7 +135,22 @@ def nccl_network(log: str) -> str | None:
     return found[-1] if found else None
 
 
-def check_nccl_network(sockets: bool = False) -> str | None:
+def nccl_gin(log: str) -> tuple[str, int] | None:
+    """(plugin, GIN type) NCCL assigned to the communicator, from its INFO log; None without GIN."""
+    found = GIN_LINE.findall(log)
+    return (found[-1][0], int(found[-1][1])) if found else None
+
+
+def check_gin_type(log: str, want: str) -> str | None:
+    """GIN as the profile names it (``NCCL_GIN_TYPE``: 2 proxy, 5 EFA GDA), not another type or none."""
+    gin = nccl_gin(log)
+    if gin is None:
+        return f"GIN: NCCL assigned no GIN plugin (NCCL_GIN_TYPE={want} expected): DeepEP V2 cannot run across nodes"
+    return None if str(gin[1]) == want else (
+        f"GIN: NCCL assigned {gin[0]!r} type {gin[1]}, the profile needs type {want}")
+
+
+def check_nccl_network(sockets: bool = False, gin_type: str | None = None) -> str | None:
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "PREFLIGHT_PORT": "29555"}
     env.pop("NCCL_DEBUG_FILE", None)  # the log must reach this process
     try:
@@ -136,7 +165,11 @@ def check_nccl_network(sockets: bool = False) -> str | None:
         return None if net.strip() == "Socket" else f"NCCL: uses network {net!r}, not Socket (fabric sockets)"
     # aws-ofi-nccl 1.21 names itself "Libfabric" ("AWS Libfabric" / "OFI" when NCCL_NET asks for those).
     ofi = "libfabric" in net.lower() or net.strip() == "OFI"
-    return None if ofi else f"NCCL: uses network {net!r}, not NET/OFI (aws-ofi-nccl over EFA)"
+    if not ofi:
+        plugin = NET_PLUGIN_LINE.findall(done.stdout + done.stderr)
+        return (f"NCCL: uses network {net!r} (NET plugin {plugin[-1] if plugin else 'none assigned'!r}), "
+                f"not NET/OFI (aws-ofi-nccl over EFA)")
+    return check_gin_type(done.stdout + done.stderr, gin_type) if gin_type else None
 
 
 def check_nccl(want: str, have: str | None) -> str | None:
@@ -184,6 +217,91 @@ def check_gda(params: str | None = None) -> str | None:
         "GIN: the NVIDIA driver was loaded without PeerMappingOverride=1 (GPU-initiated EFA needs it)")
 
 
+SGLANG_SKIPPED = ("model_path", "config", "trust_remote_code", "random_seed", "enable_memory_saver", "port", "nnodes",
+                  "node_rank", "dist_init_addr", "gpu_id_step", "base_gpu_id", "nccl_port", "skip_server_warmup",
+                  "enable_return_routed_experts", "enable_return_indexer_topk")
+"""Miles 49cac7b5 sglang_utils/arguments.py ``_SKIPPED_SERVER_ARGS``: no ``--sglang-`` flag; Miles sets them."""
+
+
+def sglang_flags(argv: list[str]) -> list[str]:
+    """The ``--sglang-*`` flags of a Miles argv with their values."""
+    out, take = [], False
+    for tok in argv:
+        take = tok.startswith("--sglang-") if tok.startswith("--") else take
+        if take:
+            out.append(tok)
+    return out
+
+
+def sglang_tokens(argv: list[str]) -> list[str]:
+    """``sglang_flags`` without the prefix, as SGLang's own parser reads them."""
+    return ["--" + t[len("--sglang-"):] if t.startswith("--sglang-") else t for t in sglang_flags(argv)]
+
+
+def sglang_server_args(engine: dict, server_args_cls=None, device: str | None = None):
+    """``ServerArgs`` as Miles 49cac7b5 builds it: SGLang's own ``add_cli_args`` under the ``--sglang-``
+    prefix with parallel sizes under their short names (arguments.py:60-130), ``tp_size`` from
+    ``--rollout-num-gpus-per-engine`` and DP > 1 only with DP attention (``validate_args``), then the fixed
+    kwargs and every parsed field of ``sglang_engine.py:_compute_server_args`` (:711-739, :807-817), keys
+    this SGLang lacks dropped. Slime v0.2.4 (bd217a63) builds the same: slime/backends/sglang_utils/
+    arguments.py:139-152 maps the long parallel-size names to the short ones, sglang_engine.py:514-539.
+    ``engine``: ``argv`` (the ``--sglang-*`` flags), ``gpus_per_engine``,
+    ``gpus_per_node``, ``model_path``."""
+    import dataclasses
+    if server_args_cls is None:
+        from sglang.srt.server_args import ServerArgs as server_args_cls
+    tokens = sglang_tokens(engine["argv"])
+    skipped = [t for t in tokens if t.startswith("--") and t[2:].replace("-", "_") in SGLANG_SKIPPED]
+    if skipped:
+        raise ValueError(f"Miles registers no --sglang-{skipped[0][2:]} (arguments.py _SKIPPED_SERVER_ARGS)")
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add = parser.add_argument
+
+    def short_dest(*names, **kw):
+        short = [n[2:].replace("-", "_") for n in names if isinstance(n, str) and n.startswith("--")]
+        dest = next((d for d in short if d in ("tp_size", "dp_size", "pp_size", "ep_size")), None)
+        return add(*names, **({"dest": dest} if dest and "dest" not in kw else {}), **kw)
+
+    parser.add_argument = short_dest
+    server_args_cls.add_cli_args(parser)
+    parser.add_argument = add
+    ns = parser.parse_args(["--model-path", engine["model_path"], *tokens])
+    if ns.dp_size > 1 and not ns.enable_dp_attention:
+        raise ValueError("Miles validate_args: --sglang-dp-size > 1 needs --sglang-enable-dp-attention")
+    per_engine = engine["gpus_per_engine"]
+    kwargs = {"model_path": engine["model_path"], "trust_remote_code": True, "random_seed": 1234,
+              "enable_memory_saver": False, "host": "127.0.0.1", "port": 30000, "nccl_port": 30001,
+              "nnodes": max(1, per_engine // engine["gpus_per_node"]), "node_rank": 0, "dist_init_addr": "127.0.0.1:30002",
+              "gpu_id_step": 1, "base_gpu_id": 0, "tp_size": per_engine, "dp_size": ns.dp_size, "pp_size": ns.pp_size,
+              "ep_size": ns.ep_size, "skip_server_warmup": True, "enable_draft_weights_cpu_backup": True,
+              "enable_metrics": True, **({"device": device} if device else {})}
+    fields = {f.name for f in dataclasses.fields(server_args_cls)}
+    kwargs.update({n: getattr(ns, n) for n in fields if n not in kwargs and hasattr(ns, n)})
+    return server_args_cls(**{k: v for k, v in kwargs.items() if k in fields})
+
+
+def resolve_sglang(engine: dict, server_args_cls=None, device: str | None = None):
+    """The resolved ``ServerArgs`` (0.5.19: ``resolve_once()``, server_args.py:3673; before: the constructor's
+    ``__post_init__``); raises what SGLang raises."""
+    args = sglang_server_args(engine, server_args_cls, device)
+    if hasattr(args, "resolve_once"):
+        args.resolve_once()
+    return args
+
+
+def check_sglang(engine_json: str) -> str | None:
+    """The image's SGLang resolves the engine in a child process (``--resolve-sglang``)."""
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--resolve-sglang", engine_json],
+                              capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "SGLang: resolving the engine's ServerArgs took over 600 s"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return f"SGLang refuses the engine Miles would start: {lines[-1] if lines else f'exit {done.returncode}'}"
+
+
 CAP_IPC_LOCK = 14
 
 
@@ -222,7 +340,7 @@ def check_shm(want_gib: int) -> str | None:
 
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
-    nccl = torch_nccl() if args.nccl or args.efa else None
+    nccl = torch_nccl() if args.nccl else None
     out = [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
            ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
@@ -232,12 +350,15 @@ def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]
     if args.efa and args.fabric == "sockets":
         out += [("efa", lambda: check_efa(args.efa)), ("nccl-net", lambda: check_nccl_network(sockets=True))]
     elif args.efa:
-        out += [("efa", lambda: check_efa(args.efa)), ("ofi", lambda: check_ofi_plugin(nccl)),
-                ("nccl-net", check_nccl_network)]
+        gin_type = os.environ.get("NCCL_GIN_TYPE") if args.gin else None
+        out += [("efa", lambda: check_efa(args.efa)), ("ofi", check_ofi_plugin),
+                ("nccl-net", lambda: check_nccl_network(False, gin_type))]
     if args.gin:
         out += [("gdrdrv", check_gdrdrv), ("gin-plugin", check_gin_plugin)]
     if args.gin == "gpu":
         out.append(("gin-gda", check_gda))
+    if args.sglang_engine:
+        out.append(("sglang", lambda: check_sglang(args.sglang_engine)))
     return out
 
 
@@ -252,10 +373,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="DeepEP V2 over NCCL GIN: gdrdrv and the plugin's GIN; gpu: also the EFA-GDA path")
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)
+    parser.add_argument("--sglang-engine", default="", help="JSON engine (rollout pods): SGLang resolves its ServerArgs")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--resolve-sglang"]:  # the child of check_sglang: SGLang's own refusal, one line
+        try:
+            resolve_sglang(json.loads(argv[1]))
+        except Exception as err:  # noqa: BLE001 - whatever SGLang raises is the finding
+            print(f"{type(err).__name__}: {err}".replace("\n", " "), file=sys.stderr)
+            return 1
+        return 0
     args = parse_args(argv)
     node = os.environ.get("NODE_NAME", "this node")
     for name, check in checks(args):

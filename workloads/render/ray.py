@@ -10,8 +10,9 @@ from typing import Any
 import yaml
 
 from .. import layout as L
-from ..argv import SCRIPTS_DIR, driver
+from ..argv import SCRIPTS_DIR, driver, entry_and_flags
 from ..model import WorkloadModel
+from ..preflight import sglang_flags
 from .common import (
     FSX_VOLUME,
     HEAD_PORTS,
@@ -53,9 +54,22 @@ def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
             "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
     if g.efa and g.env.get("NCCL_NET") == "Socket":
         args += ["--fabric", "sockets"]
-    if g.efa and "NCCL_GIN_TYPE" in g.env:  # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path
+    # DeepEP V2 over GIN: gdrdrv, and for type 5 the GDA path; not where DeepEP runs with GIN off (direct mode).
+    if g.efa and "NCCL_GIN_TYPE" in g.env and g.env.get("EP_DISABLE_GIN") != "1":
         args += ["--gin", "gpu" if g.env["NCCL_GIN_TYPE"] == "5" else "proxy"]
     return args
+
+
+def sglang_engine_args(m: WorkloadModel, g: L.Group) -> list[str]:
+    """The rollout pods' preflight also has the image's SGLang resolve the engine Miles will start (not the
+    burn-in, which checks nodes, not engines)."""
+    if g.name != "rollout" or m.argv is None:
+        return []
+    _, flags = entry_and_flags(m.argv)
+    engine = {"argv": sglang_flags(flags), "model_path": m.paths.model,
+              "gpus_per_engine": int(flags[flags.index("--rollout-num-gpus-per-engine") + 1]),
+              "gpus_per_node": int(flags[flags.index("--num-gpus-per-node") + 1])}
+    return ["--sglang-engine", json.dumps(engine, separators=(",", ":"))]
 
 
 def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
@@ -63,7 +77,7 @@ def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
     the init container's devices on to the main container): the pod starts Ray only on a node whose
     GPUs, EFA devices, NCCL plugin, GDRCopy, memlock, huge pages and /dev/shm match the group."""
     return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
-            "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g)],
+            "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g), *sglang_engine_args(m, g)],
             "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "resources": main["resources"], "securityContext": main["securityContext"],
             "volumeMounts": [*(v for v in main["volumeMounts"] if v != SCRIPTS_MOUNT), SCRIPTS_MOUNT]}

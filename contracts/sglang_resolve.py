@@ -1,0 +1,70 @@
+"""Resolve rollout engines with one pinned SGLang wheel (its directory on PYTHONPATH): reads a JSON list
+of engines on stdin, prints one JSON result per engine on stdout's last line.
+
+Each engine's ``ServerArgs`` is built as Miles builds it, by the rollout pods' own preflight code
+(``workloads.preflight.sglang_server_args``, which cites radixark/miles 49cac7b5).
+Then the pod's environment is set, the node's GPU memory (instance catalog, MiB) replaces
+``get_device_memory_capacity`` where the wheel's resolution calls it (0.5.19
+``sglang/srt/arg_groups/pipeline.py:23,223``; 0.5.9/0.5.16 ``sglang/srt/server_args.py``
+``__post_init__``), and resolution runs: ``resolve_once()`` where the wheel has it (0.5.19
+``server_args.py:3673``), else the constructor's ``__post_init__``. ``device="cuda"`` stands for what
+``get_device()`` finds in the pod (no CUDA here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from workloads.preflight import resolve_sglang  # noqa: E402 - the rollout pods' own builder
+
+
+def patch_gpu_memory(mib: int) -> None:
+    import importlib
+    for name in ("sglang.srt.arg_groups.pipeline", "sglang.srt.server_args"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "get_device_memory_capacity"):
+            mod.get_device_memory_capacity = lambda device=None, _m=mib: _m
+
+
+def decode_max_bs(a) -> int | None:
+    graphs = getattr(a, "cuda_graph_config", None)
+    decode = getattr(graphs, "decode", None)
+    return getattr(decode, "max_bs", None) if decode is not None else getattr(a, "cuda_graph_max_bs", None)
+
+
+def resolve(engine: dict) -> dict:
+    base = dict(os.environ)
+    os.environ.update(engine["env"])
+    try:
+        patch_gpu_memory(engine["gpu_memory_mib"])
+        a = resolve_sglang(engine, device="cuda")
+        if hasattr(a, "resolve_once"):
+            from sglang.srt.arg_groups.model_override_base import resolved_view
+            a = resolved_view(a)  # 0.5.19 keeps the fields raw; the view overlays what resolution declared
+        return {"ok": True, "chunked_prefill_size": a.chunked_prefill_size,
+                "mem_fraction_static": a.mem_fraction_static, "max_running_requests": a.max_running_requests,
+                "decode_max_bs": decode_max_bs(a), "moe_a2a_backend": a.moe_a2a_backend}
+    except Exception as err:  # noqa: BLE001 - SGLang's refusal is the result
+        return {"ok": False, "error": f"{type(err).__name__}: {err}",
+                "trace": traceback.format_exc(limit=-3)}
+    finally:
+        os.environ.clear()
+        os.environ.update(base)
+
+
+def main() -> int:
+    engines = json.load(sys.stdin)
+    results = [resolve(e) for e in engines]
+    sys.stdout.write("\n" + json.dumps(results) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Every rollout engine the product can render, as the SGLang contract resolves it: the stacks' own runs
+and declared runs, each run file of runs/ (one per software profile) on the shared stack, each arm of
+experiments/*.yaml on its stack. An engine is the rendered Miles argv (its ``--sglang-*`` flags and layout),
+the rollout pod's environment (the Ray job's env vars over the rollout group's container env), the
+rollout node's GPU memory from the instance catalog and the model's config.json (contracts/data/models)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.experiment import arm_run, load_experiment
+from stackconfig.files import read_stack, stack_names
+from stackconfig.stack import Role
+from workloads.argv import entry_and_flags
+from workloads.model import WorkloadModel, derive
+from workloads.runs import load_run
+from workloads.runs.config import run_model
+from workloads.stack import ProgramConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "contracts" / "data" / "models"
+WHEELS = ROOT / ".venv-contracts" / "sglang"
+"""Where contracts/run installs each pinned SGLang wheel (``--no-deps --target <dir>/<version>``)."""
+RESOLVER = ROOT / "contracts" / "sglang_resolve.py"
+SHARED_STACK = "p5en-shared"
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    sglang: str
+    spec: dict
+
+
+def _flag(flags: list[str], name: str) -> int:
+    return int(flags[flags.index(name) + 1])
+
+
+def engine(name: str, m: WorkloadModel) -> Engine:
+    _, flags = entry_and_flags(m.run_argv())
+    rollout = m.worker("rollout")
+    env = {**rollout.env, **m.runtime_env}
+    return Engine(name, m.profile.sglang.version, {
+        "name": name, "argv": flags, "env": env, "model_path": str(MODELS / m.settings.run.model),
+        "gpus_per_engine": _flag(flags, "--rollout-num-gpus-per-engine"),
+        "gpus_per_node": _flag(flags, "--num-gpus-per-node"),
+        "gpu_memory_mib": rollout.pool.instance.gpu_memory_gib * 1024})
+
+
+def engines() -> list[Engine]:
+    out: list[Engine] = []
+    for stack in stack_names():
+        cfg = read_stack(stack, model=ProgramConfig)
+        m = derive(cfg)
+        if m.argv is not None and cfg.pool(Role.ROLLOUT) is not None:
+            out.append(engine(f"stack {stack}", m))
+        out += [engine(f"stack {stack} run {r.name}", run_model(cfg, r)) for r in cfg.workloads.runs]
+    shared = read_stack(SHARED_STACK, model=ProgramConfig)
+    for path in sorted((ROOT / "runs").glob("*.yaml")):
+        out.append(engine(f"{path.name} on {SHARED_STACK}", run_model(shared, load_run(path))))
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        exp = load_experiment(path)
+        cfg = read_stack(exp.stack, model=ProgramConfig)
+        out += [engine(f"{path.name} arm {a.name} on {exp.stack}", run_model(cfg, arm_run(exp, a.name)))
+                for a in exp.arms]
+    return out
+
+
+def resolve(batch: list[Engine]) -> list[dict]:
+    """One child per SGLang version (its wheel first on the path): each engine's result, in order."""
+    version = {e.sglang for e in batch}
+    assert len(version) == 1, version
+    done = subprocess.run([sys.executable, str(RESOLVER)], input=json.dumps([e.spec for e in batch]),
+                          capture_output=True, text=True, timeout=900,
+                          env={"PYTHONPATH": str(WHEELS / version.pop()), "PATH": "/usr/bin:/bin",
+                               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"resolver failed ({done.returncode}): {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

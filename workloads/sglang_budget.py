@@ -1,0 +1,113 @@
+"""A DeepEP V2 rollout engine's token and memory budget, derived together from the engine's shape (GPUs,
+DP attention size, nodes) and the GPU's memory, the way sglang 0.5.19 computes and checks each part:
+
+- ``--chunked-prefill-size`` and the decode CUDA-graph batch: SGLang's own GPU-memory table
+  (``sglang/srt/arg_groups/memory_hook.py:63-130``), passed explicitly so the figures below hold;
+- per rank, DP attention divides the prefill chunk by the DP size (``arg_groups/parallel_hook.py:198-203``);
+- ``SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK`` (default 128, ``environ.py:1107``) must hold both the
+  per-rank prefill chunk and the per-rank decode graph batch (``arg_groups/moe_hook.py:379-420``), and every
+  forward at run time (``layers/moe/token_dispatcher/deepep_v2.py:255-261`` raises beyond it);
+- ``--max-running-requests`` = capacity x DP size: each DP rank's request pool is that // DP size
+  (``model_executor/pool_configurator.py:682``), so no decode batch outgrows the buffer;
+- ``--mem-fraction-static``: SGLang's default reserve (``memory_hook.py:233-268``) holds no DeepEP V2 buffer
+  (``reserve_for_deepep_a2a_mb``, :337-349, only for ``deepep``), so the ElasticBuffer's bytes
+  (``deepep_v2_buffer_bytes``) come off the static fraction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DEEPEP_V2_CAPACITY_ENV = "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+MIB = 2 ** 20
+
+
+def memory_defaults(gpu_mib: int, tp: int) -> tuple[int, int]:
+    """(chunked prefill tokens, decode CUDA-graph max batch) sglang 0.5.19 picks for this GPU memory and TP
+    size (memory_hook.py:63-130)."""
+    table = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+             (160, 8192, 256, 512))
+    for below_gib, chunk, small_tp, large_tp in table:
+        if gpu_mib < below_gib * 1024:
+            return chunk, small_tp if tp < 4 else large_tp
+    return 16384, 512
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """sglang 0.5.19 arg_groups/cuda_graph_hook.py:492-509 (generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
+    return [s for s in sizes if s <= max_bs]
+
+
+def sglang_reserve_mib(gpu_mib: int, tp: int, dp: int, chunk: int, max_bs: int, pp: int = 1) -> float:
+    """What SGLang keeps outside ``mem_fraction_static`` for a DP-attention engine (memory_hook.py:243-264,
+    reserve_for_graph_mb :292-334); the prefill-graph term is counted whether or not that graph ends up on."""
+    reserve = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024
+    reserve += max_bs * 2 + (max_bs * dp * 3 + (max_bs * dp * 1.5 if max_bs > 300 else 0) if dp > 1 else 0)
+    reserve += len(prefill_graph_sizes(chunk)) * 8
+    return max(reserve, 10 * 1024) if gpu_mib > 60 * 1024 else reserve
+
+
+def _align(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _token_bytes(hidden_bytes: int, sf_bytes: int, topk: int, with_metadata: bool) -> int:
+    """DeepEP@dd758ca deep_ep/include/deep_ep/common/layout.cuh:179-207 (TokenLayout, no mbarrier)."""
+    meta = topk * 8 + ((1 + topk) * 4 if with_metadata else 0)
+    return sum(_align(b, 32) for b in (hidden_bytes, sf_bytes, meta))
+
+
+def deepep_v2_buffer_bytes(tokens: int, hidden: int, topk: int, ranks: int, nodes: int,
+                           fp8_dispatch: bool = True) -> int:
+    """ElasticBuffer's size (DeepEP@dd758ca csrc/elastic/buffer.hpp:586-680 calculate_buffer_size, with
+    allow_multiple_reduction): hybrid across nodes (scale-out = nodes, scale-up = the node's NVLink ranks),
+    direct within one; SGLang dispatches in FP8 (deepep_v2.py:244-250 ``use_fp8_dispatch=True``)."""
+    channels = 8 * 160  # buffer.hpp:57-59 kNumMaxChannels
+    out, up = (nodes, ranks // nodes) if nodes > 1 else (1, ranks)
+    disp = _token_bytes(hidden * (1 if fp8_dispatch else 2), math.ceil(hidden / 32) * 4 if fp8_dispatch else 0,
+                        topk, True)
+    comb = _token_bytes(hidden * 2, 0, topk, False)
+    if out == 1:
+        dispatch = disp * tokens + disp * ranks * tokens
+        combine = comb * min(ranks, topk) * tokens
+    else:
+        dispatch = disp * (up * out * tokens + tokens + out * (tokens + channels))
+        combine = comb * (min(up, topk) * out * tokens + min(out, topk) * tokens + out * (tokens + channels))
+    return _align(max(dispatch, combine), 2 * MIB)  # symmetric.hpp:16 kNumAlignmentBytes
+
+
+@dataclass(frozen=True)
+class Budget:
+    chunked_prefill_size: int
+    cuda_graph_max_bs: int
+    max_running_requests: int
+    capacity: int
+    """SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK."""
+    mem_fraction_static: float
+    buffer_bytes: int
+
+    def sglang_args(self) -> list[str]:
+        return ["--sglang-chunked-prefill-size", str(self.chunked_prefill_size),
+                "--sglang-cuda-graph-max-bs", str(self.cuda_graph_max_bs),
+                "--sglang-max-running-requests", str(self.max_running_requests),
+                "--sglang-mem-fraction-static", str(self.mem_fraction_static)]
+
+    def env(self) -> dict[str, str]:
+        return {DEEPEP_V2_CAPACITY_ENV: str(self.capacity)}
+
+
+def deepep_v2_budget(gpu_mib: int, tp: int, dp: int, nodes: int, hidden: int, topk: int,
+                     mem_fraction_static: float | None = None) -> Budget:
+    """The engine's budget; a given ``mem_fraction_static`` is kept when it leaves room for the buffer,
+    else ValueError naming ``workloads.run.rollout.memFractionStatic``."""
+    chunk, max_bs = memory_defaults(gpu_mib, tp)
+    capacity = max(chunk // dp, max_bs)
+    buffer = deepep_v2_buffer_bytes(capacity, hidden, topk, tp, nodes)
+    room = gpu_mib - sglang_reserve_mib(gpu_mib, tp, dp, chunk, max_bs) - buffer / MIB
+    most = math.floor(room / gpu_mib * 1000) / 1000
+    if mem_fraction_static is not None and mem_fraction_static > most:
+        raise ValueError(f"workloads.run.rollout.memFractionStatic: {mem_fraction_static} leaves no room for DeepEP "
+                         f"V2's {buffer // MIB} MiB buffer beside SGLang's own reserve; allowed: <= {most}")
+    return Budget(chunk, max_bs, capacity * dp, capacity, mem_fraction_static or most, buffer)
