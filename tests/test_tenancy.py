@@ -83,6 +83,14 @@ def pod_policy_never_checks(g):
     return VAP, "validatingadmissionpolicy-rl-team-pods"
 
 
+def pod_policy_exempts_a_team(g):
+    def edit(p):
+        p["spec"]["matchConditions"] = [*p["spec"]["matchConditions"],
+                                        {"name": "not-alpha", "expression": "!('team-alpha' in request.userInfo.groups)"}]
+    _edit(g.named(VAP, "validatingadmissionpolicy-rl-team-pods"), edit)
+    return VAP, "validatingadmissionpolicy-rl-team-pods"
+
+
 def drop_default_deny(g):
     _drop(g, NETWORK_POLICY, "networkpolicy-team-alpha-default-deny")
     return NAMESPACE, NS
@@ -154,6 +162,7 @@ BROKEN = {
     "failurePolicy Ignore": (service_policy_ignores, "failurePolicy Ignore"),
     "UPDATE not matched": (rayjob_policy_skips_updates, "no longer matches ray.io/v1/rayjobs/UPDATE"),
     "checks skipped by a variable": (pod_policy_never_checks, "a variable its checks read was changed"),
+    "a team exempted by a match condition": (pod_policy_exempts_a_team, "narrowed by matchPolicy"),
     "no default deny": (drop_default_deny, "no default-deny NetworkPolicy in team-alpha"),
     "default deny allows ingress": (default_deny_allows_ingress, "no default-deny NetworkPolicy in team-alpha"),
     "no podgroup policy": (drop_podgroup_policy, "no ValidatingAdmissionPolicy rl-team-podgroups"),

@@ -62,7 +62,8 @@ def policy_weakened(expected: Mapping, actual: Mapping) -> list[str]:
     if actual.get("failurePolicy", "Fail") != "Fail":
         problems.append(f"failurePolicy {actual.get('failurePolicy')} (must be Fail)")
     if actual.get("matchConstraints", {}).get("matchPolicy", "Equivalent") != "Equivalent" or \
-            actual.get("matchConstraints", {}).get("excludeResourceRules") or actual.get("matchConditions"):
+            actual.get("matchConstraints", {}).get("excludeResourceRules") or \
+            (actual.get("matchConditions") or []) != (expected.get("matchConditions") or []):
         problems.append("narrowed by matchPolicy, excludeResourceRules or matchConditions")
     if missing := _rules(expected) - _rules(actual):
         problems.append(f"no longer matches {', '.join(sorted('/'.join(filter(None, m)) for m in missing))}")
