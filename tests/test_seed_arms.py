@@ -21,8 +21,8 @@ ALL_TO_ALL_ARGV = {"--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-
                    "--sglang-moe-a2a-backend", "--sglang-moe-runner-backend", "--sglang-deepep-mode",
                    "--sglang-deepep-v2-mode"}
 """Megatron's dispatcher (workloads.moe_backend.MoEBackend.megatron_args) and SGLang's a2a backend/runner."""
-ALL_TO_ALL_ENV = re.compile(r"^(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z_]+|"
-                            r"SGLANG_DEEPEP_[A-Z_]+)$")
+ALL_TO_ALL_ENV = re.compile(r"^(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z0-9_]+|"
+                            r"SGLANG_DEEPEP_[A-Z0-9_]+)$")
 """NCCL GIN (workloads.env.deepep_env), DeepEP's own EP_* variables and SGLang's DeepEP budget."""
 
 

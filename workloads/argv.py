@@ -70,9 +70,13 @@ def model_args(cfg: "ProgramConfig") -> list[str]:
 
 
 def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
-    """The DeepEP V2 engine's token and memory budget (``workloads.sglang_budget``); None for other backends.
-    Hidden size and top-k come from the Megatron model flags the run passes (the same architecture)."""
-    if moe_backend(cfg).moe_a2a_backend != "deepep_v2":
+    """The engine's token and memory budget (``workloads.sglang_budget``) on every profile that can run
+    DeepEP V2, whichever all-to-all the run picks: runs that differ only in ``deepep.version`` then run the
+    same prefill chunk, decode graph batch, request pool and static memory, so the all-to-all is the one
+    difference between them (the seed's Miles arms; ``tests/test_seed_arms.py``). The buffer's per-rank
+    token capacity is DeepEP V2's alone (``rollout_env``). None on other profiles. Hidden size and top-k
+    come from the Megatron model flags the run passes (the same architecture)."""
+    if "v2" not in run_profile(cfg).a2a:
         return None
     run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
     engine = run.rollout.nodes_per_engine * rollout.instance.gpus
@@ -232,7 +236,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     # SGLang engines: expert parallel over the whole engine, DeepEP all-to-all.
     engine = lay["rollout_num_gpus_per_engine"]
     budget = rollout_budget(cfg)
-    if budget is not None:  # DeepEP V2: prefill chunk, graph batch, requests and memory sized to its buffer
+    if budget is not None:  # a DeepEP V2 profile: prefill chunk, graph batch, requests and memory sized to its buffer
         a.extend(budget.sglang_args())
     elif run.rollout.mem_fraction_static is not None:
         f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)

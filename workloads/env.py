@@ -128,7 +128,7 @@ def rollout_env(cfg: "ProgramConfig") -> dict[str, str]:
     """What the rollout pods add for SGLang: DeepEP V2's per-rank token capacity
     (``workloads.sglang_budget``) and, for engines within one node, GIN off."""
     budget = rollout_budget(cfg)
-    if budget is None:
+    if budget is None or moe_backend(cfg).moe_a2a_backend != "deepep_v2":
         return {}
     direct = moe_backend(cfg).deepep_v2_mode == "direct"
     return {**budget.env(), **(DIRECT_MODE_ENV if direct else {})}
