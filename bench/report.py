@@ -37,10 +37,9 @@ def write_report(root: Path, stack: str | None = None, across_node_sets: bool = 
                     wanted[key] = (min(lo, c.start), max(hi, c.end))
         (root / SPOT_FILE).write_text(json.dumps(collect_spot_prices(spot_client, wanted), indent=1) + "\n")
     report = compute(exp, collected, load_prices(stack, root), root, across_node_sets)
-    # Each link's changes as the arms render on the experiment's own stack (the one `bench run` submits
-    # to, bench/arms.py), whatever stack prices the nodes (``stack``, bench/cost.py).
-    from .arms import rendered_link_changes
-    rendered_link_changes(report, exp, exp.stack)
+    if stack:  # each link's changes as the arms render on the experiment's stack (bench/arms.py)
+        from .arms import rendered_link_changes
+        rendered_link_changes(report, exp, exp.stack)
     simulated = None
     if (root / SIMULATED_FILE).is_file():
         simulated = json.loads((root / SIMULATED_FILE).read_text()).get("note", "bench/simulate.py")

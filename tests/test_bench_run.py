@@ -14,6 +14,7 @@ from kubernetes.client import ApiException
 from bench.__main__ import main
 from components.faults import (CLUSTER_TAG, FAULT_KIND_TAG, FAULT_TARGET_LABEL, POD_GROUPS, TEAM_TAG, TERMINATE,
                                pod_delete_template, terminate_template)
+from workloads.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.runs.client import RunClient
@@ -148,7 +149,7 @@ class FakeRuns(RunClient):
                                     "jobId": f"raysubmit_{md['name']}", "startTime": datetime.now(timezone.utc).isoformat()}}
         self.jobs[md["name"]] = job
         resume = last // self.interval * self.interval  # resume after the last complete save
-        self.logs[md["name"]] = [f"Running entrypoint for job raysubmit_{md['name']}: python3 miles_launcher.py"] + (
+        self.logs[md["name"]] = [JOB_LINE.format(job_id=f"raysubmit_{md['name']}")] + (
             [f"(MegatronTrainRayActor pid=2, ip=10.0.2.1)  successfully loaded checkpoint from /mnt/fsx/checkpoints/x "
              f"[ t 1/4, p 1/1 ] at iteration {resume - 1}"] if resume else [])
         self.next_step[md["name"]] = resume
