@@ -3,7 +3,8 @@
 
 - **Its own log**: every ``Running entrypoint for job <id>:`` line of ``driver.log`` (Ray's job
   supervisor writes it before it starts the entrypoint, ray 2.53.0
-  ``ray/dashboard/modules/job/job_supervisor.py``) names a job of this attempt's RayJobs
+  ``ray/dashboard/modules/job/job_supervisor.py``) and every ``Driver log of job <id>:`` line (the
+  first line of the launcher's tee, ``workloads.miles_launcher.JOB_LINE``) names a job of this attempt's RayJobs
   (``status.jobId``, KubeRay v1.7.0); a log with no such line is not known to be this attempt's.
 - **Complete**: every RayJob of a compared arm SUCCEEDED (a fault arm's last one did); the log holds
   every planned step from its first one to the run's last (``grpo.numRollout`` - 1); after the warm-up
@@ -34,7 +35,8 @@ EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (
 """The EKS topology labels (as ``workloads.render.operators.EKS_NETWORK_LAYERS``, which imports the
 stack's components; ``report`` stays light)."""
 ZONE_LABEL = "topology.kubernetes.io/zone"
-_JOB_LINE = re.compile(r"^Running entrypoint for job (\S+?):", re.MULTILINE)
+_JOB_LINE = re.compile(r"^(?:Running entrypoint for job|Driver log of job) (\S+?):", re.MULTILINE)
+"""Ray's supervisor line (``ray job logs``) or the launcher's tee's first line (``miles_launcher.JOB_LINE``)."""
 
 
 def check_own_log(c: Collected, text: str) -> None:
@@ -42,7 +44,7 @@ def check_own_log(c: Collected, text: str) -> None:
     named = set(_JOB_LINE.findall(text))
     if not named:
         raise ArtifactError(f"{c.attempt.folder}: driver.log names no Ray job (no 'Running entrypoint for job' "
-                            f"line): cannot tell it is this attempt's log")
+                            f"or 'Driver log of job' line): cannot tell it is this attempt's log")
     foreign = sorted(named - jobs)
     if foreign:
         raise ArtifactError(f"{c.attempt.folder}: driver.log is of job {foreign[0]}, not of this attempt's "

@@ -31,7 +31,7 @@ import yaml
 
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.labels import RUN_LABEL
-from workloads.miles_launcher import ARGV_ENV
+from workloads.miles_launcher import ARGV_ENV, JOB_LINE
 from workloads.settings import DeepEPVersion
 
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
@@ -189,8 +189,7 @@ def _job_header(attempt: Attempt, n: int, t: datetime) -> list[str]:
     engines = run.nodes["rollout"] // run.rollout.nodes_per_engine
     mode = f", 'deepep_mode': '{run.deepep.sglang_mode}'" if version is DeepEPVersion.V1 else ""
     network = "AWS Libfabric" if run.fabric == "efa" else "Socket"
-    out = [f"{_stamp(t)[:19]},000\tINFO job_manager.py:531 -- Runtime env is setting up.",
-           f"Running entrypoint for job {_job_id(attempt, n)}: python3 /opt/moe-rl/miles_launcher.py"]
+    out = [JOB_LINE.format(job_id=_job_id(attempt, n))]  # the launcher's tee, as `bench run` collects it
     out += [_line(t, "SGLangEngine", 3000 + e, "sglang", "engine.py:265",
                   f"server_args={{'tp_size': {run.rollout.nodes_per_engine * GPUS_PER_NODE}, 'moe_a2a_backend': "
                   f"'{a2a}', 'moe_runner_backend': '{runner}'{mode}}}") for e in range(engines)]

@@ -111,7 +111,7 @@ def test_nan_in_a_used_key_is_refused_naming_attempt_step_and_key(d: Path, capsy
 
 
 def test_another_attempts_log_is_refused(d: Path, capsys):
-    edit(d / "nccl/r1/driver.log", lambda t: re.sub(r"for job raysubmit_\w+:", "for job raysubmit_other:", t))
+    edit(d / "nccl/r1/driver.log", lambda t: re.sub(r"job raysubmit_\w+:", "job raysubmit_other:", t))
     assert "nccl/r1: driver.log is of job raysubmit_other, not of this attempt's RayJobs" in refused(d, capsys)
 
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from analysis import mocks
 from conftest import ROOT
@@ -21,6 +22,7 @@ from bench.logparse import parse_log
 from bench.recovery import fault_figures
 from components.faults import (FAULT_TAG, FaultEngine, fis_role_statements, node_policy_statements,
                                team_policy_statements, terminate_template)
+from workloads.miles_launcher import ARGV_ENV
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 
@@ -42,7 +44,12 @@ def _collected(lines: list[str], jobs: list[dict], faults: list[dict]) -> Collec
 
 
 def _job(name: str, status: str) -> dict:
-    return {"metadata": {"name": name}, "status": {"jobStatus": status}}
+    """A RayJob as the runner records it: the argv Miles ran in ``MILES_ARGV`` (its ``--rollout-num-gpus``
+    is what ``Collected.rollout_gpus`` reads) and its status."""
+    argv = ["/root/miles/train.py", "--actor-num-nodes", "1", "--actor-num-gpus-per-node", "8",
+            "--rollout-num-gpus", "8"]
+    env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(argv)}})
+    return {"metadata": {"name": name}, "spec": {"runtimeEnvYAML": env}, "status": {"jobStatus": status}}
 
 
 def test_the_outcome_is_the_rayjob_status_not_step_arithmetic():

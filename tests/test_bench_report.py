@@ -39,8 +39,11 @@ def test_report_finds_the_configured_figures(simulated: Path):
     assert nccl["price_basis"] == ["catalog on-demand p5en.48xlarge"]
     assert nccl["cost_usd"] > 0 and nccl["usd_per_million_tokens"] > deepep["usd_per_million_tokens"]
     assert report["decomposition"]["links"][0]["share"] == pytest.approx(1.0)
-    # what the link changes as the arms render on the stack (bench/arms.py), not the run-file field
-    assert report["decomposition"]["links"][0]["changes"]["argv.--sglang-moe-a2a-backend"] == [None, "deepep"]
+    assert report["decomposition"]["links"][0]["changes"] == {"deepep.version": ["off", "v1"]}  # run-file fields
+    # with --stack: what the link changes as the arms render on the stack (bench/arms.py)
+    assert main(["report", str(simulated), "--stack", "p5en-shared"]) == 0
+    rendered = json.loads((simulated / "report.json").read_text())["decomposition"]["links"][0]["changes"]
+    assert rendered["argv.--sglang-moe-a2a-backend"] == [None, "deepep"]
     md = (simulated / "report.md").read_text()
     assert md.startswith("**Made by the simulator, not measured")
     for svg in ("throughput.svg", "cost.svg", "faults.svg"):

@@ -14,6 +14,7 @@ from kubernetes.client import ApiException
 from bench.__main__ import main
 from components.faults import (CLUSTER_TAG, FAULT_KIND_TAG, FAULT_TARGET_LABEL, POD_GROUPS, TEAM_TAG, TERMINATE,
                                pod_delete_template, terminate_template)
+from workloads.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.runs.client import RunClient
@@ -115,6 +116,8 @@ class FakeRuns(RunClient):
         self.pods: list = []
         self.events: list = []
         self.gone: set[str] = set()
+        self.nodes = {pool: [f"{pool}-{i}" for i in range(2)] for pool in ("train", "rollout")}
+        """Each pool's nodes; a terminated one is replaced by a new node of the group (a new name)."""
         self.submitted: list[dict] = []
         self.cancelled: list[str] = []
         self.execs: list[list[str]] = []
@@ -146,7 +149,7 @@ class FakeRuns(RunClient):
                                     "jobId": f"raysubmit_{md['name']}", "startTime": datetime.now(timezone.utc).isoformat()}}
         self.jobs[md["name"]] = job
         resume = last // self.interval * self.interval  # resume after the last complete save
-        self.logs[md["name"]] = [f"Running entrypoint for job raysubmit_{md['name']}: python3 miles_launcher.py"] + (
+        self.logs[md["name"]] = [JOB_LINE.format(job_id=f"raysubmit_{md['name']}")] + (
             [f"(MegatronTrainRayActor pid=2, ip=10.0.2.1)  successfully loaded checkpoint from /mnt/fsx/checkpoints/x "
              f"[ t 1/4, p 1/1 ] at iteration {resume - 1}"] if resume else [])
         self.next_step[md["name"]] = resume
@@ -157,8 +160,8 @@ class FakeRuns(RunClient):
         self.pods.append(_pod(f"{md['name']}-head", run, "headgroup", "system-0", datetime.now(timezone.utc), attempt))
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
             extra = {k: v for k, v in workers.get(group, {}).items() if k == FAULT_TARGET_LABEL}
-            for i in range(2):
-                self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, f"{pool}-{i}",
+            for i, node in enumerate(self.nodes[pool]):
+                self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, node,
                                       datetime.now(timezone.utc), attempt, extra))
         self.submitted.append(job)
         return job
@@ -184,12 +187,16 @@ class FakeRuns(RunClient):
         else:
             self.logs[name].append(f"(RolloutManager pid=1, ip=10.0.3.1) [{_stamp(now)} rollout_manager] "
                                    f"server_group.py:209 - Recovered 1 dead rollout engines (worker_type=regular)")
-            self.pods.append(_pod(pod.metadata.name + "-x", pod.metadata.labels[RUN_LABEL], group, pod.spec.node_name,
+            node = pod.spec.node_name
+            if node in self.gone:  # its node was terminated: the engine comes back on the group's new node
+                node = next(n for pool in self.nodes.values() for n in pool if n == node + "-new")
+            self.pods.append(_pod(pod.metadata.name + "-x", pod.metadata.labels[RUN_LABEL], group, node,
                                   now + timedelta(seconds=1), int(pod.metadata.labels[ATTEMPT_LABEL]),
                                   {k: v for k, v in pod.metadata.labels.items() if k == FAULT_TARGET_LABEL}))
 
     def terminate(self, node: str):
         self.gone.add(node)
+        self.nodes = {pool: [n + "-new" if n == node else n for n in names] for pool, names in self.nodes.items()}
         for pod in [p for p in self.pods if p.spec.node_name == node]:
             self.kill(pod, grace=0)
 
@@ -373,16 +380,19 @@ def test_faults_never_use_kubernetes_calls_a_team_member_lacks(tmp_path, monkeyp
     exp = yaml.safe_load(EXAMPLE.read_text())
     exp["arms"] = [a for a in exp["arms"] if a["name"] == "nccl"] + [
         {"name": "node", "set": {"deepep": {"version": "v1"}}, "faults": [{"kind": "terminate-gpu-node", "atStep": 12}]}]
-    exp["repeats"], exp["decomposition"] = 1, []
+    exp["decomposition"] = []  # the example's 3 mirrored repeats, as every experiment has (bench.experiment)
     path = tmp_path / "e.yaml"
     path.write_text(yaml.safe_dump(exp))
     fake = FakeRuns(save_interval=10, total=33)
     clients, aws = _aws(fake)
     assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY], client=lambda: fake, out=print, aws=aws) == 0
-    assert clients["fis"].started == ["EXT-terminate-gpu-node"] and fake.gone == {"rollout-0"}
-    assert clients["ec2"].tags == {"i-rollout-0": {}}  # tagged for the fault, untagged after
-    nodes = json.loads((tmp_path / "o" / "node" / "r1" / "nodes.json").read_text())["items"]
-    assert "rollout-0" in {n["metadata"]["name"] for n in nodes}  # recorded before it disappeared
+    # one terminate per repeat of the fault arm, each on a node the group had then (a lost node is replaced)
+    gone = ["rollout-0", "rollout-0-new", "rollout-0-new-new"]
+    assert clients["fis"].started == ["EXT-terminate-gpu-node"] * 3 and fake.gone == set(gone)
+    assert clients["ec2"].tags == {f"i-{n}": {} for n in gone}  # tagged for the fault, untagged after
+    for repeat, node in enumerate(gone, 1):
+        nodes = json.loads((tmp_path / "o" / "node" / f"r{repeat}" / "nodes.json").read_text())["items"]
+        assert node in {n["metadata"]["name"] for n in nodes}  # recorded before it disappeared
 
 
 def test_a_drain_is_refused_by_the_runs_budget_so_it_is_no_fault():
@@ -428,9 +438,8 @@ def test_a_failure_at_any_step_leaves_the_cluster_as_found(tmp_path, monkeypatch
     exp = yaml.safe_load(EXAMPLE.read_text())
     exp["arms"] = [a for a in exp["arms"] if a["name"] in ("nccl", "deepep-v1-faults")]
     exp["arms"][1]["faults"] = [{"kind": "terminate-gpu-node", "atStep": 12}]
-    exp["repeats"], exp["decomposition"] = 1, []
-    exp["order"] = "blocked"
-    exp["arms"].reverse()
+    exp["decomposition"] = []
+    exp["arms"].reverse()  # mirrored order: the fault arm's attempt is the first of block 1
     exp["baseline"] = "nccl"
     path = tmp_path / "e.yaml"
     path.write_text(yaml.safe_dump(exp))
@@ -475,7 +484,6 @@ def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_
     exp = yaml.safe_load(EXAMPLE.read_text())
     exp["arms"] = [a for a in exp["arms"] if a["name"] != "deepep-v1-faults"]
     exp["arms"][1]["serving"] = {"atStep": 5, "inputLen": 512, "outputLen": 256, "maxConcurrency": 32}
-    exp["repeats"] = 1
     path = tmp_path / "e.yaml"
     path.write_text(yaml.safe_dump(exp))
     keys = json.loads(Path("tests/data/sglang-0.5.19-bench-serving.json").read_text())["result_keys"]

@@ -205,3 +205,30 @@ def test_a_tracker_naming_a_missing_save_stops_the_launcher_instead_of_restartin
         resume_flags(["--load", str(ckpt)])
     (ckpt / "iter_0000040").mkdir()
     assert resume_flags(["--load", str(ckpt)]) == ["--load", str(ckpt)]
+
+
+def test_the_teed_driver_log_names_its_ray_job_and_passes_the_ownership_check(tmp_path):
+    """Ray's `Running entrypoint for job` line goes to Ray's own log, not to the launcher's tee; the
+    tee starts with the submission id Ray hands the driver (RAY_JOB_CONFIG_JSON_ENV_VAR), so the
+    collected log is known to be the attempt's own (bench.checks.check_own_log)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from bench.artifacts import ArtifactError
+    from bench.checks import check_own_log
+    from workloads.miles_launcher import JOB_CONFIG_ENV
+
+    log = tmp_path / "driver-1.log"
+    config = json.dumps({"runtime_env": {}, "metadata": {"job_submission_id": "r-1-abcde", "job_name": "r-1-abcde"}})
+    code = ("import sys; from pathlib import Path; from workloads.miles_launcher import tee_driver_log; "
+            f"tee_driver_log(Path({str(log)!r})); print('perf 0'); sys.stdout.flush()")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
+                   env={"PYTHONPATH": str(ROOT), JOB_CONFIG_ENV: config})
+    text = log.read_text()
+    assert text.splitlines()[-1] == "perf 0"
+    own = SimpleNamespace(attempt=SimpleNamespace(folder="a/r1"), rayjobs=[{"status": {"jobId": "r-1-abcde"}}])
+    check_own_log(own, text)
+    other = SimpleNamespace(attempt=SimpleNamespace(folder="a/r1"), rayjobs=[{"status": {"jobId": "r-2-fghij"}}])
+    with pytest.raises(ArtifactError, match="of job r-1-abcde"):
+        check_own_log(other, text)

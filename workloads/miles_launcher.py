@@ -60,6 +60,15 @@ LEASE_REFRESH_S = 30
 LEASE_STALE_MIN = 2
 """A lease not refreshed for this many minutes is stale (``find -mmin -2`` in the preStop hook)."""
 SAVE_TRIGGER = "SAVE_NOW"
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""The driver's JobConfig as JSON, set by Ray's job supervisor; its ``metadata["job_submission_id"]`` is
+the submission id (ray 2.53.0 ``dashboard/modules/job/job_supervisor.py`` ``_get_driver_env_vars``,
+``common.py`` ``JOB_ID_METADATA_KEY``; ``RAY_JOB_ID`` is stripped from the driver's environment,
+``_private/ray_constants.py`` ``RAY_INTERNAL_FLAGS``). KubeRay v1.7.0 submits with ``--submission-id``
+``status.jobId`` (``ray-operator/controllers/ray/common/job.go:113,189``)."""
+JOB_LINE = "Driver log of job {job_id}: teed by miles_launcher.py"
+"""The tee's first line: which Ray job wrote it (``bench.checks.check_own_log`` reads it; Ray's own
+``Running entrypoint for job`` line goes to Ray's log only)."""
 
 
 def layout(miles_flags: list[str]) -> tuple[int, int] | None:
@@ -189,16 +198,25 @@ def driver_log_path(marker: Path | str, attempt: str | int) -> Path:
     return Path(marker).parent / f"driver-{attempt}.log"
 
 
+def submission_id(env: "dict[str, str]") -> str | None:
+    """The Ray job's submission id from ``JOB_CONFIG_ENV``, or None outside a Ray job."""
+    raw = env.get(JOB_CONFIG_ENV)
+    return ((json.loads(raw).get("metadata") or {}).get("job_submission_id")) if raw else None
+
+
 def tee_driver_log(path: Path) -> threading.Thread:
-    """Copy everything written to this process's stdout and stderr (file descriptors 1 and 2, so Ray's
-    forwarded worker lines and native writes too) to ``path`` as well, appended, unbuffered. Ray's job
-    supervisor keeps reading the original stdout (``ray job logs``). At exit the descriptors are put
+    """Start with ``JOB_LINE`` naming this process's Ray job (when it runs as one), then copy everything
+    written to this process's stdout and stderr (file descriptors 1 and 2, so Ray's forwarded worker
+    lines and native writes too) to ``path`` as well, appended, unbuffered. Ray's job supervisor keeps reading the original stdout (``ray job logs``). At exit the descriptors are put
     back, which ends the copy; the returned thread is joined then."""
     import atexit
     path.parent.mkdir(parents=True, exist_ok=True)
     saved = os.dup(1), os.dup(2)
     read, write = os.pipe()
     log = open(path, "ab", buffering=0)  # noqa: SIM115 (closed by the copier)
+    job_id = submission_id(dict(os.environ))
+    if job_id:
+        log.write((JOB_LINE.format(job_id=job_id) + "\n").encode())
 
     def copy() -> None:
         with log:
