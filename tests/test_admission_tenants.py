@@ -223,3 +223,20 @@ def test_the_pod_policy_judges_every_team_request_but_not_the_fis_pod_delete_pod
     assert matches(["system:serviceaccounts:team-alpha", "system:authenticated"])
     other = [p for name, p in policies.items() if name != POD_POLICY]
     assert all("matchConditions" not in p["spec"] for p in other)  # RayJobs, clusters, podgroups: judged always
+
+
+@pytest.mark.parametrize("zero", ["0", 0])
+def test_a_gpu_count_of_zero_does_not_license_efa_or_huge_pages(policies, rayjob, zero):
+    """A container with nvidia.com/gpu: 0 asks for no GPU (an extended resource of 0 requests nothing)
+    yet would hold the node's EFA devices and huge pages."""
+    pod = _changed(_pod(rayjob, 0), lambda spec, c, p: c.setdefault("resources", {}).update(
+        limits={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi"},
+        requests={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi"}))
+    _only(refused(policies[POD_POLICY], pod), "without GPUs")
+
+
+def test_a_team_pod_cannot_run_as_the_fault_engines_account(policies, rayjob):
+    from components.faults import FIS_SERVICE_ACCOUNT
+    pod = _changed(_pod(rayjob, 0), lambda spec, c, p: spec.update(serviceAccountName=FIS_SERVICE_ACCOUNT))
+    _only(refused(policies[POD_POLICY], pod), "fault engine's account")
+

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from components.faults import FIS_GROUP
+from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
@@ -134,6 +134,9 @@ def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
          f"a team's pods are scheduled by Volcano (schedulerName {SCHEDULER}), in their team's queue"),
         (f"!has(object.spec.priorityClassName) || object.spec.priorityClassName in {classes}",
          f"a team's pods may use only the platform's run priorities {classes}"),
+        (f"!has(object.spec.serviceAccountName) || object.spec.serviceAccountName != '{FIS_SERVICE_ACCOUNT}'",
+         f"a team's pods may not run as the fault engine's account {FIS_SERVICE_ACCOUNT} (it deletes pods past "
+         "the runs PodDisruptionBudget; only the pod AWS FIS creates uses it)"),
         (_hosts_unset(),
          "a team's containers may not set a probe or lifecycle host (Pod Security baseline 1.34+, "
          "pod-security-admission policy/check_hostProbesAndhostLifecycle.go: the kubelet connects from the "
@@ -187,8 +190,8 @@ def _no_gpu_extras(r: str) -> str:
     def extras(m: str) -> str:
         return f"has({r}.{m}) && {r}.{m}.exists(k, k.startsWith('hugepages-') || k == '{EFA}')"
 
-    def gpus(m: str) -> str:
-        return f"(has({r}.{m}) && '{GPU}' in {r}.{m})"
+    def gpus(m: str) -> str:  # a GPU count of 0 is a valid quantity that asks for none: it does not count
+        return f"(has({r}.{m}) && '{GPU}' in {r}.{m} && string({r}.{m}['{GPU}']) != '0')"
     return f"!({extras('requests')} || {extras('limits')}) || {gpus('limits')} || {gpus('requests')}"
 
 
