@@ -103,6 +103,16 @@ def section(m: dict, runs: int) -> str:
                             f"importing what it needs (rows above)") + ".", END])
 
 
+def write_section(text: str, begin: str, end: str) -> None:
+    """Put ``text`` (which starts with ``begin`` and ends with ``end``) at the end of BENCHMARKS.md, in
+    place of the section those markers held."""
+    target = ROOT / "BENCHMARKS.md"
+    old = target.read_text()
+    if begin in old:
+        old = old[:old.index(begin)] + old[old.index(end) + len(end):].lstrip("\n")
+    target.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5)
@@ -111,11 +121,7 @@ def main() -> None:
     text = section(measure(args.runs), args.runs)
     print(text)
     if args.write:
-        target = ROOT / "BENCHMARKS.md"
-        old = target.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + old[old.index(END) + len(END):].lstrip("\n")
-        target.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+        write_section(text, BEGIN, END)
 
 
 if __name__ == "__main__":

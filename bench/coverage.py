@@ -113,11 +113,8 @@ def main() -> None:
     text = section(now, before)
     print(text)
     if args.write:
-        target = ROOT / "BENCHMARKS.md"
-        old = target.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + old[old.index(END) + len(END):].lstrip("\n")
-        target.write_text(old.rstrip("\n") + "\n\n" + text + "\n")
+        from .benchmark import write_section
+        write_section(text, BEGIN, END)
 
 
 if __name__ == "__main__":
