@@ -214,11 +214,12 @@ def main() -> None:
     text = report(args.runs) + gpu_measurements()
     print(text)
     if args.write:
-        from bench.benchmark import BEGIN, END  # noqa: PLC0415  (its section is written by bench.benchmark)
+        from bench import benchmark, coverage  # noqa: PLC0415  (their sections are written by them)
         target = ROOT / "BENCHMARKS.md"
         old = target.read_text() if target.exists() else ""
-        kept = old[old.index(BEGIN):old.index(END) + len(END)] if BEGIN in old and END in old else ""
-        target.write_text(text.rstrip("\n") + ("\n\n" + kept if kept else "") + "\n")
+        kept = [old[old.index(m.BEGIN):old.index(m.END) + len(m.END)] for m in (benchmark, coverage)
+                if m.BEGIN in old and m.END in old]
+        target.write_text("\n\n".join([text.rstrip("\n"), *kept]) + "\n")
 
 
 if __name__ == "__main__":
