@@ -6,7 +6,7 @@
 - Detection: the first Kubernetes Event about the attempt after the fault, with its own time
   (``bench.faults.detected``: KubeRay's ``CreatedWorkerPod``/``DeletedWorkerPod``, ...), as recorded.
 - Restart and resume, from the driver log's own lines:
-  Megatron ``megatron/training/checkpointing.py`` (radixark/Megatron-LM 37f91617, the Miles pin):
+  Megatron ``megatron/training/checkpointing.py`` (radixark/Megatron-LM 37f91617, the commit the Miles image builds, workloads/image/Dockerfile MEGATRON_COMMIT; the same text at 235952df :1062-1065 and :2543-2546):
   ``:742-745`` ``[<time>] successfully saved checkpoint from iteration <n> to <dir>`` once a save is
   complete (the tracker written), and ``:1923-1926`` ``successfully loaded checkpoint from <dir> ...
   at iteration <n>``; Miles 49cac7b5 saves with the rollout id as iteration (``train.py:83`` ->
