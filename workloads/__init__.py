@@ -13,6 +13,6 @@
 - ``torchx_miles``: the TorchX component that submits the same run.
 """
 
-from .settings import WorkloadSettings
+from workloads.settings import WorkloadSettings
 
 __all__ = ["WorkloadSettings"]

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 from software import Framework
 from stackconfig.stack import Role
 
-from .checkpoint_budget import retain_interval
-from .miles_launcher import ARGV_ENV
-from .layout import is_spot, moe_backend, paths, reward_enabled
-from .profile import run_profile
-from .sglang_budget import Budget, deepep_v2_budget
+from workloads.checkpoint_budget import retain_interval
+from workloads.miles_launcher import ARGV_ENV
+from workloads.layout import is_spot, moe_backend, paths, reward_enabled
+from workloads.profile import run_profile
+from workloads.sglang_budget import Budget, deepep_v2_budget
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 SCRIPTS_DIR = "/opt/scripts"
 """Where every GPU pod mounts the stack's scripts (ConfigMap ``workload-scripts``)."""

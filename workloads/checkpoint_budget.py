@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 GB = 1000 ** 3
 GIB = 1024 ** 3

@@ -24,17 +24,17 @@ from components.fsx import CheckpointFileSystem
 from components.platform import Platform
 from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 
-from . import layout as L
-from . import render as M
-from .model import WorkloadModel
-from .render.admission import team_admission
-from .render.faults import fault_rbac
-from .render.network_policies import kuberay_operator_policy
-from .render.runs import team_run_budget
-from .render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
+from workloads import layout as L
+from workloads import render as M
+from workloads.model import WorkloadModel
+from workloads.render.admission import team_admission
+from workloads.render.faults import fault_rbac
+from workloads.render.network_policies import kuberay_operator_policy
+from workloads.render.runs import team_run_budget
+from workloads.render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
                            team_fsx_pv, team_fsx_pvc, team_objects, team_scripts, team_volumes)
-from .teams import team_group
-from .runs.submit import RunObjects
+from workloads.teams import team_group
+from workloads.runs.submit import RunObjects
 
 TYPED = {
     "Namespace": k8s.core.v1.Namespace,

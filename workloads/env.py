@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import Pool, Role
 
-from .argv import rollout_budget
-from .layout import GIN_TYPE, DeepEP, moe_backend
-from .settings import DeepEPVersion, GinBackend
+from workloads.argv import rollout_budget
+from workloads.layout import GIN_TYPE, DeepEP, moe_backend
+from workloads.settings import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 NVLS_GPUS = frozenset({"H100", "H200", "B200", "B300"})
 """NVLink SHARP (NVLS) needs third-generation NVSwitch: Hopper and newer, not A100."""

@@ -25,7 +25,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 from kubernetes.config import ConfigException
 
-from .cli import one_line
+from workloads.cli import one_line
 
 TIMEOUT_S = 15
 """Longest wait for each of ``connect``'s requests (an API server that accepts and never answers)."""

@@ -15,14 +15,14 @@ from components.gpu_node_setup import GDA_FAMILIES
 from stackconfig.versions import workload_image
 from stackconfig.stack import CapacityType, Pool, Role
 
-from . import moe_backend as moe
-from .resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
-from .miles_launcher import SAVE_TRIGGER
-from .profile import image_field, run_profile
-from .settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend
+from workloads import moe_backend as moe
+from workloads.resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
+from workloads.miles_launcher import SAVE_TRIGGER
+from workloads.profile import image_field, run_profile
+from workloads.settings import CAPACITY_BLOCK_DRAIN_MINUTES, IMAGE_DIGEST, DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 GIN_TYPE = {GinBackend.PROXY: "2", GinBackend.GPU: "5"}
 

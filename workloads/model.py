@@ -17,15 +17,15 @@ from software import Profile, profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
 
-from . import layout as L
-from . import moe_backend as moe
-from .argv import miles_argv
-from .env import deepep_runtime_env, gpu_env, rollout_env, runtime_env
-from .profile import run_profile
-from .settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
+from workloads import layout as L
+from workloads import moe_backend as moe
+from workloads.argv import miles_argv
+from workloads.env import deepep_runtime_env, gpu_env, rollout_env, runtime_env
+from workloads.profile import run_profile
+from workloads.settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from software import Framework, Profile, profile, profiles, version_tuple
 
-from .flagcheck import argv_pairs, argv_problems
+from workloads.flagcheck import argv_pairs, argv_problems
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 MULTI_NODE_ENGINE_MIN_NCCL = (2, 30, 7)
 """Miles 49cac7b5 docs/models/qwen/qwen3-8.md:196-199: rollout engines across nodes need NCCL >=

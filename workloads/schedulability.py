@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from stackconfig.stack import Pool
 
-from .model import WorkloadModel
-from .render import pod_templates
-from .resources import EFA, GPU, HUGEPAGES, MI, allocatable, effective_requests, parse_quantity, usable
+from workloads.model import WorkloadModel
+from workloads.render import pod_templates
+from workloads.resources import EFA, GPU, HUGEPAGES, MI, allocatable, effective_requests, parse_quantity, usable
 
 RESOURCES = ("cpu", "memory", GPU, EFA, HUGEPAGES)
 

@@ -21,7 +21,7 @@ from software import DEFAULT_PROFILE, profile
 from software import profiles as _profiles
 from stackconfig.base import SchemaModel
 
-from .teams import TeamSettings
+from workloads.teams import TeamSettings
 
 K8S_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
 QUANTITY = r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$"

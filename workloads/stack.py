@@ -12,8 +12,8 @@ from pydantic import model_validator
 
 from stackconfig.stack import StackConfig
 
-from .settings import WorkloadSettings
-from .validation import validate
+from workloads.settings import WorkloadSettings
+from workloads.validation import validate
 
 
 class ProgramConfig(StackConfig):

@@ -24,15 +24,15 @@ import shlex
 from torchx import specs
 from torchx.specs.overlays import JOIN, set_overlay
 
-from . import layout as L
-from .argv import driver
+from workloads import layout as L
+from workloads.argv import driver
 from stackconfig.versions import with_repository
 
-from .model import WorkloadModel
-from .render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
+from workloads.model import WorkloadModel
+from workloads.render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
                             pod_security_context, scripts_volume, security_context, shm_volume)
-from .render.ray import SCRIPTS_MOUNT, entrypoint_resources, preflight_container
-from .resources import EFA, HUGEPAGES, MI
+from workloads.render.ray import SCRIPTS_MOUNT, entrypoint_resources, preflight_container
+from workloads.resources import EFA, HUGEPAGES, MI
 
 HEAD_ROLE = "head"
 DRIVER_ARG0 = "miles-driver"
@@ -159,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from stackconfig.stack import StackConfigError
 
-    from . import kube
-    from .render.common import VOLCANO_QUEUE
+    from workloads import kube
+    from workloads.render.common import VOLCANO_QUEUE
     p = argparse.ArgumentParser(prog="python -m workloads.torchx_miles", description=main.__doc__.split(":")[0])
     p.add_argument("stack")
     p.add_argument("--stack-dir", default="stacks")

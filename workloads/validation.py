@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import CapacityType, Role
 
-from .argv import MODEL_PRESETS, miles_argv
-from . import moe_backend as moe
-from .teams import validate_members, validate_teams
-from .checkpoint_budget import GB, MODEL_PARAMS, budget
+from workloads.argv import MODEL_PRESETS, miles_argv
+from workloads import moe_backend as moe
+from workloads.teams import validate_members, validate_teams
+from workloads.checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
-from .layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
-from .profile import image_field, run_profile, validate_profile
-from .settings import DeepEPVersion, GinBackend, Submission
+from workloads.layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
+from workloads.profile import image_field, run_profile, validate_profile
+from workloads.settings import DeepEPVersion, GinBackend, Submission
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 
 def _divisors(n: int) -> str:

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Sequence
 
 
-from .. import fabric_bench as FB
-from ..model import WorkloadModel
+from workloads import fabric_bench as FB
+from workloads.model import WorkloadModel
 
-from .compare import (compare)
-from .expected import (EXPECTED, family_of)
-from .job import (acceptance_job, gpu_group, holds_pool, report_command)
-from .parsers import (load_fabric_bench, parse_deepep)
-from .plot import (plot_svg)
+from workloads.acceptance.compare import (compare)
+from workloads.acceptance.expected import (EXPECTED, family_of)
+from workloads.acceptance.job import (acceptance_job, gpu_group, holds_pool, report_command)
+from workloads.acceptance.parsers import (load_fabric_bench, parse_deepep)
+from workloads.acceptance.plot import (plot_svg)
 
 
 # --- command line --------------------------------------------------------------------------------------
@@ -29,8 +29,8 @@ from .plot import (plot_svg)
 def _model(stack: str, stack_dir: Path) -> WorkloadModel:
     from stackconfig.files import read_stack
 
-    from ..model import derive
-    from ..stack import ProgramConfig
+    from workloads.model import derive
+    from workloads.stack import ProgramConfig
     return derive(read_stack(stack, stack_dir, model=ProgramConfig))
 
 
@@ -77,7 +77,7 @@ def apply(job: dict, context: str | None) -> str:
     """Create the Job on the cluster (``kube.connect``: one line, ``kube.NoCluster``, when there is none)."""
     from kubernetes.client import ApiException, CustomObjectsApi
 
-    from .. import kube
+    from workloads import kube
     api = kube.connect(context, (kube.VOLCANO_JOBS,), job["metadata"]["namespace"])
     group, version = job["apiVersion"].split("/")
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
@@ -92,7 +92,7 @@ def apply(job: dict, context: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..cli import run_command
+    from workloads.cli import run_command
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return run_command("acceptance", lambda: _report_main(argv[1:]))

@@ -7,9 +7,9 @@ from typing import Any
 
 from stackconfig.stack import Pool, Role
 
-from .. import layout as L
-from ..model import WorkloadModel
-from ..render.common import (
+from workloads import layout as L
+from workloads.model import WorkloadModel
+from workloads.render.common import (
     FSX_VOLUME,
     SHM_VOLUME,
     VOLCANO_QUEUE,
@@ -24,10 +24,10 @@ from ..render.common import (
     security_context,
     shm_volume,
 )
-from ..render.ray import preflight_container
-from ..settings import DeepEPVersion
+from workloads.render.ray import preflight_container
+from workloads.settings import DeepEPVersion
 
-from .parsers import (DEEPEP_TAG)
+from workloads.acceptance.parsers import (DEEPEP_TAG)
 
 
 # --- the Job -----------------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from typing import Any
 
 from stackconfig.stack import POOL_LABEL, Pool
 
-from .. import layout as L
-from ..model import WorkloadModel
-from ..resources import EFA, GI, GPU, HUGEPAGES
+from workloads import layout as L
+from workloads.model import WorkloadModel
+from workloads.resources import EFA, GI, GPU, HUGEPAGES
 
 PART_OF = "moe-rl-platform"
 FSX_CLAIM = "fsx"

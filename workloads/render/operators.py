@@ -6,9 +6,9 @@ from typing import Any
 
 import yaml
 
-from ..model import WorkloadModel
-from ..settings import Submission
-from .common import PART_OF, VOLCANO_QUEUE, labels, placement
+from workloads.model import WorkloadModel
+from workloads.settings import Submission
+from workloads.render.common import PART_OF, VOLCANO_QUEUE, labels, placement
 
 # --- operators -------------------------------------------------------------------------------
 

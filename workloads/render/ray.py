@@ -9,11 +9,11 @@ from typing import Any
 
 import yaml
 
-from .. import layout as L
-from ..argv import SCRIPTS_DIR, driver, entry_and_flags
-from ..model import WorkloadModel
-from ..preflight import sglang_flags
-from .common import (
+from workloads import layout as L
+from workloads.argv import SCRIPTS_DIR, driver, entry_and_flags
+from workloads.model import WorkloadModel
+from workloads.preflight import sglang_flags
+from workloads.render.common import (
     FSX_VOLUME,
     HEAD_PORTS,
     RAY_CLUSTER_LABEL,

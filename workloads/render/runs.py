@@ -31,18 +31,18 @@ from __future__ import annotations
 import copy
 import json
 
-from ..labels import ATTEMPT_LABEL, RUN_LABEL
-from ..layout import CHECKPOINT_DIR, RUNNING_MARKER
-from ..argv import driver
-from ..miles_launcher import LEASE_STALE_MIN
-from ..model import WorkloadModel
-from ..settings import RunFile, Submission, TopologyMode
-from ..teams import TEAM_LABEL, TeamSettings
-from .common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
-from .operators import tier_label
-from .ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
-from .services import stage_template
-from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
+from workloads.labels import ATTEMPT_LABEL, RUN_LABEL
+from workloads.layout import CHECKPOINT_DIR, RUNNING_MARKER
+from workloads.argv import driver
+from workloads.miles_launcher import LEASE_STALE_MIN
+from workloads.model import WorkloadModel
+from workloads.settings import RunFile, Submission, TopologyMode
+from workloads.teams import TEAM_LABEL, TeamSettings
+from workloads.render.common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
+from workloads.render.operators import tier_label
+from workloads.render.ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
+from workloads.render.services import stage_template
+from workloads.render.teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
 QUEUE_LABEL = "volcano.sh/queue-name"
 PRIORITY_LABEL = "ray.io/priority-class-name"

@@ -8,15 +8,15 @@ from typing import Any
 
 from stackconfig.stack import Pool
 
-from ..layout import Group
-from ..resources import EFA, GI, GPU, HUGEPAGES, allocatable
-from ..teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
-from ..argv import REWARD_SERVICE
-from ..model import WorkloadModel
-from .common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS,
+from workloads.layout import Group
+from workloads.resources import EFA, GI, GPU, HUGEPAGES, allocatable
+from workloads.teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
+from workloads.argv import REWARD_SERVICE
+from workloads.model import WorkloadModel
+from workloads.render.common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS,
                      file_system_container, file_system_pod, labels, meta)
-from .network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
-from .services import fsx_pv, fsx_pvc, scripts_configmap
+from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
+from workloads.render.services import fsx_pv, fsx_pvc, scripts_configmap
 
 
 def namespace_of(team: str) -> str:

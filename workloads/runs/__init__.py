@@ -3,7 +3,7 @@
 Kubernetes calls that submit, list, show, follow and cancel them (``client``), and the command
 (``python -m workloads.runs``)."""
 
-from .config import NeverFits, check_run, load_run, run_config, run_model
-from .plan import Decision, plan_runs
+from workloads.runs.config import NeverFits, check_run, load_run, run_config, run_model
+from workloads.runs.plan import Decision, plan_runs
 
 __all__ = ["Decision", "NeverFits", "check_run", "load_run", "plan_runs", "run_config", "run_model"]

@@ -32,16 +32,16 @@ from software.report import record_image, report
 from stackconfig.files import STACKS_DIR, read_stack
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
-from .. import kube
-from ..checkpoint_budget import GB
-from ..cli import read_input, run_command
-from ..render.teams import namespace_of
-from ..stack import ProgramConfig
-from .client import RunClient, attempt_of
-from .config import load_run, run_pools
-from .plan import Planner
-from .submit import run_objects
-from .topology import run_tiers
+from workloads import kube
+from workloads.checkpoint_budget import GB
+from workloads.cli import read_input, run_command
+from workloads.render.teams import namespace_of
+from workloads.stack import ProgramConfig
+from workloads.runs.client import RunClient, attempt_of
+from workloads.runs.config import load_run, run_pools
+from workloads.runs.plan import Planner
+from workloads.runs.submit import run_objects
+from workloads.runs.topology import run_tiers
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -19,13 +19,13 @@ from kubernetes import client as k8s
 
 from stackconfig.stack import POOL_LABEL
 
-from ..miles_launcher import ARGV_ENV
-from ..render.common import RAY_NODE_TYPE_LABEL
-from ..render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE, podgroup_name
-from ..render.teams import namespace_of
-from ..settings import RunFile
-from ..teams import TEAM_LABEL
-from .topology import tier_sizes_from_hypernodes
+from workloads.miles_launcher import ARGV_ENV
+from workloads.render.common import RAY_NODE_TYPE_LABEL
+from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE, podgroup_name
+from workloads.render.teams import namespace_of
+from workloads.settings import RunFile
+from workloads.teams import TEAM_LABEL
+from workloads.runs.topology import tier_sizes_from_hypernodes
 
 RAYJOB = ("ray.io", "v1", "rayjobs")
 PODGROUP = ("scheduling.volcano.sh", "v1beta1", "podgroups")

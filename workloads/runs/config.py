@@ -19,15 +19,15 @@ from stackconfig.stack import NodeCounts, Pool, Role
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels
 
-from .. import layout as L
-from ..model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
-from ..render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
-from ..settings import RunFile, RunSpec, Submission
-from ..validation import validate_run
-from .topology import run_tiers, unplaceable
+from workloads import layout as L
+from workloads.model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
+from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
+from workloads.settings import RunFile, RunSpec, Submission
+from workloads.validation import validate_run
+from workloads.runs.topology import run_tiers, unplaceable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 class NeverFits(ValueError):
     """A run that cannot be placed however long it waits."""

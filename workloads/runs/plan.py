@@ -32,14 +32,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from ..settings import RunFile
-from ..checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
-from ..layout import expert_precision
-from ..teams import QUOTA_NAME, TeamSettings, pool_gpus
-from .config import check_run, run_config, run_pools
+from workloads.settings import RunFile
+from workloads.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
+from workloads.layout import expert_precision
+from workloads.teams import QUOTA_NAME, TeamSettings, pool_gpus
+from workloads.runs.config import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 
 @dataclass

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..model import WorkloadModel
-from ..render.runs import run_rayjob
-from ..settings import RunFile
-from .config import NeverFits, run_model, run_pools
-from .topology import TierChoice, run_tiers, unplaceable
+from workloads.model import WorkloadModel
+from workloads.render.runs import run_rayjob
+from workloads.settings import RunFile
+from workloads.runs.config import NeverFits, run_model, run_pools
+from workloads.runs.topology import TierChoice, run_tiers, unplaceable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..stack import ProgramConfig
+    from workloads.stack import ProgramConfig
 
 
 @dataclass(frozen=True)

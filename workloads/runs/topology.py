@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..render.operators import tier_label
-from ..settings import RunFile, TopologyMode
+from workloads.render.operators import tier_label
+from workloads.settings import RunFile, TopologyMode
 
 TIERS = (1, 2, 3)
 
