@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 import yaml
-from conftest import ROOT, graph_of, load
+from conftest import ROOT, graph_of, load, recorded
 
 from analysis import plan as plan_cli
 from catalog import CATALOG
@@ -92,8 +92,10 @@ def test_deploy_path_is_a_chain_of_waits(stack):
 
 # --- the command ----------------------------------------------------------------------------
 
-def test_the_plan_text_renders_for_every_stack(stack, capsys):
-    """The text a user reads, for every stack file (a runs-mode stack prints its teams' queues)."""
+def test_the_plan_text_renders_for_every_stack(stack, capsys, monkeypatch):
+    """The text a user reads, for every stack file (a runs-mode stack prints its teams' queues);
+    the program's run is the session's recording of the same config."""
+    monkeypatch.setattr(plan_cli, "record", recorded)
     assert plan_cli.main([stack]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"Plan for stack {stack}:") and "Violations: none" in text

@@ -4,7 +4,7 @@ the pool or subnet, and stays silent on the graph the program really registers."
 import copy
 
 import pytest
-from conftest import graph_of, load
+from conftest import graph_copy, load
 
 from analysis.rules import plan as rules
 from catalog import CATALOG
@@ -18,7 +18,7 @@ STACK = "p5en-prod"
 @pytest.fixture
 def recorded():
     """A private copy of p5en-prod's recorded graph, free to break."""
-    return load(STACK), copy.deepcopy(graph_of(STACK))
+    return load(STACK), graph_copy(STACK)
 
 
 def _pool(cfg, graph, name):
@@ -92,7 +92,7 @@ def test_placement_group_on_a_reservation(recorded):
 
 def test_placement_group_missing_without_reservation():
     # The p5 stack has an on-demand EFA pool: it needs a cluster placement group.
-    cfg, graph = load("p5"), copy.deepcopy(graph_of("p5"))
+    cfg, graph = load("p5"), graph_copy("p5")
     rollout = _pool(cfg, graph, "rollout")
     assert rollout.placement_group is not None
     del rollout.launch_template.inputs["placement"]

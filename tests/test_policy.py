@@ -14,7 +14,7 @@ import pulumi_policy
 import pytest
 import yaml
 from pulumi_policy.proxy import UnknownValueError
-from conftest import ROOT, graph_of, load
+from conftest import ROOT, graph_copy, graph_of, load
 from test_tenancy import BROKEN as TEAM_BREAKS
 
 from analysis import mocks
@@ -117,7 +117,7 @@ def test_retain_on_delete_is_not_visible_to_policies():
 # --- broken graphs -------------------------------------------------------------------------------
 
 def _copy(stack: str) -> mocks.Graph:
-    return copy.deepcopy(graph_of(stack))
+    return graph_copy(stack)
 
 
 def _set(r: mocks.Registered, key: str, value, *targets: mocks.Registered) -> None:

@@ -4,10 +4,9 @@ NetworkPolicy is caught. The mutations are also the pack's broken variants (``te
 
 from __future__ import annotations
 
-import copy
 
 import pytest
-from conftest import graph_of
+from conftest import graph_copy, graph_of
 
 from analysis import mocks
 from analysis.rules.tenancy import check_team_isolation
@@ -18,7 +17,7 @@ NS = "namespace-team-alpha"
 
 
 def _graph() -> mocks.Graph:
-    return copy.deepcopy(graph_of(SHARED))
+    return graph_copy(SHARED)
 
 
 def _stack(graph: mocks.Graph) -> Stack:

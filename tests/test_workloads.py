@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import ROOT, STACKS, graph_of, load
+from conftest import ROOT, STACKS, graph_of, load, recorded
 
 from analysis import mocks
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
@@ -22,7 +22,6 @@ from program import ProgramConfig
 from workloads.derive.model import derive
 from workloads.deploy.submit import run_objects
 from workloads.schema.settings import RunFile
-from stackconfig.stack import load_stack
 from workloads.checks import gate
 from workloads.derive import layout as L
 from workloads import render as M
@@ -53,15 +52,9 @@ def typed(stack: str, override: dict) -> ProgramConfig:
     return load_stack(stack, merge(raw_stack(stack), override), ProgramConfig)
 
 
-@functools.cache
-def _variant_graph(stack: str, override_json: str) -> mocks.Graph:
-    cfg = variant(stack, json.loads(override_json))
-    import program
-    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
-
-
 def variant_graph(stack: str, override: dict) -> mocks.Graph:
-    return _variant_graph(stack, json.dumps(override, sort_keys=True))
+    """The recorded graph of ``variant(stack, override)`` (shared: see ``conftest.recorded``)."""
+    return recorded(variant(stack, override))
 
 
 RAYJOB = {"workloads": {"run": {"rayJob": True}}}

@@ -159,13 +159,11 @@ def test_torchx_stack_registers_no_raycluster_and_its_job_pods_are_what_the_proo
         n: c for n, c in counted.items() if n.startswith("torchx-") and c}
 
 
-def test_a_stack_file_changed_to_torchx_plans_clean(tmp_path):
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-m", "analysis.plan", "p5en-prod", "--stack-dir", str(torchx_stack_dir(tmp_path))],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "torchx-trainer" in out.stdout and "ray-trainer" not in out.stdout
+def test_a_stack_file_changed_to_torchx_plans_clean(tmp_path, capsys):
+    from analysis.plan import main
+    assert main(["p5en-prod", "--stack-dir", str(torchx_stack_dir(tmp_path))]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "torchx-trainer" in out and "ray-trainer" not in out
 
 
 def test_rayjob_with_torchx_submission_is_a_config_error():
