@@ -164,6 +164,13 @@ def stack(request) -> str:
     return request.param
 
 
+def serve(server) -> None:
+    """Serve ``server`` (a fake API server, ``http.server``) on a daemon thread, polling for its
+    ``shutdown`` every 10 ms (the default 0.5 s made every test with a fake server wait that long)."""
+    import threading
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+
+
 def send_json(handler, status: int, body) -> None:
     """Answer an ``http.server`` request with ``body`` as JSON (the fake API servers of the tests)."""
     import json

@@ -10,7 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import ROOT, send_json
+from conftest import ROOT, send_json, serve
 
 from nodes.__main__ import main as nodes_main
 from workloads.cli import kube
@@ -53,7 +53,7 @@ class ApiServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
 
     def close(self):
         self.release.set()
@@ -132,7 +132,7 @@ def test_a_refused_connection_is_one_line_for_every_command(tmp_path, monkeypatc
 
 
 def test_an_api_server_that_never_answers_is_one_line(api_server, monkeypatch, capsys):
-    monkeypatch.setattr(kube, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(kube, "TIMEOUT_S", 0.1)  # each of urllib3's tries waits this long
     api_server({}, answer=False)
     assert runs_main(["list"]) == 1
     assert "does not answer (" in one_line(capsys)

@@ -8,13 +8,12 @@ import json
 import os
 import stat
 import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import load, send_json
+from conftest import load, send_json, serve
 
 from nodes import agent, incluster, marks
 from nodes.burn_in import plans
@@ -89,7 +88,7 @@ class FakeApiServer:
                 self._send(201, body)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
         self.api = incluster.Api(f"http://127.0.0.1:{self.server.server_port}", token_file="/nonexistent", ca_file=None)
 
     def close(self):

@@ -5,13 +5,12 @@ them, and its per-pool breaker trips (Event, ConfigMap) instead of a replacement
 from __future__ import annotations
 
 import json
-import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
 import pytest
-from conftest import send_json
+from conftest import send_json, serve
 from test_nodes_agent import BURN_IN, QUARANTINE, merge, new_node
 
 from nodes import controller, incluster, marks, replace
@@ -71,7 +70,7 @@ class Cluster:
                 self._save(201)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve(self.server)
         self.api = incluster.Api(f"http://127.0.0.1:{self.server.server_port}", token_file="/nonexistent", ca_file=None)
 
     def close(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -270,7 +271,9 @@ def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_the_lease_is_
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ray").write_text(f"#!/bin/sh\necho stopped > {tmp_path}/ray-stopped\n")
-    (bin_dir / "ray").chmod(0o755)
+    (bin_dir / "sleep").write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 0.05\n")  # the hook's 5 s poll, shorter
+    for tool in ("ray", "sleep"):
+        (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     lease, sentinel = tmp_path / "RUNNING", tmp_path / "SAVE_NOW"
 
