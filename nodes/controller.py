@@ -12,11 +12,17 @@ or ``maxReplacementsPerHour`` were requested in the last hour; a trip is kept in
 NVSentinel's breaker, kept in its ``circuit-breaker`` ConfigMap, needs a manual reset). A refused
 replacement is recorded on the node (annotation ``rl.platform/replacement``, state ``refused``) with
 a Warning Event, and tried again ``RETRY_SECONDS`` later.
+
+Every write meets the API server's refusals: a record on a node written by another since the list
+(409) is written again on a fresh read, a node already gone (404: its instance was terminated) gets
+none; the breaker ConfigMap saved by another since this pass read it (409 Conflict or AlreadyExists)
+is read again and this pass's changes applied to it, so a replacement made is always counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from datetime import datetime, timedelta, timezone
@@ -34,6 +40,8 @@ PERIOD_SECONDS = 60
 RETRY_SECONDS = 600
 COMPONENT = "rl-burn-in-replace"
 HOUR = timedelta(hours=1)
+TRIES = 3
+"""Writes of one pass refused 409 (another writer in between) are tried this many times."""
 
 
 def breaker_state(cm: Mapping[str, Any] | None) -> dict[str, dict]:
@@ -88,6 +96,47 @@ def trip_reason(pool_nodes: list[Mapping[str, Any]], limits: Mapping[str, Any], 
     return None
 
 
+def _tripped(state: dict[str, dict], pool: str, why: str, now: datetime) -> None:
+    state.setdefault(pool, {}).update(tripped=why, at=marks.stamp(now))
+
+
+def _replaced(state: dict[str, dict], pool: str, now: datetime) -> None:
+    doc = state.setdefault(pool, {})
+    doc["replacements"] = [*recent(doc, now), marks.stamp(now)]
+
+
+def _record(api: incluster.Api, node: Mapping[str, Any], patch_of: Callable[[Mapping[str, Any]], dict]) -> None:
+    """``patch_of(node)`` written on the node; on a 409 (written by another since it was read) again
+    on a fresh read; nothing on a node that is gone (404)."""
+    name = node["metadata"]["name"]
+    for attempt in range(TRIES):
+        try:
+            api.patch_node(name, patch_of(api.node(name) if attempt else node))
+            return
+        except incluster.ApiError as e:
+            if e.status == 404:
+                return
+            if e.status != 409 or attempt == TRIES - 1:
+                raise
+
+
+def _save(api: incluster.Api, ns: str, state: dict[str, dict], cm: Mapping[str, Any] | None,
+          changes: list[Callable[[dict[str, dict]], None]]) -> None:
+    """The breaker state saved; on a 409 (saved by another since ``cm`` was read) ``changes`` applied
+    to a fresh read and saved again."""
+    for attempt in range(TRIES):
+        try:
+            api.save_config_map(breaker_map(ns, state, cm))
+            return
+        except incluster.ApiError as e:
+            if e.status != 409 or attempt == TRIES - 1:
+                raise
+            cm = api.config_map(ns, BREAKER)
+            state = breaker_state(cm)
+            for change in changes:
+                change(state)
+
+
 def _breaker_event(namespace: str, pool: str, why: str, now: datetime) -> dict:
     when = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{BREAKER}.", "namespace": namespace},
@@ -103,40 +152,50 @@ def reconcile(api: incluster.Api, plan: Mapping[str, Any], now: datetime,
     ns, quarantine, done = plan["namespace"], plan["quarantine"], []
     cm = api.config_map(ns, BREAKER)
     state = breaker_state(cm)
-    changed = False
+    changes: list[Callable[[dict[str, dict]], None]] = []
+
+    def change(step: Callable[[dict[str, dict]], None]) -> None:
+        changes.append(step)
+        step(state)
+
     nodes = api.nodes(f"{plan['poolLabel']} in ({','.join(sorted(plan['pools']))})")
-    for pool, limits in sorted(plan["pools"].items()):
-        mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]
-        todo = [n for n in mine if replaceable(n, quarantine) and due(n, now)]
-        doc = state.setdefault(pool, {})
-        if not todo or doc.get("tripped"):
-            continue
-        for node in todo:
-            why = trip_reason(mine, limits, len(recent(doc, now)))
-            if why:
-                doc.update(tripped=why, at=marks.stamp(now))
-                changed = True
-                api.create_event(_breaker_event(ns, pool, why, now))
-                done.append(f"{pool}: breaker tripped: {why}")
-                break
-            name, attempts = node["metadata"]["name"], marks.replacement(node).get("attempts", 0) + 1
-            try:
-                mark(node)
-            except Exception as e:  # noqa: BLE001 - any refusal is recorded and tried again later
-                api.patch_node(name, marks.replacement_patch(node, "refused", now, attempts, f"{type(e).__name__}: {e}"))
-                api.create_event(marks.event(node, ns, marks.FAILED, f"replacement refused ({attempts}): {e}", now,
-                                             reason="ReplacementRefused", warning=True, component=COMPONENT))
-                done.append(f"{name}: replacement refused: {e}")
+    try:
+        for pool, limits in sorted(plan["pools"].items()):
+            mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]
+            todo = [n for n in mine if replaceable(n, quarantine) and due(n, now)]
+            if not todo or state.get(pool, {}).get("tripped"):
                 continue
-            api.patch_node(name, marks.replacement_patch(node, "requested", now, attempts))
-            api.create_event(marks.event(node, ns, marks.FAILED, "instance marked unhealthy: the node group replaces it",
-                                         now, reason="ReplacementRequested", warning=False, component=COMPONENT))
-            doc["replacements"] = [*recent(doc, now), marks.stamp(now)]
-            changed = True
-            done.append(f"{name}: replacement requested")
-    if changed:
-        api.save_config_map(breaker_map(ns, state, cm))
+            for node in todo:
+                why = trip_reason(mine, limits, len(recent(state.get(pool, {}), now)))
+                if why:
+                    change(functools.partial(_tripped, pool=pool, why=why, now=now))
+                    api.create_event(_breaker_event(ns, pool, why, now))
+                    done.append(f"{pool}: breaker tripped: {why}")
+                    break
+                done.append(_replace(api, node, ns, now, mark, lambda: change(functools.partial(_replaced, pool=pool, now=now))))
+    finally:  # what this pass did is kept even when a later write failed
+        if changes:
+            _save(api, ns, state, cm, changes)
     return done
+
+
+def _replace(api: incluster.Api, node: Mapping[str, Any], ns: str, now: datetime,
+             mark: Callable[[Mapping[str, Any]], None], counted: Callable[[], None]) -> str:
+    """Ask for the node's replacement; record the answer on the node (and ``counted()`` a replacement)."""
+    name, attempts = node["metadata"]["name"], marks.replacement(node).get("attempts", 0) + 1
+    try:
+        mark(node)
+    except Exception as e:  # noqa: BLE001 - any refusal is recorded and tried again later
+        refusal, why = str(e), f"{type(e).__name__}: {e}"
+        _record(api, node, lambda n: marks.replacement_patch(n, "refused", now, attempts, why))
+        api.create_event(marks.event(node, ns, marks.FAILED, f"replacement refused ({attempts}): {refusal}", now,
+                                     reason="ReplacementRefused", warning=True, component=COMPONENT))
+        return f"{name}: replacement refused: {refusal}"
+    counted()
+    _record(api, node, lambda n: marks.replacement_patch(n, "requested", now, attempts))
+    api.create_event(marks.event(node, ns, marks.FAILED, "instance marked unhealthy: the node group replaces it",
+                                 now, reason="ReplacementRequested", warning=False, component=COMPONENT))
+    return f"{name}: replacement requested"
 
 
 def main(argv: list[str] | None = None) -> int:

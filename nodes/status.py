@@ -144,25 +144,35 @@ class NodesClient:
                 if e.status != 409 or attempt == attempts - 1:
                     raise
 
-    def breakers(self) -> dict[str, dict]:
-        """Pool -> the replacement breaker's state (``nodes.controller``); empty before any replacement."""
+    def _breaker(self) -> dict | None:
+        """The replacement breaker's ConfigMap (``nodes.controller``); None before any replacement."""
         try:
-            cm = self.core.read_namespaced_config_map(BREAKER, NAMESPACE)
+            return self.api.sanitize_for_serialization(self.core.read_namespaced_config_map(BREAKER, NAMESPACE))
         except k8s.ApiException as e:
             if e.status == 404:
-                return {}
+                return None
             raise
-        return breaker_state(self.api.sanitize_for_serialization(cm))
 
-    def reset_breaker(self, pool: str) -> bool:
-        """Close a pool's breaker and forget its replacements (a person looked); False if it was not tripped."""
-        cm = self.api.sanitize_for_serialization(self.core.read_namespaced_config_map(BREAKER, NAMESPACE))
-        state = breaker_state(cm)
-        if not state.get(pool, {}).get("tripped"):
-            return False
-        state[pool] = {}
-        self.core.replace_namespaced_config_map(BREAKER, NAMESPACE, breaker_map(NAMESPACE, state, cm))
-        return True
+    def breakers(self) -> dict[str, dict]:
+        """Pool -> the replacement breaker's state; empty before any replacement."""
+        return breaker_state(self._breaker())
+
+    def reset_breaker(self, pool: str, attempts: int = 5) -> bool:
+        """Close a pool's breaker and forget its replacements (a person looked); False if it was not
+        tripped. A write refused because the controller saved the breaker since the read (409) is
+        done again on a fresh read, keeping what the controller wrote for the other pools."""
+        for attempt in range(attempts):
+            cm = self._breaker()
+            state = breaker_state(cm)
+            if not state.get(pool, {}).get("tripped"):
+                return False
+            state[pool] = {}
+            try:
+                self.core.replace_namespaced_config_map(BREAKER, NAMESPACE, breaker_map(NAMESPACE, state, cm))
+                return True
+            except k8s.ApiException as e:
+                if e.status != 409 or attempt == attempts - 1:
+                    raise
 
     def refused_nodes(self) -> list[str]:
         """Nodes that passed their burn-in and on which a run pod's preflight has since failed."""

@@ -9,6 +9,7 @@ Configs and graphs handed out are shared by every test of a worker: a test that 
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import os
@@ -53,6 +54,17 @@ def load(stack: str):
 
 
 _CONFIGS: dict[str, object] = {}
+
+
+@functools.cache
+def _raw(stack: str) -> dict:
+    from stackconfig.files import raw_stack
+    return raw_stack(stack)
+
+
+def raw_config(stack: str) -> dict:
+    """A fresh copy of the stack file's ``platform`` config (the file parsed once per worker)."""
+    return copy.deepcopy(_raw(stack))
 
 
 def _read(stack: str):
@@ -116,7 +128,7 @@ def graph_copy(stack: str, cfg=None) -> mocks.Graph:
 
 
 def _fingerprint(graph: mocks.Graph) -> bytes:
-    return hashlib.sha256(pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+    return pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @pytest.fixture(scope="session", autouse=True)

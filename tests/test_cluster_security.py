@@ -5,11 +5,10 @@ policy catches a broken copy of a real stack."""
 from __future__ import annotations
 from workloads.checks import gate
 
-import copy
 import json
 
 import pytest
-from conftest import graph_of
+from conftest import graph_of, raw_config
 
 from analysis import mocks
 from analysis.rules import view
@@ -25,7 +24,7 @@ ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
 
 
 def _raw(stack: str = "dev") -> dict:
-    return copy.deepcopy(raw_stack(stack))
+    return raw_config(stack)
 
 
 def _with_cluster(stack: str = "dev", **cluster) -> dict:
@@ -235,7 +234,6 @@ def _shared_with_block_end(mount) -> "object":
     from datetime import datetime, timedelta, timezone
 
     from workloads.derive.model import derive
-    from workloads.schema.stack import ProgramConfig
     raw = _raw("p5en-shared")
     end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import load, send_json, serve
+from fake_kube import merge_patch as merge
 
 from nodes import agent, incluster, marks
 from nodes.burn_in import plans
@@ -24,19 +25,6 @@ from workloads.derive.model import derive
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 BURN_IN = {"key": "rl.platform/burn-in", "value": "pending", "effect": "NoSchedule"}
 QUARANTINE = {"key": "rl.platform/quarantine", "value": "failed", "effect": "NoSchedule"}
-
-
-def merge(obj, patch):
-    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(obj) if isinstance(obj, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge(out.get(k), v)
-    return out
 
 
 def new_node(name="ip-10-0-1-5.ec2.internal", pool="train"):

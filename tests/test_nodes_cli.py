@@ -193,3 +193,35 @@ def test_status_says_a_failed_nodes_fault_and_its_refused_replacement(fake):
     assert rows["n-failed"].reason == ("hardware: EFA: 15 of the node's 16 EFA devices visible; replacement refused at "
                                        "20261201T150000Z (attempt 2): AccessDenied")
     assert rows["n-pull"].state == "failed" and "past its allowance of 3000 s" in rows["n-pull"].reason
+
+
+def test_reset_breaker_before_any_replacement_says_it_was_not_tripped(fake):
+    """No replacement yet, so no ConfigMap (404): nothing to reset."""
+    _, client = fake({})
+    out: list[str] = []
+    assert main(["reset-breaker", "train"], client=client, out=out.append) == 0
+    assert out == ["train: replacement breaker was not tripped"]
+
+
+def test_reset_breaker_on_a_breaker_the_controller_just_saved_is_done_again_on_a_fresh_read(fake):
+    """The controller saved the breaker between the reset's read and its write: the write is
+    refused (409), the reset reads it again and keeps the controller's other pools."""
+    from nodes.controller import BREAKER
+    path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{BREAKER}"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": BREAKER, "namespace": NAMESPACE},
+          "data": {"train": json.dumps({"tripped": "3 nodes failed", "at": "20261201T150000Z"})}}
+    api, client = fake({})
+    api.put(path.rsplit("/", 1)[0], cm)
+    real, puts = api.answer, []
+
+    def answer(method, p, body=None):
+        if method == "PUT" and not puts:  # the controller, first
+            api.change(path, {"data": {"rollout": json.dumps({"replacements": ["20261201T150500Z"]})}})
+        if method == "PUT":
+            puts.append(method)
+        return real(method, p, body)
+    api.answer = answer
+    assert main(["reset-breaker", "train"], client=client, out=lambda _: None) == 0
+    data = api.get(path)["data"]
+    assert json.loads(data["train"]) == {} and json.loads(data["rollout"]) == {"replacements": ["20261201T150500Z"]}
+    assert puts == ["PUT", "PUT"]

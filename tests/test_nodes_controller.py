@@ -7,71 +7,62 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import send_json, serve
+from fake_kube import ApiServer
 from test_nodes_agent import BURN_IN, QUARANTINE, merge, new_node
 
 from nodes import controller, incluster, marks, replace
 
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)
 LIMITS = {"maxFailedNodes": 2, "maxFailedPercent": None, "maxReplacementsPerHour": 2}
+NODES = "/api/v1/nodes"
+MAPS = "/api/v1/namespaces/rl-burn-in/configmaps"
 PLAN = {"namespace": "rl-burn-in", "poolLabel": "rl.platform/pool", "quarantine": QUARANTINE, "pools": {"train": LIMITS}}
 
 
-class Cluster:
-    """Nodes, one ConfigMap namespace and events, as the API server keeps them."""
+class Cluster(ApiServer):
+    """Nodes, the burn-in namespace's ConfigMaps and Events, as the API server keeps them
+    (``fake_kube``: a write on a stale copy is refused 409, a missing object is 404), over HTTP."""
 
     def __init__(self, nodes):
-        self.nodes = {n["metadata"]["name"]: n for n in nodes}
-        self.maps, self.events, self.version = {}, [], 100
+        super().__init__([(NODES, n) for n in nodes])
+        self.events = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
 
-            def _body(self):
-                return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            def _answer(self):
+                path = unquote(urlparse(self.path).path)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                if self.command == "POST" and path.endswith("/events"):
+                    fake.events.append(body)
+                send_json(self, *fake.answer(self.command, path, body))
 
-            def do_GET(self):
-                path = unquote(self.path)
-                if path.startswith("/api/v1/nodes?labelSelector="):
-                    return send_json(self, 200, {"items": list(fake.nodes.values())})
-                if "/configmaps/" in path:
-                    cm = fake.maps.get(path.rsplit("/", 1)[-1])
-                    return send_json(self, 200, cm) if cm else send_json(self, 404, {"kind": "Status"})
-                send_json(self, 200, fake.nodes[path.rsplit("/", 1)[-1]])
-
-            def do_PATCH(self):
-                name, body = self.path.rsplit("/", 1)[-1], self._body()
-                node = fake.nodes[name]
-                if body["metadata"]["resourceVersion"] != node["metadata"]["resourceVersion"]:
-                    return send_json(self, 409, {"kind": "Status"})
-                fake.version += 1
-                fake.nodes[name] = merge(node, merge(body, {"metadata": {"resourceVersion": str(fake.version)}}))
-                send_json(self, 200, fake.nodes[name])
-
-            def _save(self, status):
-                body = self._body()
-                fake.version += 1
-                body["metadata"]["resourceVersion"] = str(fake.version)
-                fake.maps[body["metadata"]["name"]] = body
-                send_json(self, status, body)
-
-            def do_PUT(self):
-                self._save(200)
-
-            def do_POST(self):
-                if self.path.endswith("/events"):
-                    fake.events.append(self._body())
-                    return send_json(self, 201, {})
-                self._save(201)
+            do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _answer
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         serve(self.server)
         self.api = incluster.Api(f"http://127.0.0.1:{self.server.server_port}", token_file="/nonexistent", ca_file=None)
+
+    @property
+    def nodes(self) -> dict[str, dict]:
+        return {p.rsplit("/", 1)[-1]: o for p, o in self.objects.items() if p.startswith(f"{NODES}/")}
+
+    @property
+    def maps(self) -> dict[str, dict]:
+        return {p.rsplit("/", 1)[-1]: o for p, o in self.objects.items() if p.startswith(f"{MAPS}/")}
+
+    def only(self, *nodes) -> None:
+        """The node group replaced every node: these are the nodes now."""
+        for name in self.nodes:
+            self.answer("DELETE", f"{NODES}/{name}")
+        for n in nodes:
+            self.put(NODES, n)
 
     def close(self):
         self.server.shutdown()
@@ -136,8 +127,7 @@ def test_the_breaker_trips_when_too_many_nodes_failed_and_stays_open_until_reset
     (event,) = c.events
     assert event["reason"] == "ReplacementBreakerTripped" and event["type"] == "Warning"
     assert "python -m nodes reset-breaker train" in event["message"]
-    for name in list(c.nodes)[1:]:  # the failed nodes go away: the breaker stays open until a person resets it
-        del c.nodes[name]
+    c.only(next(iter(c.nodes.values())))  # the failed nodes go away: the breaker stays open until a person resets it
     assert controller.reconcile(c.api, PLAN, NOW + timedelta(hours=2), mark=asked.append) == [] and asked == []
 
 
@@ -146,10 +136,10 @@ def test_the_breaker_trips_after_the_hourly_limit_of_replacements(cluster):
     c = cluster([gpu_node(1, "failed", "hardware")])
     asked = []
     for i in range(limit):
-        c.nodes = {n["metadata"]["name"]: n for n in [gpu_node(10 + i, "failed", "hardware")]}
+        c.only(gpu_node(10 + i, "failed", "hardware"))
         controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=i), mark=asked.append)
     assert len(asked) == limit
-    c.nodes = {n["metadata"]["name"]: n for n in [gpu_node(99, "failed", "hardware")]}
+    c.only(gpu_node(99, "failed", "hardware"))
     done = controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=limit), mark=asked.append)
     assert len(asked) == limit and f"{limit} replacements in the last hour" in done[0]
 
@@ -159,3 +149,54 @@ def test_the_percentage_limit_counts_the_whole_pool(cluster):
     nodes = [gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "software"), gpu_node(3, "passed"), gpu_node(4, "passed")]
     done = controller.reconcile(cluster(nodes).api, plan, NOW, mark=lambda n: None)
     assert "2 of 4 nodes failed, more than maxFailedPercent 25%" in done[0]
+
+
+# --- what the API server refuses: the controller's records survive it ---------------------------------
+
+NAME = "ip-10-0-1-1.ec2.internal"
+
+
+def _replacements(c) -> list[str]:
+    return controller.breaker_state(c.maps[controller.BREAKER])["train"].get("replacements", [])
+
+
+def test_a_node_written_since_the_list_gets_the_record_on_a_fresh_read_and_the_replacement_counts(cluster):
+    """The kubelet or the agent wrote the node after the controller listed it: the record carrying
+    the listed resourceVersion is refused 409; the controller reads the node again and writes it."""
+    c = cluster([gpu_node(1, "failed", "hardware")])
+
+    def mark(node):
+        c.change(f"{NODES}/{NAME}", {"metadata": {"labels": {"other-writer": "yes"}}})
+    assert controller.reconcile(c.api, PLAN, NOW, mark=mark) == [f"{NAME}: replacement requested"]
+    assert marks.replacement(c.nodes[NAME])["state"] == "requested"
+    assert c.nodes[NAME]["metadata"]["labels"]["other-writer"] == "yes"  # the other write is kept
+    assert len(_replacements(c)) == 1
+
+
+def test_a_node_gone_once_its_instance_is_marked_still_counts_against_the_breaker(cluster):
+    """The group terminated the instance and the node object went (404 to the record): the
+    replacement happened, so the hourly limit counts it."""
+    c = cluster([gpu_node(1, "failed", "hardware")])
+
+    def mark(node):
+        c.answer("DELETE", f"{NODES}/{NAME}")
+    assert controller.reconcile(c.api, PLAN, NOW, mark=mark) == [f"{NAME}: replacement requested"]
+    assert NAME not in c.nodes and len(_replacements(c)) == 1
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["created-meanwhile", "written-meanwhile"])
+def test_a_breaker_written_by_another_during_the_pass_keeps_both_writes(cluster, existing):
+    """Another writer (``python -m nodes reset-breaker``, a second controller) saved the breaker after
+    this pass read it: the save is refused (409 Conflict or AlreadyExists), the controller reads it
+    again and applies this pass's replacement to it."""
+    c = cluster([gpu_node(1, "failed", "hardware")])
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": controller.BREAKER, "namespace": "rl-burn-in"},
+             "data": {"rollout": json.dumps({"tripped": "by hand", "at": "20261201T140000Z"})}}
+    if existing:
+        c.put(MAPS, {**other, "data": {}})
+
+    def mark(node):
+        c.put(MAPS, other)
+    controller.reconcile(c.api, PLAN, NOW, mark=mark)
+    state = controller.breaker_state(c.maps[controller.BREAKER])
+    assert state["rollout"] == {"tripped": "by hand", "at": "20261201T140000Z"} and len(state["train"]["replacements"]) == 1

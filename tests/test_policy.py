@@ -14,13 +14,12 @@ import pulumi_policy
 import pytest
 import yaml
 from pulumi_policy.proxy import UnknownValueError
-from conftest import ROOT, graph_copy, graph_of, load
+from conftest import ROOT, graph_copy, graph_of, load, raw_config
 from test_tenancy import BROKEN as TEAM_BREAKS
 
 from analysis import mocks
 from components.efa import efa_layout
 from catalog import CATALOG
-from stackconfig.files import raw_stack
 from analysis.rules import fabric, view
 from policy import rules as pack
 from policy.adapter import Wire, analyze, evaluate, resource_args, stack_args
@@ -33,7 +32,7 @@ NG = view.NODE_GROUP
 def _run(stack: str, graph: mocks.Graph | None = None, *, policies=MANDATORY, preview=False, raw=None,
          servicer=False):
     cfg = load(stack)
-    platform = raw_stack(stack) if raw is None else raw
+    platform = raw_config(stack) if raw is None else raw
     run = analyze if servicer else evaluate
     return run(graph or graph_of(stack), policies, preview=preview, platform_config=platform, region=cfg.region)
 

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 import yaml
 from conftest import ROOT
+from fake_kube import ApiServer
 from test_workloads import custom_objects, job_argv, k8s_version, validate_custom, variant, variant_graph
 from test_workloads_security import registered_objects
 
@@ -300,26 +301,25 @@ def test_prestop_asks_for_a_checkpoint_and_waits_for_it_only_while_the_lease_is_
 
 # --- what the run command sends ----------------------------------------------------------------------
 
-class FakeApi:
-    """Records every request the real kubernetes client makes and answers from ``routes``."""
+class FakeApi(ApiServer):
+    """Records every request the real kubernetes client makes and answers it as the API server
+    would (``fake_kube``): ``routes`` seed the collections and objects."""
 
     def __init__(self, routes):
-        self.routes, self.calls = routes, []
+        super().__init__(routes=routes)
+        self.calls = []
 
     def request(self, method, url, headers=None, body=None, post_params=None, _request_timeout=None):
         parsed = urlparse(url)
         self.calls.append((method, parsed.path, {k: v[0] for k, v in parse_qs(parsed.query).items()}, body))
-        data = self.routes.get((method, parsed.path), {"items": []} if method == "GET" else body or {})
-        if method == "POST":  # the API server answers with the object it created
-            data = {**data, "metadata": {**data.get("metadata", {}), "uid": f"uid-{len(self.calls)}"}}
-        return _Response(json.dumps(data).encode(), 201 if method == "POST" else 200)
+        code, data = self.answer(method, parsed.path, body)
+        return _Response(json.dumps(data).encode(), code)
 
 
 class _Response:
-    reason = "OK"
-
     def __init__(self, data, status=200):
         self.data, self.status, self.headers = data, status, {"content-type": "application/json"}
+        self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(status, "")
 
     def read(self):
         return self.data

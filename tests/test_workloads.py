@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import ROOT, STACKS, graph_of, load, recorded
+from conftest import ROOT, STACKS, graph_of, load, raw_config, recorded
 
 from analysis import mocks
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
@@ -44,12 +44,12 @@ def merge(base: dict, override: dict) -> dict:
 
 def variant(stack: str, override: dict) -> ProgramConfig:
     """``stack`` with ``override`` merged in, through the gate every command uses."""
-    return gate.load(stack, merge(raw_stack(stack), override))
+    return gate.load(stack, merge(raw_config(stack), override))
 
 
 def typed(stack: str, override: dict) -> ProgramConfig:
     """The same, typed only (the schema, not the gate): for tests of what the gate refuses."""
-    return load_stack(stack, merge(raw_stack(stack), override), ProgramConfig)
+    return load_stack(stack, merge(raw_config(stack), override), ProgramConfig)
 
 
 def variant_graph(stack: str, override: dict) -> mocks.Graph:
