@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from catalog import MissingFact, gda_families
+from software import models
 from stackconfig.stack import CapacityType, Role
 
-from workloads.derive.argv import MODEL_PRESETS, miles_argv
+from workloads.derive.argv import miles_argv
 from workloads.derive import moe_backend as moe
 from workloads.schema.teams import validate_members, validate_teams
-from workloads.derive.checkpoint_budget import GB, MODEL_PARAMS, budget
-from catalog import MissingFact, gda_families
+from workloads.derive.checkpoint_budget import GB, budget
 
 from workloads.derive.layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
 from workloads.checks.profile import validate_profile
@@ -106,9 +107,10 @@ def validate_run(cfg: "ProgramConfig") -> None:
     w = cfg.workloads
     run = w.run
     ref_model(cfg)  # the trainer's BF16 checkpoint is known (ValueError naming workloads.run.refModel)
-    if run.model_args is None and run.model not in MODEL_PRESETS:
+    if run.model_args is None and models.catalog().model(run.model) is None:
         raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
-                         f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
+                         f"see Miles' scripts/models); presets exist for: {', '.join(models.catalog().names())} "
+                         f"(software/models.yaml)")
 
     if w.submit is Submission.RUNS and not w.teams:
         raise ValueError("workloads.submit: runs are submitted to team queues, and no team is declared; "
@@ -155,7 +157,7 @@ def validate_run(cfg: "ProgramConfig") -> None:
     need = budget(cfg, expert_precision(cfg))
     if need is None:
         raise ValueError(f"workloads.run.modelParamsB: required for {run.model} (total parameters in billions, "
-                         f"for the checkpoint budget); known for: {', '.join(MODEL_PARAMS)}")
+                         f"for the checkpoint budget); known for: {', '.join(models.catalog().names())} (software/models.yaml)")
     if not need.fits:
         raise ValueError(f"workloads.storage.capacityGib: {cfg.workloads.storage.capacity_gib} GiB holds "
                          f"{need.usable_bytes / GB:,.0f} GB usable, the run needs {need.need_bytes / GB:,.0f} GB "
