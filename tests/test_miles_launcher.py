@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from workloads.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
+from workloads.pod.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
 
 STAND_IN = '''
 import json, os
@@ -78,7 +78,7 @@ def _miles(tmp_path: Path) -> Path:
 
 
 def _run(entry: Path, *flags: str, launcher: bool = True) -> dict:
-    cmd = [sys.executable, *([str(ROOT / "workloads" / "miles_launcher.py")] if launcher else []), str(entry), *flags]
+    cmd = [sys.executable, *([str(ROOT / "workloads" / "pod" / "miles_launcher.py")] if launcher else []), str(entry), *flags]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=entry.parent.parent)
     return json.loads(out.stdout)
 
@@ -119,7 +119,7 @@ print(json.dumps({{"lease": os.path.exists(lease), "stale_request": os.path.exis
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / SAVE_TRIGGER).touch()  # left by an earlier attempt: not a request to this one
     env = {**__import__("os").environ, ARGV_ENV: json.dumps([str(entry), *FLAGS, "--extra", "0"])}
-    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker",
                           str(tmp_path / "ckpt" / "RUNNING")], capture_output=True, text=True, check=True, env=env)
     placed, held = map(json.loads, out.stdout.split("\n")[:2])
     assert placed["nodes"] == ["10.0.9.1", "10.0.9.2"]
@@ -131,7 +131,7 @@ def test_a_stopped_job_releases_its_lease(tmp_path):
     entry = tmp_path / "sleep.py"
     entry.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     lease = tmp_path / "ckpt" / "RUNNING"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker", str(lease),
+    proc = subprocess.Popen([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker", str(lease),
                              str(entry)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up" and lease.exists()
     proc.terminate()  # Ray stops a job with SIGTERM
@@ -139,7 +139,7 @@ def test_a_stopped_job_releases_its_lease(tmp_path):
 
 
 def test_the_lease_names_its_attempt_and_a_later_attempts_lease_is_left_alone(tmp_path):
-    from workloads.miles_launcher import Lease
+    from workloads.pod.miles_launcher import Lease
     path = tmp_path / "RUNNING"
     with Lease(path, "3"):
         assert path.read_text() == "3"
@@ -153,8 +153,8 @@ def test_the_launchers_group_names_are_the_ray_groups_the_stack_renders():
     """The launcher runs in the image without this package, so it names the groups itself."""
     from test_workloads import variant
 
-    from workloads.miles_launcher import ROLLOUT_GROUP, TRAIN_GROUP
-    from workloads.model import derive
+    from workloads.pod.miles_launcher import ROLLOUT_GROUP, TRAIN_GROUP
+    from workloads.derive.model import derive
     m = derive(variant("p5en-prod", {}))
     assert [g.name for g in m.workers if g.gpus] == [TRAIN_GROUP, ROLLOUT_GROUP]
     assert [g.name for g in m.workers if g.ray_resources.get("gpu_node")] == [TRAIN_GROUP]  # where the driver runs
@@ -168,7 +168,7 @@ def _argv_seen(tmp_path: Path, ckpt: Path) -> list[str]:
     entry = tmp_path / "train.py"
     entry.write_text(ECHO_ARGV)
     flags = ["--hf-checkpoint", "/m", "--ref-load", "/m", "--load", str(ckpt), "--save", str(ckpt)]
-    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker",
                           str(ckpt / "RUNNING"), str(entry), *flags], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -195,7 +195,7 @@ def test_a_tracker_naming_a_missing_save_stops_the_launcher_instead_of_restartin
     without its iter_<7 digits> dir is a damaged checkpoint: neither resume from it nor start over."""
     import pytest
 
-    from workloads.miles_launcher import resume_flags
+    from workloads.pod.miles_launcher import resume_flags
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     assert resume_flags(["--load", str(ckpt), "--lr", "1"]) == ["--lr", "1"]
@@ -217,11 +217,11 @@ def test_the_teed_driver_log_names_its_ray_job_and_passes_the_ownership_check(tm
 
     from bench.artifacts import ArtifactError
     from bench.checks import check_own_log
-    from workloads.miles_launcher import JOB_CONFIG_ENV
+    from workloads.pod.miles_launcher import JOB_CONFIG_ENV
 
     log = tmp_path / "driver-1.log"
     config = json.dumps({"runtime_env": {}, "metadata": {"job_submission_id": "r-1-abcde", "job_name": "r-1-abcde"}})
-    code = ("import sys; from pathlib import Path; from workloads.miles_launcher import tee_driver_log; "
+    code = ("import sys; from pathlib import Path; from workloads.pod.miles_launcher import tee_driver_log; "
             f"tee_driver_log(Path({str(log)!r})); print('perf 0'); sys.stdout.flush()")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
                    env={"PYTHONPATH": str(ROOT), JOB_CONFIG_ENV: config})

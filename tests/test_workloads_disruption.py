@@ -19,13 +19,13 @@ from test_workloads import SCHEMAS, groups, k8s_version, obj_of, variant, varian
 from test_workloads_security import with_end_time
 
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError
-from workloads.model import derive
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.derive import layout as L
 from workloads import render as M
-from workloads.argv import miles_argv
-from workloads.crds import crd_schema
-from workloads.flagcheck import argv_pairs
-from workloads.schedulability import check
+from workloads.derive.argv import miles_argv
+from workloads.checks.crds import crd_schema
+from workloads.checks.flags import argv_pairs
+from workloads.checks.schedulability import check
 
 MILES_FLAGS = SCHEMAS / "miles" / "v0.1.0-flags.json"
 
@@ -229,7 +229,7 @@ def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
                          ("miles.rollout.rm_hub", rm_hub)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("RM_TYPE", "dapo")
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "workloads"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "workloads" / "pod"))
     monkeypatch.delitem(sys.modules, "reward_server", raising=False)
     server = importlib.import_module("reward_server")
 

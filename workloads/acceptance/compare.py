@@ -7,8 +7,8 @@ from typing import Any, Mapping, Sequence
 
 
 
-from .expected import (DEEPEP_REFERENCE, EXPECTED, Family, Figure, expected)
-from .parsers import (load_fabric_bench, parse_deepep)
+from workloads.acceptance.expected import (DEEPEP_REFERENCE, EXPECTED, Family, Figure, expected)
+from workloads.acceptance.parsers import (load_fabric_bench, parse_deepep)
 
 
 # --- comparison ----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape
 
 
 
-from .expected import (GIB)
+from workloads.acceptance.expected import (GIB)
 
 
 # --- the plot ----------------------------------------------------------------------------------------

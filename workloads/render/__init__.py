@@ -24,17 +24,17 @@ from typing import Any
 
 from stackconfig.stack import Pool
 
-from ..model import WorkloadModel
-from .block_end import CHECKPOINT_TRIGGER, checkpoint_trigger_cronjob, trigger_script, trigger_template
-from .common import FSX_CLAIM, KUBERAY_NAMESPACE, RAY_PODS, SHM_VOLUME, VOLCANO_NAMESPACE, placement
-from .network_policies import network_policies
-from .operators import fsx_csi_values, kuberay_values, platform_priority_class, volcano_queue, volcano_values
-from .ray import (RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP, RAY_NODE_TYPE_LABEL, ray_pdbs, ray_pod_labels,
+from workloads.derive.model import WorkloadModel
+from workloads.render.block_end import CHECKPOINT_TRIGGER, checkpoint_trigger_cronjob, trigger_script, trigger_template
+from workloads.render.common import FSX_CLAIM, KUBERAY_NAMESPACE, RAY_PODS, SHM_VOLUME, VOLCANO_NAMESPACE, placement
+from workloads.render.network_policies import network_policies
+from workloads.render.operators import fsx_csi_values, kuberay_values, platform_priority_class, volcano_queue, volcano_values
+from workloads.render.ray import (RAY_CLUSTER_LABEL, RAY_GROUP_LABEL, RAY_HEAD_GROUP, RAY_NODE_TYPE_LABEL, ray_pdbs, ray_pod_labels,
                   ray_pod_template, raycluster, rayjob)
-from .runs import priority_classes, run_rayjob
-from .services import (fsx_pv, fsx_pvc, namespace, preprocess_job, reward_deployment, reward_pdb, reward_service,
+from workloads.render.runs import priority_classes, run_rayjob
+from workloads.render.services import (fsx_pv, fsx_pvc, namespace, preprocess_job, reward_deployment, reward_pdb, reward_service,
                        reward_template, scripts_configmap, service_account, stage_template)
-from .teams import team_directories_job
+from workloads.render.teams import team_directories_job
 
 __all__ = [
     "CHECKPOINT_TRIGGER", "FSX_CLAIM", "KUBERAY_NAMESPACE", "RAY_CLUSTER_LABEL", "RAY_GROUP_LABEL", "RAY_HEAD_GROUP",

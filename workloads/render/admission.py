@@ -30,11 +30,11 @@ from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
-from ..model import WorkloadModel
-from ..resources import EFA, GPU
-from ..teams import PART_OF_LABEL, TEAM_LABEL
-from .common import PART_OF, RAY_NODE_TYPE_LABEL
-from .runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, priority_classes
+from workloads.derive.model import WorkloadModel
+from workloads.derive.resources import EFA, GPU
+from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
+from workloads.render.common import PART_OF, RAY_NODE_TYPE_LABEL
+from workloads.render.runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, priority_classes
 
 POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY = (
     "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters", "rl-team-podgroups")

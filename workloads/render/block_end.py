@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shlex
 
-from ..model import WorkloadModel
-from ..layout import RUNNING_MARKER, SAVE_TRIGGER
-from ..settings import CAPACITY_BLOCK_DRAIN_MINUTES
-from ..teams import team_checkpoint_directory
-from .common import file_system_container, file_system_pod, file_system_task, labels, meta
+from workloads.derive.model import WorkloadModel
+from workloads.derive.layout import RUNNING_MARKER, SAVE_TRIGGER
+from workloads.schema.settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from workloads.schema.teams import team_checkpoint_directory
+from workloads.render.common import file_system_container, file_system_pod, file_system_task, labels, meta
 
 # --- Capacity Block end --------------------------------------------------------------------------
 

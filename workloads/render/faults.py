@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 
-from ..teams import TeamSettings
-from .teams import namespace_of, team_labels
+from workloads.schema.teams import TeamSettings
+from workloads.render.teams import namespace_of, team_labels
 
 RBAC = "rbac.authorization.k8s.io"
 INJECTOR_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "delete"]}]

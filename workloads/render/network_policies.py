@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..argv import REWARD_SERVICE
-from ..model import WorkloadModel
-from ..teams import TEAM_LABEL
-from .block_end import CHECKPOINT_TRIGGER
-from .common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_NODE_TYPE_LABEL, RAY_PODS, labels, meta
+from workloads.derive.argv import REWARD_SERVICE
+from workloads.derive.model import WorkloadModel
+from workloads.schema.teams import TEAM_LABEL
+from workloads.render.block_end import CHECKPOINT_TRIGGER
+from workloads.render.common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_NODE_TYPE_LABEL, RAY_PODS, labels, meta
 
 # --- network policies --------------------------------------------------------------------------
 

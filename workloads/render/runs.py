@@ -31,18 +31,18 @@ from __future__ import annotations
 import copy
 import json
 
-from ..labels import ATTEMPT_LABEL, RUN_LABEL
-from ..layout import CHECKPOINT_DIR, RUNNING_MARKER
-from ..argv import driver
-from ..miles_launcher import LEASE_STALE_MIN
-from ..model import WorkloadModel
-from ..settings import RunFile, Submission, TopologyMode
-from ..teams import TEAM_LABEL, TeamSettings
-from .common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
-from .operators import tier_label
-from .ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
-from .services import stage_template
-from .teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
+from workloads.schema.labels import ATTEMPT_LABEL, RUN_LABEL
+from workloads.derive.layout import CHECKPOINT_DIR, RUNNING_MARKER
+from workloads.derive.argv import driver
+from workloads.pod.miles_launcher import LEASE_STALE_MIN
+from workloads.derive.model import WorkloadModel
+from workloads.schema.settings import RunFile, Submission, TopologyMode
+from workloads.schema.teams import TEAM_LABEL, TeamSettings
+from workloads.render.common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
+from workloads.derive.topology import tier_label
+from workloads.render.ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
+from workloads.render.services import stage_template
+from workloads.render.teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
 
 QUEUE_LABEL = "volcano.sh/queue-name"
 PRIORITY_LABEL = "ray.io/priority-class-name"
@@ -60,11 +60,11 @@ NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 LEASE_ARGS = 'lease="$1"; sentinel="$2"; attempt="$3"; '
 FRESH = (f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ] && '
          '[ "$(cat "$lease" 2>/dev/null)" = "$attempt" ]; }; ')
-"""Shell: is this attempt's lease fresh (``workloads.miles_launcher.Lease``)?"""
+"""Shell: is this attempt's lease fresh (``workloads.pod.miles_launcher.Lease``)?"""
 SAVE_ON_STOP = (LEASE_ARGS + FRESH +
                 'if fresh; then touch "$sentinel"; while [ -e "$sentinel" ] && fresh; do sleep 5; done; fi; ray stop')
 """preStop of every pod of a run: while this attempt's driver holds a fresh lease
-(``workloads.miles_launcher``), ask for a checkpoint and wait until Miles has saved and removed the
+(``workloads.pod.miles_launcher``), ask for a checkpoint and wait until Miles has saved and removed the
 sentinel (or the lease lapses)."""
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..argv import REWARD_SERVICE
-from ..model import WorkloadModel
-from .operators import PLATFORM_PRIORITY_CLASS
-from .common import (
+from workloads.derive.argv import REWARD_SERVICE
+from workloads.derive.model import WorkloadModel
+from workloads.render.operators import PLATFORM_PRIORITY_CLASS
+from workloads.render.common import (
     scripts_volume,
     FSX_CLAIM,
     FSX_VOLUME,
