@@ -70,11 +70,12 @@ def figure(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 
 def legends(ax: Axes, groups: dict[str, list]) -> None:
     """One legend per group, titled by its key, stacked top-down just right of the plot area."""
+    from matplotlib.legend import Legend
     renderer, height = ax.figure.canvas.get_renderer(), ax.get_window_extent().height
     top = 1.0
     for title, handles in groups.items():
-        leg = ax.legend(handles=handles, title=title, loc="upper left", bbox_to_anchor=(1.01, top),
-                        alignment="left")
+        leg = Legend(ax, handles, [h.get_label() for h in handles], title=title, loc="upper left",
+                     bbox_to_anchor=(1.01, top), alignment="left")
         leg.set_gid(f"legend:{title}")
         ax.add_artist(leg)
         leg.set_clip_on(False)  # add_artist clips to the plot area, which the legend is outside of

@@ -3,7 +3,6 @@ that say where it is, with the legends naming what is drawn, outside the plot ar
 
 import copy
 import json
-import re
 import shutil
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
@@ -16,11 +15,11 @@ from bench.__main__ import main
 from bench.artifacts import read_experiment_dir
 from bench.plots import BAR, FAULT, PLOT_AREA, SERIES, STAGGER, faults_svg
 from bench.simulate import ArmTruth, Truth, simulate
+from svgread import NUMBER, axis_labels, by_id, one, points, right_of, texts, ticks, y_scale
 
 EXPERIMENT = Path("experiments/example-ab.yaml")
 TRUTH = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000), "deepep-v1": ArmTruth(tokens_per_s=60000),
                     "deepep-v1-faults": ArmTruth(tokens_per_s=60000)}, seed=4, capacity_type="ON_DEMAND")
-NUMBER = re.compile(r"^-?[0-9][0-9,]*(\.[0-9]+)?$")
 
 
 @pytest.fixture(scope="module")
@@ -35,49 +34,11 @@ def svg(path: Path) -> ET.Element:
     return ET.parse(path).getroot()
 
 
-def by_id(root: ET.Element, prefix: str) -> dict[str, ET.Element]:
-    return {g.get("id"): g for g in root.iter() if (g.get("id") or "").startswith(prefix)}
-
-
-def texts(el: ET.Element) -> list[str]:
-    return [t.text for t in el.iter() if t.tag.endswith("text")]
-
-
-def points(el: ET.Element) -> list[tuple[float, float]]:
-    d = next(p.get("d") for p in el.iter() if p.tag.endswith("path"))
-    nums = [float(v) for v in re.findall(r"-?[0-9.]+", d)]
-    return list(zip(nums[::2], nums[1::2]))
-
-
-def ticks(root: ET.Element, axis: str) -> list[tuple[float, str]]:
-    """(position in the SVG, label) per major tick of ``axis`` (x or y)."""
-    out = []
-    for g in by_id(root, f"{axis}tick_").values():
-        mark = next(u for u in g.iter() if u.tag.endswith("use"))
-        out.append((float(mark.get(axis)), texts(g)[0]))
-    return out
-
-
-def y_scale(root: ET.Element):
-    """SVG y -> data value, from the y ticks (their labels are the values)."""
-    (p0, v0), (p1, v1) = [(p, float(t.replace(",", ""))) for p, t in ticks(root, "y")][:2]
-    return lambda y: v0 + (y - p0) * (v1 - v0) / (p1 - p0)
-
-
-def plot_area(root: ET.Element) -> tuple[float, float]:
-    xs = [x for x, _ in points(by_id(root, PLOT_AREA)[PLOT_AREA])]
-    return min(xs), max(xs)
-
-
 def legend_beside_the_plot(root: ET.Element, title: str) -> list[str]:
     """The legend's labels (title first), after checking that it lies right of the plot area."""
-    legend = by_id(root, f"legend:{title}")[f"legend:{title}"]
-    assert min(float(t.get("x")) for t in legend.iter() if t.tag.endswith("text")) > plot_area(root)[1]
+    legend = one(root, f"legend:{title}")
+    assert right_of(legend, one(root, PLOT_AREA))
     return texts(legend)
-
-
-def axis_labels(root: ET.Element) -> list[str]:
-    return [t for g in by_id(root, "matplotlib.axis_").values() for t in texts(g)[-1:]]
 
 
 def test_throughput_draws_each_repeat_of_each_arm_against_its_ticks(made: Path):
@@ -110,7 +71,7 @@ def test_cost_bars_are_the_reported_figures(made: Path):
     value = y_scale(root)
     for arm in arms:
         for kind, key in (("whole attempt", "usd_per_million_tokens"), ("steady state", "steady_usd_per_million_tokens")):
-            top = min(y for _, y in points(by_id(root, f"{BAR}:{arm}:{kind}")[f"{BAR}:{arm}:{kind}"]))
+            top = min(y for _, y in points(one(root, f"{BAR}:{arm}:{kind}")))
             assert value(top) == pytest.approx(report["arms"][arm][key], rel=0.005)
             assert f"{report['arms'][arm][key]:,.3f}" in texts(root)
 
