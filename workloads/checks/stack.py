@@ -14,7 +14,7 @@ from stackconfig.stack import CapacityType, Role
 
 from workloads.derive.argv import miles_argv
 from workloads.derive import moe_backend as moe
-from workloads.schema.teams import validate_members, validate_teams
+from workloads.checks.teams import validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, budget
 
 from workloads.derive.layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
