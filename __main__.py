@@ -2,8 +2,9 @@
 
 import pulumi
 
-from stackconfig.stack import CONFIG_KEY, load_stack
-from program import ProgramConfig, build
+from stackconfig.stack import CONFIG_KEY
+from program import build
+from workloads.checks import gate
 
 # deploy=True: also refuse placeholder image digests and look up each reservation (program.check_deploy).
-build(load_stack(pulumi.get_stack(), pulumi.Config().get_object(CONFIG_KEY), model=ProgramConfig), deploy=True)
+build(gate.load(pulumi.get_stack(), pulumi.Config().get_object(CONFIG_KEY)), deploy=True)

@@ -1,10 +1,8 @@
 """The program behind every stack: the platform components plus the workloads, one graph.
 
-``build`` refuses a stack before registering anything: the schema (``ProgramConfig``) has checked
-each field and the workloads against the pools; here come the checks that need the program's
-other parts: the stack's region has an EKS add-on registry (the EFA device plugin's image), each
-run declared in the stack is placeable and valid as a run file would be, and every workload pod
-fits its pool.
+``build`` refuses a stack before registering anything: it passes the stack through the one gate
+every command uses (``workloads.checks.gate``: types, every cross-field check, declared runs, every
+pod fits its pool), and for a real deploy also what only AWS can answer (``check_deploy``).
 """
 
 from __future__ import annotations
@@ -12,37 +10,18 @@ from __future__ import annotations
 import pulumi
 
 from components import Platform
-from components.device_plugins import eks_addon_registry
 from components.registry import placeholder_digest
 from components.reservations import Lookup, lookup, reservation_problems
 from nodes.burn_in import plans as burn_in_plans
 from nodes.component import BurnIn
 from stackconfig.deploy import DeployPhase
 from stackconfig.stack import StackConfig, StackConfigError
-from workloads.component import Workloads
-from workloads.model import WorkloadModel, derive
-from workloads.runs.config import check_declared_runs
-from workloads.runs.submit import run_objects
+from workloads.deploy.component import Workloads
+from workloads.derive.model import WorkloadModel, derive
+from workloads.deploy.submit import run_objects
 from workloads.render.teams import namespace_of
-from workloads.schedulability import check, unschedulable
-from workloads.stack import ProgramConfig
-
-
-def as_program_config(cfg: StackConfig) -> ProgramConfig:
-    if isinstance(cfg, ProgramConfig):
-        return cfg
-    return ProgramConfig.model_validate(cfg.model_dump())
-
-
-def check_program(cfg: ProgramConfig) -> None:
-    """StackConfigError in ``load_stack``'s form ("stack 'x': invalid configuration" and one line
-    "<field>: <problem>; allowed: ...") for a region without an EKS add-on registry or a declared
-    run that could not be submitted."""
-    try:
-        eks_addon_registry(cfg.region)
-        check_declared_runs(cfg)
-    except ValueError as err:
-        raise StackConfigError(f"stack {cfg.stack!r}: invalid configuration\n  {err}") from None
+from workloads.checks import gate
+from workloads.schema.stack import ProgramConfig
 
 
 def placeholder_images(cfg: ProgramConfig, model: WorkloadModel | None = None) -> list[str]:
@@ -74,24 +53,14 @@ def check_deploy(cfg: ProgramConfig, model: WorkloadModel, find: Lookup = lookup
         raise StackConfigError(f"stack {cfg.stack!r}: cannot deploy\n" + "\n".join(f"  {p}" for p in problems))
 
 
-def check_schedulable(model: WorkloadModel) -> None:
-    """Fail, naming pod, pool and resource, when any workload pod would stay Pending."""
-    problems = unschedulable(check(model))
-    if problems:
-        raise StackConfigError(f"stack {model.stack!r}: workloads do not fit their pools\n"
-                               + "\n".join(f"  {p}" for p in problems))
-
-
 def build(cfg: StackConfig, deploy: bool = False, find: Lookup = lookup) -> Platform:
     """Validate, derive the workload model once, prove it schedules, then register everything.
 
     ``deploy``: a real ``pulumi preview``/``up`` (``__main__``), not the offline plan or tests:
     also ``check_deploy`` (AWS lookups through ``find``), except in the bootstrap phase, which
     pulls no image and builds no node group."""
-    cfg = as_program_config(cfg)
-    check_program(cfg)  # before any resource is registered
+    cfg = gate.checked(cfg)  # before any resource is registered
     model = derive(cfg)
-    check_schedulable(model)  # before any resource is registered
     if deploy and cfg.deploy.phase is DeployPhase.FULL:
         check_deploy(cfg, model, find)  # before any resource is registered
     burn_in = burn_in_plans(model, cfg)

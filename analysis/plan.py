@@ -29,8 +29,8 @@ def config_model() -> type[StackConfig]:
 
 def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
     """The workloads' schedulability check on the workload model derived from ``cfg``."""
-    from workloads.model import derive
-    from workloads.schedulability import check
+    from workloads.derive.model import derive
+    from workloads.checks.schedulability import check
     return list(check(derive(cfg))), ""
 
 
@@ -53,7 +53,11 @@ def plan_stack(stack: str, directory: Path = STACKS_DIR):
     """Validate, record and judge one stack. Raises StackConfigError for an invalid config and
     WorkloadsDoNotFit when the program refuses to build because pods cannot be placed."""
     from analysis.planning import make_plan
+    from workloads.checks import gate
     cfg = read_stack(stack, directory, model=config_model())
+    found = gate.field_problems(cfg)  # the gate's checks, then the pods' fit shown as placements
+    if found:
+        raise StackConfigError(gate.report(stack, found))
     placements, note = workload_placements(cfg)
     try:
         graph = record(cfg)
@@ -158,14 +162,14 @@ def run_lines(cfg: StackConfig) -> list[str]:
     """The run as the workload model derives it: submission, MoE path, images, checkpoints, and
     where Miles puts its training actors."""
     from stackconfig.versions import STACK_REPOSITORY
-    from workloads.checkpoint_budget import GB, budget
-    from workloads.layout import expert_precision, moe_backend
-    from workloads.model import derive
+    from workloads.derive.checkpoint_budget import GB, budget
+    from workloads.derive.layout import expert_precision, moe_backend
+    from workloads.derive.model import derive
     from workloads.render import pod_templates
     m = derive(cfg)
     out = [f"Run: submitted through {m.settings.submit.value}"]
     if m.runs:
-        out = ["Runs: teams submit them (python -m workloads.runs plan|submit "
+        out = ["Runs: teams submit them (python -m workloads.cli.runs plan|submit "
                f"{cfg.stack} runs/<run>.yaml), each with its own Ray cluster in its team's queue"]
         for team in m.settings.teams:
             quotas = ", ".join(f"{pool} {q.guarantee}/{q.deserved}/{q.cap} GPUs" for pool, q in team.gpus.items())
@@ -203,7 +207,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
         source = ("the stack's ECR repository (output imageRepository)" if image.startswith(STACK_REPOSITORY)
                   else "ECR in the region" if ecr in image else "NOT from ECR in the region: pulls go through the NAT")
         out.append(f"  image {image} ({pinned}; {source}): {', '.join(pods)}")
-    from workloads.schedulability import GPU, EFA, check, pool_claims
+    from workloads.checks.schedulability import GPU, EFA, check, pool_claims
     out.append("  pool claims at desired size (every pod of every consumer / what the nodes offer):")
     for c in pool_claims(m, check(m)):
         cells = [f"{c.claimed[GPU]:g}/{c.capacity[GPU]:g} GPU", f"{c.claimed[EFA]:g}/{c.capacity[EFA]:g} EFA",
@@ -221,7 +225,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     train = m.worker("trainer")
     out.append(f"  training actors: Miles' first {train.gpus * train.replicas} placement-group bundles select "
                f"ray.io/node-group={train.name} (the {train.replicas} {train.name} pods of pool {train.pool.name}) and "
-               f"sort first: the Miles launcher (workloads/miles_launcher.py), not node IP order")
+               f"sort first: the Miles launcher (workloads/pod/miles_launcher.py), not node IP order")
     return out
 
 

@@ -5,7 +5,7 @@
     python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
-stack or experiment file (one line on stderr, ``workloads.cli``).
+stack or experiment file (one line on stderr, ``workloads.cli.base``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Callable, Sequence
 
 from typing import TYPE_CHECKING
 
-from stackconfig.files import STACKS_DIR, read_stack
-from workloads.cli import read_input, run_command
+from stackconfig.files import STACKS_DIR
+from workloads.cli.base import read_input, run_command
 
 from .experiment import load_experiment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from workloads.runs.client import RunClient
+    from workloads.cli.runs_client import RunClient
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,11 +66,11 @@ def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | N
 def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
               aws: Callable[[str, str], object]) -> int:
     if args.command == "estimate":
-        from workloads.stack import ProgramConfig
+        from workloads.checks import gate
 
         from .cost import render_estimate
         exp = read_input(load_experiment, args.experiment)
-        out(render_estimate(exp, read_stack(args.stack or exp.stack, args.stack_dir, model=ProgramConfig)))
+        out(render_estimate(exp, gate.read(args.stack or exp.stack, args.stack_dir)))
     elif args.command == "run":
         read_input(load_experiment, args.experiment)  # an invalid file is exit 2 before anything runs
         return _run(args, client, out, aws)
@@ -93,7 +93,7 @@ def _boto3(service: str, region: str):
 def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
          aws: Callable[[str, str], object] = _boto3) -> int:
     """``aws(service, region)``: an AWS client with the default credentials (boto3)."""
-    from workloads.runs.__main__ import kube_client
+    from workloads.cli.runs import kube_client
 
     from .faults import Injector
     from .runner import run_experiment

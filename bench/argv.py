@@ -1,5 +1,5 @@
 """The argv an attempt ran, from its RayJob: ``spec.runtimeEnvYAML`` holds ``env_vars.MILES_ARGV``, the
-entry point and flags as JSON (``workloads.argv.driver``, read by ``workloads.miles_launcher``).
+entry point and flags as JSON (``workloads.derive.argv.driver``, read by ``workloads.pod.miles_launcher``).
 
 Guarantees: pure functions of the RayJob objects; None where the RayJob does not say (the caller
 refuses, naming the attempt).
@@ -11,7 +11,7 @@ import json
 
 import yaml
 
-from workloads.miles_launcher import ARGV_ENV, layout
+from workloads.pod.miles_launcher import ARGV_ENV, layout
 
 
 def rayjob_argv(job: dict) -> list[str] | None:
@@ -34,7 +34,7 @@ def flag(words: list[str], name: str) -> str | None:
 
 
 def rollout_num_gpus(words: list[str]) -> int | None:
-    """``--rollout-num-gpus`` (``workloads.miles_launcher.layout``), the GPUs Miles divides its
+    """``--rollout-num-gpus`` (``workloads.pod.miles_launcher.layout``), the GPUs Miles divides its
     ``perf/tokens_per_gpu_per_sec`` by (radixark/miles@49cac7b5 ``miles/ray/rollout/metrics.py:142-149``)."""
     lay = layout(words[1:])
     return None if lay is None else lay[1]

@@ -1,6 +1,6 @@
 """What an experiment arm runs, read from its rendered RayJob, and what differs between two arms.
 
-An arm's run file says what was asked; its rendered RayJob (``workloads.runs.submit.run_objects``, the
+An arm's run file says what was asked; its rendered RayJob (``workloads.deploy.submit.run_objects``, the
 object ``bench run`` submits) says what runs: each Ray group's image and container environment, the
 Ray job's environment, the Miles/Slime argv (``MILES_ARGV``) and the rollout engine's span in nodes.
 ``changes`` lists every difference between two arms as ``{key: [from, to]}``, so a decomposition link
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from workloads.miles_launcher import ARGV_ENV
+from workloads.pod.miles_launcher import ARGV_ENV
 
 from .experiment import Experiment, arm_run
 
 if TYPE_CHECKING:  # pragma: no cover
-    from workloads.stack import ProgramConfig
+    from workloads.schema.stack import ProgramConfig
 
 
 def flag_values(argv: list[str]) -> dict[str, str | None]:
@@ -77,7 +77,7 @@ def rendered(rayjob: dict) -> dict[str, Any]:
 
 def render_arm(exp: Experiment, arm: str, cfg: "ProgramConfig") -> dict[str, Any]:
     """``rendered`` of the RayJob ``bench run`` would submit for ``arm`` on stack ``cfg``."""
-    from workloads.runs.submit import run_objects
+    from workloads.deploy.submit import run_objects
     run = arm_run(exp, arm)
     rayjob = run_objects(cfg, run).rayjob
     # The run's own name (checkpoint dir, labels) differs by construction: compare as the same name.
@@ -100,8 +100,7 @@ def arm_changes(exp: Experiment, a: str, b: str, cfg: "ProgramConfig") -> dict[s
 def rendered_link_changes(report: dict, exp: Experiment, stack: str) -> None:
     """Replace each decomposition link's ``changes`` (run-file fields) with the differences of the two
     arms as rendered on ``stack``."""
-    from stackconfig.files import read_stack
-    from workloads.stack import ProgramConfig
-    cfg = read_stack(stack, model=ProgramConfig)
+    from workloads.checks import gate
+    cfg = gate.read(stack)
     for link in (report.get("decomposition") or {}).get("links", []):
         link["changes"] = arm_changes(exp, link["from"], link["to"], cfg)

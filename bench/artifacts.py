@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
-from workloads.labels import RUN_LABEL
+from workloads.schema.labels import RUN_LABEL
 
 from .argv import rayjob_argv, rollout_num_gpus
 from .experiment import Attempt, Experiment, load_experiment, schedule

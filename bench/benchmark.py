@@ -33,7 +33,7 @@ BEGIN, END = "<!-- bench-report -->", "<!-- /bench-report -->"
 IMPORTS = {"pass": "starting the interpreter alone",
            "import bench.__main__, bench.report": "everything `report` imports, without `pulumi`, `pulumi_aws` "
                                                   "or `components`",
-           "import workloads.settings": "the run file schema experiments are validated with: `software` "
+           "import workloads.schema.settings": "the run file schema experiments are validated with: `software` "
                                        "profiles, pydantic",
            "import numpy": "the bootstrap"}
 TRUTH = Truth(arms={"nccl": ArmTruth(tokens_per_s=50000), "deepep-v1": ArmTruth(tokens_per_s=55000),

@@ -4,7 +4,7 @@
 - **Its own log**: every ``Running entrypoint for job <id>:`` line of ``driver.log`` (Ray's job
   supervisor writes it before it starts the entrypoint, ray 2.53.0
   ``ray/dashboard/modules/job/job_supervisor.py``) and every ``Driver log of job <id>:`` line (the
-  first line of the launcher's tee, ``workloads.miles_launcher.JOB_LINE``) names a job of this attempt's RayJobs
+  first line of the launcher's tee, ``workloads.pod.miles_launcher.JOB_LINE``) names a job of this attempt's RayJobs
   (``status.jobId``, KubeRay v1.7.0); a log with no such line is not known to be this attempt's.
 - **Complete**: every RayJob of a compared arm SUCCEEDED (a fault arm's last one did); the log holds
   every planned step from its first one to the run's last (``grpo.numRollout`` - 1); after the warm-up

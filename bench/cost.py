@@ -14,7 +14,7 @@ A node is priced by its capacity type (EKS ``eks.amazonaws.com/capacityType``: `
 
 Guarantees: a price is never invented; each price names its source; a node with no price makes the
 cost None, never 0. ``estimate`` refuses what ``bench run`` refuses (each attempt's objects are made by
-``workloads.runs.submit.run_objects``, which raises for a stack or pool that cannot hold the run) and
+``workloads.deploy.submit.run_objects``, which raises for a stack or pool that cannot hold the run) and
 shows what a reserved pool costs whether the experiment uses all of it or not.
 """
 
@@ -88,9 +88,8 @@ def stack_prices(stack: StackConfig | None, spot: dict | None = None) -> Prices:
 
 
 def read_stack_config(stack: str) -> StackConfig:
-    from stackconfig.files import read_stack  # the stack schema imports pulumi: only when a stack is named
-    from workloads.stack import ProgramConfig  # the whole stack file (its workloads too)
-    return read_stack(stack, model=ProgramConfig)
+    from workloads.checks import gate  # imports pulumi: only when a stack is named
+    return gate.read(stack)
 
 
 def load_prices(stack: str | None, root: Path | None = None) -> Prices:
@@ -160,7 +159,7 @@ def _pool_price(prices: Prices, pool: Any) -> float | None:
 def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
     """Cost and duration from the stack's pool prices and the experiment's stated assumptions; each
     attempt's objects made as ``bench run`` makes them (what run refuses, this refuses)."""
-    from workloads.runs.submit import run_objects  # the run command's own checks
+    from workloads.deploy.submit import run_objects  # the run command's own checks
 
     prices = stack_prices(stack)
     pools = {p.name: p for p in stack.pools}

@@ -1,5 +1,5 @@
 """The driver log of an attempt, read incrementally from where the launcher tees it
-(``workloads.miles_launcher.driver_log_path``: the run's checkpoint directory on FSx, exported to the
+(``workloads.pod.miles_launcher.driver_log_path``: the run's checkpoint directory on FSx, exported to the
 team's bucket prefix).
 
 - While the attempt's head runs, the new bytes since ``offset`` are read through one exec in it
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.render.teams import namespace_of
-from workloads.runs.client import RunClient
+from workloads.cli.runs_client import RunClient
 
 CHUNK = 8 << 20
 """Bytes read per exec at most (8 MiB): one poll's worth of perf lines many times over."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from workloads.miles_launcher import ARGV_ENV
+from workloads.pod.miles_launcher import ARGV_ENV
 
 from .argv import flag, rayjob_argv
 from .artifacts import ArtifactError, Collected

@@ -1,7 +1,7 @@
 """An experiment file (``experiments/<name>.yaml``): one base run and the arms that vary it.
 
 Guarantees: every arm is the base run with the arm's overrides deep-merged onto it and validated as a
-``workloads.settings.RunFile`` (any run-file field may be overridden, so an arm can change the
+``workloads.schema.settings.RunFile`` (any run-file field may be overridden, so an arm can change the
 software profile, the all-to-all, the fabric or the nodes); every arm runs the same number of
 steps; the attempts run in blocks, block ``r`` holding repeat ``r`` of every arm, in alternating
 direction (A B C, then C B A: A B C C B A A B C ...), so drift in the cluster cancels within a block
@@ -22,7 +22,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
-from workloads.settings import RunFile
+from workloads.schema.settings import RunFile
 
 from .stats import MIN_PAIRED_REPEATS
 

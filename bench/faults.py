@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from workloads.render.common import RAY_GROUP_LABEL
 from workloads.render.runs import ROLLOUT, RUN_LABEL, TRAINER
 from workloads.render.teams import namespace_of
-from workloads.runs.client import RunClient
+from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
 from .experiment import FaultKind

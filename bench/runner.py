@@ -31,17 +31,18 @@ from pathlib import Path
 
 import yaml
 
-from stackconfig.files import STACKS_DIR, read_stack
+from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
-from workloads.layout import CHECKPOINT_DIR
-from workloads.miles_launcher import driver_log_path
-from workloads.runs.client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
-from workloads.runs.config import run_pools
-from workloads.runs.submit import run_objects
+from workloads.derive.layout import CHECKPOINT_DIR
+from workloads.pod.miles_launcher import driver_log_path
+from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
+from workloads.checks.runs import run_pools
+from workloads.deploy.submit import run_objects
 from workloads.render.runs import RUN_LABEL
 from workloads.render.teams import namespace_of
-from workloads.stack import ProgramConfig
+from workloads.schema.stack import ProgramConfig
+from workloads.checks import gate
 
 from .artifacts import EXPERIMENT_FILE
 from .cloudwatch import collect as cw_collect, instance_id
@@ -293,7 +294,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     ``injector(region, cluster)`` the fault engine (FIS, EC2 clients) when an arm has faults;
     ``s3(region)`` the client that reads driver logs from ``log_bucket`` once their heads are gone."""
     exp = load_experiment(path)
-    cfg = read_stack(exp.stack, stack_dir, model=ProgramConfig)
+    cfg = gate.read(exp.stack, stack_dir)
     attempts = schedule(exp)
     if dry_run:
         for a in attempts:

@@ -60,7 +60,7 @@ CONTAINERD_MEMLOCK_DROPIN = "/etc/systemd/system/containerd.service.d/50-rl-meml
 def memlock_script() -> str:
     """The ``text/x-shellscript`` part of every EFA pool: a systemd drop-in giving containerd
     ``LimitMEMLOCK=infinity``, so RDMA memory registration (libfabric/EFA, NCCL) in any container may pin
-    memory without ``CAP_IPC_LOCK`` (the limit ``workloads.preflight.check_memlock`` accepts).
+    memory without ``CAP_IPC_LOCK`` (the limit ``workloads.pod.preflight.check_memlock`` accepts).
 
     Why containerd's own limit: a container gets only the rlimits its OCI spec lists (runc's
     ``setupRlimits`` calls prlimit for each listed one, opencontainers/runc libcontainer) and inherits

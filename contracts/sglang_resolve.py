@@ -2,7 +2,7 @@
 of engines on stdin, prints one JSON result per engine on stdout's last line.
 
 Each engine's ``ServerArgs`` is built as Miles builds it, by the rollout pods' own preflight code
-(``workloads.preflight.sglang_server_args``, which cites radixark/miles 49cac7b5).
+(``workloads.pod.preflight.sglang_server_args``, which cites radixark/miles 49cac7b5).
 Then the pod's environment is set, the node's GPU memory (instance catalog, MiB) replaces
 ``get_device_memory_capacity`` where the wheel's resolution calls it (0.5.19
 ``sglang/srt/arg_groups/pipeline.py:23,223``; 0.5.9/0.5.16 ``sglang/srt/server_args.py``
@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from workloads.preflight import resolve_sglang  # noqa: E402 - the rollout pods' own builder
+from workloads.pod.preflight import resolve_sglang  # noqa: E402 - the rollout pods' own builder
 
 
 def patch_gpu_memory(mib: int) -> None:

@@ -8,7 +8,7 @@
 
 ``status`` also prints each pool's tripped replacement breaker; it exits 1 when a GPU node is not
 passed (failed, testing or not tested), so a script can wait on it;
-an invalid or unknown stack exits 2, a cluster that cannot be used 1, each one line on stderr (``workloads.cli``).
+an invalid or unknown stack exits 2, a cluster that cannot be used 1, each one line on stderr (``workloads.cli.base``).
 """
 
 from __future__ import annotations
@@ -46,12 +46,11 @@ def status_table(rows: Sequence[NodeRow]) -> list[str]:
 
 
 def plan_table(stack: str, stack_dir: Path) -> list[str]:
-    from stackconfig.files import read_stack
-    from workloads.model import derive
-    from workloads.stack import ProgramConfig
+    from workloads.derive.model import derive
+    from workloads.checks import gate
 
     from .burn_in import plans
-    cfg = read_stack(stack, stack_dir, model=ProgramConfig)
+    cfg = gate.read(stack, stack_dir)
     found = plans(derive(cfg), cfg)
     if not found:
         return [f"stack {stack}: burn-in off (burnIn.enabled: false); GPU nodes take work as soon as they join"]
@@ -67,9 +66,9 @@ def plan_table(stack: str, stack_dir: Path) -> list[str]:
 
 
 def kube_client(context: str | None) -> NodesClient:
-    """A client of the cluster that answers (``workloads.kube.connect``: no kubeconfig, an unknown
+    """A client of the cluster that answers (``workloads.cli.kube.connect``: no kubeconfig, an unknown
     context or a silent API server is one line, not a traceback)."""
-    from workloads.kube import connect
+    from workloads.cli.kube import connect
     return NodesClient(connect(context))
 
 
@@ -93,7 +92,7 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | 
     args = p.parse_args(argv)
     if args.command == "retest" and not args.nodes and not args.refused:
         p.error("retest: name nodes or pass --refused")
-    from workloads.cli import run_command
+    from workloads.cli.base import run_command
     return run_command("nodes", lambda: _dispatch(args, client, out))
 
 

@@ -2,7 +2,7 @@
 
 Runs in the pod of the pool's burn-in DaemonSet (``nodes.render``), in the workload image, with the
 standard library and the image's torch (through ``torchrun``). Its files sit beside
-``workloads/preflight.py`` and ``workloads/fabric_bench.py`` in the burn-in ConfigMap: the preflight's
+``workloads/pod/preflight.py`` and ``workloads/pod/fabric_bench.py`` in the burn-in ConfigMap: the preflight's
 checks are called, the bench is run, never copied. The budget is counted from the agent container's
 first start (``started`` in the results folder), so neither the DCGM diagnostic (its own allowance)
 nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eats into it. Steps:
@@ -50,7 +50,7 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import preflight
 except ImportError:
     from nodes import incluster, marks
-    from workloads import fabric_bench, preflight
+    from workloads.pod import fabric_bench, preflight
 
 LOOPBACK_PORT = 47592
 """fi_pingpong's default control port (fi_pingpong(1), ``-B``/``-P``)."""

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY, QUARANTINE_TAINT
 from stackconfig.burn_in import BreakerSettings
 from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
-from workloads import layout as L
+from workloads.derive import layout as L
 from workloads.acceptance.compare import floor_of
 from workloads.acceptance.expected import EXPECTED, expected
-from workloads.fabric_bench import OPS
-from workloads.model import WorkloadModel
+from workloads.pod.fabric_bench import OPS
+from workloads.derive.model import WorkloadModel
 from workloads.render.ray import preflight_args
 
 CAPABILITY_CHECKS = {LABEL_GDRCOPY: ("gdrdrv",), LABEL_EFA_GDA: ("gdrdrv", "gin-gda")}
-"""The preflight checks (``workloads.preflight.checks`` names) that prove each capability label the
+"""The preflight checks (``workloads.pod.preflight.checks`` names) that prove each capability label the
 node setup puts on a node (``components.gpu_node_setup.capability_labels``): the burn-in sets the
 label from them, so a node that rebooted keeps no label kubelet wrote at its first registration."""
 PULL_SECONDS = 1200
@@ -43,7 +43,7 @@ LOOPBACK_SECONDS_PER_DEVICE = 20
 device: the data check (``-c``) and the bandwidth run (``nodes.agent``)."""
 BENCH_SECONDS = {"p4d": 420, "p4de": 420, "p5": 300, "p5e": 300, "p5en": 300, "p6-b200": 300, "p6-b300": 300}
 """Intra-node all-reduce and all-to-all, 64 MiB to 4 GiB, 5 warm-up and 20 timed calls per size
-(``workloads/fabric_bench.py``), plus the NCCL start: an allowance per family (A100 moves the 4 GiB
+(``workloads/pod/fabric_bench.py``), plus the NCCL start: an allowance per family (A100 moves the 4 GiB
 sizes at half an H100's NVLink rate), not a measurement."""
 BENCH_DEFAULT_SECONDS = 420
 BENCH_SIZES = ("64M", "4G")

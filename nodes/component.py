@@ -25,8 +25,8 @@ import pulumi_kubernetes as k8s
 from components.iam import PodRole, policy_document
 from components.platform import Platform
 from stackconfig.versions import STACK_REPOSITORY, map_images
-from workloads.component import TYPED
-from workloads.model import WorkloadModel
+from workloads.deploy.component import TYPED
+from workloads.derive.model import WorkloadModel
 
 from .burn_in import PoolBurnIn
 from .render import NAMESPACE, REPLACE_ACCOUNT, burn_in_objects

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from stackconfig.stack import POOL_LABEL
 from stackconfig.versions import dcgm_image
-from workloads.model import WorkloadModel
+from workloads.derive.model import WorkloadModel
 from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _tcp, baseline, policy
 from workloads.render.common import (container_resources, env_list, labels, pod_security_context, security_context,
                                      shm_volume, tolerations, SHM_VOLUME)

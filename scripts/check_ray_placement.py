@@ -1,4 +1,4 @@
-"""Check, on a real Ray, what the Miles launcher (workloads/miles_launcher.py) relies on: a node
+"""Check, on a real Ray, what the Miles launcher (workloads/pod/miles_launcher.py) relies on: a node
 started with RAY_NODE_TYPE_NAME=<group> (as KubeRay starts every pod of a worker group) carries the
 label ray.io/node-group=<group>, and a placement group's bundle_label_selector puts each bundle on
 a node of its group. Needs Ray (the image's version) and four local raylets; no GPUs (fake counts):

@@ -761,11 +761,11 @@ def extract_megatron(tree: Tree, repository: str, tag: str | None) -> dict:
 
 def extract_sglang(wheel: Path) -> dict:
     """Every ``ServerArgs`` CLI flag -> its dest, and the literal choices, of one SGLang release wheel
-    (read with ``workloads.flagcheck.parse_server_args``; the wheel's sha256 is recorded)."""
+    (read with ``workloads.checks.flags.parse_server_args``; the wheel's sha256 is recorded)."""
     import hashlib
     import zipfile
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from workloads.flagcheck import SERVER_ARGS, parse_server_args
+    from workloads.checks.flags import SERVER_ARGS, parse_server_args
     with zipfile.ZipFile(wheel) as z:
         parsed = parse_server_args(z.read(SERVER_ARGS).decode())
     version = wheel.name.split("-")[1]

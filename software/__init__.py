@@ -24,7 +24,7 @@ from pydantic.alias_generators import to_camel
 DATA = Path(__file__).resolve().parent / "profiles.yaml"
 BUILT = Path(__file__).resolve().parent / "built"
 """One record per built image: ``<profile>.versions``, the image's ``/etc/rl-platform-image-versions``
-(what its last build step read from the image itself), written by ``python -m workloads.runs profiles
+(what its last build step read from the image itself), written by ``python -m workloads.cli.runs profiles
 <profile> --record-image FILE``. Where a record exists, the profile's NCCL is the record's."""
 DEFAULT_PROFILE = "miles-0.1"
 """What a run gets when it names none: the stack the platform ran before profiles existed."""

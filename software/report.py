@@ -1,4 +1,4 @@
-"""What ``python -m workloads.runs profiles`` prints: each profile with its pins, and the build
+"""What ``python -m workloads.cli.runs profiles`` prints: each profile with its pins, and the build
 command of its image (the tag the stack pulls is the profile's, so the build pushes that tag)."""
 
 from __future__ import annotations

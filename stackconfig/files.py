@@ -30,7 +30,13 @@ def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
     path = directory / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackConfigError(f"stack {stack!r}: no stack file {path}; stacks: {', '.join(stack_names(directory))}")
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:  # one line naming the file and the place, not a traceback
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise StackConfigError(f"stack {stack!r}: {path}{where}: not valid YAML: "
+                               f"{getattr(err, 'problem', None) or err}") from None
     return (document.get("config") or {}).get(f"{PROJECT}:{CONFIG_KEY}")
 
 

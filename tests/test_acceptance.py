@@ -17,9 +17,10 @@ from conftest import ROOT, load
 from test_workloads import FP8_V2, container, merge, k8s_version, validate_custom, validate_pod_template, variant
 
 from workloads import acceptance as A
-from workloads.acceptance import __main__ as CLI
-from workloads import fabric_bench as FB
-from workloads.model import derive
+from workloads.render import acceptance as J
+from workloads.cli import acceptance as CLI
+from workloads.pod import fabric_bench as FB
+from workloads.derive.model import derive
 from workloads.render import ray_pod_template, scripts_configmap
 from workloads.render.common import RAY_PODS, VOLCANO_QUEUE
 
@@ -83,7 +84,7 @@ def test_round_robin_covers_every_pair_once_and_each_node_once_per_round(n):
 
 def test_fabric_bench_imports_and_parses_its_command_line_without_torch():
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import workloads.fabric_bench as F\n"
+            "import workloads.pod.fabric_bench as F\n"
             "a = F.parse_args(['--out', 'x.json', '--scope', 'world,pairs', '--max-bytes', '1G',\n"
             "                  '--dtype', 'bfloat16'])\n"
             "print(a.scopes, a.op_list, a.max_bytes, a.pair_bytes, a.dtype, a.backend)")
@@ -92,7 +93,7 @@ def test_fabric_bench_imports_and_parses_its_command_line_without_torch():
     assert out.stdout.split() == ["['world',", "'pairs']", "['all_reduce',", "'all_to_all']", str(GIB),
                                   str(2 * GIB), "bfloat16", "nccl"]
     # As the pods run it: a lone file under /opt/scripts, no package around it.
-    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "fabric_bench.py"), "--help"],
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "fabric_bench.py"), "--help"],
                          capture_output=True, text=True, cwd="/")
     assert out.returncode == 0 and "--scope" in out.stdout and "--ranks-per-node" in out.stdout
     for bad in (["--scope", "rack"], ["--ops", "broadcast"], ["--max-bytes", "1K", "--min-bytes", "1M"],
@@ -278,7 +279,7 @@ def test_plot_is_svg_with_threshold_lines_and_the_slow_names():
                                         ("p6-b300", "train")])
 def test_job_validates_and_its_pods_are_the_pools_ray_workers(stack, pool):
     m = model(stack)
-    job = A.acceptance_job(m, pool)
+    job = J.acceptance_job(m, pool)
     validate_custom(job, k8s_version(load(stack)))  # the Volcano CRD, and the pod template's schema
     (task,) = job["spec"]["tasks"]
     g = next(w for w in m.workers if w.pool.name == pool)
@@ -309,36 +310,36 @@ def test_job_validates_and_its_pods_are_the_pools_ray_workers(stack, pool):
     assert (f"torchrun --nnodes={n} --nproc-per-node={g.gpus} --rdzv-backend=c10d --rdzv-endpoint=\"$MASTER:29500\""
             in script)
     assert "/opt/scripts/fabric_bench.py --out" in script and "VC_NODE_HOSTS" in script
-    assert ("DEEPEP" in script) == A.uses_deepep_v2(m, g.pool)  # p5en-prod runs DeepEP V2 (miles-deepep-v2)
+    assert ("DEEPEP" in script) == J.uses_deepep_v2(m, g.pool)  # p5en-prod runs DeepEP V2 (miles-deepep-v2)
 
 
 def test_deepep_v2_tests_run_on_the_rollout_pool_only():
     m = v2_model()
-    script = A.job_script(m, "rollout")
+    script = J.job_script(m, "rollout")
     assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
     assert "run_ep intranode 1 0 127.0.0.1 8361" in script
     assert "run_ep internode 2 $(( INDEX % 2 ))" in script  # engines of 2 nodes: DeepEP's hybrid mode
     assert "tests/elastic/test_ep.py --num-processes 8" in script and "cd /opt/deepep" in script
     # Megatron miles-main-20260819 dispatches with flex deepepv2: V2's tests run on the training pool
     # too, within a node (expert parallel 8 on 8 GPUs).
-    train = A.job_script(m, "train")
+    train = J.job_script(m, "train")
     assert "run_ep intranode 1 0 127.0.0.1 8361" in train and "run_ep internode" not in train
     on_01 = derive(variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"software": "miles-0.1",
                                                                                 "deepep": {"version": "v1"},
                                                                                 "rollout": {"nodesPerEngine": 1}}}})))
-    assert "DEEPEP" not in A.job_script(on_01, "rollout")  # legacy DeepEP: no V2 tests
-    validate_pod_template(A.acceptance_template(m, "rollout"), k8s_version(variant("p5en-prod", FP8_V2)))
+    assert "DEEPEP" not in J.job_script(on_01, "rollout")  # legacy DeepEP: no V2 tests
+    validate_pod_template(J.acceptance_template(m, "rollout"), k8s_version(variant("p5en-prod", FP8_V2)))
 
 
 def test_commands_and_refusals():
     m = model("p5en-prod")
-    assert A.acceptance_command(m, "rollout") == (
-        "python -m workloads.acceptance p5en-prod rollout | kubectl apply -f -")
-    assert "volcano.sh/job-name=fabric-rollout" in A.report_command(m, "rollout")
-    assert "report --stack p5en-prod --pool rollout" in A.report_command(m, "rollout")
-    assert A.holds_pool(m, "train") is not None  # the stack's RayCluster holds the pool
+    assert J.acceptance_command(m, "rollout") == (
+        "python -m workloads.cli.acceptance p5en-prod rollout | kubectl apply -f -")
+    assert "volcano.sh/job-name=fabric-rollout" in J.report_command(m, "rollout")
+    assert "report --stack p5en-prod --pool rollout" in J.report_command(m, "rollout")
+    assert J.holds_pool(m, "train") is not None  # the stack's RayCluster holds the pool
     with pytest.raises(ValueError, match="not a GPU pool"):
-        A.acceptance_job(m, "cpu")
+        J.acceptance_job(m, "cpu")
 
 
 def test_cli_prints_the_job_and_reports(tmp_path, capsys):
@@ -357,7 +358,7 @@ def test_cli_prints_the_job_and_reports(tmp_path, capsys):
 
 def test_the_scripts_configmap_ships_fabric_bench():
     data = scripts_configmap(model("p4d"))["data"]
-    assert data[A.FABRIC_BENCH_KEY] == (ROOT / "workloads" / "fabric_bench.py").read_text()
+    assert data[J.FABRIC_BENCH_KEY] == (ROOT / "workloads" / "pod" / "fabric_bench.py").read_text()
 
 
 def test_the_measured_h200_run_is_held_to_the_nvls_off_figure():

@@ -16,9 +16,9 @@ from test_workloads import k8s_version, variant
 
 from workloads.render.admission import (PODGROUP_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY,
                                         SERVICE_POLICY, team_admission)
-from workloads.model import derive
-from workloads.runs import load_run
-from workloads.runs.submit import run_objects
+from workloads.derive.model import derive
+from workloads.checks.runs import load_run
+from workloads.deploy.submit import run_objects
 
 SHARED = "p5en-shared"
 TEAM_NS = "team-alpha"

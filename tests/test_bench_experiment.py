@@ -10,7 +10,7 @@ from bench.__main__ import main
 from bench.cost import estimate
 from bench.experiment import arm_run, deep_merge, differences, load_experiment, parse_experiment, schedule
 from stackconfig.files import read_stack
-from workloads.stack import ProgramConfig
+from workloads.schema.stack import ProgramConfig
 
 EXAMPLE = Path("experiments/example-ab.yaml")
 

@@ -22,7 +22,7 @@ from bench.logparse import parse_log
 from bench.recovery import fault_figures
 from components.faults import (FAULT_TAG, FaultEngine, fis_role_statements, node_policy_statements,
                                team_policy_statements, terminate_template)
-from workloads.miles_launcher import ARGV_ENV
+from workloads.pod.miles_launcher import ARGV_ENV
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 

@@ -42,6 +42,6 @@ def test_the_report_command_loads_no_pulumi_or_components(simulated: Path):
 
 
 def test_a_stack_that_does_not_exist_fails_in_one_line(simulated: Path, capsys):
-    assert main(["report", str(simulated), "--stack", "no-such-stack"]) == 2  # an unknown stack is an invalid input (workloads.cli)
+    assert main(["report", str(simulated), "--stack", "no-such-stack"]) == 2  # an unknown stack is an invalid input (workloads.cli.base)
     err = capsys.readouterr().err
     assert err.startswith("bench: stack 'no-such-stack': no stack file") and err.count("\n") == 1

@@ -14,10 +14,10 @@ from kubernetes.client import ApiException
 from bench.__main__ import main
 from components.faults import (CLUSTER_TAG, FAULT_KIND_TAG, FAULT_TARGET_LABEL, POD_GROUPS, TEAM_TAG, TERMINATE,
                                pod_delete_template, terminate_template)
-from workloads.miles_launcher import JOB_LINE
+from workloads.pod.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
-from workloads.runs.client import RunClient
+from workloads.cli.runs_client import RunClient
 
 EXAMPLE = Path("experiments/example-ab.yaml")
 STEPS_PER_POLL = 8
@@ -362,7 +362,7 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
             ["nodeSelectorTerms"][0]["matchExpressions"][-1] for g in later["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
     assert held["trainer"] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["train-0", "train-1"]}
     assert held["rollout"]["values"] == ["rollout-0", "rollout-1"]
-    from workloads.crds import crd_schema, validate
+    from workloads.checks.crds import crd_schema, validate
     assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
     assert main(["report", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
@@ -512,8 +512,8 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
 
     from bench.simulate import EXAMPLE_TRUTH, simulate
     from test_workloads import k8s_version
-    from workloads.crds import crd_schema, validate
-    from workloads.stack import ProgramConfig
+    from workloads.checks.crds import crd_schema, validate
+    from workloads.schema.stack import ProgramConfig
     from stackconfig.files import read_stack
 
     schema = crd_schema("ray.io/v1", "RayJob")

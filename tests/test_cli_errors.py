@@ -1,5 +1,5 @@
 """Every command turns an invalid or unknown stack, run or experiment file into one line on stderr and
-exit 2 (``workloads.cli``), and no traceback."""
+exit 2 (``workloads.cli.base``), and no traceback."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from bench.__main__ import main as bench_main
 from nodes.__main__ import main as nodes_main
-from workloads.acceptance.__main__ import main as acceptance_main
-from workloads.runs.__main__ import main as runs_main
+from workloads.cli.acceptance import main as acceptance_main
+from workloads.cli.runs import main as runs_main
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = str(ROOT / "runs" / "grpo-qwen3-30b.yaml")
@@ -90,7 +90,7 @@ def test_a_bad_experiment_file_is_one_line_naming_it_and_exit_2(bad_files, which
 
 
 def test_the_command_itself_exits_2_without_a_traceback():
-    done = subprocess.run([sys.executable, "-m", "workloads.runs", "submit", "nope", RUN],
+    done = subprocess.run([sys.executable, "-m", "workloads.cli.runs", "submit", "nope", RUN],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [done.stderr.strip()] and "Traceback" not in done.stderr

@@ -233,8 +233,8 @@ def test_opt_ins_in_the_stack_file_satisfy_the_policies():
 def _shared_with_block_end(mount) -> "object":
     from datetime import datetime, timedelta, timezone
 
-    from workloads.model import derive
-    from workloads.stack import ProgramConfig
+    from workloads.derive.model import derive
+    from workloads.schema.stack import ProgramConfig
     raw = _raw("p5en-shared")
     end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -276,7 +276,7 @@ def test_the_trigger_creates_sentinels_only_in_real_run_directories(tmp_path):
 
 def test_the_trigger_gives_each_team_a_container_that_mounts_only_its_directory():
     from workloads.render import checkpoint_trigger_cronjob
-    from workloads.teams import team_checkpoint_directory
+    from workloads.schema.teams import team_checkpoint_directory
     m = _shared_with_block_end("/mnt/fsx")
     job = checkpoint_trigger_cronjob(m)
     pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from conftest import load
 from test_workloads import MILES_01, variant
 
-from workloads.model import derive
+from workloads.derive.model import derive
 
 
 def _env(m, group: str) -> dict[str, str]:

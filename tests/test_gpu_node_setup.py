@@ -230,8 +230,8 @@ def test_a_deepep_v2_run_gets_gdrdrv_on_its_gpu_nodes_and_its_pods_require_it():
     from test_workloads import FP8_V2, MILES_01, variant, variant_graph
 
     from workloads import render
-    from workloads.model import derive
-    from workloads.schedulability import check
+    from workloads.derive.model import derive
+    from workloads.checks.schedulability import check
     m = derive(variant("p5en-prod", FP8_V2))
     assert set(m.gpu_setups) == {"train", "rollout"} and all(s.gdrcopy for s in m.gpu_setups.values())
     trainer = render.ray_pod_template(m, m.worker("trainer"))
@@ -260,7 +260,7 @@ def test_the_shared_stack_sets_up_its_nodes_for_every_profile_it_admits():
     team runs select rl.platform/gdrcopy and efa-gda: its GPU nodes must carry them."""
     from conftest import load
 
-    from workloads.model import derive
+    from workloads.derive.model import derive
     m = derive(load("p5en-shared"))
     for name in ("train", "rollout"):
         pool = next(p for p in m.pools if p.name == name)
@@ -277,7 +277,7 @@ def test_a_run_selecting_labels_no_pool_carries_is_refused_at_plan_time(monkeypa
 
     from conftest import load
 
-    from workloads.runs import config
+    from workloads.checks import runs as config
     cfg, run = load("p5en-shared"), config.load_run(Path("runs/deepep-v2-qwen3-30b-fp8.yaml"))
     config.run_config(cfg, run)  # the shipped stack admits it
     monkeypatch.setattr(config, "node_setups", lambda cfg: {})

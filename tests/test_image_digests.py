@@ -11,7 +11,7 @@ from test_workloads import MILES_01, merge, variant, variant_graph
 from test_workloads_security import pod_specs, registered_objects, with_end_time
 
 from stackconfig.stack import StackConfigError
-from workloads import layout as L
+from workloads.derive import layout as L
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 MILES = f"registry.example/miles-efa:v0.1.0-efa1.49@{DIGEST}"

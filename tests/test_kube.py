@@ -16,10 +16,10 @@ import pytest
 from conftest import ROOT, send_json
 
 from nodes.__main__ import main as nodes_main
-from workloads import kube
-from workloads.acceptance.__main__ import main as acceptance_main
-from workloads.runs.__main__ import main as runs_main
-from workloads.torchx_miles import main as torchx_main
+from workloads.cli import kube
+from workloads.cli.acceptance import main as acceptance_main
+from workloads.cli.runs import main as runs_main
+from workloads.cli.torchx import main as torchx_main
 
 VERSION = {"major": "1", "minor": "35", "gitVersion": "v1.35.0", "gitCommit": "0", "gitTreeState": "clean",
            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}
@@ -105,7 +105,7 @@ def one_line(capsys) -> str:
 
 def test_runs_list_without_a_kubeconfig_is_one_line_as_a_user_runs_it(tmp_path):
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "workloads.runs", "list"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "workloads.cli.runs", "list"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [

@@ -11,6 +11,9 @@ from conftest import ROOT
 LAYERS = ["catalog", "software", "stackconfig", "components", "workloads", "nodes", "program", "analysis", "policy", "bench"]
 """Bottom to top: each may import the ones before it, never one after it."""
 
+WORKLOADS = ["pod", "schema", "derive", "acceptance", "render", "checks", "deploy", "cli"]
+"""The roles inside ``workloads`` (its docstring says what each holds), bottom to top by the same rule."""
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -64,8 +67,12 @@ def graph(annotations: bool = False) -> dict[str, set[str]]:
     return {n: imports_of(n, p, set(modules), annotations) for n, p in modules.items()}
 
 
-def layer(module: str) -> int:
-    return LAYERS.index(module.split(".")[0])
+def layer(module: str) -> tuple[int, int]:
+    """(layer, role): a module of ``workloads`` is placed by its role package as well; the package
+    ``workloads`` itself (its docstring) sits under every role."""
+    parts = module.split(".")
+    role = WORKLOADS.index(parts[1]) + 1 if parts[0] == "workloads" and len(parts) > 1 else 0
+    return LAYERS.index(parts[0]), role
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -114,29 +121,43 @@ def test_every_package_ships_in_the_distribution():
     assert scripts == {"moe-rl-plan": "analysis.plan:main", "moe-rl-bench": "bench.__main__:main"}
 
 
-def reached(edges: dict[str, set[str]], start: str) -> set[str]:
-    """Every module ``start`` imports, directly or through others."""
-    seen, todo = set(), [start]
-    while todo:
-        for nxt in edges.get(todo.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen
-
-
-def derived(module: str) -> bool:
-    """The workload model, its renderers and the run files: built from the schema, never under it."""
-    return module == "workloads.model" or module.startswith(("workloads.render", "workloads.runs"))
-
-
-def test_the_stack_schema_reaches_no_model_renderer_or_run_file():
-    """``workloads.stack`` (the schema) depends on settings and validation only; runs declared in a
-    stack are checked by ``program.build`` instead. Annotation-only imports count: they are what a
-    reader follows."""
-    assert sorted(filter(derived, reached(graph(annotations=True), "workloads.stack"))) == []
-
-
-def test_the_model_renderers_and_run_files_sit_in_no_import_circle():
+def test_the_upward_check_finds_a_planted_role_violation():
+    """The role order is checked, not only the top layers: a schema module importing the renderers
+    is reported."""
     edges = graph(annotations=True)
-    assert sorted(m for m in edges if derived(m) and m in reached(edges, m)) == []
+    edges["workloads.schema.stack"] = edges["workloads.schema.stack"] | {"workloads.render.ray"}
+    assert any(layer(t) > layer(m) for m, ts in edges.items() for t in ts)
+
+
+def test_workloads_holds_only_its_role_packages():
+    """No grab-bag modules beside the roles: every module of ``workloads`` lives in one of them."""
+    here = ROOT / "workloads"
+    assert sorted(p.name for p in here.glob("*.py")) == ["__init__.py"]
+    packages = sorted(p.parent.name for p in here.glob("*/__init__.py"))
+    assert packages == sorted(WORKLOADS)
+
+
+IMAGE_PACKAGES = {"torch", "sglang", "miles", "huggingface_hub"}
+"""What the workload image adds to Python (workloads/image/Dockerfile), which a pod program may use
+inside the function that needs it."""
+
+
+def test_the_pod_programs_use_the_standard_library_only():
+    """The in-pod programs run in the image's Python with nothing of this repository beside them
+    (the scripts ConfigMap holds the files alone): at module level they import the standard library
+    only, inside functions also the image's own packages, and never a project module."""
+    import sys
+    found = {}
+    for path in (ROOT / "workloads" / "pod").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        top = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found.setdefault(path.name, set()).add("." * node.level + (node.module or ""))
+                continue
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            allowed = set(sys.stdlib_module_names) | (set() if id(node) in top else IMAGE_PACKAGES)
+            found.update({path.name: found.get(path.name, set()) | {n} for n in names
+                          if n.split(".")[0] not in allowed})
+    assert found == {}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from workloads.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
+from workloads.pod.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
 
 STAND_IN = '''
 import json, os
@@ -139,7 +139,7 @@ def test_a_stopped_job_releases_its_lease(tmp_path):
 
 
 def test_the_lease_names_its_attempt_and_a_later_attempts_lease_is_left_alone(tmp_path):
-    from workloads.miles_launcher import Lease
+    from workloads.pod.miles_launcher import Lease
     path = tmp_path / "RUNNING"
     with Lease(path, "3"):
         assert path.read_text() == "3"
@@ -153,8 +153,8 @@ def test_the_launchers_group_names_are_the_ray_groups_the_stack_renders():
     """The launcher runs in the image without this package, so it names the groups itself."""
     from test_workloads import variant
 
-    from workloads.miles_launcher import ROLLOUT_GROUP, TRAIN_GROUP
-    from workloads.model import derive
+    from workloads.pod.miles_launcher import ROLLOUT_GROUP, TRAIN_GROUP
+    from workloads.derive.model import derive
     m = derive(variant("p5en-prod", {}))
     assert [g.name for g in m.workers if g.gpus] == [TRAIN_GROUP, ROLLOUT_GROUP]
     assert [g.name for g in m.workers if g.ray_resources.get("gpu_node")] == [TRAIN_GROUP]  # where the driver runs
@@ -195,7 +195,7 @@ def test_a_tracker_naming_a_missing_save_stops_the_launcher_instead_of_restartin
     without its iter_<7 digits> dir is a damaged checkpoint: neither resume from it nor start over."""
     import pytest
 
-    from workloads.miles_launcher import resume_flags
+    from workloads.pod.miles_launcher import resume_flags
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     assert resume_flags(["--load", str(ckpt), "--lr", "1"]) == ["--lr", "1"]
@@ -217,11 +217,11 @@ def test_the_teed_driver_log_names_its_ray_job_and_passes_the_ownership_check(tm
 
     from bench.artifacts import ArtifactError
     from bench.checks import check_own_log
-    from workloads.miles_launcher import JOB_CONFIG_ENV
+    from workloads.pod.miles_launcher import JOB_CONFIG_ENV
 
     log = tmp_path / "driver-1.log"
     config = json.dumps({"runtime_env": {}, "metadata": {"job_submission_id": "r-1-abcde", "job_name": "r-1-abcde"}})
-    code = ("import sys; from pathlib import Path; from workloads.miles_launcher import tee_driver_log; "
+    code = ("import sys; from pathlib import Path; from workloads.pod.miles_launcher import tee_driver_log; "
             f"tee_driver_log(Path({str(log)!r})); print('perf 0'); sys.stdout.flush()")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
                    env={"PYTHONPATH": str(ROOT), JOB_CONFIG_ENV: config})

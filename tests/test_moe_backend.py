@@ -1,4 +1,4 @@
-"""workloads.moe_backend against the real releases: SGLang 0.5.17 / 0.5.19 / 0.5.22 and sgl-deep-ep 0.1.2
+"""workloads.derive.moe_backend against the real releases: SGLang 0.5.17 / 0.5.19 / 0.5.22 and sgl-deep-ep 0.1.2
 (the DeepEP SGLang 0.5.19 depends on), each wheel downloaded once (no dependencies, not installed) into
 the cache tests/test_workloads_flags.py uses and read statically (zipfile + ast + text). Tests that need a
 wheel skip only when it cannot be downloaded. Plus the pure decision table and the refusal messages."""
@@ -15,9 +15,9 @@ import pytest
 
 from upstream_wheels import wheel_path
 
-from workloads import moe_backend as mb
-from workloads.flagcheck import parse_server_args
-from workloads.moe_backend import FIELD, RULES, Case, MoEBackend, case, choose
+from workloads.derive import moe_backend as mb
+from workloads.checks.flags import parse_server_args
+from workloads.derive.moe_backend import FIELD, RULES, Case, MoEBackend, case, choose
 
 SGLANG = ("0.5.17", "0.5.19")
 DEEP_EP = ("sgl-deep-ep", "0.1.2")

@@ -127,7 +127,7 @@ def test_burn_in_off_leaves_gpu_pools_untainted_and_registers_nothing():
 
 
 def test_a_dcgm_level_for_a_pool_that_is_not_a_gpu_pool_is_refused():
-    from workloads.model import derive
+    from workloads.derive.model import derive
     cfg = variant("p4d", {"burnIn": {"dcgmLevels": {"system": 3}}})
     with pytest.raises(StackConfigError, match=r"burnIn.dcgmLevels.system: not a GPU pool; allowed: train, rollout"):
         plans(derive(cfg), cfg)
@@ -136,7 +136,7 @@ def test_a_dcgm_level_for_a_pool_that_is_not_a_gpu_pool_is_refused():
 
 
 def test_the_plan_adds_the_dcgm_level_of_each_pool():
-    from workloads.model import derive
+    from workloads.derive.model import derive
     cfg = variant("p4d", {"burnIn": {"dcgmLevels": {"train": 3}}})
     found = {b.pool.name: b for b in plans(derive(cfg), cfg)}
     assert found["train"].steps["dcgm"] - found["rollout"].steps["dcgm"] == 1800 - 420
@@ -144,7 +144,7 @@ def test_the_plan_adds_the_dcgm_level_of_each_pool():
 
 
 def test_the_agents_budget_leaves_out_the_image_pull_and_the_dcgm_diagnostic():
-    from workloads.model import derive
+    from workloads.derive.model import derive
 
     from nodes.burn_in import AGENT_STEPS, PULL_SECONDS
     cfg = load("p5en-prod")

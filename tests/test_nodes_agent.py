@@ -18,9 +18,9 @@ from conftest import load, send_json
 
 from nodes import agent, incluster, marks
 from nodes.burn_in import plans
-from workloads import fabric_bench, preflight
+from workloads.pod import fabric_bench, preflight
 from workloads.acceptance.compare import compare
-from workloads.model import derive
+from workloads.derive.model import derive
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 BURN_IN = {"key": "rl.platform/burn-in", "value": "pending", "effect": "NoSchedule"}

@@ -148,7 +148,7 @@ def test_plan_prints_the_burn_in_time_each_pool_adds(tmp_path):
     lines: list[str] = []
     assert main(["plan", "p5en-prod"], out=lines.append) == 0
     assert lines[0] == "stack p5en-prod: each new GPU node is tainted until its burn-in passes"
-    from workloads.model import derive
+    from workloads.derive.model import derive
 
     from conftest import load
     from nodes.burn_in import plans

@@ -155,7 +155,7 @@ def test_unschedulable_pod_is_a_violation(monkeypatch, capsys):
 
 
 def test_stack_whose_pods_cannot_fit_exits_non_zero_naming_the_pod(tmp_path, capsys):
-    pytest.importorskip("workloads.schedulability")
+    pytest.importorskip("workloads.checks.schedulability")
     reward = next(p for p in load("p5en-prod").pools if p.role is Role.REWARD)
     too_many = CATALOG[reward.instance_type].vcpu + 16
     _write_stack(tmp_path, "fat", lambda raw: raw.update(workloads={"reward": {"cpu": too_many}}))

@@ -9,8 +9,8 @@ import sys
 
 from conftest import ROOT, load
 
-from workloads import preflight as P
-from workloads.model import derive
+from workloads.pod import preflight as P
+from workloads.derive.model import derive
 
 # `nvidia-smi -L` as printed on an H200 (docs/measurements/preflight-h200.log).
 NVIDIA_SMI_L = "GPU 0: NVIDIA H200 (UUID: GPU-415e89a7-7c22-dd0a-1500-7c731133b576)\n"
@@ -61,7 +61,7 @@ def test_efa_check_names_the_missing_devices(monkeypatch):
 def test_every_gpu_pod_of_the_raycluster_runs_the_preflight_first():
     from conftest import load
     from workloads import render
-    from workloads.model import derive
+    from workloads.derive.model import derive
     for stack in ("p5en-prod", "p4d"):
         m = derive(load(stack))
         for g in m.workers:
@@ -86,8 +86,8 @@ def test_torchx_gpu_pods_run_the_same_preflight():
     from test_workloads_torchx import REPOSITORY, scheduler_cfg, serialize
     from torchx.runner import get_runner
 
-    from workloads.model import derive
-    from workloads.torchx_miles import appdef
+    from workloads.derive.model import derive
+    from workloads.deploy.torchx_miles import appdef
     cfg = variant("p5en-prod", {"workloads": {"submit": "torchx"}})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -198,7 +198,7 @@ def test_gdrdrv_must_open_and_the_gda_path_is_checked_in_the_pod(monkeypatch, tm
 def test_the_pods_ask_the_preflight_for_their_profiles_contract():
     from conftest import load
     from test_workloads import MILES_01, variant
-    from workloads.model import derive
+    from workloads.derive.model import derive
     from workloads.render.ray import preflight_args
     m = derive(load("p5en-prod"))  # miles-deepep-v2 on p5en: GPU-initiated GIN, NCCL 2.31.2
     args = preflight_args(m, m.worker("rollout"))

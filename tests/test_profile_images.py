@@ -12,7 +12,7 @@ from conftest import ROOT
 from software import DATA, load, profile, profiles
 from software.recipe import arg_defaults
 from software.report import build_args
-from workloads.runs.__main__ import main
+from workloads.cli.runs import main
 
 MILES_RECIPE = ROOT / "workloads" / "image" / "Dockerfile"
 SLIME_RECIPE = ROOT / "workloads" / "image" / "slime.Dockerfile"

@@ -16,11 +16,11 @@ from software import profile, profiles
 from software.report import build_args, build_command
 from stackconfig.stack import StackConfigError
 from stackconfig.versions import STACK_REPOSITORY, SoftwareStack, workload_image
-from workloads.flagcheck import argv_pairs, argv_problems
-from workloads.runs import load_run
-from workloads.runs.__main__ import main
-from workloads.runs.submit import run_objects
-from workloads.settings import RunFile
+from workloads.checks.flags import argv_pairs, argv_problems
+from workloads.checks.runs import load_run
+from workloads.cli.runs import main
+from workloads.deploy.submit import run_objects
+from workloads.schema.settings import RunFile
 
 SHARED = "p5en-shared"
 RUNS = {"slime-0.2.4": "baseline-slime-qwen3-30b.yaml", "miles-0.1": "grpo-qwen3-30b.yaml",

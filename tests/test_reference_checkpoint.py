@@ -9,7 +9,7 @@ from conftest import load
 from test_workloads import variant
 
 from workloads import render
-from workloads.model import derive
+from workloads.derive.model import derive
 
 
 def _flag(argv, flag: str) -> str:
@@ -36,6 +36,6 @@ def test_an_fp8_reference_is_refused_with_the_reason():
 
 
 def test_the_file_system_budget_counts_both_checkpoints():
-    from workloads.checkpoint_budget import budget
+    from workloads.derive.checkpoint_budget import budget
     fp8, bf16 = load("p5en-prod"), variant("p5en-prod", {"workloads": {"run": {"model": "Qwen/Qwen3-30B-A3B"}}})
     assert budget(fp8, "fp8-blockwise").hf_bytes == budget(bf16, "bf16").hf_bytes * 3 // 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from conftest import load
 
-from workloads.model import derive
-from workloads.stack import ProgramConfig  # noqa: F401  (load() returns it)
+from workloads.derive.model import derive
+from workloads.schema.stack import ProgramConfig  # noqa: F401  (load() returns it)
 
 
 def _argv(stack: str = "p5en-prod") -> list[str]:
@@ -38,7 +38,7 @@ def test_capacity_block_pool_can_scale_to_zero():
 
 def test_rollout_memory_fraction_is_left_to_sglang_unless_set():
     """Dedicated rollout GPUs: SGLang sizes its static memory itself (0.7 is the colocated value), except
-    with DeepEP V2, whose buffer SGLang does not reserve (workloads.sglang_budget): a fraction is set then,
+    with DeepEP V2, whose buffer SGLang does not reserve (workloads.derive.sglang_budget): a fraction is set then,
     and a given one must leave the buffer its room."""
     import pytest
     from test_workloads import variant
@@ -58,8 +58,8 @@ def test_checkpoints_are_retained_and_fit_the_file_system():
     """Without retention a 3,000-rollout run saving every 20 keeps 150 saves of ~427 GB (64 TB) on a
     4,800 GiB file system. With --save-retain-interval R Megatron deletes the previous save unless its
     iteration is a multiple of R; Miles saves at rollout ids i with (i + 1) % interval == 0."""
-    from workloads.checkpoint_budget import budget, retain_interval
-    from workloads.layout import expert_precision
+    from workloads.derive.checkpoint_budget import budget, retain_interval
+    from workloads.derive.layout import expert_precision
     cfg = load("p5en-prod")
     argv = _argv()
     r = int(argv[argv.index("--save-retain-interval") + 1])
@@ -135,8 +135,8 @@ def test_a_new_attempt_is_a_new_rayjob_resuming_from_the_same_checkpoints():
 
 
 def test_pool_claims_sum_every_consumer_of_a_pool():
-    from workloads.resources import GPU
-    from workloads.schedulability import Placement, check, pool_claims
+    from workloads.derive.resources import GPU
+    from workloads.checks.schedulability import Placement, check, pool_claims
     m = derive(load("p5en-prod"))
     placements = check(m)
     claims = {c.pool: c for c in pool_claims(m, placements)}

@@ -12,14 +12,14 @@ from conftest import ROOT
 from test_runs import SHARED, _job, api  # noqa: F401  (api: the fake cluster fixture)
 from test_workloads import k8s_version, variant, variant_graph
 
-from workloads.model import derive
+from workloads.derive.model import derive
 from workloads.render import raycluster
 from workloads.render.runs import KUBERAY_OWNED_LABELS, NO_HEAD_RESTART, team_run_budget
 from workloads.render.teams import SUBMITTER_RULES, team_resource_quota
-from workloads.runs import load_run
-from workloads.runs.__main__ import main
-from workloads.runs.client import RunClient
-from workloads.runs.submit import run_objects
+from workloads.checks.runs import load_run
+from workloads.cli.runs import main
+from workloads.cli.runs_client import RunClient
+from workloads.deploy.submit import run_objects
 
 RUN = ROOT / "runs" / "grpo-qwen3-30b.yaml"
 JOBS = "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"

@@ -19,12 +19,13 @@ from test_workloads_security import registered_objects
 
 from workloads.render.runs import QUEUE_LABEL, PRIORITY_LABEL, SAVE_ON_STOP, SAVE_STATE, priority_classes
 from workloads.render.teams import team_directories_job, team_fsx_pv, team_fsx_pvc
-from workloads.runs import NeverFits, load_run, plan_runs, run_model
-from workloads.runs.__main__ import main
-from workloads.runs.client import RunClient
-from workloads.runs.submit import run_objects
-from workloads.runs.topology import tier_sizes_from_hypernodes
-from workloads.settings import RunFile
+from workloads.checks.runs import NeverFits, load_run, run_model
+from workloads.checks.run_plan import plan_runs
+from workloads.cli.runs import main
+from workloads.cli.runs_client import RunClient
+from workloads.deploy.submit import run_objects
+from workloads.derive.topology import tier_sizes_from_hypernodes
+from workloads.schema.settings import RunFile
 
 SHARED = "p5en-shared"
 REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-shared"  # teams alpha (train 64/128, rollout 128/256 guarantee/cap) and beta (train 0/64, rollout 64/128)
@@ -163,7 +164,7 @@ def test_the_entrypoint_survives_bash_list2cmdline_and_sh_and_the_argv_travels_i
 
 def test_priority_classes_and_the_schedulers_preempt_and_reclaim_configuration():
     cfg = variant(SHARED, {})
-    from workloads.model import derive
+    from workloads.derive.model import derive
     from workloads.render import kuberay_values, volcano_values
     m = derive(cfg)
     classes = priority_classes(m)
@@ -182,7 +183,7 @@ def test_priority_classes_and_the_schedulers_preempt_and_reclaim_configuration()
 
 def test_the_team_directories_are_the_only_parts_of_the_file_system_its_pods_mount():
     cfg = variant(SHARED, {})
-    from workloads.model import derive
+    from workloads.derive.model import derive
     m = derive(cfg)
     alpha = cfg.workloads.teams[0]
     pv, pvc = (team_fsx_pv(m, alpha, "fsx", "fs-0123", "fs-0123.fsx.us-east-1.amazonaws.com", "abcdefgh"),
@@ -478,7 +479,7 @@ def test_tier_sizes_count_only_the_pools_nodes():
            {"metadata": {"name": "top"}, "spec": {"tier": 2, "members": [
                {"type": "HyperNode", "selector": {"exactMatch": {"name": h}}} for h in ("a", "b")]}}]
     assert tier_sizes_from_hypernodes(hns, {"n1", "n2", "n3"}) == {1: 2, 2: 3}
-    from workloads.crds import crd_schema, validate
+    from workloads.checks.crds import crd_schema, validate
     schema = crd_schema("topology.volcano.sh/v1alpha1", "HyperNode")  # what label discovery creates
     for h in hns:
         assert validate({"apiVersion": "topology.volcano.sh/v1alpha1", "kind": "HyperNode", **h}, schema) == []
@@ -569,9 +570,9 @@ def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpo
 
     from stackconfig.files import raw_stack
     from stackconfig.stack import load_stack
-    from workloads.model import derive
+    from workloads.derive.model import derive
     from workloads.render import trigger_script
-    from workloads.stack import ProgramConfig
+    from workloads.schema.stack import ProgramConfig
     raw = raw_stack(SHARED)
     end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,6 +1,6 @@
 """The Volcano rules the platform relies on, encoded from the upstream sources (volcano v1.15.1,
 commit 0a56ed331897f5455916a44d3075671376d731d6): the queue admission webhook on every Queue the
-stacks render, and one scenario per scheduling rule the offline plan (``workloads.runs.plan``)
+stacks render, and one scenario per scheduling rule the offline plan (``workloads.checks.run_plan``)
 follows, each naming the upstream lines it follows. The README's "Scheduling rules" states them."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from stackconfig.stack import StackConfigError
 from test_workloads import custom_objects, variant, variant_graph
 
 from workloads.render import volcano_values
-from workloads.runs import plan_runs
-from workloads.runs.__main__ import main
-from workloads.runs.plan import Planner
-from workloads.settings import RunFile
+from workloads.checks.run_plan import plan_runs
+from workloads.cli.runs import main
+from workloads.checks.run_plan import Planner
+from workloads.schema.settings import RunFile
 
 SHARED = "p5en-shared"
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -125,7 +125,7 @@ def test_team_settings_keep_guarantee_deserved_and_cap_in_order():
 def test_the_scheduler_runs_capacity_not_proportion_with_preempt_and_reclaim():
     """capacity and proportion cannot run together (docs/user-guide/how_to_use_capacity_plugin.md);
     the chart's default (installer/helm/chart/volcano/config/volcano-scheduler.conf) has proportion."""
-    from workloads.model import derive
+    from workloads.derive.model import derive
     conf = yaml.safe_load(volcano_values(derive(variant(SHARED, {})))["custom"]["scheduler_config_override"])
     plugins = [p["name"] for tier in conf["tiers"] for p in tier["plugins"]]
     assert "capacity" in plugins and "proportion" not in plugins and "overcommit" not in plugins
@@ -270,7 +270,7 @@ def _shared_teams() -> list[dict]:
 
 
 def _plan(tmp_path, extra: str, running: str) -> dict[str, str]:
-    """``python -m workloads.runs plan p5en-shared runs/grpo-qwen3-30b.yaml runs/beta-lr-sweep.yaml <extra
+    """``python -m workloads.cli.runs plan p5en-shared runs/grpo-qwen3-30b.yaml runs/beta-lr-sweep.yaml <extra
     run>``: run name -> its line."""
     probe = tmp_path / "probe.yaml"
     probe.write_text(extra + "model: Qwen/Qwen3-30B-A3B\nparallel: {tensor: 4, expert: 8}\n")

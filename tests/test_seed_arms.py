@@ -12,7 +12,7 @@ import pytest
 from bench.arms import arm_changes, render_arm
 from bench.experiment import arm_run, load_experiment
 from stackconfig.files import read_stack
-from workloads.stack import ProgramConfig
+from workloads.schema.stack import ProgramConfig
 
 SEED = Path("experiments/seed-ab.yaml")
 SEED_SHAPE = Path("experiments/seed-p5en.yaml")
@@ -20,10 +20,10 @@ SEED_SHAPE = Path("experiments/seed-p5en.yaml")
 ALL_TO_ALL_ARGV = {"--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
                    "--sglang-moe-a2a-backend", "--sglang-moe-runner-backend", "--sglang-deepep-mode",
                    "--sglang-deepep-v2-mode"}
-"""Megatron's dispatcher (workloads.moe_backend.MoEBackend.megatron_args) and SGLang's a2a backend/runner."""
+"""Megatron's dispatcher (workloads.derive.moe_backend.MoEBackend.megatron_args) and SGLang's a2a backend/runner."""
 ALL_TO_ALL_ENV = re.compile(r"^(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z0-9_]+|"
                             r"SGLANG_DEEPEP_[A-Z0-9_]+)$")
-"""NCCL GIN (workloads.env.deepep_env), DeepEP's own EP_* variables and SGLang's DeepEP budget."""
+"""NCCL GIN (workloads.derive.env.deepep_env), DeepEP's own EP_* variables and SGLang's DeepEP budget."""
 
 
 def _allowed(key: str) -> bool:
@@ -44,7 +44,7 @@ def shared() -> ProgramConfig:
 def test_the_two_miles_arms_differ_only_in_the_all_to_all(path, shared):
     """Before: only the v2 arm's pods set NCCL_CUMEM_ENABLE=1; SGLang sets 0 when it is unset
     (sglang 0.5.19 srt/entrypoints/engine.py:1658-1659), so NCCL ran on cuMem (NVLS buffers, symmetric
-    windows) in one arm alone (workloads.env.NCCL_ENV)."""
+    windows) in one arm alone (workloads.derive.env.NCCL_ENV)."""
     exp = load_experiment(path)
     diff = arm_changes(exp, "miles-nccl", "miles-deepep-v2", shared)
     assert "argv.--sglang-moe-a2a-backend" in diff  # the comparison is real

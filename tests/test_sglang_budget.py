@@ -1,14 +1,14 @@
 """DeepEP V2 rollout engines: the token capacity, prefill chunk, graph batch, request pool and static
-memory are rendered together (workloads.sglang_budget, checked by SGLang itself in contracts/); engines
+memory are rendered together (workloads.derive.sglang_budget, checked by SGLang itself in contracts/); engines
 within one node run DeepEP V2 with GIN off (direct mode)."""
 
 from __future__ import annotations
 
 from conftest import load
 
-from workloads.flagcheck import argv_pairs
-from workloads.model import derive
-from workloads.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_budget, deepep_v2_buffer_bytes
+from workloads.checks.flags import argv_pairs
+from workloads.derive.model import derive
+from workloads.derive.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_budget, deepep_v2_buffer_bytes
 
 
 def _engine(stack: str, nodes_per_engine: int | None = None, model: bool = False):

@@ -7,10 +7,10 @@ import pytest
 from conftest import load
 from pydantic import ValidationError
 
-from workloads.crds import crd_schema, validate
+from workloads.checks.crds import crd_schema, validate
 from workloads.render.teams import team_namespace, team_objects, team_queue, team_resource_quota
-from workloads.layout import Group
-from workloads.teams import GpuQuota, TeamSettings, validate_teams
+from workloads.derive.layout import Group
+from workloads.schema.teams import GpuQuota, TeamSettings, validate_teams
 
 K8S = "1.35.0"
 
@@ -169,7 +169,7 @@ def test_huge_pages_ephemeral_storage_and_object_counts_have_a_quota(teams, pool
     """Huge pages: each GPU node's pre-allocated pages (``resources.allocatable``) times the nodes the
     caps span; EFA devices likewise, with the GPUs' share; RayJobs, Ray clusters, pods and Services by
     count (``maxRuns``); ephemeral storage per container from the LimitRange, in total by the quota."""
-    from workloads.resources import allocatable
+    from workloads.derive.resources import allocatable
     alpha = teams[0]
     hard = team_resource_quota(alpha, pools, head(pools))["spec"]["hard"]
     by_name = {p.name: p for p in pools}

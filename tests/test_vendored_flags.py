@@ -15,9 +15,9 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from workloads.argv import entry_and_flags
-from workloads.flagcheck import argv_pairs, miles_flags
-from workloads.model import derive
+from workloads.derive.argv import entry_and_flags
+from workloads.checks.flags import argv_pairs, miles_flags
+from workloads.derive.model import derive
 
 SCHEMAS = ROOT / "workloads" / "schemas"
 MILES_COMMIT = "49cac7b52507fe6953952c3e1d1ad05a01b144a4"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from workloads.crds import crd_document, crd_schema, validate
+from workloads.checks.crds import crd_document, crd_schema, validate
 
 PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
 HYPERNODE = ("topology.volcano.sh/v1alpha1", "HyperNode")

@@ -19,14 +19,14 @@ from analysis import mocks
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError, load_stack
 from stackconfig.files import raw_stack
 from program import ProgramConfig
-from workloads.model import derive
-from workloads.runs.submit import run_objects
-from workloads.settings import RunFile
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.deploy.submit import run_objects
+from workloads.schema.settings import RunFile
+from workloads.derive import layout as L
 from workloads import render as M
-from workloads.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
-from workloads.flagcheck import argv_pairs
-from workloads.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
+from workloads.checks.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
+from workloads.checks.flags import argv_pairs
+from workloads.derive.resources import EFA, GPU, HUGEPAGES, allocatable, effective_requests, parse_quantity
 
 HELM = "kubernetes:helm.sh/v3:Release"
 K8S_PROVIDER = "pulumi:providers:kubernetes"

@@ -19,13 +19,13 @@ from test_workloads import SCHEMAS, groups, k8s_version, obj_of, variant, varian
 from test_workloads_security import with_end_time
 
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError
-from workloads.model import derive
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.derive import layout as L
 from workloads import render as M
-from workloads.argv import miles_argv
-from workloads.crds import crd_schema
-from workloads.flagcheck import argv_pairs
-from workloads.schedulability import check
+from workloads.derive.argv import miles_argv
+from workloads.checks.crds import crd_schema
+from workloads.checks.flags import argv_pairs
+from workloads.checks.schedulability import check
 
 MILES_FLAGS = SCHEMAS / "miles" / "v0.1.0-flags.json"
 

@@ -14,8 +14,8 @@ from upstream_wheels import wheel_path
 
 from software import profile
 from test_workloads import MILES_01, merge
-from workloads.argv import MILES_LAUNCHER, entry_and_flags, miles_argv
-from workloads.flagcheck import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
+from workloads.derive.argv import MILES_LAUNCHER, entry_and_flags, miles_argv
+from workloads.checks.flags import MilesFlags, argv_pairs, miles_flags, miles_flags_file, sglang_flags_from_wheel
 
 MILES_01_PROFILE = profile("miles-0.1")
 MILES_FLAGS = miles_flags_file(SCHEMAS, MILES_01_PROFILE.framework_source.commit)

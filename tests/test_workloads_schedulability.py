@@ -12,12 +12,12 @@ from test_workloads import container, variant
 import program
 from analysis import mocks
 from stackconfig.stack import Role, StackConfigError
-from workloads.model import derive
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.derive import layout as L
 from workloads import render as M
-from workloads.resources import (EFA, GPU, HUGEPAGES, DAEMONSET_RESERVE_MI, DAEMONSET_RESERVE_MILLICPU, MI,
+from workloads.derive.resources import (EFA, GPU, HUGEPAGES, DAEMONSET_RESERVE_MI, DAEMONSET_RESERVE_MILLICPU, MI,
                                  allocatable, kube_reserved_millicpu, pods_per_node)
-from workloads.schedulability import _template_problems, check, node_capacity
+from workloads.checks.schedulability import _template_problems, check, node_capacity
 
 
 def build_error(cfg) -> tuple[str, mocks.Graph]:

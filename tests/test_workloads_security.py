@@ -17,10 +17,10 @@ from test_workloads import HELM, RAYJOB, merge, variant, variant_graph
 
 from analysis import mocks
 from stackconfig.files import raw_stack
-from workloads.model import derive
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.derive import layout as L
 from workloads import render as M
-from workloads.resources import EFA, GPU
+from workloads.derive.resources import EFA, GPU
 
 END = "2026-12-14T11:30:00Z"
 

@@ -17,11 +17,11 @@ from conftest import ROOT
 from test_workloads import (RAYJOB, container, env_of, groups, k8s_version, one, recorded_argv, validate_custom,
                             variant, variant_graph)
 
-from workloads.model import derive
-from workloads import layout as L
+from workloads.derive.model import derive
+from workloads.derive import layout as L
 from workloads.render.common import VOLCANO_QUEUE
-from workloads.resources import effective_requests, parse_quantity
-from workloads.torchx_miles import DRIVER_ARG0, HEAD_ROLE, appdef
+from workloads.derive.resources import effective_requests, parse_quantity
+from workloads.deploy.torchx_miles import DRIVER_ARG0, HEAD_ROLE, appdef
 
 STACKS = ["p5en-prod", "p4d", "p6-b300"]
 
@@ -139,7 +139,7 @@ def test_the_component_runs_from_its_file_like_the_cli(tmp_path):
 
 def test_torchx_refuses_a_stack_whose_raycluster_holds_the_gpu_nodes():
     """Both paths take whole GPU nodes: with workloads.submit raycluster a TorchX gang stays Pending."""
-    from workloads.torchx_miles import miles_grpo
+    from workloads.deploy.torchx_miles import miles_grpo
     with pytest.raises(ValueError, match="workloads.submit is raycluster"):
         miles_grpo("p5en-prod")
 
@@ -175,7 +175,7 @@ def test_rayjob_with_torchx_submission_is_a_config_error():
 
 
 def test_torchx_runs_the_stacks_ecr_image_and_asks_for_the_repository():
-    from workloads.torchx_miles import image_of
+    from workloads.deploy.torchx_miles import image_of
     m = derive(variant("p5en-prod", TORCHX))
     assert image_of(m, REPOSITORY) == f"{REPOSITORY}:{m.profile.image.tag}@sha256:{'0' * 64}"  # p5en-prod's pin
     with pytest.raises(ValueError, match="pass --repository"):

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from stackconfig.stack import GPU_ROLES, POOL_LABEL, ROLE_LABEL, Role
 from workloads.render.admission import admission_policies
 from workloads.render.runs import PRIORITY_CLASS_PREFIX
-from workloads.teams import TEAM_LABEL
+from workloads.schema.teams import TEAM_LABEL
 
 from .view import (NAMESPACE, NETWORK_POLICY, NODE_GROUP, PRIORITY_CLASS, UNKNOWN, VAP, VAP_BINDING, Resource, Stack,
                    as_list, dig)
@@ -38,7 +38,7 @@ def _selects(selector: Any, labels: Mapping[str, str]) -> bool:
 def team_pools(stack: Stack) -> tuple[list[str], str]:
     """(GPU pools, head pool) team pods may run on, from the node groups' labels: the train and rollout
     pools, and the cpu pool for a run's head (the system pool where there is none, as
-    ``workloads.layout.head_pool`` places it by default)."""
+    ``workloads.derive.layout.head_pool`` places it by default)."""
     roles: dict[str, list[str]] = {}
     for ng in stack.of_type(NODE_GROUP):
         pool, role = dig(ng.props, "labels", POOL_LABEL), dig(ng.props, "labels", ROLE_LABEL)

@@ -15,11 +15,11 @@ from pathlib import Path
 from bench.experiment import arm_run, load_experiment
 from stackconfig.files import read_stack, stack_names
 from stackconfig.stack import Role
-from workloads.argv import entry_and_flags
-from workloads.model import WorkloadModel, derive
+from workloads.derive.argv import entry_and_flags
+from workloads.derive.model import WorkloadModel, derive
 from workloads.runs import load_run
-from workloads.runs.config import run_model
-from workloads.stack import ProgramConfig
+from workloads.checks.runs import run_model
+from workloads.checks import gate
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "contracts" / "data" / "models"
@@ -54,17 +54,17 @@ def engine(name: str, m: WorkloadModel) -> Engine:
 def engines() -> list[Engine]:
     out: list[Engine] = []
     for stack in stack_names():
-        cfg = read_stack(stack, model=ProgramConfig)
+        cfg = gate.read(stack)
         m = derive(cfg)
         if m.argv is not None and cfg.pool(Role.ROLLOUT) is not None:
             out.append(engine(f"stack {stack}", m))
         out += [engine(f"stack {stack} run {r.name}", run_model(cfg, r)) for r in cfg.workloads.runs]
-    shared = read_stack(SHARED_STACK, model=ProgramConfig)
+    shared = gate.read(SHARED_STACK)
     for path in sorted((ROOT / "runs").glob("*.yaml")):
         out.append(engine(f"{path.name} on {SHARED_STACK}", run_model(shared, load_run(path))))
     for path in sorted((ROOT / "experiments").glob("*.yaml")):
         exp = load_experiment(path)
-        cfg = read_stack(exp.stack, model=ProgramConfig)
+        cfg = gate.read(exp.stack)
         out += [engine(f"{path.name} arm {a.name} on {exp.stack}", run_model(cfg, arm_run(exp, a.name)))
                 for a in exp.arms]
     return out

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sglang_engines import Engine, engines, resolve
 
-from workloads.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_buffer_bytes
+from workloads.derive.sglang_budget import DEEPEP_V2_CAPACITY_ENV, deepep_v2_buffer_bytes
 
 ENGINES = engines()
 BY_NAME = {e.name: e for e in ENGINES}

@@ -18,9 +18,9 @@ tables (``parse_nccl_tests``), DeepEP's test lines (``parse_deepep``) and fabric
 
 Command line::
 
-    python -m workloads.acceptance <stack> <pool> | kubectl apply -f -      # or --apply
+    python -m workloads.cli.acceptance <stack> <pool> | kubectl apply -f -      # or --apply
     kubectl logs -n <ns> -l volcano.sh/job-name=fabric-<pool> --tail=-1 --max-log-requests=64 \\
-        | python -m workloads.acceptance report --stack <stack> --pool <pool> --svg fabric.svg > fabric.json
+        | python -m workloads.cli.acceptance report --stack <stack> --pool <pool> --svg fabric.svg > fabric.json
 
 The Job gang-schedules every node of the pool: while the stack's RayCluster holds those nodes it stays
 Pending (run it before the run, or with the RayCluster's group scaled down).
@@ -32,4 +32,3 @@ from workloads.acceptance.expected import (AWSOME_NCCL, DEEPEP_README, DEEPEP_RE
 from workloads.acceptance.parsers import (DEEPEP_TAG, from_nccl_tests, load_fabric_bench, parse_deepep, parse_nccl_tests)  # noqa: F401
 from workloads.acceptance.compare import (compare)  # noqa: F401
 from workloads.acceptance.plot import (plot_svg)  # noqa: F401
-from workloads.acceptance.job import (COMPONENT, DEEPEP_DIR, DEEPEP_PORTS, FABRIC_BENCH_KEY, RDZV_PORT, SCRIPTS_MOUNT, TASK, TTL_SECONDS, acceptance_command, acceptance_job, acceptance_template, gpu_group, holds_pool, job_name, job_script, report_command, uses_deepep_v2)  # noqa: F401

@@ -7,7 +7,7 @@ import re
 from typing import Any, Mapping
 
 
-from workloads import fabric_bench as FB
+from workloads.pod import fabric_bench as FB
 
 
 

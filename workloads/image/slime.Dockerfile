@@ -2,7 +2,7 @@
 #
 # The image of software profile slime-0.2.4 (software/profiles.yaml): Slime's own release image for
 # THUDM/slime v0.2.4 plus the EFA userspace an EKS pod needs. Build with the command
-# `python -m workloads.runs profiles slime-0.2.4 --build` prints (the profile's build arguments and tag).
+# `python -m workloads.cli.runs profiles slime-0.2.4 --build` prints (the profile's build arguments and tag).
 #
 # Base: slimerl/slime:<docker/version.txt>, which Slime's docker/justfile (_release-raw) pushes from
 # docker/Dockerfile: FROM slimerl/sglang:v0.5.9 (CUDA 12.9, torch 2.9.1), NVIDIA Megatron-LM
@@ -82,7 +82,7 @@ ENV PATH=/opt/amazon/efa/bin:${PATH} \
 # Checks: the profile's pins are what the image carries (no GPU at build time: imports only). The NCCL torch
 # loads is recorded, not asserted: SGLang's image recipe replaces torch's nvidia-nccl-cu12 (2.28.3 in
 # sgl-project/sglang docker/Dockerfile at 004740a9), so the profile's figure is read from this record
-# (`python -m workloads.runs profiles slime-0.2.4 --record-image FILE`, software/built/).
+# (`python -m workloads.cli.runs profiles slime-0.2.4 --record-image FILE`, software/built/).
 RUN python3 - <<'PY'
 import ctypes, importlib.metadata as md, os, pathlib, subprocess
 def head(path):

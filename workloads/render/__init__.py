@@ -24,7 +24,7 @@ from typing import Any
 
 from stackconfig.stack import Pool
 
-from workloads.model import WorkloadModel
+from workloads.derive.model import WorkloadModel
 from workloads.render.block_end import CHECKPOINT_TRIGGER, checkpoint_trigger_cronjob, trigger_script, trigger_template
 from workloads.render.common import FSX_CLAIM, KUBERAY_NAMESPACE, RAY_PODS, SHM_VOLUME, VOLCANO_NAMESPACE, placement
 from workloads.render.network_policies import network_policies

@@ -30,9 +30,9 @@ from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
 
-from workloads.model import WorkloadModel
-from workloads.resources import EFA, GPU
-from workloads.teams import PART_OF_LABEL, TEAM_LABEL
+from workloads.derive.model import WorkloadModel
+from workloads.derive.resources import EFA, GPU
+from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
 from workloads.render.common import PART_OF, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, priority_classes
 

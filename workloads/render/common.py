@@ -8,9 +8,9 @@ from typing import Any
 
 from stackconfig.stack import POOL_LABEL, Pool
 
-from workloads import layout as L
-from workloads.model import WorkloadModel
-from workloads.resources import EFA, GI, GPU, HUGEPAGES
+from workloads.derive import layout as L
+from workloads.derive.model import WorkloadModel
+from workloads.derive.resources import EFA, GI, GPU, HUGEPAGES
 
 PART_OF = "moe-rl-platform"
 FSX_CLAIM = "fsx"
@@ -22,7 +22,7 @@ VOLCANO_NAMESPACE = "volcano-system"
 VOLCANO_QUEUE = "miles"
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
 DASHBOARD_PORT = HEAD_PORTS["dashboard"]
-HERE = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent.parent / "pod"
 TMP_VOLUME = "tmp"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 
-from workloads.teams import TeamSettings
+from workloads.schema.teams import TeamSettings
 from workloads.render.teams import namespace_of, team_labels
 
 RBAC = "rbac.authorization.k8s.io"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from workloads.argv import REWARD_SERVICE
-from workloads.model import WorkloadModel
-from workloads.teams import TEAM_LABEL
+from workloads.derive.argv import REWARD_SERVICE
+from workloads.derive.model import WorkloadModel
+from workloads.schema.teams import TEAM_LABEL
 from workloads.render.block_end import CHECKPOINT_TRIGGER
 from workloads.render.common import DASHBOARD_PORT, KUBERAY_NAMESPACE, RAY_NODE_TYPE_LABEL, RAY_PODS, labels, meta
 

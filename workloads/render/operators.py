@@ -6,8 +6,9 @@ from typing import Any
 
 import yaml
 
-from workloads.model import WorkloadModel
-from workloads.settings import Submission
+from workloads.derive.model import WorkloadModel
+from workloads.derive.topology import EKS_NETWORK_LAYERS
+from workloads.schema.settings import Submission
 from workloads.render.common import PART_OF, VOLCANO_QUEUE, labels, placement
 
 # --- operators -------------------------------------------------------------------------------
@@ -46,15 +47,7 @@ def kuberay_values(m: WorkloadModel) -> dict:
     return values
 
 
-EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
-"""EKS labels each node of supported types with its place in the AWS network, layer 3 the closest
-(EKS user guide, "Place distributed AI/ML workloads with network topology labels")."""
 TOPOLOGY_TYPE = "eks-network"
-
-
-def tier_label(tier: int) -> str:
-    """The EKS node label of a Volcano tier: discovery lists the layers top down, so layer 3 is tier 1."""
-    return EKS_NETWORK_LAYERS[len(EKS_NETWORK_LAYERS) - tier]
 
 
 def hypernode_discovery() -> dict:
@@ -88,7 +81,7 @@ def scheduler_config() -> dict:
       would need to preempt. The queue capability (``capacity``'s enqueue check) and the gang still
       bound what is admitted.
 
-    ``workloads.runs.plan`` follows these rules."""
+    ``workloads.checks.run_plan`` follows these rules."""
     return {"actions": SCHEDULER_ACTIONS, "tiers": [
         {"plugins": [{"name": "priority"}, {"name": "gang", "enablePreemptable": False}, {"name": "conformance"}]},
         {"plugins": [{"name": "drf", "enablePreemptable": False}, {"name": "predicates"}, {"name": "capacity"},

@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from workloads import layout as L
-from workloads.argv import SCRIPTS_DIR, driver, entry_and_flags
-from workloads.model import WorkloadModel
-from workloads.preflight import sglang_flags
+from workloads.derive import layout as L
+from workloads.derive.argv import SCRIPTS_DIR, driver, entry_and_flags
+from workloads.derive.model import WorkloadModel
+from workloads.pod.preflight import sglang_flags
 from workloads.render.common import (
     FSX_VOLUME,
     HEAD_PORTS,
@@ -49,7 +49,7 @@ def ray_start_params(g: L.Group, head: bool = False) -> dict[str, str]:
 
 
 def preflight_args(m: WorkloadModel, g: L.Group) -> list[str]:
-    """What this group's pods assume of their node, for ``workloads/preflight.py``."""
+    """What this group's pods assume of their node, for ``workloads/pod/preflight.py``."""
     args = ["--gpus", str(g.gpus), "--efa", str(g.efa), "--nccl", m.profile.nccl,
             "--shm-gib", str(g.shm_bytes // (1024 ** 3)), "--hugepages-mi", str(g.hugepages_mi)]
     if g.efa and g.env.get("NCCL_NET") == "Socket":

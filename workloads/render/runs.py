@@ -31,15 +31,15 @@ from __future__ import annotations
 import copy
 import json
 
-from workloads.labels import ATTEMPT_LABEL, RUN_LABEL
-from workloads.layout import CHECKPOINT_DIR, RUNNING_MARKER
-from workloads.argv import driver
-from workloads.miles_launcher import LEASE_STALE_MIN
-from workloads.model import WorkloadModel
-from workloads.settings import RunFile, Submission, TopologyMode
-from workloads.teams import TEAM_LABEL, TeamSettings
+from workloads.schema.labels import ATTEMPT_LABEL, RUN_LABEL
+from workloads.derive.layout import CHECKPOINT_DIR, RUNNING_MARKER
+from workloads.derive.argv import driver
+from workloads.pod.miles_launcher import LEASE_STALE_MIN
+from workloads.derive.model import WorkloadModel
+from workloads.schema.settings import RunFile, Submission, TopologyMode
+from workloads.schema.teams import TEAM_LABEL, TeamSettings
 from workloads.render.common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
-from workloads.render.operators import tier_label
+from workloads.derive.topology import tier_label
 from workloads.render.ray import SUBMISSION_MODE, cluster_spec, entrypoint_resources, runtime_env_yaml
 from workloads.render.services import stage_template
 from workloads.render.teams import TEAM_CHECKPOINT_CLAIM, namespace_of, team_labels
@@ -60,11 +60,11 @@ NO_HEAD_RESTART = "ray.io/disable-provisioned-head-restart"
 LEASE_ARGS = 'lease="$1"; sentinel="$2"; attempt="$3"; '
 FRESH = (f'fresh() {{ [ -n "$(find "$lease" -mmin -{LEASE_STALE_MIN} 2>/dev/null)" ] && '
          '[ "$(cat "$lease" 2>/dev/null)" = "$attempt" ]; }; ')
-"""Shell: is this attempt's lease fresh (``workloads.miles_launcher.Lease``)?"""
+"""Shell: is this attempt's lease fresh (``workloads.pod.miles_launcher.Lease``)?"""
 SAVE_ON_STOP = (LEASE_ARGS + FRESH +
                 'if fresh; then touch "$sentinel"; while [ -e "$sentinel" ] && fresh; do sleep 5; done; fi; ray stop')
 """preStop of every pod of a run: while this attempt's driver holds a fresh lease
-(``workloads.miles_launcher``), ask for a checkpoint and wait until Miles has saved and removed the
+(``workloads.pod.miles_launcher``), ask for a checkpoint and wait until Miles has saved and removed the
 sentinel (or the lease lapses)."""
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workloads.argv import REWARD_SERVICE
-from workloads.model import WorkloadModel
+from workloads.derive.argv import REWARD_SERVICE
+from workloads.derive.model import WorkloadModel
 from workloads.render.operators import PLATFORM_PRIORITY_CLASS
 from workloads.render.common import (
     scripts_volume,

@@ -8,11 +8,11 @@ from typing import Any
 
 from stackconfig.stack import Pool
 
-from workloads.layout import Group
-from workloads.resources import EFA, GI, GPU, HUGEPAGES, allocatable
-from workloads.teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
-from workloads.argv import REWARD_SERVICE
-from workloads.model import WorkloadModel
+from workloads.derive.layout import Group
+from workloads.derive.resources import EFA, GI, GPU, HUGEPAGES, allocatable
+from workloads.schema.teams import PART_OF_LABEL, QUOTA_NAME, TEAM_LABEL, TeamSettings, team_checkpoint_directory, team_directory, team_group
+from workloads.derive.argv import REWARD_SERVICE
+from workloads.derive.model import WorkloadModel
 from workloads.render.common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CLAIM, KUBERAY_NAMESPACE, PART_OF, RAY_PODS, SCRIPTS,
                      file_system_container, file_system_pod, labels, meta)
 from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
@@ -179,7 +179,7 @@ SUBMITTER_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["deletecollection"]},
     {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
 ]
-"""What ``python -m workloads.runs`` does in a team's namespace (``runs.client.RunClient``): ``patch`` on
+"""What ``python -m workloads.cli.runs`` does in a team's namespace (``runs.client.RunClient``): ``patch`` on
 RayJobs to suspend one (``cancel``); ``delete`` to remove old attempts by hand. No PodDisruptionBudgets: a budget of maxUnavailable 0 holds every
 node drain and node group update of the cluster; the platform renders the runs' one budget per team
 (``render.runs.team_run_budget``). Every write passes the admission policies (``render.admission``)."""

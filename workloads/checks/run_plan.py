@@ -1,0 +1,342 @@
+"""The offline plan of a set of runs against a stack: which start, which wait and why, which are
+preempted, and what each claims per queue and pool.
+
+It follows the scheduler the stack installs (``render.operators.scheduler_config``: Volcano v1.15.1
+with the gang, priority and ``capacity`` plugins and the enqueue, allocate, preempt and reclaim
+actions), with whole runs as the unit: a run's pods form one gang (all placed or none), and a run
+that loses a pod stops. The README's "Scheduling rules" states the rules; in short, per scheduling
+session, after the runs already running:
+
+1. quota: the team namespace's ResourceQuota admits a run's pods only while the team's pods request
+   no more GPUs than its cap (runs in file order, the order they are submitted);
+2. enqueue: a run leaves Pending only when its queue's allocated + admitted GPUs + its own fit the
+   queue's limit (``QueueShare.limit``); a Pending run never preempts nor reclaims;
+3. allocate: queues by priority, then least allocated/deserved; within a queue runs by priority,
+   then file order; a run starts when every pool it needs has the nodes free;
+4. preempt: an admitted run takes the nodes of Running lower-priority runs of its own team;
+5. reclaim: an admitted run whose team stays within its deserved share takes, pod by pod, nodes of
+   Running runs of reclaimable teams while such a team is above its deserved share and keeps its
+   guarantee without the pod.
+
+A victim is asked for a checkpoint through the save sentinel and has ``checkpointMinutes`` (the pods'
+termination grace period) to write it before its pods stop; a run that loses a pod stops whole, and
+its other nodes are free from the next session on. Sessions repeat until nothing changes: a run
+started in one session is Running, and so a possible victim, in the next. Nodes are not all a
+run needs: its checkpoint budget (saves kept, its staged model and data; ``checkpoint_budget``) must
+fit in what the shared file system has left after the runs placed before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+from workloads.schema.settings import RunFile
+from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
+from workloads.derive.layout import expert_precision
+from workloads.schema.teams import QUOTA_NAME, TeamSettings, pool_gpus
+from workloads.checks.runs import check_run, run_config, run_pools
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.schema.stack import ProgramConfig
+
+
+@dataclass
+class Decision:
+    run: str
+    team: str
+    priority: str
+    action: str
+    """``running`` (was running, keeps its nodes), ``starts``, ``waits`` or ``preempted``."""
+    why: str
+    gpus: dict[str, int] = field(default_factory=dict)
+    """Pool -> GPUs the run claims."""
+
+    @property
+    def placed(self) -> bool:
+        return self.action in ("running", "starts")
+
+
+@dataclass(frozen=True)
+class QueueShare:
+    """A team queue as Volcano's capacity plugin sees it, in GPUs summed over the team's pools (the
+    Queue counts ``nvidia.com/gpu``, not pools)."""
+
+    guarantee: int
+    deserved: int
+    """The rendered deserved, within the limit and at least the guarantee (capacity.go:1136-1141)."""
+    capability: int
+    """The Queue's capability (the sum of the team's caps)."""
+    limit: int
+    """What the plugin holds the queue to: its capability, or the cluster's GPUs less every other
+    queue's guarantee when that is less (``realCapability``, capacity.go:1081-1088)."""
+    priority: int
+    reclaimable: bool
+
+    def share(self, used: int) -> float:
+        """Allocated / deserved; a queue without a deserved counts as 1 (capacity.go:1800-1827)."""
+        return used / self.deserved if self.deserved else 1.0
+
+
+def queue_shares(teams: Sequence[TeamSettings], cluster_gpus: int) -> dict[str, QueueShare]:
+    """Each team's QueueShare on a cluster of ``cluster_gpus`` GPUs (every GPU node at desired size)."""
+    guarantees = {t.name: sum(q.guarantee for q in t.gpus.values()) for t in teams}
+    out = {}
+    for t in teams:
+        cap = sum(q.cap for q in t.gpus.values())
+        limit = min(cap, max(cluster_gpus - sum(guarantees.values()), 0) + guarantees[t.name])
+        deserved = max(min(sum(q.deserved for q in t.gpus.values()), limit), guarantees[t.name])
+        out[t.name] = QueueShare(guarantees[t.name], deserved, cap, limit, t.priority, t.reclaimable)
+    return out
+
+
+@dataclass
+class _Cluster:
+    free: dict[str, int]
+    disk_free: int
+    """Bytes of the shared file system not yet budgeted to a run (``checkpoint_budget``)."""
+    allocated: dict[str, int]
+    """Team -> GPUs its placed runs hold."""
+    placed: list[RunFile] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)
+    """Pool -> nodes of stopping victims no run may take before the next session."""
+
+    def take(self, run: RunFile, gpus: int, disk: int) -> None:
+        self.disk_free -= disk
+        for pool, n in run.nodes.items():
+            self.free[pool] -= n
+        self.allocated[run.team] += gpus
+        self.placed.append(run)
+
+    def release(self, run: RunFile, gpus: int, disk: int) -> None:
+        self.disk_free += disk
+        for pool, n in run.nodes.items():
+            self.free[pool] += n
+        self.allocated[run.team] -= gpus
+        self.placed.remove(run)
+
+
+class Planner:
+    """Queue state of one stack; ``plan`` decides a list of runs."""
+
+    def __init__(self, cfg: "ProgramConfig"):
+        self.cfg = cfg
+        self.pools = {p.name: p for p in run_pools(cfg)}
+        self.teams = {t.name: t for t in cfg.workloads.teams}
+        self.queues = queue_shares(cfg.workloads.teams, sum(pool_gpus(p) for p in cfg.pools))
+        self.values = cfg.workloads.priority_classes
+        self.grace = cfg.workloads.capacity_block_end.checkpoint_minutes
+        self.usable = int(cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)
+        """Bytes of the file system the runs may use (a run alone always fits: ``run_config`` checks it)."""
+        self.disk: dict[str, int] = {}
+        """Run -> bytes it budgets on the file system (saves kept, its staged model and data)."""
+        self._file_order: dict[str, int] = {}
+        self._inqueue: set[str] = set()
+        """Runs enqueue admitted (PodGroup Inqueue) that hold no nodes yet."""
+
+    def _budget(self, run: RunFile) -> int:
+        """Checks the run on its own nodes (``run_config``) and returns its file system budget."""
+        seen = run_config(self.cfg, run)
+        b = budget(seen, expert_precision(seen))
+        return 0 if b is None else b.need_bytes
+
+    def gpus(self, run: RunFile) -> dict[str, int]:
+        return {pool: n * self.pools[pool].instance.gpus for pool, n in run.nodes.items()}
+
+    def _total(self, run: RunFile) -> int:
+        return sum(self.gpus(run).values())
+
+    def _job_order(self, run: RunFile) -> tuple[int, int]:
+        """Higher PriorityClass first (plugins/priority/priority.go:71-89), then submitted first."""
+        return -self.values[run.priority], self._file_order[run.name]
+
+    def _queue_order(self, c: _Cluster, team: str) -> tuple:
+        """Higher queue priority, then lower allocated/deserved, then one with a deserved
+        (capacity.go:1183-1193, 1544-1561); then the stack's team order (creation)."""
+        q = self.queues[team]
+        return -q.priority, q.share(c.allocated[team]), not q.deserved, list(self.teams).index(team)
+
+    def _in_queue_order(self, c: _Cluster, runs: list[RunFile]) -> Iterator[RunFile]:
+        """``runs`` as a session serves them: the first queue's first run, then queues re-ordered by
+        what has been allocated since (actions/allocate/allocate.go:129-130, 283-300)."""
+        left = sorted(runs, key=self._job_order)
+        while left:
+            team = min({r.team for r in left}, key=lambda t: self._queue_order(c, t))
+            run = next(r for r in left if r.team == team)
+            left.remove(run)
+            yield run
+
+    def _blockers(self, c: _Cluster, run: RunFile) -> list[str]:
+        short = [f"pool {p}: {n} nodes needed, {c.free[p]} free" for p, n in run.nodes.items() if n > c.free[p]]
+        disk = self.disk[run.name]
+        full = [f"file system: {disk / GB:,.0f} GB needed, {c.disk_free / GB:,.0f} GB not yet budgeted"] \
+            if disk > c.disk_free else []
+        return short + full
+
+    def _with_pods(self, pending: list[RunFile], running: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
+        """Runs whose pods the team's ResourceQuota admits (requests.nvidia.com/gpu = the sum of its
+        caps), in the order they were submitted; KubeRay retries the others' pods. It creates a run's
+        pods one by one, so some of a refused run's pods may exist and hold quota: the plan counts none."""
+        pods = {t: sum(self._total(r) for r in running if r.team == t) for t in self.teams}
+        out_runs = []
+        for run in pending:
+            cap = self.queues[run.team].capability
+            if pods[run.team] + self._total(run) > cap:
+                self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} refuses its pods: team {run.team}'s pods "
+                             f"would request {pods[run.team] + self._total(run)} GPUs, more than its {cap}")
+                continue
+            pods[run.team] += self._total(run)
+            out_runs.append(run)
+        return out_runs
+
+    def _enqueue(self, c: _Cluster, runs: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
+        """Runs out of Pending: those admitted in an earlier session stay Inqueue; another is admitted
+        when its queue's allocated + admitted + its own GPUs fit its limit (actions/enqueue/
+        enqueue.go:81-103, capacity.go:1680-1692)."""
+        admitted = {t: 0 for t in self.teams}
+        for run in runs:
+            if run.name in self._inqueue:
+                admitted[run.team] += self._total(run)
+        for run in sorted(runs, key=self._job_order):
+            if run.name in self._inqueue:
+                continue
+            q, g = self.queues[run.team], self._total(run)
+            held = c.allocated[run.team] + admitted[run.team]
+            if held + g > q.limit:
+                self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held} GPUs, {held + g} "
+                             f"with this run, above its limit {q.limit} (capability {q.capability}, at most the "
+                             f"cluster's GPUs not guaranteed to other queues); a Pending run neither preempts "
+                             f"nor reclaims")
+                continue
+            admitted[run.team] += g
+            self._inqueue.add(run.name)
+        return [r for r in runs if r.name in self._inqueue]
+
+    def _evict(self, c: _Cluster, run: RunFile, candidates: list[RunFile],
+               may_take: Callable[[RunFile, int], bool]) -> list[RunFile] | None:
+        """Victims whose pods free the nodes ``run`` lacks, pod by pod (one pod per node), the
+        lowest-priority, latest run first, each pod only if ``may_take(victim, its GPUs)``; None when
+        they cannot free enough. A victim stops whole: the nodes the run does not take are held until
+        the next session (its pods are still stopping)."""
+        need = {p: n - c.free[p] for p, n in run.nodes.items() if n > c.free[p]}
+        chosen: list[RunFile] = []
+        for victim in sorted(reversed(candidates), key=lambda v: self.values[v.priority]):
+            for pool, pods in victim.nodes.items():
+                while need.get(pool, 0) > 0 and pods > 0 and may_take(victim, self.pools[pool].instance.gpus):
+                    need[pool], pods = need[pool] - 1, pods - 1
+                    if victim not in chosen:
+                        chosen.append(victim)
+        freed_disk = sum(self.disk[v.name] for v in chosen)
+        if any(n > 0 for n in need.values()) or self.disk[run.name] > c.disk_free + freed_disk:
+            return None
+        before = dict(c.free)
+        for victim in chosen:
+            c.release(victim, self._total(victim), self.disk[victim.name])
+        for pool, n in before.items():
+            c.held[pool] = c.held.get(pool, 0) + c.free[pool] - max(n, run.nodes.get(pool, 0))
+            c.free[pool] = max(n, run.nodes.get(pool, 0))
+        return chosen
+
+    def _preempt(self, c: _Cluster, run: RunFile, running: list[RunFile]) -> list[RunFile] | None:
+        """Running runs of the run's own team at a lower priority (actions/preempt/preempt.go:198-216,
+        plugins/priority/priority.go:111-149); enqueue already held the queue to its limit."""
+        lower = [v for v in running if v.team == run.team and v in c.placed
+                 and self.values[v.priority] < self.values[run.priority]]
+        return self._evict(c, run, lower, lambda v, gpus: True)
+
+    def _reclaim(self, c: _Cluster, run: RunFile, running: list[RunFile]) -> list[RunFile] | None:
+        """Running runs of other, reclaimable teams (actions/reclaim/reclaim.go:188-201) while the
+        run's team stays within its deserved (capacity.go:648-715); a pod goes only while its team is
+        above its deserved (:536-547) and keeps its guarantee without it (:515-518)."""
+        if c.allocated[run.team] + self._total(run) > self.queues[run.team].deserved:
+            return None
+        left = dict(c.allocated)
+
+        def may_take(v: RunFile, gpus: int) -> bool:
+            q = self.queues[v.team]
+            if left[v.team] > q.deserved and left[v.team] - gpus >= q.guarantee:
+                left[v.team] -= gpus
+                return True
+            return False
+        others = [v for v in running if v.team != run.team and v in c.placed and self.queues[v.team].reclaimable]
+        return self._evict(c, run, others, may_take)
+
+    def _why_waiting(self, c: _Cluster, run: RunFile, blockers: list[str]) -> str:
+        q, used = self.queues[run.team], c.allocated[run.team]
+        reclaim = (f"reclaim: team {run.team} would hold {used + self._total(run)} GPUs, above its deserved "
+                   f"{q.deserved}" if used + self._total(run) > q.deserved else
+                   "reclaim: no reclaimable team above its deserved frees enough")
+        return (f"whole gang or nothing: {'; '.join(blockers)}; preempt: no lower-priority run of team {run.team} "
+                f"frees enough; {reclaim}")
+
+    def _holds(self, c: _Cluster, run: RunFile, what: str) -> str:
+        q = self.queues[run.team]
+        return (f"{what}; queue team-{run.team} holds {c.allocated[run.team]} GPUs "
+                f"(deserved {q.deserved}, limit {q.limit})")
+
+    def _decide(self, out: dict[str, Decision], run: RunFile, action: str, why: str) -> None:
+        out[run.name] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
+
+    def _start(self, c: _Cluster, run: RunFile) -> None:
+        c.take(run, self._total(run), self.disk[run.name])
+        self._inqueue.discard(run.name)
+
+    def _session(self, c: _Cluster, pending: list[RunFile], running: list[RunFile],
+                 out: dict[str, Decision]) -> bool:
+        """One scheduling session; True when a run started or stopped."""
+        admitted = self._enqueue(c, self._with_pods(pending, running, out), out)
+        changed, left = False, []
+        for run in self._in_queue_order(c, admitted):
+            if self._blockers(c, run):
+                left.append(run)
+                continue
+            self._start(c, run)
+            self._decide(out, run, "starts", self._holds(c, run, "starts on free nodes"))
+            changed = True
+        for how, claim in (("preempt", self._preempt), ("reclaim", self._reclaim)):
+            waiting = []
+            for run in self._in_queue_order(c, left):
+                victims = claim(c, run, running)
+                if victims is None:
+                    waiting.append(run)
+                    continue
+                for v in victims:
+                    before = "" if out[v.name].action == "running" else "starts, then "
+                    self._decide(out, v, "preempted", f"{before}{how} by {run.name} ({run.priority}): asked to "
+                                 f"checkpoint, stops within {self.grace} min")
+                self._start(c, run)
+                self._decide(out, run, "starts", self._holds(
+                    c, run, f"starts after {', '.join(v.name for v in victims)} checkpoint and stop"))
+                changed = True
+            left = waiting
+        for run in left:
+            self._decide(out, run, "waits", self._why_waiting(c, run, self._blockers(c, run)))
+        return changed
+
+    def plan(self, runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
+        """Decisions for ``runs`` (NeverFits first, for a run that can never be placed)."""
+        for i, run in enumerate(runs):
+            check_run(self.cfg, run)
+            self.disk[run.name] = self._budget(run)
+            self._file_order[run.name] = i
+        self._inqueue.clear()
+        c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
+                     allocated={t: 0 for t in self.teams})
+        out: dict[str, Decision] = {}
+        for run in (r for r in runs if r.name in running):
+            c.take(run, self._total(run), self.disk[run.name])
+            self._decide(out, run, "running", "holds its nodes")
+        for _ in range(len(runs) + 1):  # each session starts or stops a run, or nothing changes
+            for pool, n in c.held.items():
+                c.free[pool] += n
+            c.held = {}
+            on_nodes = list(c.placed)
+            pending = [r for r in runs if r.name not in out or out[r.name].action == "waits"]
+            if not self._session(c, pending, on_nodes, out):
+                break
+        return [out[r.name] for r in runs]
+
+
+def plan_runs(cfg: "ProgramConfig", runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
+    return Planner(cfg).plan(runs, running)

@@ -1,0 +1,138 @@
+"""A run file against a stack: the checks that say a run can never be placed, and the stack as the
+run sees it (its GPU pools at the run's node counts, its team's namespace and service account).
+
+Everything pod-shaped for a run comes from the same derivation as the stack's own run
+(``workloads.derive.model.derive``) applied to ``run_config``, so a submitted run and a declared one
+cannot differ; the same checks (parallelism, DeepEP rules, checkpoint budget) run on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+from pydantic import ValidationError
+
+from stackconfig.stack import NodeCounts, Pool, Role
+
+from components.gpu_node_setup import GpuNodeSetup, capability_labels
+
+from workloads.derive import layout as L
+from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
+from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
+from workloads.schema.settings import RunFile, RunSpec, Submission
+from workloads.checks.stack import validate_run
+from workloads.derive.topology import run_tiers, unplaceable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.schema.stack import ProgramConfig
+
+class NeverFits(ValueError):
+    """A run that cannot be placed however long it waits."""
+
+
+def load_run(path: Path) -> RunFile:
+    """A run file, or ValueError naming the file and each field that is wrong."""
+    try:
+        return RunFile.model_validate(yaml.safe_load(path.read_text()))
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ValueError(f"run file {path}: {problems}") from None
+
+
+def run_pools(cfg: "ProgramConfig") -> tuple[Pool, Pool]:
+    """The training and rollout pools a run takes nodes from."""
+    return cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+
+
+def check_run(cfg: "ProgramConfig", run: RunFile) -> None:
+    """NeverFits naming run, pool and resource when no amount of waiting can place the run."""
+    teams = {t.name: t for t in cfg.workloads.teams}
+    if cfg.workloads.submit is not Submission.RUNS:
+        raise NeverFits(f"run {run.name}: stack {cfg.stack!r} has workloads.submit {cfg.workloads.submit.value}, "
+                        f"where the GPU nodes are held by the stack's own run; allowed: submit runs")
+    if run.team not in teams:
+        raise NeverFits(f"run {run.name}: team {run.team!r} is not declared in the stack; "
+                        f"teams: {', '.join(teams) or 'none'}")
+    if run.priority not in cfg.workloads.priority_classes:
+        raise NeverFits(f"run {run.name}: priority {run.priority!r} is not one of workloads.priorityClasses: "
+                        f"{', '.join(cfg.workloads.priority_classes)}")
+    wanted = {p.name for p in run_pools(cfg)}
+    for name, nodes in run.nodes.items():
+        pool = next((p for p in cfg.pools if p.name == name), None)
+        if pool is None or name not in wanted:
+            raise NeverFits(f"run {run.name}: pool {name!r} is not the stack's training or rollout pool; "
+                            f"allowed: {', '.join(sorted(wanted))}")
+        gpus = nodes * pool.instance.gpus
+        if nodes > pool.nodes.desired:
+            raise NeverFits(f"run {run.name}: pool {name}: {nodes} nodes requested, the pool has {pool.nodes.desired} "
+                            f"(nvidia.com/gpu {gpus} > {pool.nodes.desired * pool.instance.gpus})")
+        cap = teams[run.team].gpus.get(name)
+        if cap is None or gpus > cap.cap:
+            raise NeverFits(f"run {run.name}: pool {name}: nvidia.com/gpu {gpus} exceeds team {run.team}'s cap of "
+                            f"{0 if cap is None else cap.cap} on that pool")
+    missing = sorted(wanted - {n for n, k in run.nodes.items() if k >= 1})
+    if missing:
+        raise NeverFits(f"run {run.name}: nodes.{missing[0]}: a run needs at least one node of the training and "
+                        f"of the rollout pool; allowed: 1..{next(p for p in cfg.pools if p.name == missing[0]).nodes.desired}")
+    tiers = cfg.workloads.network.tier_nodes
+    if (why := unplaceable(run, run_tiers(run, run_pools(cfg)[0].name, tiers), tiers)) is not None:
+        raise NeverFits(why)
+
+
+def _sized(pool: Pool, nodes: int) -> Pool:
+    counts = NodeCounts(min=min(pool.nodes.min, nodes), desired=nodes, max=pool.nodes.max)
+    return pool.model_copy(update={"nodes": counts})
+
+
+def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
+    """The stack as ``run`` sees it, checked like the stack's own run (ValueError "run <name>: ...")."""
+    check_run(cfg, run)
+    spec = RunSpec.model_validate(run.model_dump(exclude={"team", "priority", "nodes", "topology"}))
+    workloads = cfg.workloads.model_copy(update={"run": spec, "runs": []})
+    pools = [_sized(p, run.nodes[p.name]) if p.name in run.nodes else p for p in cfg.pools]
+    seen = cfg.model_copy(update={"pools": pools, "workloads": workloads})
+    try:
+        validate_run(seen)
+    except ValueError as err:
+        raise ValueError(f"run {run.name}: {str(err).replace('workloads.run.', '')}") from None
+    check_capabilities(cfg, seen, run)
+    return seen
+
+
+def check_capabilities(cfg: "ProgramConfig", seen: "ProgramConfig", run: RunFile) -> None:
+    """NeverFits when the run's pods select a capability label (``rl.platform/gdrcopy``, ``efa-gda``) that
+    the stack's node setup never gives the pool's nodes: they would stay Pending however long they wait."""
+    have = node_setups(cfg)
+    for pool, setup in gpu_setups(seen, L.resolve_deepep(seen)).items():
+        carried = capability_labels(have.get(pool, GpuNodeSetup()))
+        missing = [f"{k}={v}" for k, v in capability_labels(setup).items() if carried.get(k) != v]
+        if missing:
+            raise NeverFits(f"run {run.name}: pool {pool}: its pods select {', '.join(missing)}, which no node of "
+                            f"the pool carries (the stack sets its nodes up for software "
+                            f"{', '.join(sorted(p for p in admitted_profiles(cfg)))}); allowed: a software profile the "
+                            f"stack admits (versions.software.images), or deepep.ginBackend: proxy")
+
+
+def run_model(cfg: "ProgramConfig", run: RunFile) -> WorkloadModel:
+    """Every pod of the run, derived once (``workloads.derive.model.derive``) from ``run_config``, in the
+    team's namespace under the team's service account (whose role reaches only the team's prefix).
+    The file system path the pods see is the team's directory (``render.teams.team_fsx_pv``)."""
+    return replace(derive(run_config(cfg, run)), namespace=namespace_of(run.team),
+                   service_account=TEAM_SERVICE_ACCOUNT, node_setups=node_setups(cfg))
+
+
+def check_declared_runs(cfg: "ProgramConfig") -> None:
+    """The runs declared in the stack (``workloads.runs``): each placeable and valid on its own,
+    names unique ("workloads.runs[<name>]...: ...")."""
+    seen: set[str] = set()
+    for run in cfg.workloads.runs:
+        if run.name in seen:
+            raise ValueError(f"workloads.runs[{run.name}].name: duplicate run name; allowed: one entry per run")
+        seen.add(run.name)
+        try:
+            run_config(cfg, run)
+        except ValueError as err:
+            raise ValueError(f"workloads.runs[{run.name}]: {err}") from None

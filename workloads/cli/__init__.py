@@ -1,0 +1,1 @@
+"""The command-line front ends of the workloads."""

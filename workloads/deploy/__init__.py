@@ -1,0 +1,1 @@
+"""How the rendered objects reach a cluster through a framework: the Pulumi component and the TorchX component."""

@@ -1,0 +1,190 @@
+"""Teams (schema and checks): GPU quota, a Volcano queue and an isolated namespace per team sharing the
+cluster's GPU pools; the objects are rendered by ``render/teams.py``.
+
+A team (``workloads.teams[]``) gets:
+
+- a Namespace ``team-<name>`` labelled ``rl.platform/team=<name>``;
+- a cluster-scoped Volcano Queue ``team-<name>``: priority, whether other teams may reclaim what it
+  uses beyond its deserved share (``reclaimable``), and its guarantee, deserved share and capability
+  in GPUs, read by Volcano's ``capacity`` plugin (README, "Scheduling rules");
+- a ResourceQuota ``gpu-quota`` in its namespace: GPUs, the EFA devices and huge pages of the nodes they
+  span, CPU and memory, ephemeral storage, and counts of RayJobs, Ray clusters, pods and Services; a
+  LimitRange giving every container an ephemeral-storage limit;
+- NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
+
+Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, deserved, cap}}``) and checked against
+each pool's GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
+(``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
+admission-time check here, not something the scheduler enforces.
+
+- a service account whose EKS Pod Identity role reaches only ``checkpoints/teams/<name>/`` in the bucket;
+- its directory on the file system (``team_directory``) and its checkpoint directory
+  (``team_checkpoint_directory``), mounted alone in its namespace (fileset PVs/PVCs), so its pods see
+  no other team's files and only its checkpoints are exported to the bucket;
+- the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.cli.runs``;
+- a Role for that command in its namespace, bound to the Kubernetes group ``rl-team-<name>`` that
+  its members' EKS access entries carry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator, model_validator
+
+from stackconfig.base import SchemaModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from stackconfig.stack import Pool
+
+
+TEAM_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
+TEAM_LABEL = "rl.platform/team"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+QUOTA_NAME = "gpu-quota"
+
+
+class GpuQuota(SchemaModel):
+    """GPUs of one pool a team is guaranteed, deserves and may use at most: guarantee <= deserved <= cap,
+    the order Volcano's queue webhook requires (volcano v1.15.1
+    pkg/webhooks/admission/queues/validate/validate_queue.go:242-290)."""
+
+    guarantee: int = Field(0, ge=0)
+    """Never reclaimed from the team: the capacity plugin keeps a victim's queue at or above it."""
+    deserved: int = Field(0, ge=0)
+    """The team's share: it may reclaim up to it from teams above theirs, and above it its runs may be
+    reclaimed. Default: the guarantee."""
+    cap: int = Field(ge=1)
+    """The most it may use (Queue capability and namespace ResourceQuota), borrowing idle GPUs."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deserved_defaults_to_guarantee(cls, data: object) -> object:
+        if isinstance(data, dict) and "deserved" not in data:
+            return {**data, "deserved": data.get("guarantee", 0)}
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GpuQuota:
+        if self.guarantee > self.cap:
+            raise ValueError(f"guarantee: {self.guarantee} exceeds cap {self.cap}; allowed: 0..{self.cap}")
+        if not self.guarantee <= self.deserved <= self.cap:
+            raise ValueError(f"deserved: {self.deserved} is outside guarantee..cap; allowed: "
+                             f"{self.guarantee}..{self.cap}")
+        return self
+
+
+class TeamSettings(SchemaModel):
+    """One team: its name, GPU quota per pool, and its queue's scheduling knobs."""
+
+    name: str = Field(pattern=TEAM_NAME)
+    """DNS label of at most 40 characters: the namespace and queue are ``team-<name>``."""
+    gpus: dict[str, GpuQuota] = {}
+    """Pool name -> quota; GPU pools only (checked by ``validate_teams``)."""
+    reclaimable: bool = True
+    """Other teams may reclaim what this team uses beyond its deserved share."""
+    priority: int = Field(0, ge=0)
+    """Queue priority: Volcano's capacity plugin serves a higher one first (capacity.go:1183-1193)."""
+    max_runs: int = Field(4, ge=1, le=64)
+    """RayJobs the team may hold at once (ResourceQuota ``count/rayjobs.ray.io``): each brings one head
+    onto the head pool, so this bounds what the team places there; pods and Services follow from it."""
+    ephemeral_storage_gib: int = Field(50, ge=1, le=4096)
+    """Local ephemeral storage (container layer, logs, emptyDir on disk) each container may use: the
+    LimitRange's default request and limit, and its maximum. The kubelet evicts a pod over its own limit
+    (Kubernetes docs, "Local ephemeral storage"), so a team filling a node's disk loses its own pod instead
+    of the node's other pods going first by priority."""
+    members: list[str] = []
+    """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
+    the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.cli.runs`` in the team's
+    namespace and nowhere else."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_weight(cls, data: object) -> object:
+        if isinstance(data, dict) and "weight" in data:
+            raise ValueError("weight: the capacity plugin the scheduler runs does not read queue weights; "
+                             "allowed: gpus.<pool>.deserved, the team's share in GPUs")
+        return data
+
+    @field_validator("members")
+    @classmethod
+    def _arns(cls, arns: list[str]) -> list[str]:
+        for arn in arns:
+            if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+", arn) or "/aws-service-role/" in arn:
+                raise ValueError(f"{arn!r}: allowed: an IAM role or user ARN (arn:aws:iam::<account>:role/<name>), "
+                                 f"not a service-linked role")
+        return arns
+
+
+def team_directory(team: str) -> str:
+    """The team's directory on the file system, mounted as its pods' file system root: what its runs
+    stage (models, data). Outside the exported ``checkpoints/``, so none of it goes to the bucket."""
+    return f"teams/{team}"
+
+
+def team_checkpoint_directory(team: str) -> str:
+    """The team's checkpoints on the file system, mounted over its pods' ``<mount>/checkpoints``: under
+    the exported ``checkpoints/``, so the association exports them to the team's bucket prefix
+    (``render.teams.team_checkpoint_prefix``) and nothing else of the team's."""
+    return f"checkpoints/teams/{team}"
+
+
+def _gpu_pools(pools: Iterable[Pool]) -> dict[str, Pool]:
+    """Pools whose instance type has GPUs, by name."""
+    return {p.name: p for p in pools if p.instance.gpus > 0}
+
+
+def pool_gpus(pool: Pool) -> int:
+    """GPUs of a pool at its desired size."""
+    return pool.instance.gpus * pool.nodes.desired
+
+
+def validate_members(teams: Sequence[TeamSettings], admin_arns: Iterable[str]) -> None:
+    """A member ARN gets one EKS access entry (EKS allows one per principal): not also a cluster admin's."""
+    admins = set(admin_arns)
+    for t in teams:
+        both = sorted(admins & set(t.members))
+        if both:
+            raise ValueError(f"workloads.teams[{t.name}].members: {both[0]} is in cluster.adminRoleArns too, and EKS "
+                             f"allows one access entry per principal; allowed: a principal that is not a cluster admin")
+
+
+def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None:
+    """Raise ValueError("workloads.teams[<name>]...: ...; allowed: ...") for a quota the pools cannot hold."""
+    pools = list(pools)
+    gpu = _gpu_pools(pools)
+    allowed_pools = ", ".join(gpu) or "(no GPU pool)"
+    dupes = sorted(n for n, c in Counter(t.name for t in teams).items() if c > 1)
+    if dupes:
+        raise ValueError(f"workloads.teams[{dupes[0]}].name: duplicate team name; allowed: one entry per team")
+    by_name = {p.name: p for p in pools}
+    for t in teams:
+        for pool_name, q in t.gpus.items():
+            where = f"workloads.teams[{t.name}].gpus.{pool_name}"
+            if pool_name not in by_name:
+                raise ValueError(f"{where}: no such pool; allowed: {allowed_pools}")
+            if pool_name not in gpu:
+                raise ValueError(f"{where}: pool {pool_name} ({by_name[pool_name].instance_type}) has no GPUs; "
+                                 f"allowed: {allowed_pools}")
+            total = pool_gpus(gpu[pool_name])
+            if q.cap > total:
+                raise ValueError(f"{where}.cap: {q.cap} exceeds the pool's {total} GPUs at desired size; "
+                                 f"allowed: 1..{total}")
+    for name, pool in gpu.items():
+        total = pool_gpus(pool)
+        for what, plural, of in (("guarantee", "guarantees", lambda q: q.guarantee),
+                                 ("deserved", "deserved shares", lambda q: q.deserved)):
+            claims = [(t.name, of(t.gpus[name])) for t in teams if name in t.gpus]
+            if sum(g for _, g in claims) > total:
+                parts = " + ".join(f"{n} {g}" for n, g in claims)
+                raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.{what}: {plural} over pool {name} "
+                                 f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
+                                 f"size; allowed: a sum <= {total}")
+
+
+def team_group(team: str) -> str:
+    """The Kubernetes group of the team's members (their EKS access entries)."""
+    return f"rl-team-{team}"
