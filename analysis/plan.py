@@ -219,7 +219,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     out.append(f"  checkpoints: {b.save_bytes / GB:,.0f} GB per save, {b.saves_kept} kept at most "
                f"(--save-retain-interval), + model {b.hf_bytes / GB:,.0f} GB + data {b.data_bytes / GB:,.0f} GB = "
                f"{b.need_bytes / GB:,.0f} GB of {b.usable_bytes / GB:,.0f} GB usable on FSx")
-    from workloads.acceptance import acceptance_command
+    from workloads.render.acceptance import acceptance_command
     for pool in m.gpu_pools:
         out.append(f"  fabric acceptance ({pool.name}): {acceptance_command(m, pool.name)}")
     train = m.worker("trainer")

@@ -12,19 +12,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis import mocks  # noqa: E402
-from stackconfig.files import read_stack, stack_names  # noqa: E402
+from stackconfig.files import stack_names  # noqa: E402
 
 STACKS = stack_names()
 
 
-def program_config_model():
-    import program
-    return getattr(program, "ProgramConfig", None)
-
-
 def load(stack: str):
-    model = program_config_model()
-    return read_stack(stack, model=model) if model else read_stack(stack)
+    """A stack file through the gate every command uses (``workloads.checks.gate``)."""
+    from workloads.checks import gate
+    return gate.read(stack)
 
 
 @functools.cache

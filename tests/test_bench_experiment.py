@@ -11,6 +11,7 @@ from bench.cost import estimate
 from bench.experiment import arm_run, deep_merge, differences, load_experiment, parse_experiment, schedule
 from stackconfig.files import read_stack
 from workloads.schema.stack import ProgramConfig
+from workloads.checks import gate
 
 EXAMPLE = Path("experiments/example-ab.yaml")
 
@@ -86,7 +87,7 @@ def test_seed_ab_validates():
 
 def test_estimate_from_the_stack_prices(capsys):
     exp = load_experiment(EXAMPLE)
-    stack = read_stack("p5en-shared", model=ProgramConfig)
+    stack = gate.read("p5en-shared")
     est = estimate(exp, stack)
     hours = (15 * 60 + 33 * 150) / 3600
     assert est.attempts == 9 and est.hours == pytest.approx(9 * hours)
@@ -102,7 +103,7 @@ def test_estimate_refuses_what_run_refuses_and_shows_the_reserved_pools(capsys):
     """p5en-prod submits through its own RayCluster: `bench run` refuses it, so `estimate` does too."""
     assert main(["estimate", str(EXAMPLE), "--stack", "p5en-prod"]) != 0
     assert "workloads.submit raycluster" in capsys.readouterr().err
-    stack = read_stack("p5en-shared", model=ProgramConfig)
+    stack = gate.read("p5en-shared")
     est = estimate(load_experiment(EXAMPLE), stack)
     pools = {p.name: p for p in stack.pools}
     assert [r.split(" (")[0] for r in est.reserved] == ["pool rollout", "pool train"]

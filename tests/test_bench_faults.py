@@ -136,7 +136,7 @@ def test_the_launcher_tees_the_driver_output_to_the_run_directory(tmp_path):
     code = ("import os, sys, runpy; from pathlib import Path; m = runpy.run_path(sys.argv[2]); "
             "m['tee_driver_log'](m['driver_log_path'](Path(sys.argv[1]), 2)); print('perf 0: {}'); "
             "sys.stderr.write('warn\\n'); os.write(1, b'native\\n')")
-    done = subprocess.run([sys.executable, "-I", "-c", code, str(marker), str(ROOT / "workloads" / "miles_launcher.py")],
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(marker), str(ROOT / "workloads" / "pod" / "miles_launcher.py")],
                           capture_output=True, text=True, timeout=30)
     teed = (marker.parent / "driver-2.log").read_text()
     for text in ("perf 0: {}", "warn", "native"):

@@ -5,6 +5,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from workloads.checks import gate
 
 import pytest
 import yaml
@@ -521,7 +522,7 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
     jobs = list(yaml.safe_load_all(capsys.readouterr().out))
     assert len(jobs) == 9 and all(validate(j, schema) == [] for j in jobs)
     simulate(EXAMPLE, EXAMPLE_TRUTH, tmp_path / "d")
-    version = k8s_version(read_stack("p5en-shared", model=ProgramConfig))
+    version = k8s_version(gate.read("p5en-shared"))
     for folder in (tmp_path / "d").glob("*/r*"):
         doc = json.loads((folder / "rayjob.json").read_text())
         for job in doc.get("items", [doc]):
@@ -530,7 +531,7 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
             kubernetes_validate.validate(node, version, strict=True)
     # the fault engine's objects in a team namespace (rendered with workloads.faultInjection)
     from workloads.render.faults import fault_rbac
-    team = read_stack("p5en-shared", model=ProgramConfig).workloads.teams[0]
+    team = gate.read("p5en-shared").workloads.teams[0]
     rbac = fault_rbac(team)
     for obj in rbac:
         kubernetes_validate.validate(obj, version, strict=True)

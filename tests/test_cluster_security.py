@@ -3,6 +3,7 @@ Each attack is played against the stack schema and the rendered graph, and each 
 policy catches a broken copy of a real stack."""
 
 from __future__ import annotations
+from workloads.checks import gate
 
 import copy
 import json
@@ -239,7 +240,7 @@ def _shared_with_block_end(mount) -> "object":
     end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
     raw["workloads"]["storage"] = {"mountPath": str(mount)}
-    return derive(load_stack("p5en-shared", raw, model=ProgramConfig))
+    return derive(gate.load("p5en-shared", raw))
 
 
 def test_the_trigger_creates_sentinels_only_in_real_run_directories(tmp_path):

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from conftest import STACKS, program_config_model
+from conftest import STACKS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,13 +42,9 @@ BASES = {s: raw_stack(s) for s in STACKS}
 
 # --- what every case must satisfy --------------------------------------------------------------
 
-def _model():
-    return program_config_model()
-
-
 def _load(stack: str, raw: Any):
-    model = _model()
-    return load_stack(stack, raw, model) if model else load_stack(stack, raw)
+    from workloads.checks import gate
+    return gate.load(stack, raw)
 
 
 def _assert_clean_error(stack: str, err: BaseException) -> None:
@@ -317,9 +313,7 @@ def _workloads(data, doc):
             node[path[-1]] = data.draw(st.one_of(st.sampled_from(WORKLOAD_FIELDS[path]), ADVERSARIAL))
 
 
-VALID_LOOKING = [_nodes, _network, _capacity, _pool_shape, _pools_list, _zones, _cluster, _checkpoints]
-if _model() is not None and "workloads" in _model().model_fields:
-    VALID_LOOKING.append(_workloads)
+VALID_LOOKING = [_nodes, _network, _capacity, _pool_shape, _pools_list, _zones, _cluster, _checkpoints, _workloads]
 
 
 def _document(data, *, hostile: bool) -> tuple[str, Any]:

@@ -78,7 +78,7 @@ def _miles(tmp_path: Path) -> Path:
 
 
 def _run(entry: Path, *flags: str, launcher: bool = True) -> dict:
-    cmd = [sys.executable, *([str(ROOT / "workloads" / "miles_launcher.py")] if launcher else []), str(entry), *flags]
+    cmd = [sys.executable, *([str(ROOT / "workloads" / "pod" / "miles_launcher.py")] if launcher else []), str(entry), *flags]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=entry.parent.parent)
     return json.loads(out.stdout)
 
@@ -119,7 +119,7 @@ print(json.dumps({{"lease": os.path.exists(lease), "stale_request": os.path.exis
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / SAVE_TRIGGER).touch()  # left by an earlier attempt: not a request to this one
     env = {**__import__("os").environ, ARGV_ENV: json.dumps([str(entry), *FLAGS, "--extra", "0"])}
-    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker",
                           str(tmp_path / "ckpt" / "RUNNING")], capture_output=True, text=True, check=True, env=env)
     placed, held = map(json.loads, out.stdout.split("\n")[:2])
     assert placed["nodes"] == ["10.0.9.1", "10.0.9.2"]
@@ -131,7 +131,7 @@ def test_a_stopped_job_releases_its_lease(tmp_path):
     entry = tmp_path / "sleep.py"
     entry.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     lease = tmp_path / "ckpt" / "RUNNING"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker", str(lease),
+    proc = subprocess.Popen([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker", str(lease),
                              str(entry)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up" and lease.exists()
     proc.terminate()  # Ray stops a job with SIGTERM
@@ -168,7 +168,7 @@ def _argv_seen(tmp_path: Path, ckpt: Path) -> list[str]:
     entry = tmp_path / "train.py"
     entry.write_text(ECHO_ARGV)
     flags = ["--hf-checkpoint", "/m", "--ref-load", "/m", "--load", str(ckpt), "--save", str(ckpt)]
-    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "miles_launcher.py"), "--marker",
+    out = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "miles_launcher.py"), "--marker",
                           str(ckpt / "RUNNING"), str(entry), *flags], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 

@@ -114,8 +114,8 @@ def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     assert str(plan["budgetSeconds"] + 60) in agent["livenessProbe"]["exec"]["command"][2]
     cm = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "burn-in-scripts")
     from conftest import ROOT
-    assert cm["data"]["preflight.py"] == (ROOT / "workloads" / "preflight.py").read_text()
-    assert cm["data"]["fabric_bench.py"] == (ROOT / "workloads" / "fabric_bench.py").read_text()
+    assert cm["data"]["preflight.py"] == (ROOT / "workloads" / "pod" / "preflight.py").read_text()
+    assert cm["data"]["fabric_bench.py"] == (ROOT / "workloads" / "pod" / "fabric_bench.py").read_text()
 
 
 def test_burn_in_off_leaves_gpu_pools_untainted_and_registers_nothing():

@@ -43,7 +43,7 @@ def test_parsers_on_real_formats():
 
 
 def test_without_gpus_the_pod_fails_with_one_line_naming_the_node():
-    done = subprocess.run([sys.executable, str(ROOT / "workloads" / "preflight.py"), "--gpus", "8", "--efa", "16"],
+    done = subprocess.run([sys.executable, str(ROOT / "workloads" / "pod" / "preflight.py"), "--gpus", "8", "--efa", "16"],
                           capture_output=True, text=True, env={"PATH": "/nonexistent", "NODE_NAME": "ip-10-0-1-7"})
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [

@@ -1,10 +1,10 @@
-"""``program.build`` refuses a stack before registering anything when a check that needs the
-program's other parts fails: the region's EKS add-on registry, the runs declared in the stack."""
+"""``program.build`` passes the stack through the gate before registering anything: the region's EKS
+add-on registry, the runs declared in the stack, all in the schema's message form."""
 
 from __future__ import annotations
 
 import pytest
-from test_workloads import variant
+from test_workloads import typed
 
 import program
 from analysis import mocks
@@ -22,20 +22,42 @@ def refused(cfg) -> tuple[str, list]:
 
 def test_a_region_without_a_derivable_registry_is_refused_before_anything_is_registered():
     raw = {"region": "cn-north-1", "availabilityZone": "cn-north-1a", "secondaryAvailabilityZone": "cn-north-1b"}
-    message, registered = refused(variant("dev", raw))
+    message, registered = refused(typed("dev", raw))
     assert message.startswith("stack 'dev': invalid configuration\n  region: no EKS add-on image registry for "
                               "'cn-north-1' (its listed registry ") and "allowed: af-south-1, " in message
     assert registered == []
 
 
 def test_a_declared_run_that_cannot_be_submitted_is_refused_before_anything_is_registered():
-    """The schema no longer checks declared runs (it would import the model and the renderers);
-    ``program.build`` does, with the schema's message form."""
+    """The schema types declared runs; the gate checks them (it imports the model and the renderers)."""
     bad = {"workloads": {"runs": [{"name": "r", "team": "alpha", "nodes": {"train": 17, "rollout": 1}}]}}
-    cfg = variant(SHARED, bad)  # the schema accepts it
+    cfg = typed(SHARED, bad)  # the schema accepts it
     message, registered = refused(cfg)
     assert message.startswith("stack 'p5en-shared': invalid configuration\n  workloads.runs[r]: run r: pool train: "
                               "17 nodes requested, the pool has 16")
     assert registered == []
 
 
+
+
+def test_the_gate_reports_every_problem_of_a_stack_in_one_pass():
+    """Two independent mistakes, two lines: a user fixes both at once instead of one per command run."""
+    from workloads.checks import gate
+    cfg = typed("p5en-prod", {"workloads": {"ray": {"headPool": "nope"}, "run": {"parallel": {"tensor": 3}}}})
+    found = gate.problems(cfg)
+    assert [p.field for p in found] == ["workloads.ray.headPool", "workloads.run.parallel.tensor"]
+    with pytest.raises(StackConfigError) as err:
+        gate.checked(cfg)
+    assert str(err.value).splitlines()[1:] == [f"  {p}" for p in found]
+
+
+def test_every_command_loads_a_stack_through_the_gate():
+    """No command reads a stack file around the gate: outside the gate and the schema's own tests,
+    nothing calls ``read_stack`` or ``load_stack`` with the program's schema."""
+    import re
+    from conftest import ROOT
+    pattern = re.compile(r"(read_stack|load_stack)\([^)]*ProgramConfig")
+    offenders = [str(p.relative_to(ROOT)) for folder in ("workloads", "bench", "nodes", "analysis", "program.py", "__main__.py")
+                 for p in ([ROOT / folder] if folder.endswith(".py") else (ROOT / folder).rglob("*.py"))
+                 if p.name != "gate.py" and pattern.search(p.read_text())]
+    assert offenders == []

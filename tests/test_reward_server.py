@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads" / "pod"))
 import reward_server  # noqa: E402 (shipped as a script, imported by path)
 
 LIMIT_S = 1

@@ -17,6 +17,7 @@ from conftest import ROOT
 from test_workloads import custom_objects, job_argv, k8s_version, validate_custom, variant, variant_graph
 from test_workloads_security import registered_objects
 
+from workloads.checks import gate
 from workloads.render.runs import QUEUE_LABEL, PRIORITY_LABEL, SAVE_ON_STOP, SAVE_STATE, priority_classes
 from workloads.render.teams import team_directories_job, team_fsx_pv, team_fsx_pvc
 from workloads.checks.runs import NeverFits, load_run, run_model
@@ -248,16 +249,15 @@ def test_runs_declared_in_the_stack_are_in_the_graph_with_their_team_objects():
      "workloads.runs[r]: run r: pool train: 17 nodes requested"),
 ])
 def test_a_bad_runs_stack_names_the_field(override, message):
-    from program import check_program
     from stackconfig.stack import StackConfigError
     with pytest.raises(StackConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        check_program(variant(SHARED, override))  # declared runs: checked by program.build, before any resource
+        variant(SHARED, override)  # declared runs: checked by the gate, before any resource
     with pytest.raises(StackConfigError, match=r"workloads.runs\[r\]: run r: stack 'p5en-prod' has workloads.submit "
                                                r"raycluster, where the GPU nodes are held by the stack's own run"):
-        check_program(variant("p5en-prod", {"workloads": {
+        variant("p5en-prod", {"workloads": {
             "teams": [{"name": "alpha", "gpus": {"train": {"cap": 8}}}],
             "images": {"requireDigest": False},
-            "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}}))
+            "runs": [{"name": "r", "team": "alpha", "nodes": {"train": 1, "rollout": 1}}]}})
 
 
 # --- the scripts that make preemption checkpoint first --------------------------------------------
@@ -577,7 +577,7 @@ def test_a_capacity_block_end_asks_every_running_run_of_every_team_for_a_checkpo
     end = datetime.now(timezone.utc) + timedelta(minutes=89)  # the 90-minute lead began a minute ago
     raw["pools"][1]["capacity"]["endTime"] = end.strftime("%Y-%m-%dT%H:%M:%SZ")
     raw["workloads"]["storage"] = {"mountPath": str(tmp_path)}
-    m = derive(load_stack(SHARED, raw, model=ProgramConfig))
+    m = derive(gate.load(SHARED, raw))
     runs = {name: tmp_path / "checkpoints" / "teams" / team / name
             for team, name in (("alpha", "a1"), ("beta", "b1"), ("beta", "b-done"))}
     for name, d in runs.items():

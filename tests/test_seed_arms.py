@@ -13,6 +13,7 @@ from bench.arms import arm_changes, render_arm
 from bench.experiment import arm_run, load_experiment
 from stackconfig.files import read_stack
 from workloads.schema.stack import ProgramConfig
+from workloads.checks import gate
 
 SEED = Path("experiments/seed-ab.yaml")
 SEED_SHAPE = Path("experiments/seed-p5en.yaml")
@@ -37,7 +38,7 @@ def _allowed(key: str) -> bool:
 
 @pytest.fixture(scope="module")
 def shared() -> ProgramConfig:
-    return read_stack("p5en-shared", model=ProgramConfig)
+    return gate.read("p5en-shared")
 
 
 @pytest.mark.parametrize("path", [SEED, SEED_SHAPE])

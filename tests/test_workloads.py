@@ -22,6 +22,8 @@ from program import ProgramConfig
 from workloads.derive.model import derive
 from workloads.deploy.submit import run_objects
 from workloads.schema.settings import RunFile
+from stackconfig.stack import load_stack
+from workloads.checks import gate
 from workloads.derive import layout as L
 from workloads import render as M
 from workloads.checks.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
@@ -42,7 +44,13 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def variant(stack: str, override: dict) -> ProgramConfig:
-    return load_stack(stack, merge(raw_stack(stack), override), model=ProgramConfig)
+    """``stack`` with ``override`` merged in, through the gate every command uses."""
+    return gate.load(stack, merge(raw_stack(stack), override))
+
+
+def typed(stack: str, override: dict) -> ProgramConfig:
+    """The same, typed only (the schema, not the gate): for tests of what the gate refuses."""
+    return load_stack(stack, merge(raw_stack(stack), override), ProgramConfig)
 
 
 @functools.cache
@@ -547,7 +555,7 @@ def test_reward_service_is_on_demand_and_is_what_miles_calls():
     assert svc["spec"]["selector"] == spec["selector"]["matchLabels"]
     # The default server's source is shipped in the ConfigMap the pod mounts.
     cm = next(o for o in objects(graph, "ConfigMap") if "reward-server.py" in o["data"])
-    assert cm["data"]["reward-server.py"] == (ROOT / "workloads" / "reward_server.py").read_text()
+    assert cm["data"]["reward-server.py"] == (ROOT / "workloads" / "pod" / "reward_server.py").read_text()
 
 
 def test_without_a_reward_pool_miles_computes_rewards_in_process():
@@ -592,7 +600,7 @@ def test_stack_files_load_with_the_program_schema():
 def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():
     idle = {"pools": [dict(p, nodes={"min": 0, "desired": 0, "max": 1}) if p["role"] == "train" else p
                       for p in raw_stack("dev")["pools"]]}
-    cfg = load_stack("dev", merge(raw_stack("dev"), idle), model=ProgramConfig)
+    cfg = gate.load("dev", merge(raw_stack("dev"), idle))
     import program
     graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
     assert groups(one(graph, "RayCluster"))["trainer"]["replicas"] == 0
@@ -600,4 +608,4 @@ def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():
     with pytest.raises(ValueError, match="0 desired nodes"):
         M.rayjob(derive(cfg))
     with pytest.raises(StackConfigError, match=r"workloads.run.rayJob: pool 'train' has 0 desired nodes"):
-        load_stack("dev", merge(merge(raw_stack("dev"), idle), RAYJOB), model=ProgramConfig)
+        gate.load("dev", merge(merge(raw_stack("dev"), idle), RAYJOB))

@@ -229,7 +229,7 @@ def test_the_reward_server_builds_the_sample_miles_async_rm_reads(monkeypatch):
                          ("miles.rollout.rm_hub", rm_hub)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("RM_TYPE", "dapo")
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "workloads"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "workloads" / "pod"))
     monkeypatch.delitem(sys.modules, "reward_server", raising=False)
     server = importlib.import_module("reward_server")
 

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 from conftest import load
-from test_workloads import container, variant
+from test_workloads import container, typed, variant
 
 import program
 from analysis import mocks
@@ -63,9 +63,9 @@ def test_allocatable_follows_the_documented_model():
     ({"workloads": {"preprocess": {"memoryGib": 4096}}}, "stage", "cpu", "GiB memory"),
 ])
 def test_a_pod_larger_than_a_node_fails_the_build_before_any_registration(override, pod, pool, resource):
-    cfg = variant("p5en-prod", override)
+    cfg = typed("p5en-prod", override)
     message, graph = build_error(cfg)
-    assert message.startswith("stack 'p5en-prod': workloads do not fit their pools\n")
+    assert message.startswith("stack 'p5en-prod': invalid configuration\n")
     line = next(ln for ln in message.splitlines() if f"pod {pod}:" in ln)
     assert f"pool {pool}" in line and resource in line
     assert graph.resources == []  # checked before Platform(cfg)
@@ -73,7 +73,7 @@ def test_a_pod_larger_than_a_node_fails_the_build_before_any_registration(overri
 
 def test_pods_that_fit_alone_but_not_together_are_reported():
     # dev's cpu pool: one m7i.4xlarge for the head, a preprocessing worker and the Job.
-    cfg = variant("dev", {"workloads": {"ray": {"preprocessNodeFraction": 0.6}}})
+    cfg = typed("dev", {"workloads": {"ray": {"preprocessNodeFraction": 0.6}}})
     bad = [p for p in check(derive(cfg)) if not p.fits]
     assert bad and all(p.pool == "cpu" for p in bad)
     assert any("do not fit on the 1 desired nodes of pool cpu" in m for p in bad for m in p.problems)
@@ -82,7 +82,7 @@ def test_pods_that_fit_alone_but_not_together_are_reported():
 
 
 def test_shm_outside_the_memory_limit_is_reported():
-    cfg = variant("p5en-prod", {"workloads": {"ray": {"gpuShmGib": 4096}}})
+    cfg = typed("p5en-prod", {"workloads": {"ray": {"gpuShmGib": 4096}}})
     bad = {p.pod: p for p in check(derive(cfg)) if not p.fits}
     assert set(bad) == {"ray-trainer", "ray-rollout"}
     assert any("/dev/shm" in m and "pool train" in m for m in bad["ray-trainer"].problems)

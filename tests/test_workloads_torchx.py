@@ -129,7 +129,7 @@ def test_the_component_runs_from_its_file_like_the_cli(tmp_path):
     cfg = variant("p5en-prod", TORCHX)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        info = get_runner().dryrun_component(f"{ROOT / 'workloads' / 'torchx_miles.py'}:miles_grpo",
+        info = get_runner().dryrun_component(f"{ROOT / 'workloads' / 'deploy' / 'torchx_miles.py'}:miles_grpo",
                                              ["--stack", "p5en-prod", "--stack_dir", str(torchx_stack_dir(tmp_path)),
                                               "--repository", REPOSITORY],
                                              "kubernetes", cfg=scheduler_cfg(cfg))

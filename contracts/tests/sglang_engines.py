@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.experiment import arm_run, load_experiment
-from stackconfig.files import read_stack, stack_names
+from stackconfig.files import stack_names
 from stackconfig.stack import Role
 from workloads.derive.argv import entry_and_flags
 from workloads.derive.model import WorkloadModel, derive
-from workloads.runs import load_run
+from workloads.checks.runs import load_run
 from workloads.checks.runs import run_model
 from workloads.checks import gate
 
