@@ -93,7 +93,7 @@ def _bucket_statements(bucket_arn: str, prefix: str) -> list[dict]:
     """Bucket-level reads. ``s3:prefix`` is a condition key of ListBucket only (Service
     Authorization Reference, Amazon S3, actions and their condition keys): on GetBucketLocation or
     ListBucketMultipartUploads it is never set, so an Allow conditioned on it never matches. A prefix
-    writer lists only its prefix and asks the bucket's region unconditioned (it names no object);
+    writer lists only its prefix and asks the bucket's region without that condition (it names no object);
     it lists no multipart uploads, which no key can hold to a prefix and which would show every
     team's upload keys: it completes or aborts its own by upload id, the lifecycle rule the rest."""
     if not prefix:
