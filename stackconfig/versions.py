@@ -79,7 +79,7 @@ class SoftwareStack(SchemaModel):
     """Image of the reward service; default: the run's image."""
     dcgm: str = Field("4.5.2-1-ubuntu22.04", pattern=r"^\d+\.\d+\.\d+-\d+-[\w.]+$")
     """NVIDIA DCGM 4.5.2 image tag (``nvcr.io/nvidia/cloud-native/dcgm``) the GPU burn-in runs
-    ``dcgmi diag`` from: copy it into the stack repository as ``dcgm-<tag>`` (README, Burn-in)."""
+    ``dcgmi diag`` from: copy it into the stack repository as ``dcgm-<tag>`` (docs/operations/burn-in.md)."""
 
     @field_validator("images")
     @classmethod
