@@ -2,7 +2,7 @@
 measured.
 
     python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
-    python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET --repository URL [--dry-run]
+    python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET --repository URL
     python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid

@@ -58,7 +58,8 @@ def editor() -> jsonschema.Draft202012Validator:
 
 @pytest.mark.parametrize("path", stack_files(), ids=lambda p: p.name)
 def test_the_editor_schema_accepts_every_stack_file(editor, path):
-    problems = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in editor.iter_errors(yaml.safe_load(path.read_text()))]
+    doc = yaml.safe_load(path.read_text())
+    problems = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in editor.iter_errors(doc)]
     assert not problems, problems
 
 

@@ -15,11 +15,11 @@ refuses; 2 an invalid stack or run file. Errors are one line on stderr (``worklo
 ``submit --dry-run`` prints what it would create without a cluster (tiers from the stack's
 ``workloads.network``); otherwise tiers come from the cluster's HyperNodes. ``--resume`` submits the
 next attempt, which resumes from the run's last complete checkpoint. A run whose image is in the
-stack's own ECR repository (no ``versions.software.images`` entry for its profile) needs ``--repository
-"$(pulumi stack output imageRepository --stack <stack>)"``: the URL holds the AWS account id, which no stack
-file does (``--dry-run`` prints the ``{imageRepository}`` placeholder). The cluster is the current
-kubeconfig context (``--context`` on each command that talks to it to choose another); the stack files
-are read from ``--stack-dir``.
+stack's own ECR repository (its profile's default, or a ``versions.software.images`` entry written with
+``{imageRepository}``) needs ``--repository "$(pulumi stack output imageRepository --stack <stack>)"``: the
+URL holds the AWS account id, which no stack file does (``--dry-run`` prints the placeholder). The
+cluster is the current kubeconfig context (``--context`` on each command that talks to it to choose
+another); the stack files are read from ``--stack-dir``.
 """
 
 from __future__ import annotations
