@@ -163,7 +163,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     where Miles puts its training actors."""
     from stackconfig.versions import STACK_REPOSITORY
     from workloads.derive.checkpoint_budget import GB, budget
-    from workloads.derive.layout import expert_precision, moe_backend
+    from workloads.derive.deepep import expert_precision, moe_backend
     from workloads.derive.model import derive
     from workloads.render import pod_templates
     m = derive(cfg)

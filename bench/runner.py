@@ -34,7 +34,7 @@ import yaml
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
-from workloads.derive.layout import CHECKPOINT_DIR
+from workloads.derive.paths import CHECKPOINT_DIR
 from workloads.pod.miles_launcher import driver_log_path
 from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
 from workloads.checks.runs import run_pools

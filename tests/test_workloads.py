@@ -25,6 +25,8 @@ from workloads.schema.settings import RunFile
 from stackconfig.stack import load_stack
 from workloads.checks import gate
 from workloads.derive import layout as L
+from workloads.derive.deepep import resolve_deepep
+from workloads.derive.paths import CHECKPOINT_DIR, paths
 from workloads import render as M
 from workloads.checks.crds import SCHEMAS, crd_schema, validate  # noqa: F401  (SCHEMAS: re-used by other test modules)
 from workloads.checks.flags import argv_pairs
@@ -321,7 +323,7 @@ def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
 def test_gpu_pods_take_the_whole_node(stack):
     cfg, graph = load(stack), graph_of(stack)
     g = groups(ray_cluster(cfg, graph))
-    deepep = L.resolve_deepep(cfg)
+    deepep = resolve_deepep(cfg)
     for name, role in (("trainer", Role.TRAIN), ("rollout", Role.ROLLOUT)):
         pool, template = cfg.pool(role), g[name]["template"]
         c = container(template)
@@ -495,7 +497,7 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     assert fs.inputs["deploymentType"] == "PERSISTENT_2" and fs.inputs["subnetIds"] == node_subnet.outputs["id"]
     assert fs.inputs["storageCapacity"] == cfg.workloads.storage.capacity_gib
     assert dra.inputs["fileSystemId"] == fs.outputs["id"]
-    assert dra.inputs["dataRepositoryPath"] == f"s3://{bucket.outputs['bucket']}/{L.CHECKPOINT_DIR}/"
+    assert dra.inputs["dataRepositoryPath"] == f"s3://{bucket.outputs['bucket']}/{CHECKPOINT_DIR}/"
     # Retention deletes old saves on the file system; the export must not delete them in S3.
     assert sorted(dra.inputs["s3"]["autoExportPolicy"]["events"]) == ["CHANGED", "NEW"]
     assert sorted(dra.inputs["s3"]["autoImportPolicy"]["events"]) == ["CHANGED", "NEW"]  # an S3 delete never deletes a file
@@ -509,7 +511,7 @@ def test_checkpoints_are_written_to_fsx_linked_to_the_bucket(stack):
     assert into_fsx == {(988, 988, sg.outputs["id"]), (1018, 1023, sg.outputs["id"]), (988, 988, cluster_sg),
                         (1018, 1023, cluster_sg)}
     # Miles saves under the association's directory; every Ray pod and the Job mount the claim there.
-    p = L.paths(cfg)
+    p = paths(cfg)
     argv = flag_values(job_argv(M.rayjob(derive(cfg))))
     assert argv["--save"] == argv["--load"] == [p.checkpoints]
     assert p.checkpoints.startswith(f"{p.mount}{dra.inputs['fileSystemPath']}/")

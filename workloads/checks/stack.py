@@ -17,7 +17,9 @@ from workloads.derive import moe_backend as moe
 from workloads.checks.teams import validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, budget
 
-from workloads.derive.layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
+from workloads.derive.layout import gpu_pools
+from workloads.derive.deepep import expert_precision, moe_case, ref_model, resolve_deepep
+from workloads.derive.images import images, pinned_by_digest
 from workloads.checks.profile import validate_profile
 from workloads.derive.profile import image_field, run_profile
 from workloads.schema.settings import DeepEPVersion, GinBackend, Submission

@@ -22,7 +22,9 @@ from stackconfig.stack import Role
 
 from workloads.derive.checkpoint_budget import retain_interval
 from workloads.pod.miles_launcher import ARGV_ENV
-from workloads.derive.layout import is_spot, moe_backend, paths, reward_enabled
+from workloads.derive.layout import is_spot, reward_enabled
+from workloads.derive.deepep import moe_backend
+from workloads.derive.paths import paths
 from workloads.derive.profile import run_profile
 from workloads.derive.sglang_budget import Budget, deepep_v2_budget
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from stackconfig.stack import Pool, Role
 
 from workloads.derive.argv import rollout_budget
-from workloads.derive.layout import GIN_TYPE, DeepEP, moe_backend
+from workloads.derive.deepep import DeepEP, GIN_TYPE, moe_backend
 from workloads.schema.settings import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover

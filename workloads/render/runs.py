@@ -32,7 +32,7 @@ import copy
 import json
 
 from workloads.schema.labels import ATTEMPT_LABEL, RUN_LABEL
-from workloads.derive.layout import CHECKPOINT_DIR, RUNNING_MARKER
+from workloads.derive.paths import CHECKPOINT_DIR, RUNNING_MARKER
 from workloads.derive.argv import driver
 from workloads.pod.miles_launcher import LEASE_STALE_MIN
 from workloads.derive.model import WorkloadModel
