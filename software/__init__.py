@@ -188,8 +188,10 @@ def _with_record(name: str, row: dict, built: Path) -> dict:
     return {**row, "nccl": have, "ncclFromImage": True}
 
 
-def load(data: Path = DATA, built: Path = BUILT) -> dict[str, Profile]:
-    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file."""
+def load(data: Path | None = None, built: Path | None = None) -> dict[str, Profile]:
+    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file.
+    Defaults: ``DATA`` and ``BUILT`` as they are when called (a test may point them at a copy)."""
+    data, built = data or DATA, built or BUILT
     rows = yaml.safe_load(data.read_text())
     out = {name: Profile.model_validate({"name": name, **_with_record(name, row, built)}) for name, row in rows.items()}
     shared: dict[tuple[str, str], Profile] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from . import BUILT, DATA, Profile, load, profiles
+from . import BUILT, Profile, load, profiles
 
 
 def pins(p: Profile) -> list[str]:
@@ -65,7 +65,7 @@ def record_image(name: str, versions: str, built: Path = BUILT) -> list[str]:
     old = path.read_text() if path.exists() else None
     path.write_text(versions if versions.endswith("\n") else versions + "\n")
     try:
-        got = load(DATA, built)[name]
+        got = load(built=built)[name]
     except ValueError:
         path.unlink() if old is None else path.write_text(old)
         raise
