@@ -12,9 +12,9 @@ from conftest import graph_of
 from analysis import mocks
 from analysis.rules.tenancy import check_team_isolation
 from analysis.rules.view import NAMESPACE, NETWORK_POLICY, VAP, VAP_BINDING, Resource, Stack
-from workloads.render.admission import PODGROUP_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY, SERVICE_POLICY
+from workloads.render.admission import admission_policies
 
-TEAM_POLICIES = (POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY)
+TEAM_POLICIES = [o["metadata"]["name"] for o in admission_policies([], [], "") if o["kind"] == "ValidatingAdmissionPolicy"]
 
 SHARED = "p5en-shared"
 NS = "namespace-team-alpha"
