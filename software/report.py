@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from . import BUILT, Profile, load, profiles
+from . import BUILD_CONTEXT, BUILT, Profile, load, profiles
 
 
 def pins(p: Profile) -> list[str]:
@@ -46,7 +46,7 @@ def build_command(p: Profile) -> str:
     args = [f"--build-arg {k}={shlex.quote(v)}" for k, v in build_args(p).items()]
     args += [f'--build-arg {k}="${{{k}:?required}}"' for k in p.image.required_args]
     return " \\\n  ".join(["docker buildx build --platform linux/amd64 --push", f"-f {p.image.recipe}", *args,
-                          f'-t "$REPO:{p.image.tag}" workloads/image'])
+                          f'-t "$REPO:{p.image.tag}" {BUILD_CONTEXT}'])
 
 
 def report(name: str | None = None, build: bool = False) -> list[str]:
