@@ -2,7 +2,7 @@
 
     python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
     python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET [--dry-run]
-    python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
+    python -m bench report results/seed-ab [--stack p5en-shared] [--no-plots]  # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
 stack or experiment file (one line on stderr, ``workloads.cli.base``).
@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--spot-prices", metavar="REGION",
                      help="first collect the Spot nodes' prices from EC2 DescribeSpotPriceHistory (boto3, the "
                           "default AWS credentials) into spot-prices.json")
+    rep.add_argument("--no-plots", dest="plots", action="store_false",
+                     help="write report.md and report.json only (no SVG; matplotlib is not needed)")
     return p
 
 
@@ -80,8 +82,9 @@ def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None"
         if args.spot_prices:
             import boto3
             spot = boto3.client("ec2", region_name=args.spot_prices)
-        report = write_report(args.dir, args.stack, args.across_node_sets, spot)
-        out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
+        report = write_report(args.dir, args.stack, args.across_node_sets, spot, args.plots)
+        out(f"wrote {args.dir}/report.md, report.json{' and plots' if args.plots else ''} "
+            f"({len(report['arms'])} arms compared)")
     return 0
 
 

@@ -1,9 +1,10 @@
 """``python -m bench report DIR``: read only the collected artifacts and write ``report.json``,
-``report.md`` and the SVG plots into DIR. Runs anywhere, offline.
+``report.md`` and (unless ``plots`` is false) the SVG plots into DIR. Runs anywhere, offline.
 
 Guarantees: artifacts that do not add up fail with one line (``ArtifactError``) and no report is
 written; report.json holds no NaN or infinity (``allow_nan=False``: a figure that is not a number has
-been refused before, naming attempt, step and key); a directory the simulator made
+been refused before, naming attempt, step and key); without plots matplotlib is not imported
+(``bench.plots``); a directory the simulator made
 (``simulated.json``) says so in the report's first line. ``spot_client`` (a boto3 EC2 client) first
 collects the Spot prices of the attempts' Spot nodes into ``spot-prices.json`` (``cost``).
 """
@@ -17,13 +18,13 @@ from .artifacts import read_experiment_dir
 from .checks import node_set
 from .cost import SPOT_FILE, collect_spot_prices, load_prices
 from .figures import compute
-from .render import cost_svg, faults_svg, markdown, throughput_svg
+from .render import markdown
 
 SIMULATED_FILE = "simulated.json"
 
 
 def write_report(root: Path, stack: str | None = None, across_node_sets: bool = False,
-                 spot_client: object | None = None) -> dict:
+                 spot_client: object | None = None, plots: bool = True) -> dict:
     root = Path(root)
     exp, collected = read_experiment_dir(root)
     if spot_client is not None:
@@ -46,7 +47,10 @@ def write_report(root: Path, stack: str | None = None, across_node_sets: bool = 
         report["simulated"] = simulated
     compared = {a.name: [c for c in collected if c.attempt.arm == a.name] for a in exp.arms if not a.faults}
     (root / "report.json").write_text(json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n")
-    (root / "report.md").write_text(markdown(report, simulated))
+    (root / "report.md").write_text(markdown(report, simulated, plots))
+    if not plots:
+        return report
+    from .plots import cost_svg, faults_svg, throughput_svg
     (root / "throughput.svg").write_text(throughput_svg(compared, exp.warmup_steps))
     (root / "cost.svg").write_text(cost_svg(report))
     faulted = [c for c in collected if c.faults]

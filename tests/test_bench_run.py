@@ -361,7 +361,7 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     assert held["rollout"]["values"] == ["rollout-0", "rollout-1"]
     from workloads.checks.crds import crd_schema, validate
     assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--no-plots"]) == 0
     report = json.loads((out / "report.json").read_text())
     rollout, trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
     assert rollout["outcome"].startswith("survived in place") and rollout["engines_recovered"] == 1
@@ -496,7 +496,7 @@ def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_
     start = next(c for c in fake.execs if "sglang.bench_serving" in c[-1])
     assert "--random-output-len 256" in start[-1] and "http://$HEAD_IP:30100" in start[-1]
     assert not (out / "nccl" / "r1" / "serving.json").exists()
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--no-plots"]) == 0
     serving = json.loads((out / "report.json").read_text())["serving"]["deepep-v1"]["deepep-v1/r1"]
     assert serving["p99_itl_ms"] == fake.serving_result["p99_itl_ms"]
     assert "sglang bench_serving" in (out / "report.md").read_text()

@@ -61,3 +61,15 @@ def test_every_command_loads_a_stack_through_the_gate():
                  for p in ([ROOT / folder] if folder.endswith(".py") else (ROOT / folder).rglob("*.py"))
                  if p.name != "gate.py" and pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_a_yaml_syntax_error_in_a_stack_file_is_one_line_naming_the_place(tmp_path):
+    """Every command reads stack files through ``raw_stack``: a broken file is a StackConfigError (the
+    commands' one-line exit), not a yaml traceback."""
+    from workloads.checks import gate
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  moe-rl-platform:platform:\n    region: [us-east-1\n")
+    with pytest.raises(StackConfigError) as err:
+        gate.read("broken", tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"stack 'broken': {tmp_path / 'Pulumi.broken.yaml'}:4:1: not valid YAML: ")
+    assert len(message.splitlines()) == 1

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Sequence
 from workloads.schema.settings import RunFile
 from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
 from workloads.derive.layout import expert_precision
-from workloads.schema.teams import QUOTA_NAME, TeamSettings, pool_gpus
+from workloads.checks.teams import pool_gpus
+from workloads.schema.teams import QUOTA_NAME, TeamSettings
 from workloads.checks.runs import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover

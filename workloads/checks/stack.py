@@ -12,7 +12,7 @@ from stackconfig.stack import CapacityType, Role
 
 from workloads.derive.argv import MODEL_PRESETS, miles_argv
 from workloads.derive import moe_backend as moe
-from workloads.schema.teams import validate_members, validate_teams
+from workloads.checks.teams import validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, MODEL_PARAMS, budget
 from components.gpu_node_setup import GDA_FAMILIES
 
