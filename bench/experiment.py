@@ -20,8 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from components.faults import FaultKind, fault_kind, fault_kinds
 from stackconfig.base import SchemaModel
+from stackconfig.faults import FaultKind, fault_kind, fault_kinds
 from workloads.schema.settings import RunFile
 
 from .stats import MIN_PAIRED_REPEATS
@@ -37,7 +37,7 @@ so every eviction of a run pod is refused (429); what a drain does to a run is n
 
 class Fault(SchemaModel):
     kind: str
-    """A fault kind of ``components/faults.yaml``: a crash through AWS FIS (``bench.faults``)."""
+    """A fault kind of ``stackconfig/faults.yaml``: a crash through AWS FIS (``bench.faults``)."""
     at_step: int = Field(ge=1)
     """Injected once the driver log shows this rollout step complete."""
 

@@ -18,7 +18,7 @@ its team's templates, the IAM policy ``components.faults`` outputs). Every fault
   node, which the bench tags ``FAULT_TAG`` just before (FIS targets are fixed in the template; the tag
   is what picks the instance); the instance is gone, as in a hardware failure.
 
-Each kind's action and group are data (``components/faults.yaml``, ``components.faults.fault_kinds``).
+Each kind's action and group are data (``stackconfig/faults.yaml``, ``stackconfig.faults``).
 
 Guarantees: every fault returns the time it was injected, the FIS experiment and what it hit, or
 raises ``FaultError`` naming what failed; ``Injector.undo`` stops an experiment still running and
@@ -39,7 +39,8 @@ from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
-from components.faults import FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG, fault_kind
+from components.faults import FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG
+from stackconfig.faults import fault_kind
 
 DONE = {"completed", "stopped", "failed", "cancelled"}
 """FIS experiment states that do no more (FIS API ``ExperimentStatus``)."""

@@ -33,7 +33,8 @@ import yaml
 
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
-from components.faults import FAULT_TARGET_LABEL, fault_kind
+from components.faults import FAULT_TARGET_LABEL
+from stackconfig.faults import fault_kind
 from workloads.derive.layout import CHECKPOINT_DIR
 from workloads.pod.miles_launcher import driver_log_path
 from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of

@@ -17,9 +17,9 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
   (``ALL``): the bench tags exactly one instance before starting it. Its policy (``node_policy``) is
   for the platform's operators only: tagging is not tied to a team, so it could stop any node.
 
-The fault kinds are data (``faults.yaml``, read into ``FaultKind`` by ``fault_kinds``): each names one of
-the actions above and the worker group it hits; the templates, the bench policies, ``bench.faults`` and
-``bench.simulate`` derive from it, so a new kind on an existing action is one entry there.
+The fault kinds are data (``stackconfig/faults.yaml``, typed by ``stackconfig.faults``): each names one of
+the actions above and the worker group it hits; the templates and the bench policies derive from it (as
+do ``bench.faults`` and ``bench.simulate``), so a new kind on an existing action is one entry there.
 
 Guarantees: nothing is created unless ``faults.enabled`` is set; the FIS role may terminate only
 instances tagged ``FAULT_TAG`` = this cluster and gets Kubernetes access only through the access
@@ -29,16 +29,11 @@ entry's group (``FIS_GROUP``), which each team namespace binds (``workloads.rend
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
-from pathlib import Path
-from typing import Literal
 
 import pulumi
 import pulumi_aws as aws
-import yaml
-from pydantic import Field
 
-from stackconfig.base import SchemaModel
+from stackconfig.faults import fault_kinds
 
 from .iam import policy_document, trust_policy
 
@@ -51,52 +46,6 @@ CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/faul
 FIS_GROUP = "rl-fault-injector"
 """Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
 FIS_SERVICE_ACCOUNT = "fis-pod-delete"
-DATA = Path(__file__).resolve().parent / "faults.yaml"
-POD_DELETE, TERMINATE_INSTANCE = "pod-delete", "terminate-instance"
-
-
-class Simulated(SchemaModel):
-    """What ``bench simulate`` assumes the fault does (stated, not measured)."""
-    detected_after_seconds: float = Field(gt=0)
-    recovery: Literal["in-place", "resubmit"]
-    """in-place: the rollout engine restarts and the job survives; resubmit: the job fails and the next
-    attempt resumes from the last complete checkpoint."""
-
-
-class FaultKind(SchemaModel):
-    """One fault kind of ``faults.yaml``: an experiment's ``faults[].kind``."""
-    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,40}[a-z0-9]$")
-    summary: str
-    action: Literal["pod-delete", "terminate-instance"]
-    group: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
-    """The RayJob worker group (``groupName``) whose pod, or whose pod's node, it hits."""
-    simulated: Simulated
-
-    @property
-    def per_team(self) -> bool:
-        """A pod fault: one template per team namespace, started with the team's bench policy."""
-        return self.action == POD_DELETE
-
-    @property
-    def removes_node(self) -> bool:
-        return self.action == TERMINATE_INSTANCE
-
-
-@cache
-def fault_kinds() -> dict[str, FaultKind]:
-    """The fault kinds of ``DATA`` (as it is when first called), by name."""
-    rows = yaml.safe_load(DATA.read_text())
-    return {name: FaultKind.model_validate({"name": name, **row}) for name, row in rows.items()}
-
-
-def fault_kind(name: str) -> FaultKind:
-    """The fault kind ``name``; ValueError listing the allowed ones."""
-    found = fault_kinds().get(name)
-    if found is None:
-        raise ValueError(f"{name!r} is not a fault kind ({DATA.name}); allowed: {', '.join(fault_kinds())}")
-    return found
-
-
 def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
     """Targets and action of one ``aws:eks:pod-delete`` template (FIS actions reference: parameters
     ``gracePeriodSeconds``, ``kubernetesServiceAccount``; target ``aws:eks:pod``)."""

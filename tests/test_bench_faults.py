@@ -161,7 +161,7 @@ def test_the_fault_engine_registers_templates_pulumi_aws_accepts():
     templates = {r.name: r.inputs for r in graph.of_type("aws:fis/experimentTemplate:ExperimentTemplate")}
     assert set(templates) == {f"c-faults-{key}" for key in template_specs("c", [("alpha", "team-alpha")])}
     assert {"c-faults-alpha-delete-rollout-pod", "c-faults-alpha-delete-trainer-pod", "c-faults-terminate-gpu-node"} \
-        <= set(templates)  # a pod fault per team, a node fault per cluster (components/faults.yaml)
+        <= set(templates)  # a pod fault per team, a node fault per cluster (stackconfig/faults.yaml)
     kill = templates["c-faults-alpha-delete-trainer-pod"]
     assert {p["key"]: p["value"] for p in kill["actions"][0]["parameters"]}["gracePeriodSeconds"] == "0"
     assert kill["targets"][0]["parameters"]["namespace"] == "team-alpha"

@@ -22,7 +22,8 @@ from test_admission import refused, run_pods
 from test_workloads import variant
 
 import catalog
-import components.faults as faults
+import components.faults as engine
+import stackconfig.faults as faults
 import software
 import workloads.checks.flags as flags
 from analysis.rules import tenancy
@@ -115,7 +116,7 @@ class _FIS:
     """The stack's templates as ``FaultEngine`` creates them, listed by their tags."""
 
     def __init__(self):
-        self.specs = faults.template_specs("c", [("alpha", "team-alpha")])
+        self.specs = engine.template_specs("c", [("alpha", "team-alpha")])
 
     def list_experiment_templates(self, **_):
         return {"experimentTemplates": [{"id": k, "tags": tags} for k, (_, tags) in self.specs.items()]}
@@ -128,12 +129,12 @@ def test_a_new_fault_kind_is_accepted_created_aimed_and_simulated(tmp_path, exte
     exp = yaml.safe_load((ROOT / "experiments" / "example-ab.yaml").read_text())
     exp["arms"][2]["faults"].append({"kind": kind, "atStep": 20})
     assert parse_experiment(exp, "x.yaml").arm("deepep-v1-faults").faults[-1].spec.group == row["group"]
-    graph = mocks.run(lambda: faults.FaultEngine("c", "arn:aws:eks:us-east-1:123456789012:cluster/c",
+    graph = mocks.run(lambda: engine.FaultEngine("c", "arn:aws:eks:us-east-1:123456789012:cluster/c",
                                                  [("alpha", "team-alpha")]), region="us-east-1", stack="t")
     templates = {r.name: r.inputs for r in graph.of_type("aws:fis/experimentTemplate:ExperimentTemplate")}
     assert templates[f"c-faults-{kind}"]["tags"]["rl.platform/fault"] == kind
     assert f"c-faults-alpha-{kind}" not in templates  # a node fault is the operators', not a team's
-    node = faults.node_policy_statements("c")[1]["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/fault"]
+    node = engine.node_policy_statements("c")[1]["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/fault"]
     assert node == sorted(["terminate-gpu-node", kind])
     assert Injector(_FIS(), None, "c").template(kind, "alpha") == kind
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
