@@ -89,7 +89,9 @@ def test_a_new_profile_is_listed_planned_and_rendered(tmp_path, extend):
     raw = raw_stack(SHARED)
     raw["versions"]["software"]["images"][name] = f"{{imageRepository}}:{row['image']['tag']}@{DIGEST}"
     (stacks / f"Pulumi.{SHARED}.yaml").write_text(yaml.safe_dump({"config": {f"{PROJECT}:{CONFIG_KEY}": raw}}))
-    run = yaml.safe_load((ROOT / "runs" / "grpo-qwen3-30b.yaml").read_text()) | {"software": name}
+    run = next(r for f in sorted((ROOT / "runs").glob("*.yaml")) if software.profile(
+        (r := yaml.safe_load(f.read_text())).get("software", software.DEFAULT_PROFILE)).framework == row["framework"])
+    run["software"] = name  # a shipped run file of the same framework, on the new profile
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(run))
     argv = [SHARED, str(tmp_path / "run.yaml"), "--stack-dir", str(stacks)]
     assert runs_main(["plan", *argv], out=out.append) == 0
