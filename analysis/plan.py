@@ -259,14 +259,18 @@ def render_refusal(refused: WorkloadsDoNotFit) -> str:
     return "\n".join(out) + "\n"
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m analysis.plan`` (``moe-rl-plan``)."""
+    from workloads.cli.base import stack_parent
+    p = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0],
+                                parents=[stack_parent()])
+    p.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
+    p.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
-    parser.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
-    parser.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
-    parser.add_argument("--stack-dir", metavar="DIR", type=Path, default=STACKS_DIR,
-                        help=f"folder of stack files (default: {STACKS_DIR})")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         plan, graph = plan_stack(args.stack, args.stack_dir)
     except StackConfigError as err:

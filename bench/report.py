@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stackconfig.files import STACKS_DIR
+
 from .artifacts import read_experiment_dir
 from .checks import node_set
 from .cost import SPOT_FILE, collect_spot_prices, load_prices
@@ -24,7 +26,7 @@ SIMULATED_FILE = "simulated.json"
 
 
 def write_report(root: Path, stack: str | None = None, across_node_sets: bool = False,
-                 spot_client: object | None = None, plots: bool = True) -> dict:
+                 spot_client: object | None = None, plots: bool = True, stack_dir: Path = STACKS_DIR) -> dict:
     root = Path(root)
     exp, collected = read_experiment_dir(root)
     if spot_client is not None:
@@ -37,10 +39,10 @@ def write_report(root: Path, stack: str | None = None, across_node_sets: bool = 
                     lo, hi = wanted.get(key, (c.start, c.end))
                     wanted[key] = (min(lo, c.start), max(hi, c.end))
         (root / SPOT_FILE).write_text(json.dumps(collect_spot_prices(spot_client, wanted), indent=1) + "\n")
-    report = compute(exp, collected, load_prices(stack, root), root, across_node_sets)
+    report = compute(exp, collected, load_prices(stack, root, stack_dir), root, across_node_sets)
     if stack:  # each link's changes as the arms render on the experiment's stack (bench/arms.py)
         from .arms import rendered_link_changes
-        rendered_link_changes(report, exp, exp.stack)
+        rendered_link_changes(report, exp, exp.stack, stack_dir)
     simulated = None
     if (root / SIMULATED_FILE).is_file():
         simulated = json.loads((root / SIMULATED_FILE).read_text()).get("note", "bench/simulate.py")

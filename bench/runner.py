@@ -160,7 +160,7 @@ def with_fault_target(rayjob: dict) -> dict:
 
 def _submit(api: RunClient, cfg: ProgramConfig, run, repository: str, faulted: bool,
             pins: dict[str, list[str]] | None = None) -> None:
-    job = without_dedup(with_repository(pinned(_objects(api, cfg, run).rayjob, pins or {}), repository))
+    job = without_dedup(with_repository(pinned(_objects(api, cfg, run).rayjob, pins or {}), repository, cfg.stack))
     api.submit(with_fault_target(job) if faulted else job)
 
 
@@ -312,7 +312,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
         raise ValueError("run: --log-bucket BUCKET (pulumi stack output checkpointBucket) is needed: the end of a "
                          "driver log is read from the bucket once its head is gone")
     for a in attempts:  # refuse before submitting anything
-        with_repository(run_objects(cfg, a.run).rayjob, repository)
+        with_repository(run_objects(cfg, a.run).rayjob, repository, cfg.stack)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(path, out_dir / EXPERIMENT_FILE)
     api = client()

@@ -90,9 +90,9 @@ def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes(shared):
         assert run.nodes == {"train": 16, "rollout": 32}
         assert {p.name: p.instance_type for p in shared.pools if p.name in run.nodes} == \
             {"train": "p5en.48xlarge", "rollout": "p5en.48xlarge"}
-    readme = Path("README.md").read_text()
+    readme = Path("docs/getting-started/seed-benchmark.md").read_text()
     assert f"python -m bench estimate {SEED_SHAPE} --stack p5en-shared" in readme
     from bench.cost import estimate
     est = estimate(exp, shared)
     assert est.usd is None  # the shared stack's reservations carry no contract price: no dollar figure
-    assert f"{est.node_hours:,.1f} node-hours" in " ".join(readme.split())  # the README's figure
+    assert f"{est.node_hours:,.1f} node-hours" in " ".join(readme.split())  # the seed benchmark page's figure

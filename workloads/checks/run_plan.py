@@ -4,7 +4,7 @@ preempted, and what each claims per queue and pool.
 It follows the scheduler the stack installs (``render.operators.scheduler_config``: Volcano v1.15.1
 with the gang, priority and ``capacity`` plugins and the enqueue, allocate, preempt and reclaim
 actions), with whole runs as the unit: a run's pods form one gang (all placed or none), and a run
-that loses a pod stops. The README's "Scheduling rules" states the rules; in short, per scheduling
+that loses a pod stops. docs/design/scheduling.md ("Scheduling rules") states the rules; in short, per scheduling
 session, after the runs already running:
 
 1. quota: the team namespace's ResourceQuota admits a run's pods only while the team's pods request

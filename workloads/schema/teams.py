@@ -6,7 +6,7 @@ A team (``workloads.teams[]``) gets:
 - a Namespace ``team-<name>`` labelled ``rl.platform/team=<name>``;
 - a cluster-scoped Volcano Queue ``team-<name>``: priority, whether other teams may reclaim what it
   uses beyond its deserved share (``reclaimable``), and its guarantee, deserved share and capability
-  in GPUs, read by Volcano's ``capacity`` plugin (README, "Scheduling rules");
+  in GPUs, read by Volcano's ``capacity`` plugin (docs/design/scheduling.md, "Scheduling rules");
 - a ResourceQuota ``gpu-quota`` in its namespace: GPUs, the EFA devices and huge pages of the nodes they
   span, CPU and memory, ephemeral storage, and counts of RayJobs, Ray clusters, pods and Services; a
   LimitRange giving every container an ephemeral-storage limit;
