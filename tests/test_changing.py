@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import copy
 import importlib
+import importlib.util
 import json
 import inspect
 import pkgutil
@@ -43,12 +44,21 @@ from workloads.render.runs import priority_classes
 from workloads.schema.teams import TEAM_LABEL
 
 DOC = ROOT / "docs" / "changing.md"
+_spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
+gen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen)
 SHARED = "p5en-shared"
 DIGEST = "sha256:" + "ab" * 32
 
 
 def rel(path: Path | str) -> str:
     return Path(path).resolve().relative_to(ROOT).as_posix()
+
+
+def regenerated(section: str) -> None:
+    """The generated files the change leaves stale are the ones the page's section says to regenerate."""
+    named = [p for p in sections()[section].get("Regenerate", []) if "/" in p and " " not in p]
+    assert sorted(p.as_posix() for p in gen.stale(ROOT)) == sorted(named)
 
 
 @pytest.fixture
@@ -83,6 +93,7 @@ def test_a_new_profile_is_listed_planned_and_rendered(tmp_path, extend):
     out.clear()
     assert runs_main(["profiles", name, "--build"], out=out.append) == 0
     assert f'-t "$REPO:{row["image"]["tag"]}"' in out[0] and f"-f {row['image']['recipe']}" in out[0]
+    regenerated("A software profile")
     # a run naming it, on the shared stack (which pins every image it runs by digest)
     stacks = tmp_path / "stacks"
     stacks.mkdir()
@@ -139,6 +150,7 @@ def test_a_new_fault_kind_is_accepted_created_aimed_and_simulated(tmp_path, exte
     node = engine.node_policy_statements("c")[1]["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/fault"]
     assert node == sorted(["terminate-gpu-node", kind])
     assert Injector(_FIS(), None, "c").template(kind, "alpha") == kind
+    regenerated("A fault kind")
     (tmp_path / "exp.yaml").write_text(yaml.safe_dump(exp))
     simulate(tmp_path / "exp.yaml", EXAMPLE_TRUTH, tmp_path / "sim")
     records = json.loads((tmp_path / "sim" / "deepep-v1-faults" / "r1" / "faults.json").read_text())
@@ -183,6 +195,7 @@ def test_a_new_admission_rule_is_rendered_enforced_and_checked(monkeypatch):
     shared = copy.deepcopy(trainer)
     shared["spec"]["shareProcessNamespace"] = True  # what the page's example refuses
     assert refused(policy, shared) == [rule[1]]
+    regenerated("An admission rule")
     # the offline plan's team-isolation rule expects it: a stack recorded without it has lost it
     pod_policy = f"ValidatingAdmissionPolicy-{admission.POD_POLICY}"
     assert list(tenancy.check_team_isolation(before)) == [
