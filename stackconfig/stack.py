@@ -213,7 +213,8 @@ class Pool(SchemaModel):
             raise ValueError(f"efa: {it.name} has no EFA; multi-EFA GPU types: {allowed}")
         if self.efa_enabled and not it.efa_layout_known:
             raise ValueError(f"efa: which network cards of {it.name} carry EFA is not known to the catalog "
-                             f"(catalog/hand_checked.py); set efa: false or add the type's layout there")
+                             f"(catalog/data/gpu-facts.json: families.<family>.types); set efa: false or add the "
+                             f"type's layout there")
         if it.arch != "amd64" and self.role is not Role.SYSTEM:
             raise ValueError(f"instanceType: {it.name} is {it.arch}; role {self.role} runs the workloads' amd64 "
                              f"images, so only the system pool may use {it.arch} types")

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from components.gpu_node_setup import GDA_FAMILIES
 from stackconfig.versions import workload_image
 from stackconfig.stack import CapacityType, Pool, Role
 
@@ -100,7 +99,7 @@ def ref_model(cfg: "ProgramConfig") -> str:
 def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
     """The rules' view of the run: precision, engine span, DeepEP generation, GPU, SGLang."""
     rollout = cfg.pool(Role.ROLLOUT)
-    gpu = min((p.instance.gpu_model for p in gpu_pools(cfg)), key=lambda g: moe.GPU_SM.get(g, 0))
+    gpu = min(gpu_pools(cfg), key=lambda p: p.instance.gpu.sm).instance.gpu_model
     return moe.case(expert_precision(cfg), cfg.workloads.run.rollout.nodes_per_engine,
                     "none" if version is DeepEPVersion.OFF else version.value, gpu,
                     run_profile(cfg).sglang.version, efa=bool(rollout.efa_devices),
@@ -125,8 +124,8 @@ def default_deepep(cfg: "ProgramConfig") -> DeepEPVersion:
 
 def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
     """The DeepEP mode the stack runs: explicit, or the rules' default (``default_deepep``). V2's GIN
-    backend ``auto`` is GPU-initiated EFA where every GPU pool is of a GDA family (p5en, p6-b200,
-    p6-b300: the node setup brings gdrdrv, PeerMappingOverride=1 and EFA driver >= 3.3.0), else the
+    backend ``auto`` is GPU-initiated EFA where every GPU pool is of a GDA family (the catalog's
+    ``gin_gda``: the node setup brings gdrdrv, PeerMappingOverride=1 and EFA driver >= 3.3.0), else the
     CPU proxy."""
     s = cfg.workloads.run.deepep
     version = s.version or default_deepep(cfg)
@@ -134,7 +133,7 @@ def resolve_deepep(cfg: "ProgramConfig") -> DeepEP:
     if version is DeepEPVersion.V2:
         backend = s.gin_backend
         if backend is GinBackend.AUTO:
-            gda = all(p.instance.family in GDA_FAMILIES for p in gpu_pools(cfg))
+            gda = all(p.instance.gin_gda for p in gpu_pools(cfg))
             backend = GinBackend.GPU if gda else GinBackend.PROXY
     return DeepEP(version, backend, s.sglang_mode)
 

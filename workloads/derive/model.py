@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from components.gpu_node_setup import GDA_FAMILIES, GpuNodeSetup, capability_labels, for_pool
+from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
 from software import Profile, profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
@@ -144,13 +144,13 @@ def node_setups(cfg: "ProgramConfig") -> dict[str, GpuNodeSetup]:
     """What each GPU pool's nodes install at boot: the stack's own run's setup, widened for every admitted
     profile that runs DeepEP V2 (``Profile.a2a``) to what a V2 run there may select: GPU-initiated EFA
     on a GDA family with EFA (the default ``ginBackend: auto``), else gdrdrv for the CPU proxy. A pool
-    whose GPUs are below SM90 gets nothing for it (DeepEP V2 needs SM90: workloads.derive.moe_backend)."""
+    whose GPUs SGLang runs no DeepGEMM on gets nothing for it (below SM90, SM120: workloads.derive.moe_backend)."""
     setups = gpu_setups(cfg, L.resolve_deepep(cfg))
     if any("v2" in profile(name).a2a for name in admitted_profiles(cfg)):
         for p in L.gpu_pools(cfg):
-            if moe.GPU_SM.get(p.instance.gpu_model, 0) < 90 or not p.efa_enabled:
+            if not moe.deep_gemm_on(p.instance.gpu.sm) or not p.efa_enabled:
                 continue
-            widest = for_pool(p, True, p.instance.family in GDA_FAMILIES)
+            widest = for_pool(p, True, p.instance.gin_gda)
             setups[p.name] = _merge(setups.get(p.name, GpuNodeSetup()), widest)
     return setups
 
