@@ -34,6 +34,7 @@ import yaml
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
+from stackconfig.faults import fault_kind
 from workloads.derive.paths import CHECKPOINT_DIR
 from workloads.pod.miles_launcher import driver_log_path
 from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
@@ -46,7 +47,7 @@ from workloads.checks import gate
 
 from .artifacts import EXPERIMENT_FILE
 from .cloudwatch import collect as cw_collect, instance_id
-from .experiment import Attempt, Experiment, FaultKind, load_experiment, schedule
+from .experiment import Attempt, Experiment, load_experiment, schedule
 from .driverlog import DriverLog, LogUnavailable
 from .faults import Injector, detected
 from .serving import parse_result, start_command as serving_start
@@ -301,7 +302,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
             objs = run_objects(cfg, a.run)
             out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
             out(f"# {a.folder}: {objs.gang.describe()}; faults: "
-                f"{', '.join(f'{f.kind.value} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
+                f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
             job = without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
             out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
         return 0
@@ -321,7 +322,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     pins = None
     for a in attempts:
         records = run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs, pins)
-        if any(r["kind"] == FaultKind.TERMINATE_GPU_NODE.value for r in records):
+        if any(fault_kind(r["kind"]).removes_node for r in records):
             pins = None  # a pinned node is gone: the next attempt's nodes become the set
         else:
             pins = pins or node_set(out_dir / a.folder)  # every later attempt on the first one's nodes

@@ -26,6 +26,8 @@ BUILT = Path(__file__).resolve().parent / "built"
 """One record per built image: ``<profile>.versions``, the image's ``/etc/rl-platform-image-versions``
 (what its last build step read from the image itself), written by ``python -m workloads.cli.runs profiles
 <profile> --record-image FILE``. Where a record exists, the profile's NCCL is the record's."""
+BUILD_CONTEXT = "workloads/image"
+"""The image builds' context (repository path): every profile's recipe is a Dockerfile in it."""
 DEFAULT_PROFILE = "miles-0.1"
 """What a run gets when it names none: the stack the platform ran before profiles existed."""
 COMMIT = r"^[0-9a-f]{40}$"
@@ -87,8 +89,8 @@ class Wheels(_Model):
 
 
 class Image(_Model):
-    recipe: str
-    """Dockerfile under ``workloads/image/``."""
+    recipe: str = Field(pattern=rf"^{BUILD_CONTEXT}/[\w.-]+$")
+    """A Dockerfile in ``BUILD_CONTEXT``."""
     base: str
     tag: str = Field(pattern=r"^[\w][\w.-]{0,127}$")
     """The tag the recipe's build is pushed under in the stack's repository and that pods pull."""
@@ -201,8 +203,10 @@ def _with_record(name: str, row: dict, built: Path) -> dict:
     return {**row, "nccl": have, "ncclFromImage": True}
 
 
-def load(data: Path = DATA, built: Path = BUILT) -> dict[str, Profile]:
-    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file."""
+def load(data: Path | None = None, built: Path | None = None) -> dict[str, Profile]:
+    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file.
+    Defaults: ``DATA`` and ``BUILT`` as they are when called (a test may point them at a copy)."""
+    data, built = data or DATA, built or BUILT
     rows = yaml.safe_load(data.read_text())
     out = {name: Profile.model_validate({"name": name, **_with_record(name, row, built)}) for name, row in rows.items()}
     shared: dict[tuple[str, str], Profile] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from . import BUILT, DATA, Profile, load, profiles
+from . import BUILD_CONTEXT, BUILT, Profile, load, profiles
 from .recipe import base_args, declared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def build_command(p: Profile) -> str:
     args = [f"--build-arg {k}={shlex.quote(v)}" for k, v in build_args(p).items()]
     args += [f'--build-arg {k}="${{{k}:?required}}"' for k in p.image.required_args]
     return " \\\n  ".join(["docker buildx build --platform linux/amd64 --push", f"-f {p.image.recipe}", *args,
-                          f'-t "$REPO:{p.image.tag}" workloads/image'])
+                          f'-t "$REPO:{p.image.tag}" {BUILD_CONTEXT}'])
 
 
 def report(name: str | None = None, build: bool = False) -> list[str]:
@@ -90,7 +90,7 @@ def record_image(name: str, versions: str, built: Path = BUILT) -> list[str]:
     old = path.read_text() if path.exists() else None
     path.write_text(versions if versions.endswith("\n") else versions + "\n")
     try:
-        got = load(DATA, built)[name]
+        got = load(built=built)[name]
     except ValueError:
         path.unlink() if old is None else path.write_text(old)
         raise
