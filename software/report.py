@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from . import BUILD_CONTEXT, BUILT, Profile, load, profiles
+from . import BUILD_CONTEXT, BUILT, Profile, load, profile, profiles
 from .recipe import base_args, declared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def build_command(p: Profile) -> str:
 
 
 def report(name: str | None = None, build: bool = False) -> list[str]:
-    chosen = [profiles()[name]] if name else list(profiles().values())
+    chosen = [profile(name)] if name else list(profiles().values())
     if build:
         return [build_command(p) for p in chosen]
     return [line for p in chosen for line in pins(p)]

@@ -31,7 +31,6 @@ from typing import Callable, Sequence
 
 import yaml
 
-from software import names as software_profiles
 from software.report import record_image, report
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
@@ -71,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["cancel"].add_argument("--wait-minutes", type=int, default=30,
                                        help="longest wait for the checkpoint before deleting (default 30)")
     profiles = sub.add_parser("profiles", help="the software profiles a run can name, with their pins")
-    profiles.add_argument("profile", nargs="?", choices=software_profiles(), help="one profile (default: every one)")
+    profiles.add_argument("profile", nargs="?", help="one profile (default: every one; an unknown name is refused listing them)")
     profiles.add_argument("--build", action="store_true", help="print the image build command instead")
     profiles.add_argument("--record-image", type=Path, metavar="FILE",
                           help="the built image's /etc/rl-platform-image-versions: its NCCL becomes the profile's")
