@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from stackconfig.faults import FaultKind, fault_kind, fault_kinds
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 
 from .stats import MIN_PAIRED_REPEATS
 

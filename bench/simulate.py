@@ -32,7 +32,7 @@ import yaml
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.schema.labels import RUN_LABEL
 from workloads.pod.miles_launcher import ARGV_ENV, JOB_LINE
-from workloads.schema.settings import DeepEPVersion
+from workloads.schema.run import DeepEPVersion
 
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL

@@ -283,7 +283,7 @@ def render() -> dict[Path, str]:
     from bench.experiment import Experiment
     from stackconfig.files import PROJECT
     from stackconfig.stack import CONFIG_KEY
-    from workloads.schema.settings import RunFile
+    from workloads.schema.run import RunFile
     from workloads.schema.stack import ProgramConfig
     linked = {"RunFile": "run-file.md"}
     stack = ProgramConfig.model_json_schema(by_alias=True)

@@ -20,7 +20,7 @@ from workloads.checks.flags import argv_pairs, argv_problems
 from workloads.checks.runs import load_run
 from workloads.cli.runs import main
 from workloads.deploy.submit import run_objects
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 
 SHARED = "p5en-shared"
 RUNS = {"slime-0.2.4": "baseline-slime-qwen3-30b.yaml", "miles-0.1": "grpo-qwen3-30b.yaml",

@@ -82,7 +82,7 @@ def test_the_editor_schema_flags_what_the_model_refuses(editor, change, where):
 
 def test_every_run_and_experiment_file_matches_its_schema():
     from bench.experiment import Experiment
-    from workloads.schema.settings import RunFile
+    from workloads.schema.run import RunFile
     for model, folder in ((RunFile, "runs"), (Experiment, "experiments")):
         check = validator(model)
         for path in sorted((ROOT / folder).glob("*.yaml")):

@@ -17,7 +17,7 @@ from workloads.render import volcano_values
 from workloads.checks.run_plan import plan_runs
 from workloads.cli.runs import main
 from workloads.checks.run_plan import Planner
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 
 SHARED = "p5en-shared"
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))

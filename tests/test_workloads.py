@@ -23,7 +23,7 @@ from program import ProgramConfig
 from software import profiles
 from workloads.derive.model import derive
 from workloads.deploy.submit import run_objects
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 from stackconfig.stack import load_stack
 from workloads.checks import gate
 from workloads.derive import layout as L

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
 from workloads.derive.deepep import expert_precision
 from workloads.checks.teams import pool_gpus

@@ -22,7 +22,8 @@ from components.gpu_node_setup import GpuNodeSetup, capability_labels
 from workloads.derive.deepep import resolve_deepep
 from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
 from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
-from workloads.schema.settings import RunFile, RunSpec, Submission
+from workloads.schema.settings import Submission
+from workloads.schema.run import RunFile, RunSpec
 from workloads.checks.stack import validate_run
 from workloads.derive.topology import run_tiers, unplaceable
 

@@ -22,7 +22,8 @@ from workloads.derive.deepep import expert_precision, moe_case, ref_model, resol
 from workloads.derive.images import images, pinned_by_digest
 from workloads.checks.profile import validate_profile
 from workloads.derive.profile import image_field, run_profile
-from workloads.schema.settings import DeepEPVersion, GinBackend, Submission
+from workloads.schema.settings import Submission
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

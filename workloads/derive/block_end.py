@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from stackconfig.stack import CapacityType
 
 from workloads.derive.layout import gpu_pools
-from workloads.schema.settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from workloads.schema.services import CAPACITY_BLOCK_DRAIN_MINUTES
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

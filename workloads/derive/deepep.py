@@ -11,7 +11,7 @@ from stackconfig.stack import Role
 from workloads.derive import moe_backend as moe
 from workloads.derive.layout import gpu_pools
 from workloads.derive.profile import run_profile
-from workloads.schema.settings import DeepEPVersion, GinBackend
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

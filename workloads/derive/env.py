@@ -15,7 +15,7 @@ from stackconfig.stack import Pool, Role
 
 from workloads.derive.argv import rollout_budget
 from workloads.derive.deepep import DeepEP, GIN_TYPE, moe_backend
-from workloads.schema.settings import DeepEPVersion, GinBackend
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

@@ -9,7 +9,7 @@ from stackconfig.versions import workload_image
 from workloads.derive.block_end import capacity_block_end
 from workloads.derive.layout import reward_enabled
 from workloads.derive.profile import image_field, run_profile
-from workloads.schema.settings import IMAGE_DIGEST
+from workloads.schema.services import IMAGE_DIGEST
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

@@ -26,7 +26,8 @@ from workloads.derive import moe_backend as moe
 from workloads.derive.argv import miles_argv
 from workloads.derive.env import deepep_runtime_env, gpu_env, rollout_env, runtime_env
 from workloads.derive.profile import run_profile
-from workloads.schema.settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
+from workloads.schema.settings import Submission, WorkloadSettings
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

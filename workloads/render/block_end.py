@@ -8,7 +8,7 @@ import shlex
 from workloads.derive.model import WorkloadModel
 from workloads.pod.miles_launcher import SAVE_TRIGGER
 from workloads.derive.paths import RUNNING_MARKER
-from workloads.schema.settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from workloads.schema.services import CAPACITY_BLOCK_DRAIN_MINUTES
 from workloads.schema.teams import team_checkpoint_directory
 from workloads.render.common import file_system_container, file_system_pod, file_system_task, labels, meta
 
