@@ -16,15 +16,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from stackconfig.stack import StackConfig, StackConfigError
-from stackconfig.files import STACKS_DIR, read_stack
+from stackconfig.files import STACKS_DIR
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_INVALID = 0, 1, 2
-
-
-def config_model() -> type[StackConfig]:
-    """The program's config model: ``program.ProgramConfig`` (platform + workloads) if defined."""
-    import program
-    return getattr(program, "ProgramConfig", StackConfig)
 
 
 def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
@@ -54,7 +48,7 @@ def plan_stack(stack: str, directory: Path = STACKS_DIR):
     WorkloadsDoNotFit when the program refuses to build because pods cannot be placed."""
     from analysis.planning import make_plan
     from workloads.checks import gate
-    cfg = read_stack(stack, directory, model=config_model())
+    cfg = gate.typed(stack, directory)
     found = gate.field_problems(cfg)  # the gate's checks, then the pods' fit shown as placements
     if found:
         raise StackConfigError(gate.report(stack, found))
