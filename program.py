@@ -40,7 +40,7 @@ def placeholder_images(cfg: ProgramConfig, model: WorkloadModel | None = None) -
         if placeholder_digest(ref):
             pools.setdefault(ref, [])
     return [f"{'pools ' + ', '.join(names) if names else 'profile ' + profiles[ref]}: image {ref} has a "
-            f"placeholder digest; allowed: the digest your push printed (README, Deploy; versions.software.images)"
+            f"placeholder digest; allowed: the digest your push printed (docs/getting-started/first-deploy.md, Deploy; versions.software.images)"
             for ref, names in pools.items()]
 
 

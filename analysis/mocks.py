@@ -26,6 +26,16 @@ Nothing inside a remote component runs offline, so the monitor registers the chi
 component (its state is the output ``computed_outputs`` gives, named ``<component>-<output>``) and
 returns a reference to it: ``cluster.eks_cluster.name`` resolves as under ``pulumi up``. The child
 is not recorded in the graph (the program did not register it)."""
+ARN_RESOURCES = {
+    "aws:kms/key:Key": "key/{id}",
+    "aws:eks/cluster:Cluster": "cluster/{name}",
+    "aws:ecr/repository:Repository": "repository/{name}",
+    "aws:backup/vault:Vault": "backup-vault:{name}",
+}
+"""The resource part of the ARN AWS gives a resource of these types (Service Authorization
+Reference, "Resource types defined by" KMS, EKS, ECR, AWS Backup): a policy that names one is
+linted against the ARN format of its actions, so the mock ARN has the real shape. Others get
+``<region>:<account>:<name>``."""
 
 
 @dataclass
@@ -75,7 +85,9 @@ class Graph:
 def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> dict:
     """Outputs AWS would compute that the program reads."""
     service = type_.split(":")[1].split("/")[0]
-    out: dict[str, Any] = {"arn": f"arn:aws:{service}:{region}:{ACCOUNT}:{name}", "id": f"{name}-id"}
+    resource = ARN_RESOURCES[type_].format(id=f"{name}-id", name=inputs.get("name") or name) \
+        if type_ in ARN_RESOURCES else name
+    out: dict[str, Any] = {"arn": f"arn:aws:{service}:{region}:{ACCOUNT}:{resource}", "id": f"{name}-id"}
     if type_ == "aws:eks/cluster:Cluster":
         out.update(endpoint=f"https://{name}.eks.{region}.amazonaws.com",
                    certificateAuthority={"data": "Q0EtREFUQQ=="},

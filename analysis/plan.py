@@ -16,15 +16,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from stackconfig.stack import StackConfig, StackConfigError
-from stackconfig.files import STACKS_DIR, read_stack
+from stackconfig.files import STACKS_DIR
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_INVALID = 0, 1, 2
-
-
-def config_model() -> type[StackConfig]:
-    """The program's config model: ``program.ProgramConfig`` (platform + workloads) if defined."""
-    import program
-    return getattr(program, "ProgramConfig", StackConfig)
 
 
 def workload_placements(cfg: StackConfig) -> tuple[list[Any] | None, str]:
@@ -54,7 +48,7 @@ def plan_stack(stack: str, directory: Path = STACKS_DIR):
     WorkloadsDoNotFit when the program refuses to build because pods cannot be placed."""
     from analysis.planning import make_plan
     from workloads.checks import gate
-    cfg = read_stack(stack, directory, model=config_model())
+    cfg = gate.typed(stack, directory)
     found = gate.field_problems(cfg)  # the gate's checks, then the pods' fit shown as placements
     if found:
         raise StackConfigError(gate.report(stack, found))
@@ -163,7 +157,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     where Miles puts its training actors."""
     from stackconfig.versions import STACK_REPOSITORY
     from workloads.derive.checkpoint_budget import GB, budget
-    from workloads.derive.layout import expert_precision, moe_backend
+    from workloads.derive.deepep import expert_precision, moe_backend
     from workloads.derive.model import derive
     from workloads.render import pod_templates
     m = derive(cfg)
@@ -259,14 +253,18 @@ def render_refusal(refused: WorkloadsDoNotFit) -> str:
     return "\n".join(out) + "\n"
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m analysis.plan`` (``moe-rl-plan``)."""
+    from workloads.cli.base import stack_parent
+    p = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0],
+                                parents=[stack_parent()])
+    p.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
+    p.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0])
-    parser.add_argument("stack", help="stack name: stacks/Pulumi.<stack>.yaml")
-    parser.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
-    parser.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
-    parser.add_argument("--stack-dir", metavar="DIR", type=Path, default=STACKS_DIR,
-                        help=f"folder of stack files (default: {STACKS_DIR})")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         plan, graph = plan_stack(args.stack, args.stack_dir)
     except StackConfigError as err:

@@ -1,8 +1,9 @@
-"""The benchmark command.
+"""The benchmark command: what an experiment costs, its arms run on a cluster, and the report of what they
+measured.
 
     python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
-    python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET [--dry-run]
-    python -m bench report results/seed-ab [--stack p5en-shared]          # offline, from the artifacts
+    python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET --repository URL
+    python -m bench report results/seed-ab [--stack p5en-shared] [--no-plots]  # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
 stack or experiment file (one line on stderr, ``workloads.cli.base``).
@@ -17,8 +18,8 @@ from typing import Callable, Sequence
 
 from typing import TYPE_CHECKING
 
-from stackconfig.files import STACKS_DIR
-from workloads.cli.base import read_input, run_command
+from workloads.cli.base import (cluster_parent, image_parent, read_input, read_stack, run_command, stack_dir_parent,
+                                stack_parent)
 
 from .experiment import load_experiment
 
@@ -26,16 +27,16 @@ if TYPE_CHECKING:  # pragma: no cover
     from workloads.cli.runs_client import RunClient
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench``."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--context", help="kubeconfig context for run (default: the current one)")
-    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
     sub = p.add_subparsers(dest="command", required=True)
-    est = sub.add_parser("estimate", help="what the experiment costs and how long it holds the nodes")
-    est.add_argument("experiment", type=Path)
-    est.add_argument("--stack", help="stack whose pool prices to use (default: the experiment's)")
-    run = sub.add_parser("run", help="submit the attempts one after another and collect their artifacts")
-    run.add_argument("experiment", type=Path)
+    est = sub.add_parser("estimate", help="what the experiment costs and how long it holds the nodes",
+                         parents=[stack_parent("stack whose pool prices to use (default: the experiment's)")])
+    est.add_argument("experiment", type=Path, help="the experiment file (experiments/*.yaml)")
+    run = sub.add_parser("run", help="submit the attempts one after another and collect their artifacts",
+                         parents=[stack_dir_parent(), cluster_parent(), image_parent()])
+    run.add_argument("experiment", type=Path, help="the experiment file (experiments/*.yaml)")
     run.add_argument("--out", type=Path, help="directory to collect into")
     run.add_argument("--dry-run", action="store_true", help="print every attempt's RayJob; contact no cluster")
     run.add_argument("--cloudwatch", action="store_true",
@@ -43,34 +44,33 @@ def _parser() -> argparse.ArgumentParser:
                           "default AWS credentials, the stack's region)")
     run.add_argument("--log-bucket", help="the stack's checkpoint bucket (pulumi stack output checkpointBucket): "
                                           "driver logs are read from its exported copy once a head is gone")
-    run.add_argument("--repository", default="", help="the stack's ECR repository URL (pulumi stack output "
-                                                      "imageRepository)")
-    rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory")
-    rep.add_argument("dir", type=Path)
-    rep.add_argument("--stack", help="price nodes by this stack's pools: Capacity Block and ODCR at the pool's "
-                                     "capacity.hourlyPrice (default: on-demand nodes at the catalog's price)")
+    rep = sub.add_parser("report", help="report.md, report.json and SVG plots from a collected directory",
+                         parents=[stack_parent("price nodes by this stack's pools: Capacity Block and ODCR at the "
+                                               "pool's capacity.hourlyPrice (default: on-demand nodes at the "
+                                               "catalog's price)")])
+    rep.add_argument("dir", type=Path, help="the directory `run --out` collected into")
     rep.add_argument("--across-node-sets", action="store_true",
                      help="compare attempts that ran on different nodes (refused otherwise)")
     rep.add_argument("--spot-prices", metavar="REGION",
                      help="first collect the Spot nodes' prices from EC2 DescribeSpotPriceHistory (boto3, the "
                           "default AWS credentials) into spot-prices.json")
+    rep.add_argument("--no-plots", dest="plots", action="store_false",
+                     help="write report.md and report.json only (no SVG; matplotlib is not needed)")
     return p
 
 
 def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | None" = None,
          out: Callable[[str], None] = print, aws: "Callable[[str, str], object] | None" = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     return run_command("bench", lambda: _dispatch(args, client, out, aws or _boto3))
 
 
 def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
               aws: Callable[[str, str], object]) -> int:
     if args.command == "estimate":
-        from workloads.checks import gate
-
         from .cost import render_estimate
         exp = read_input(load_experiment, args.experiment)
-        out(render_estimate(exp, gate.read(args.stack or exp.stack, args.stack_dir)))
+        out(render_estimate(exp, read_stack(args, args.stack or exp.stack)))
     elif args.command == "run":
         read_input(load_experiment, args.experiment)  # an invalid file is exit 2 before anything runs
         return _run(args, client, out, aws)
@@ -80,8 +80,9 @@ def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None"
         if args.spot_prices:
             import boto3
             spot = boto3.client("ec2", region_name=args.spot_prices)
-        report = write_report(args.dir, args.stack, args.across_node_sets, spot)
-        out(f"wrote {args.dir}/report.md, report.json and plots ({len(report['arms'])} arms compared)")
+        report = write_report(args.dir, args.stack, args.across_node_sets, spot, args.plots, args.stack_dir)
+        out(f"wrote {args.dir}/report.md, report.json{' and plots' if args.plots else ''} "
+            f"({len(report['arms'])} arms compared)")
     return 0
 
 

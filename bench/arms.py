@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from stackconfig.files import STACKS_DIR
 
 from workloads.pod.miles_launcher import ARGV_ENV
 
@@ -97,10 +100,10 @@ def arm_changes(exp: Experiment, a: str, b: str, cfg: "ProgramConfig") -> dict[s
     return changes(render_arm(exp, a, cfg), render_arm(exp, b, cfg))
 
 
-def rendered_link_changes(report: dict, exp: Experiment, stack: str) -> None:
+def rendered_link_changes(report: dict, exp: Experiment, stack: str, stack_dir: Path = STACKS_DIR) -> None:
     """Replace each decomposition link's ``changes`` (run-file fields) with the differences of the two
-    arms as rendered on ``stack``."""
+    arms as rendered on ``stack`` (its file in ``stack_dir``)."""
     from workloads.checks import gate
-    cfg = gate.read(stack)
+    cfg = gate.read(stack, stack_dir)
     for link in (report.get("decomposition") or {}).get("links", []):
         link["changes"] = arm_changes(exp, link["from"], link["to"], cfg)

@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from stackconfig.files import STACKS_DIR
 from typing import TYPE_CHECKING, Any
 
 from catalog import CATALOG
@@ -87,16 +89,16 @@ def stack_prices(stack: StackConfig | None, spot: dict | None = None) -> Prices:
                    for p in stack.pools}, f"stack {stack.stack}", spot)
 
 
-def read_stack_config(stack: str) -> StackConfig:
+def read_stack_config(stack: str, stack_dir: Path = STACKS_DIR) -> StackConfig:
     from workloads.checks import gate  # imports pulumi: only when a stack is named
-    return gate.read(stack)
+    return gate.read(stack, stack_dir)
 
 
-def load_prices(stack: str | None, root: Path | None = None) -> Prices:
+def load_prices(stack: str | None, root: Path | None = None, stack_dir: Path = STACKS_DIR) -> Prices:
     spot = None
     if root is not None and (Path(root) / SPOT_FILE).is_file():
         spot = json.loads((Path(root) / SPOT_FILE).read_text())
-    return stack_prices(read_stack_config(stack) if stack else None, spot)
+    return stack_prices(read_stack_config(stack, stack_dir) if stack else None, spot)
 
 
 def spot_price(client: Any, instance_type: str, zone: str, start: datetime, end: datetime) -> dict | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,19 +21,13 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
-from workloads.schema.settings import RunFile
+from stackconfig.faults import FaultKind, fault_kind, fault_kinds
+from workloads.schema.run import RunFile
 
 from .stats import MIN_PAIRED_REPEATS
 
 NAME = r"^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$"
 """Experiment and arm names: short DNS labels, so ``<experiment>-<arm>-r<n>`` stays a valid run name."""
-
-
-class FaultKind(StrEnum):
-    """Crashes through AWS FIS (``bench.faults``): a pod killed with grace period 0, an instance terminated."""
-    DELETE_ROLLOUT_POD = "delete-rollout-pod"
-    DELETE_TRAINER_POD = "delete-trainer-pod"
-    TERMINATE_GPU_NODE = "terminate-gpu-node"
 
 
 DRAIN = "drain-gpu-node"
@@ -43,18 +36,24 @@ so every eviction of a run pod is refused (429); what a drain does to a run is n
 
 
 class Fault(SchemaModel):
-    kind: FaultKind
+    kind: str
+    """A fault kind of ``stackconfig/faults.yaml``: a crash through AWS FIS (``bench.faults``)."""
     at_step: int = Field(ge=1)
     """Injected once the driver log shows this rollout step complete."""
 
-    @field_validator("kind", mode="before")
+    @field_validator("kind")
     @classmethod
-    def _no_drain(cls, value):
+    def _known(cls, value: str) -> str:
         if value == DRAIN:
             raise ValueError(f"{DRAIN}: a drain respects the `runs` PodDisruptionBudget (maxUnavailable 0), so the "
                              f"Eviction API refuses every run pod with 429 and nothing happens to the run; allowed: "
-                             f"{', '.join(k.value for k in FaultKind)} (terminate-gpu-node is the node crash)")
+                             f"{', '.join(fault_kinds())} (a terminate-instance kind is the node crash)")
+        fault_kind(value)  # ValueError listing the allowed kinds
         return value
+
+    @property
+    def spec(self) -> FaultKind:
+        return fault_kind(self.kind)
 
 
 class ServingBench(SchemaModel):

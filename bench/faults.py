@@ -18,6 +18,8 @@ its team's templates, the IAM policy ``components.faults`` outputs). Every fault
   node, which the bench tags ``FAULT_TAG`` just before (FIS targets are fixed in the template; the tag
   is what picks the instance); the instance is gone, as in a hardware failure.
 
+Each kind's action and group are data (``stackconfig/faults.yaml``, ``stackconfig.faults``).
+
 Guarantees: every fault returns the time it was injected, the FIS experiment and what it hit, or
 raises ``FaultError`` naming what failed; ``Injector.undo`` stops an experiment still running and
 removes the tag (called by the runner on every path out); ``detected`` is the first Kubernetes Event
@@ -32,16 +34,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from workloads.render.common import RAY_GROUP_LABEL
-from workloads.render.runs import ROLLOUT, RUN_LABEL, TRAINER
+from workloads.render.runs import RUN_LABEL
 from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
-from .experiment import FaultKind
 from components.faults import FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG
+from stackconfig.faults import fault_kind
 
-GROUP = {FaultKind.DELETE_ROLLOUT_POD: ROLLOUT, FaultKind.DELETE_TRAINER_POD: TRAINER,
-         FaultKind.TERMINATE_GPU_NODE: ROLLOUT}
 DONE = {"completed", "stopped", "failed", "cancelled"}
 """FIS experiment states that do no more (FIS API ``ExperimentStatus``)."""
 
@@ -73,10 +73,10 @@ class Injector:
     running: list[str] = field(default_factory=list)
     tagged: list[str] = field(default_factory=list)
 
-    def template(self, kind: FaultKind, team: str) -> str:
+    def template(self, kind: str, team: str) -> str:
         """The id of the stack's template for ``kind`` (and ``team`` for pod faults), found by its tags."""
-        want = {CLUSTER_TAG: self.cluster, FAULT_KIND_TAG: kind.value}
-        if kind is not FaultKind.TERMINATE_GPU_NODE:
+        want = {CLUSTER_TAG: self.cluster, FAULT_KIND_TAG: kind}
+        if fault_kind(kind).per_team:
             want[TEAM_TAG] = team
         found, token = [], None
         while True:
@@ -87,27 +87,29 @@ class Injector:
             if not token:
                 break
         if len(found) != 1:
-            raise FaultError(f"{kind.value}: {len(found)} FIS experiment templates tagged {want} (expected 1: "
+            raise FaultError(f"{kind}: {len(found)} FIS experiment templates tagged {want} (expected 1: "
                              f"deploy the stack with faults enabled, components.faults)")
         return found[0]
 
-    def inject(self, api: RunClient, kind: FaultKind, team: str, run: str) -> dict:
+    def inject(self, api: RunClient, kind: str, team: str, run: str) -> dict:
         """Inject one fault into the run's current pods and wait for FIS to finish it; a record for
         ``faults.json``."""
-        pods = _group_pods(api, team, run, GROUP[kind])
+        spec = fault_kind(kind)
+        group = spec.group
+        pods = _group_pods(api, team, run, group)
         if not pods:
-            raise FaultError(f"run {run}: no running pod of group {GROUP[kind]} to inject {kind.value} into")
+            raise FaultError(f"run {run}: no running pod of group {group} to inject {kind} into")
         template = self.template(kind, team)
-        record = {"kind": kind.value, "group": GROUP[kind], "template": template,
+        record = {"kind": kind, "group": group, "template": template,
                   "podsBefore": [p.metadata.name for p in pods]}
-        if kind is FaultKind.TERMINATE_GPU_NODE:
+        if spec.removes_node:
             node = pods[0].spec.node_name
             iid = instance_id(api.core.api_client.sanitize_for_serialization(api.core.read_node(node))["spec"]["providerID"])
             self.ec2.create_tags(Resources=[iid], Tags=[{"Key": FAULT_TAG, "Value": self.cluster}])
             self.tagged.append(iid)
             record["target"] = f"node/{node} ({iid})"
         else:
-            record["target"] = f"one pod of group {GROUP[kind]} (label {FAULT_TARGET_LABEL})"
+            record["target"] = f"one pod of group {group} (label {FAULT_TARGET_LABEL})"
         record["injectedAt"] = _now().isoformat()
         exp = self.fis.start_experiment(experimentTemplateId=template, tags={RUN_LABEL: run})["experiment"]
         self.running.append(exp["id"])
@@ -116,7 +118,7 @@ class Injector:
         self.running.remove(exp["id"])
         self._untag()
         if state.get("status") != "completed":
-            raise FaultError(f"{kind.value}: FIS experiment {exp['id']} ended {state.get('status')}: "
+            raise FaultError(f"{kind}: FIS experiment {exp['id']} ended {state.get('status')}: "
                              f"{state.get('reason', 'no reason given')}")
         return record
 

@@ -1,25 +1,11 @@
-"""``report.md`` and the SVG plots from the figures (``figures.compute``) and the checked attempts.
+"""``report.md`` from the figures (``figures.compute``); the plots are ``bench.plots``.
 
 Guarantees: a ratio is printed with its interval and with what the repeats say about noise; a
 share of the gain is printed only when the whole gain is beyond that noise; different amounts of
 work between arms are stated; artifacts marked as simulated say so in the report's first line.
-The plots are plain SVG (no plotting library, so ``report`` stays light): ticks on both axes, the
-legend in the right margin outside the data, a dash pattern per repeat, the warm-up band, and fault
-labels staggered so they do not overlap: throughput per step per arm and repeat, cost per million
-tokens per arm (whole attempt and steady state), and a timeline per fault.
 """
 
 from __future__ import annotations
-
-import math
-from datetime import datetime
-from html import escape
-
-from .artifacts import Collected
-from .checks import TOKENS
-
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-W, H = 860, 360
 
 
 def _num(x: float | None, fmt: str = ",.1f") -> str:
@@ -68,7 +54,7 @@ REPEAT_HEAD = ["block", "attempt", "measured steps", "rollout tokens/s (median)"
                "weight sync s", "JCT s", "$", "$ / M tokens (attempt)", "$ / M tokens (steady)", "mode"]
 
 
-def markdown(report: dict, simulated: str | None) -> str:
+def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
     out = []
     if simulated:
         out += [f"**Made by the simulator, not measured: {simulated}**", ""]
@@ -172,149 +158,6 @@ def markdown(report: dict, simulated: str | None) -> str:
               if a["lines_collapsed_by_ray_dedup"]]
     if notes:
         out += ["", "## Log notes", ""] + [f"- {n}" for n in notes]
-    out += ["", "Plots: `throughput.svg`, `cost.svg`" + (", `faults.svg`" if report["faults"] else "") + "."]
+    if plots:
+        out += ["", "Plots: `throughput.svg`, `cost.svg`" + (", `faults.svg`" if report["faults"] else "") + "."]
     return "\n".join(out) + "\n"
-
-
-DASHES = ("", "7,3", "2,2", "9,3,2,3", "4,4")
-"""One dash pattern per repeat, so repeats of an arm are told apart."""
-LEFT, RIGHT, TOP, BOTTOM = 70, 190, 32, 48
-"""Plot margins; the legend sits in the right margin, outside the data."""
-
-
-def _ticks(top: float, n: int = 5) -> list[float]:
-    """Round tick values from 0 to at least ``top``."""
-    if top <= 0:
-        return [0.0, 1.0]
-    raw = top / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    return [i * step for i in range(int(math.ceil(top / step)) + 1)]
-
-
-class _Plot:
-    """Axes with ticks from x0..x1 and 0..y1, and a legend outside the plot area."""
-
-    def __init__(self, title: str, xlabel: str, ylabel: str, x0: float, x1: float, y1: float,
-                 xticks: bool = True):
-        self.xt, self.yt = [x0 + t for t in _ticks(x1 - x0, 6)], _ticks(y1)
-        self.x0, self.x1, self.y1 = x0, max(self.xt[-1], x0 + 1), self.yt[-1]
-        self.out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" '
-                    f'font-size="11">', f'<rect width="{W}" height="{H}" fill="white"/>',
-                    f'<text x="{(LEFT + W - RIGHT) / 2}" y="16" text-anchor="middle" font-size="13">{escape(title)}</text>',
-                    f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 8}" text-anchor="middle">{escape(xlabel)}</text>',
-                    f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" text-anchor="middle">'
-                    f'{escape(ylabel)}</text>']
-        for t in self.yt:
-            _, y = self.xy(self.x0, t)
-            self.out += [f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#e5e5e5"/>',
-                         f'<line x1="{LEFT - 4}" y1="{y:.1f}" x2="{LEFT}" y2="{y:.1f}" stroke="black"/>',
-                         f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{t:,.6g}</text>']
-        for t in self.xt if xticks else []:
-            x, _ = self.xy(t, 0)
-            self.out += [f'<line x1="{x:.1f}" y1="{H - BOTTOM}" x2="{x:.1f}" y2="{H - BOTTOM + 4}" stroke="black"/>',
-                         f'<text x="{x:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{t:,.6g}</text>']
-        self.out += [f'<line x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}" stroke="black"/>',
-                     f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}" stroke="black"/>']
-        self.legend_y = TOP + 4
-
-    def xy(self, x: float, y: float) -> tuple[float, float]:
-        return (LEFT + (W - LEFT - RIGHT) * (x - self.x0) / ((self.x1 - self.x0) or 1),
-                H - BOTTOM - (H - BOTTOM - TOP) * y / (self.y1 or 1))
-
-    def legend(self, label: str, colour: str, dash: str = "", box: bool = False) -> None:
-        x, y = W - RIGHT + 14, self.legend_y
-        self.out.append(f'<rect x="{x}" y="{y - 8}" width="22" height="10" fill="{colour}" opacity="0.3"/>' if box else
-                        f'<line x1="{x}" y1="{y - 3}" x2="{x + 22}" y2="{y - 3}" stroke="{colour}" stroke-width="2"'
-                        + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
-        self.out.append(f'<text x="{x + 28}" y="{y}">{escape(label)}</text>')
-        self.legend_y += 15
-
-    def svg(self) -> str:
-        return "\n".join(self.out + ["</svg>"]) + "\n"
-
-
-def throughput_svg(arms: dict[str, list[Collected]], warmup: int) -> str:
-    series = {}
-    for name, cs in arms.items():
-        for c in cs:
-            gpus = c.rollout_gpus()
-            series[(name, c.attempt.repeat)] = [(s.rollout_id, s.metrics[TOKENS] * gpus)
-                                                for s in c.log.first().values() if TOKENS in s.metrics]
-    xs = [x for pts in series.values() for x, _ in pts] or [0, 1]
-    plot = _Plot("Rollout throughput per step (whole rollout pool)", "rollout step", "tokens/s", min(xs), max(xs),
-                 max((y for pts in series.values() for _, y in pts), default=1) * 1.05)
-    first = min(xs)
-    if warmup:
-        (bx0, _), (bx1, _) = plot.xy(first, 0), plot.xy(first + warmup - 0.5, 0)
-        plot.out.append(f'<rect x="{bx0:.1f}" y="{TOP}" width="{bx1 - bx0:.1f}" height="{H - BOTTOM - TOP}" '
-                        f'fill="#bbbbbb" opacity="0.35"/>')
-        plot.legend(f"warm-up ({warmup} steps)", "#999999", box=True)
-    for i, name in enumerate(arms):
-        colour = COLOURS[i % len(COLOURS)]
-        for (arm, rep), pts in sorted(series.items()):
-            if arm != name:
-                continue
-            dash = DASHES[(rep - 1) % len(DASHES)]
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in (plot.xy(a, b) for a, b in pts))
-            plot.out.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.2" opacity="0.85"'
-                            + (f' stroke-dasharray="{dash}"' if dash else "") + f' points="{path}"/>')
-            plot.legend(f"{name} r{rep}", colour, dash)
-    return plot.svg()
-
-
-def cost_svg(report: dict) -> str:
-    vals = {n: (a["usd_per_million_tokens"], a["steady_usd_per_million_tokens"]) for n, a in report["arms"].items()}
-    top = max((v for pair in vals.values() for v in pair if v), default=1) * 1.15
-    plot = _Plot("Cost per million generated tokens", "arm", "USD / M tokens", 0, max(len(vals), 1), top, xticks=False)
-    kinds = (("whole attempt", 0), ("steady state", 1))
-    for i, (name, pair) in enumerate(vals.items()):
-        for label, k in kinds:
-            v = pair[k]
-            x, _ = plot.xy(i + 0.15 + 0.35 * k, 0)
-            width = plot.xy(0.33, 0)[0] - plot.xy(0, 0)[0]
-            if v is None:
-                plot.out.append(f'<text x="{x:.1f}" y="{H - BOTTOM - 5}">no price</text>')
-                continue
-            _, y = plot.xy(0, v)
-            plot.out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{H - BOTTOM - y:.1f}" '
-                            f'fill="{COLOURS[k]}" opacity="{1 - 0.4 * k}"/>')
-            plot.out.append(f'<text x="{x + width / 2:.1f}" y="{y - 4:.1f}" text-anchor="middle">{v:,.3f}</text>')
-        cx, _ = plot.xy(i + 0.5, 0)
-        plot.out.append(f'<text x="{cx:.1f}" y="{H - BOTTOM + 16}" text-anchor="middle">{escape(name)}</text>')
-    for label, k in kinds:
-        plot.legend(label, COLOURS[k], box=True)
-    return plot.svg()
-
-
-def faults_svg(attempts: list[Collected]) -> str:
-    pts, marks = [], []
-    for c in attempts:
-        t0, gpus = c.start, c.rollout_gpus()
-        pts += [((s.at - t0).total_seconds(), s.metrics[TOKENS] * gpus, c.attempt.repeat)
-                for s in c.log.steps if s.at and TOKENS in s.metrics]
-        for f in c.faults:
-            for key, colour in (("injectedAt", "red"), ("detectedAt", "orange")):
-                if f.get(key):
-                    at = datetime.fromisoformat(f[key].replace("Z", "+00:00"))
-                    marks.append(((at - t0).total_seconds(), colour, f"r{c.attempt.repeat} {f['kind']} {key[:-2]}"))
-    plot = _Plot("Fault timeline: throughput per step", "seconds since the attempt's RayJob started", "tokens/s", 0,
-                 max([p[0] for p in pts] + [m[0] for m in marks] + [1]), max([p[1] for p in pts] + [1]) * 1.05)
-    for rep in sorted({p[2] for p in pts}):
-        colour = COLOURS[(rep - 1) % len(COLOURS)]
-        for x, y, r in pts:
-            if r == rep:
-                px, py = plot.xy(x, y)
-                plot.out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2" fill="{colour}"/>')
-        plot.legend(f"repeat {rep}", colour)
-    seen: list[float] = []
-    for x, colour, label in sorted(marks):
-        px, _ = plot.xy(x, 0)
-        row = sum(1 for q in seen if abs(q - px) < 120) % 6
-        seen.append(px)
-        plot.out.append(f'<line x1="{px:.1f}" y1="{TOP}" x2="{px:.1f}" y2="{H - BOTTOM}" stroke="{colour}"/>')
-        plot.out.append(f'<text x="{px + 3:.1f}" y="{TOP + 12 + 13 * row}" fill="{colour}" font-size="10" '
-                        f'stroke="white" stroke-width="3" paint-order="stroke">{escape(label)}</text>')
-    plot.legend("injected", "red")
-    plot.legend("detected", "orange")
-    return plot.svg()

@@ -34,7 +34,8 @@ import yaml
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
-from workloads.derive.layout import CHECKPOINT_DIR
+from stackconfig.faults import fault_kind
+from workloads.derive.paths import CHECKPOINT_DIR
 from workloads.pod.miles_launcher import driver_log_path
 from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
 from workloads.checks.runs import run_pools
@@ -46,7 +47,7 @@ from workloads.checks import gate
 
 from .artifacts import EXPERIMENT_FILE
 from .cloudwatch import collect as cw_collect, instance_id
-from .experiment import Attempt, Experiment, FaultKind, load_experiment, schedule
+from .experiment import Attempt, Experiment, load_experiment, schedule
 from .driverlog import DriverLog, LogUnavailable
 from .faults import Injector, detected
 from .serving import parse_result, start_command as serving_start
@@ -159,7 +160,7 @@ def with_fault_target(rayjob: dict) -> dict:
 
 def _submit(api: RunClient, cfg: ProgramConfig, run, repository: str, faulted: bool,
             pins: dict[str, list[str]] | None = None) -> None:
-    job = without_dedup(with_repository(pinned(_objects(api, cfg, run).rayjob, pins or {}), repository))
+    job = without_dedup(with_repository(pinned(_objects(api, cfg, run).rayjob, pins or {}), repository, cfg.stack))
     api.submit(with_fault_target(job) if faulted else job)
 
 
@@ -301,7 +302,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
             objs = run_objects(cfg, a.run)
             out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
             out(f"# {a.folder}: {objs.gang.describe()}; faults: "
-                f"{', '.join(f'{f.kind.value} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
+                f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
             job = without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
             out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
         return 0
@@ -311,7 +312,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
         raise ValueError("run: --log-bucket BUCKET (pulumi stack output checkpointBucket) is needed: the end of a "
                          "driver log is read from the bucket once its head is gone")
     for a in attempts:  # refuse before submitting anything
-        with_repository(run_objects(cfg, a.run).rayjob, repository)
+        with_repository(run_objects(cfg, a.run).rayjob, repository, cfg.stack)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(path, out_dir / EXPERIMENT_FILE)
     api = client()
@@ -321,7 +322,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     pins = None
     for a in attempts:
         records = run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs, pins)
-        if any(r["kind"] == FaultKind.TERMINATE_GPU_NODE.value for r in records):
+        if any(fault_kind(r["kind"]).removes_node for r in records):
             pins = None  # a pinned node is gone: the next attempt's nodes become the set
         else:
             pins = pins or node_set(out_dir / a.folder)  # every later attempt on the first one's nodes

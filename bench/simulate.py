@@ -32,12 +32,12 @@ import yaml
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.schema.labels import RUN_LABEL
 from workloads.pod.miles_launcher import ARGV_ENV, JOB_LINE
-from workloads.schema.settings import DeepEPVersion
+from workloads.schema.run import DeepEPVersion
 
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL
 from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, RDMA_READ, RDMA_WRITE, queries
-from .experiment import Attempt, Experiment, FaultKind, load_experiment, schedule
+from .experiment import Attempt, Experiment, load_experiment, schedule
 from .report import SIMULATED_FILE
 
 GPUS_PER_NODE = 8
@@ -208,7 +208,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
     samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
     per_rollout = max(1, samples // run.grpo.global_batch_size)
     drift = rng.gauss(1.0, arm.repeat_drift) * (1 + truth.drift_per_attempt * slot)
-    faults = {f.at_step: f.kind for f in exp.arm(attempt.arm).faults}
+    faults = {f.at_step: f.spec for f in exp.arm(attempt.arm).faults}
     lines = _job_header(attempt, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
     jobs, fault_records, job_start, step, slow = [], [], start, 0, 0
@@ -237,17 +237,17 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
             step += 1
             continue
         injected = t + timedelta(seconds=5)
-        detected = injected + timedelta(seconds=20 if kind is FaultKind.DELETE_ROLLOUT_POD else 45)
-        fault_records.append({"kind": kind.value, "step": step, "target": "simulated",
+        detected = injected + timedelta(seconds=kind.simulated.detected_after_seconds)
+        fault_records.append({"kind": kind.name, "step": step, "target": "simulated",
                               "rayjob": f"{run.name}-{len(jobs) + 1}", "injectedAt": injected.isoformat(),
                               "detectedAt": detected.isoformat(), "detectedBy": "Event CreatedWorkerPod (simulated)"})
-        if kind is FaultKind.DELETE_ROLLOUT_POD:  # the engine restarts in place (--use-fault-tolerance)
+        if kind.simulated.recovery == "in-place":  # the engine restarts (--use-fault-tolerance)
             t = detected + timedelta(seconds=120)
             lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "server_group.py:209",
                                "Recovered 1 dead rollout engines (worker_type=regular)"))
             step, slow = step + 1, 2
             continue
-        # a trainer lost: the job fails, the next attempt resumes at the last checkpoint boundary
+        # resubmit: the job fails, the next attempt resumes at the last checkpoint boundary
         cut = str({"perf/rollout_time": 1.0, "perf/tokens_per_gpu_per_sec": 2.0})[:25]
         lines.append(_line(injected, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
         jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, detected, failed=True))

@@ -92,8 +92,9 @@ from analysis import plan
 import program
 from analysis import mocks
 from analysis.planning import make_plan
+from workloads.checks import gate
 imports = time.perf_counter() - t
-cfg = plan.read_stack({BASE!r}, model=plan.config_model())
+cfg = gate.typed({BASE!r})
 record, compute = [], []
 for _ in range({runs}):
     t = time.perf_counter(); graph = plan.record(cfg); record.append(time.perf_counter() - t)

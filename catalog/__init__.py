@@ -1,14 +1,19 @@
 """The instance catalog: every fact about an EC2 instance type that the platform depends on.
 
 One row per type, one place per fact. Launch templates, subnet sizing, device-plugin coverage,
-pod resource requests and the cost figures of the plan all derive from these rows.
+pod resource requests, the NCCL environment, the GIN backend, the burn-in's allowances and floors,
+the acceptance's figures, the MoE rules' compute capability and the cost figures of the plan all
+derive from these rows.
 
 The rows are generated from public instance data (``data/ec2-instance-types.json``, written by
 ``scripts/generate_catalog.py`` from Karpenter's DescribeInstanceTypes reference, its VPC limits and
 price tables, and amazon-eks-ami's instance info; the file records each source's commit and blob).
-``hand_checked.GPU_FAMILIES`` overrides them where it is more precise (EFA card layout, EFA
-generation and bandwidth, disks per instance). Prices are optional: us-east-1 on-demand where the
-data has one, else none (a stack sets ``capacity.hourlyPrice``; the plan says when it has none).
+``data/gpu-facts.json`` (typed by ``catalog.facts``) holds what was checked by hand, each fact with its
+origin: a record per GPU model (``InstanceType.gpu``) and an entry per GPU family (``InstanceType.facts``)
+whose types' rows it overrides where it is more precise (EFA card layout, EFA generation and bandwidth,
+disks per instance). A fact the files lack is an error naming the file and the field (``MissingFact``),
+never a default. Prices are optional: us-east-1 on-demand where the data has one, else none (a stack
+sets ``capacity.hourlyPrice``; the plan says when it has none).
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .hand_checked import GPU_FAMILIES
+from . import facts as F
 
-DATA = Path(__file__).resolve().parent / "data" / "ec2-instance-types.json"
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TYPES_FILE = "ec2-instance-types.json"
+FACTS_FILE = "gpu-facts.json"
+FACTS_PATH = f"catalog/data/{FACTS_FILE}"
 MIB_PER_GIB = 1024
 EFA_LOOPBACK_FLOOR_SHARE = 0.5
 """A ping-pong keeps one message in flight, so with S-byte messages over a device of line rate B and
@@ -53,7 +61,7 @@ class InstanceType:
     nvme_disk_gb: int = 0
     nvme_total_gb: int = 0
     hand_checked: bool = False
-    """The family's EFA card layout and disks were checked by hand (``hand_checked``)."""
+    """The type's EFA card layout and disks were checked by hand (``gpu-facts.json``: ``families.<f>.types``)."""
 
     @property
     def has_efa(self) -> bool:
@@ -86,6 +94,52 @@ class InstanceType:
         return self.hand_checked or self.efa_max in (0, self.network_cards) or self.network_cards == 1
 
 
+    @property
+    def gpu(self) -> F.Gpu:
+        """The record of the type's GPU model (``gpu-facts.json``: ``gpus``)."""
+        if not self.is_gpu:
+            raise MissingFact(f"{self.name} has no GPU")
+        return gpu(self.gpu_model)
+
+    @property
+    def facts(self) -> F.Family:
+        """The entry of the type's family (``gpu-facts.json``: ``families``); MissingFact when it has none."""
+        found = FACTS.families.get(self.family)
+        if found is None:
+            fields = ", ".join(f for f in F.Family.model_fields if f != "origin")
+            raise MissingFact(f"{self.name}: the instance catalog has no facts for family {self.family!r} "
+                              f"({FACTS_PATH}: families.{self.family}, with {fields}); add its entry there")
+        return found
+
+    @property
+    def gin_gda(self) -> bool:
+        """GPU-initiated EFA (NCCL GIN type 5) runs on the type's family."""
+        return self.facts.gin_gda
+
+    @property
+    def burn_in_nccl_seconds(self) -> int:
+        """The burn-in's allowance for its intra-node NCCL bench on one node of the type."""
+        return self.facts.burn_in_nccl_seconds
+
+    @property
+    def fabric(self) -> F.Fabric | None:
+        """The family's fabric figures; None where the catalog says it has none (its origin says why)."""
+        return self.facts.fabric
+
+
+class MissingFact(ValueError):
+    """The catalog lacks a fact the platform needs: the message names the file and the field to add."""
+
+
+def gpu(model: str) -> F.Gpu:
+    """The record of GPU model ``model``; MissingFact naming the known ones."""
+    found = FACTS.gpus.get(model)
+    if found is None:
+        raise MissingFact(f"unknown GPU model {model!r}: not in {FACTS_PATH} gpus; known: "
+                          f"{', '.join(sorted(FACTS.gpus))}")
+    return found
+
+
 def _row(name: str, r: dict) -> InstanceType:
     return InstanceType(
         name=name, vcpu=r["vcpu"], memory_gib=r["memory_mib"] // MIB_PER_GIB, max_pods=r["max_pods"],
@@ -95,17 +149,45 @@ def _row(name: str, r: dict) -> InstanceType:
         efa_gbps=(r["network_baseline_gbps"] or 0) if r["efa_max"] else 0, nvme_total_gb=r["nvme_total_gb"] or 0)
 
 
-def load(path: Path = DATA) -> dict[str, InstanceType]:
-    rows = json.loads(path.read_text())["instance_types"]
+def _checked(rows: dict[str, InstanceType], facts: F.Facts) -> None:
+    """What the two files must agree on: each GPU model has a record, each family its types, and a
+    family's figures state NVLink SHARP's absence exactly where its GPU has it."""
+    models = sorted({t.gpu_model for t in rows.values() if t.is_gpu} - set(facts.gpus))
+    if models:
+        raise ValueError(f"{FACTS_FILE}: gpus: no record for {', '.join(models)} (GPU models of {TYPES_FILE})")
+    for name, fam in facts.families.items():
+        for t in fam.types:
+            if t not in rows or rows[t].family != name:
+                raise ValueError(f"{FACTS_FILE}: families.{name}.types.{t}: not a {name} type of {TYPES_FILE}")
+        if fam.fabric is not None:
+            nvls = facts.gpus[rows[fam.fabric.instance_type].gpu_model].nvls
+            if nvls != (fam.fabric.node_all_reduce_without_nvls is not None):
+                raise ValueError(f"{FACTS_FILE}: families.{name}.fabric.node_all_reduce_without_nvls: "
+                                 f"{'required' if nvls else 'must be null'}: the GPU "
+                                 f"{'has' if nvls else 'has no'} NVLink SHARP")
+
+
+def load(data_dir: Path = DATA_DIR) -> tuple[dict[str, InstanceType], F.Facts]:
+    """The rows of ``data_dir``'s two files, the hand-checked types' facts applied, and those facts;
+    ValueError naming the file and the field that is missing or wrong."""
+    rows = json.loads((data_dir / TYPES_FILE).read_text())["instance_types"]
     catalog = {name: _row(name, r) for name, r in rows.items()}
-    for name, facts in GPU_FAMILIES.items():
-        catalog[name] = replace(catalog[name], hand_checked=True, **facts)
-    return catalog
+    facts = F.read(data_dir / FACTS_FILE)
+    _checked(catalog, facts)
+    for fam in facts.families.values():
+        for name, given in fam.types.items():
+            catalog[name] = replace(catalog[name], hand_checked=True, **given.given())
+    return catalog, facts
 
 
-CATALOG: dict[str, InstanceType] = load()
+CATALOG, FACTS = load()
 EFA_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.has_efa)
 GPU_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.is_gpu)
+
+
+def gda_families() -> list[str]:
+    """The families GPU-initiated EFA runs on (``Family.gin_gda``)."""
+    return sorted(name for name, fam in FACTS.families.items() if fam.gin_gda)
 
 
 def not_in_catalog(name: str) -> str:

@@ -89,17 +89,28 @@ def key_policy(key_arn: str, bucket_arn: str) -> str:
     ])
 
 
+def _bucket_statements(bucket_arn: str, prefix: str) -> list[dict]:
+    """Bucket-level reads. ``s3:prefix`` is a condition key of ListBucket only (Service
+    Authorization Reference, Amazon S3, actions and their condition keys): on GetBucketLocation or
+    ListBucketMultipartUploads it is never set, so an Allow conditioned on it never matches. A prefix
+    writer lists only its prefix and asks the bucket's region without that condition (it names no object);
+    it lists no multipart uploads, which no key can hold to a prefix and which would show every
+    team's upload keys: it completes or aborts its own by upload id, the lifecycle rule the rest."""
+    if not prefix:
+        return [{"Sid": "List", "Effect": "Allow", "Resource": bucket_arn,
+                 "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"]}]
+    return [{"Sid": "List", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn,
+             "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}}},
+            {"Sid": "BucketLocation", "Effect": "Allow", "Action": ["s3:GetBucketLocation"], "Resource": bucket_arn}]
+
+
 def writer_policy(bucket_arn: str, key_arn: str, prefix: str = "") -> str:
-    """Read and write objects of the bucket, or only under ``prefix`` (listing limited to it too:
-    ``s3:prefix`` condition of ListBucket, IAM user guide "Amazon S3 condition keys"); never delete;
-    the bucket's key only for objects of that prefix (the S3 encryption context)."""
-    listing: dict = {"Sid": "List", "Effect": "Allow", "Action": ["s3:ListBucket", "s3:GetBucketLocation",
-                                                                 "s3:ListBucketMultipartUploads"], "Resource": bucket_arn}
-    if prefix:
-        listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*"]}}
+    """Read and write objects of the bucket, or only under ``prefix`` (listing limited to it too,
+    ``_bucket_statements``); never delete; the bucket's key only for objects of that prefix (the S3
+    encryption context)."""
     objects = _object_arn_pattern(bucket_arn, prefix)
     statements = [
-        listing,
+        *_bucket_statements(bucket_arn, prefix),
         {"Sid": "Objects", "Effect": "Allow", "Action": OBJECT_ACTIONS, "Resource": objects},
         {"Sid": "Key", "Effect": "Allow", "Action": WRITER_KMS_ACTIONS, "Resource": key_arn,
          "Condition": {"StringLike": {"kms:EncryptionContext:aws:s3:arn": objects}}},

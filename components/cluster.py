@@ -107,7 +107,7 @@ class Cluster(pulumi.ComponentResource):
             # admins are the stack's adminRoleArns instead (EKS API CreateCluster,
             # accessConfig.bootstrapClusterCreatorAdminPermissions, default true). EKS reads it only
             # at creation (terraform-provider-aws internal/service/eks/cluster.go: ForceNew), so a
-            # cluster created before keeps its creator entry (README: delete it by hand) rather
+            # cluster created before keeps its creator entry (docs/getting-started/first-deploy.md: delete it by hand) rather
             # than being replaced: the change is ignored on update.
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False),

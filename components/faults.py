@@ -17,6 +17,10 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
   (``ALL``): the bench tags exactly one instance before starting it. Its policy (``node_policy``) is
   for the platform's operators only: tagging is not tied to a team, so it could stop any node.
 
+The fault kinds are data (``stackconfig/faults.yaml``, typed by ``stackconfig.faults``): each names one of
+the actions above and the worker group it hits; the templates and the bench policies derive from it (as
+do ``bench.faults`` and ``bench.simulate``), so a new kind on an existing action is one entry there.
+
 Guarantees: nothing is created unless ``faults.enabled`` is set; the FIS role may terminate only
 instances tagged ``FAULT_TAG`` = this cluster and gets Kubernetes access only through the access
 entry's group (``FIS_GROUP``), which each team namespace binds (``workloads.render.faults``).
@@ -29,6 +33,8 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_aws as aws
 
+from stackconfig.faults import fault_kinds
+
 from .iam import policy_document, trust_policy
 
 FAULT_TAG = "rl.platform/fault-target"
@@ -40,10 +46,6 @@ CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/faul
 FIS_GROUP = "rl-fault-injector"
 """Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
 FIS_SERVICE_ACCOUNT = "fis-pod-delete"
-POD_GROUPS = {"delete-rollout-pod": "rollout", "delete-trainer-pod": "trainer"}
-TERMINATE = "terminate-gpu-node"
-
-
 def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
     """Targets and action of one ``aws:eks:pod-delete`` template (FIS actions reference: parameters
     ``gracePeriodSeconds``, ``kubernetesServiceAccount``; target ``aws:eks:pod``)."""
@@ -86,18 +88,33 @@ def team_policy_statements(cluster: str, team: str) -> list[dict]:
 
 def node_policy_statements(cluster: str) -> list[dict]:
     """An operator's node-fault rights: tag an instance of this cluster with ``FAULT_TAG`` only, and
-    start the cluster's terminate template."""
+    start the cluster's terminate templates."""
+    node_kinds = sorted(k.name for k in fault_kinds().values() if k.removes_node)
     return [{"Effect": "Allow", "Action": ["ec2:CreateTags", "ec2:DeleteTags"], "Resource": "arn:aws:ec2:*:*:instance/*",
              "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster},
                            "ForAllValues:StringEquals": {"aws:TagKeys": [FAULT_TAG]}}},
             {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment-template/*",
              "Condition": {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster,
-                                            f"aws:ResourceTag/{FAULT_KIND_TAG}": TERMINATE}}}]
+                                            f"aws:ResourceTag/{FAULT_KIND_TAG}": node_kinds}}}]
+
+
+def template_specs(cluster: str, teams: Sequence[tuple[str, str]]) -> dict[str, tuple[dict, dict]]:
+    """Every FIS template of the engine, by the suffix of its resource name (``<team>-<kind>`` for a pod
+    fault, ``<kind>`` for a node fault): (``pod_delete_template``/``terminate_template``, its tags)."""
+    out: dict[str, tuple[dict, dict]] = {}
+    for kind in fault_kinds().values():
+        if kind.per_team:
+            out |= {f"{team}-{kind.name}": (pod_delete_template(cluster, namespace, kind.group),
+                                            {CLUSTER_TAG: cluster, TEAM_TAG: team, FAULT_KIND_TAG: kind.name})
+                    for team, namespace in teams}
+        else:
+            out[kind.name] = (terminate_template(cluster), {CLUSTER_TAG: cluster, FAULT_KIND_TAG: kind.name})
+    return out
 
 
 class FaultEngine(pulumi.ComponentResource):
-    """The FIS role, its cluster access, one pod-delete template per team and group, the terminate
-    template, and the bench policies (``teamPolicies`` per team, ``nodePolicy``)."""
+    """The FIS role, its cluster access, the templates of every fault kind (``template_specs``), and the
+    bench policies (``teamPolicies`` per team, ``nodePolicy``)."""
 
     def __init__(self, cluster: str, cluster_arn: pulumi.Input[str], teams: Sequence[tuple[str, str]],
                  depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
@@ -110,13 +127,8 @@ class FaultEngine(pulumi.ComponentResource):
             lambda arn: policy_document(fis_role_statements(cluster, arn))), opts=child)
         aws.eks.AccessEntry(f"{name}-fis", cluster_name=cluster, principal_arn=role.arn,
                             kubernetes_groups=[FIS_GROUP], type="STANDARD", opts=child)
-        specs = {(team, kind): (pod_delete_template(cluster, namespace, group),
-                                {CLUSTER_TAG: cluster, TEAM_TAG: team, FAULT_KIND_TAG: kind})
-                 for team, namespace in teams for kind, group in POD_GROUPS.items()}
-        specs[TERMINATE] = (terminate_template(cluster), {CLUSTER_TAG: cluster, FAULT_KIND_TAG: TERMINATE})
-        self.templates = {key: experiment_template(f"{name}-{'-'.join(key) if isinstance(key, tuple) else key}",
-                                                   spec, tags, role.arn, child)
-                          for key, (spec, tags) in specs.items()}
+        self.templates = {key: experiment_template(f"{name}-{key}", spec, tags, role.arn, child)
+                          for key, (spec, tags) in template_specs(cluster, teams).items()}
         self.team_policies = {team: aws.iam.Policy(f"{name}-bench-{team}", description=f"bench faults of team {team}",
                                                    policy=policy_document(team_policy_statements(cluster, team)),
                                                    opts=child) for team, _ in teams}

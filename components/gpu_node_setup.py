@@ -1,8 +1,8 @@
 """GpuNodeSetup: what a GPU pool's nodes must do on the host before kubelet starts, for DeepEP V2.
 
 DeepEP V2 runs on NCCL GIN through aws-ofi-nccl. Both GIN modes need GDRCopy >= 2.5 (runtime and the
-``gdrdrv`` kernel module); the GPU-initiated mode (EFA-GDA, ``NCCL_GIN_TYPE=5``) runs on p5en, p6-b200
-and p6-b300 only and also needs the NVIDIA driver option ``PeerMappingOverride=1`` and an EFA kernel
+``gdrdrv`` kernel module); the GPU-initiated mode (EFA-GDA, ``NCCL_GIN_TYPE=5``) runs on the families
+the instance catalog marks ``gin_gda`` only (p5en, p6-b200 and p6-b300) and also needs the NVIDIA driver option ``PeerMappingOverride=1`` and an EFA kernel
 driver >= 3.3.0 (aws/aws-ofi-nccl@2daf7d3:doc/gin-getting-started.md; aws/aws-ofi-nccl#1369 and PR
 #1371). The AL2023 NVIDIA AMI ships none of gdrdrv, the option or that EFA driver.
 
@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from catalog import gda_families
 from stackconfig.stack import LABEL_PREFIX, Pool, Taint
 
-GDA_FAMILIES = frozenset({"p5en", "p6-b200", "p6-b300"})
-"""GPU-initiated EFA (EFA-GDA) instance families: aws/aws-ofi-nccl@2daf7d3:doc/gin-getting-started.md:34."""
 MIN_EFA_DRIVER_FOR_GDA = "3.3.0"
 """aws/aws-ofi-nccl#1369 (efa.ko >= 3.3.0, the completion-counter API), documented by PR #1371; the
 EFA installer 1.50.0 ships it. amzn/amzn-drivers@64788ef:kernel/linux/efa/src/efa_main.c:40-51 is 3.1.0."""
@@ -119,8 +118,8 @@ class GpuNodeSetup:
 
 
 def for_pool(pool: Pool, deepep_v2: bool, gpu_initiated: bool) -> GpuNodeSetup:
-    """The setup a pool's nodes need for the run's DeepEP mode. Families for GPU-initiated EFA:
-    aws/aws-ofi-nccl@2daf7d3:doc/gin-getting-started.md:34; both GIN modes need GDRCopy 2.5 (ibid.:13)."""
+    """The setup a pool's nodes need for the run's DeepEP mode. Families for GPU-initiated EFA: the
+    catalog's ``gin_gda``; both GIN modes need GDRCopy 2.5 (aws/aws-ofi-nccl@2daf7d3:doc/gin-getting-started.md:13)."""
     if not pool.instance.is_gpu:
         return GpuNodeSetup()
     if gpu_initiated and not deepep_v2:
@@ -130,9 +129,9 @@ def for_pool(pool: Pool, deepep_v2: bool, gpu_initiated: bool) -> GpuNodeSetup:
         return GpuNodeSetup()
     if not gpu_initiated:
         return GpuNodeSetup(gdrcopy=True)
-    if pool.instance.family not in GDA_FAMILIES:
+    if not pool.instance.gin_gda:
         raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA runs on "
-                         f"{', '.join(sorted(GDA_FAMILIES))} only, pool {pool.name!r} is {pool.instance_type}; "
+                         f"{', '.join(gda_families())} only, pool {pool.name!r} is {pool.instance_type}; "
                          f"allowed: proxy, auto")
     if not pool.efa_enabled:
         raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA needs EFA, pool {pool.name!r} has "

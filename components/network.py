@@ -49,7 +49,7 @@ KUBERNETES_REGISTRY_BUCKET_EXCEPTIONS = {"eu-west-2": "767373bbdcb8270361b965483
 through the S3 gateway endpoint, so its policy must allow it, or every image from registry.k8s.io
 fails on its first layer. A registry whose layers come from a CDN never meets the endpoint; one
 that redirects to another owner's bucket in this region (not verified offline for quay.io and
-nvcr.io) is refused by the policy: copy such an image into the stack's ECR repository (README,
+nvcr.io) is refused by the policy: copy such an image into the stack's ECR repository (docs/getting-started/first-deploy.md,
 Deploy), which is what the platform does for DCGM."""
 
 

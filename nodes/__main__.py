@@ -1,7 +1,7 @@
 """``python -m nodes``: the GPU nodes' burn-in, seen and steered from outside.
 
     python -m nodes status [--context C] [--json]     every GPU node: pool, result, figures, age, reason
-    python -m nodes plan STACK                         the burn-in time each GPU pool adds before its nodes work
+    python -m nodes plan STACK [--stack-dir DIR]       the burn-in time each GPU pool adds before its nodes work
     python -m nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
                                                        preflight refused since they passed)
     python -m nodes reset-breaker POOL                 close a pool's tripped replacement breaker (after a look)
@@ -72,23 +72,27 @@ def kube_client(context: str | None) -> NodesClient:
     return NodesClient(connect(context))
 
 
-def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | None = None,
-         out: Callable[[str], None] = print) -> int:
-    from stackconfig.files import STACKS_DIR
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m nodes``."""
+    from workloads.cli.base import cluster_parent, stack_parent
     p = argparse.ArgumentParser(prog="python -m nodes", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("status")
-    s.add_argument("--json", action="store_true")
-    pl = sub.add_parser("plan")
-    pl.add_argument("stack")
-    pl.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
-    r = sub.add_parser("retest")
-    r.add_argument("nodes", nargs="*")
-    r.add_argument("--refused", action="store_true")
-    rb = sub.add_parser("reset-breaker")
-    rb.add_argument("pool")
-    for q in (s, r, rb):
-        q.add_argument("--context")
+    cluster = cluster_parent()
+    s = sub.add_parser("status", parents=[cluster], help="every GPU node: pool, burn-in result, figures, age, reason; "
+                                                         "exit 1 unless every one passed")
+    s.add_argument("--json", action="store_true", help="the rows as JSON")
+    sub.add_parser("plan", parents=[stack_parent()], help="the burn-in time each GPU pool adds before its nodes work")
+    r = sub.add_parser("retest", parents=[cluster], help="taint nodes again and re-test them")
+    r.add_argument("nodes", nargs="*", help="node names")
+    r.add_argument("--refused", action="store_true", help="also the nodes a run's preflight refused since they passed")
+    rb = sub.add_parser("reset-breaker", parents=[cluster], help="close a pool's tripped replacement breaker")
+    rb.add_argument("pool", help="the pool's name (stack file, pools[].name)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | None = None,
+         out: Callable[[str], None] = print) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.command == "retest" and not args.nodes and not args.refused:
         p.error("retest: name nodes or pass --refused")

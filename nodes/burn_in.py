@@ -5,7 +5,8 @@ Guarantees: every pool whose nodes register with the burn-in taint (every GPU po
 that does not exist; the checks are the run's own (the preflight with the arguments the pool's Ray
 pods use, and that pod's resources), the NCCL floors are the acceptance's (``expected`` and
 ``floor_of`` of ``workloads.acceptance``), the EFA loopback floor is the catalog's
-(``InstanceType.efa_loopback_floor_mbs``). Time: the DCGM diagnostic has its own allowance (its
+(``InstanceType.efa_loopback_floor_mbs``), and so is the NCCL bench's allowance (``burn_in_nccl_seconds``
+of the pool's family: a family the catalog has no entry for is refused, never given a default). Time: the DCGM diagnostic has its own allowance (its
 init container's ``timeout``), the image pulls theirs, and the agent's budget (its clock starts when
 the agent container starts) is the sum of the allowances of the steps it runs. A
 ``burnIn.dcgmLevels`` key that is not a GPU pool is refused here, before any resource is registered.
@@ -20,7 +21,7 @@ from stackconfig.burn_in import BreakerSettings
 from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
 from workloads.derive import layout as L
 from workloads.acceptance.compare import floor_of
-from workloads.acceptance.expected import EXPECTED, expected
+from workloads.acceptance.expected import expected, family_of
 from workloads.pod.fabric_bench import OPS
 from workloads.derive.model import WorkloadModel
 from workloads.render.ray import preflight_args
@@ -41,11 +42,6 @@ PREFLIGHT_SECONDS = 420
 LOOPBACK_SECONDS_PER_DEVICE = 20
 """One ``fi_pingpong`` exchange per EFA device (each is a server once and a client once); two per
 device: the data check (``-c``) and the bandwidth run (``nodes.agent``)."""
-BENCH_SECONDS = {"p4d": 420, "p4de": 420, "p5": 300, "p5e": 300, "p5en": 300, "p6-b200": 300, "p6-b300": 300}
-"""Intra-node all-reduce and all-to-all, 64 MiB to 4 GiB, 5 warm-up and 20 timed calls per size
-(``workloads/pod/fabric_bench.py``), plus the NCCL start: an allowance per family (A100 moves the 4 GiB
-sizes at half an H100's NVLink rate), not a measurement."""
-BENCH_DEFAULT_SECONDS = 420
 BENCH_SIZES = ("64M", "4G")
 """Range of the intra-node bench: the families' figures are peaks at 2-16 GiB payloads (``expected.py``)."""
 
@@ -118,10 +114,11 @@ def _group(m: WorkloadModel, pool: Pool) -> tuple[L.Group, list[str]]:
 
 def floors(pool: Pool, g: L.Group) -> tuple[Floor, ...]:
     """The acceptance's figure for one node of the pool's family, for each collective, with NVLink
-    SHARP as the pod's env allows it (``NCCL_NVLS_ENABLE``, as ``compare`` reads it)."""
-    fam = EXPECTED.get(pool.instance.family)
-    if fam is None:
-        return ()
+    SHARP as the pod's env allows it (``NCCL_NVLS_ENABLE``, as ``compare`` reads it); none where the
+    catalog gives the family no figures."""
+    if pool.instance.fabric is None:
+        return ()  # the catalog says the family has no figures (its origin says why)
+    fam = family_of(pool)
     nvls = g.env.get("NCCL_NVLS_ENABLE", "1") != "0"
     out = []
     for op in OPS:
@@ -148,7 +145,7 @@ def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False,
          breaker: BreakerSettings = BreakerSettings()) -> PoolBurnIn:
     g, args = _group(m, pool)
     steps = {"pull": PULL_SECONDS, "dcgm": DCGM_SECONDS[level], "preflight": PREFLIGHT_SECONDS,
-             "nccl": BENCH_SECONDS.get(pool.instance.family, BENCH_DEFAULT_SECONDS) if g.gpus > 1 else 0,
+             "nccl": pool.instance.burn_in_nccl_seconds if g.gpus > 1 else 0,
              "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
                       efa_devices=pool.efa_devices, budget_seconds=sum(steps[s] for s in AGENT_STEPS), steps=steps,

@@ -81,11 +81,10 @@ def scan(stack: str, binary: str, keep: Path | None = None) -> list[Finding]:
     sys.path.insert(0, str(ROOT))
     import program
     from analysis import mocks
-    from stackconfig.files import read_stack
     from policy.render import write
+    from workloads.checks import gate
 
-    model = getattr(program, "ProgramConfig", None)
-    cfg = read_stack(stack, model=model) if model else read_stack(stack)
+    cfg = gate.read(stack)
     graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack=stack)
     with tempfile.TemporaryDirectory(prefix=f"k8s-{stack}-") as tmp:
         directory = keep or Path(tmp)

@@ -26,6 +26,8 @@ BUILT = Path(__file__).resolve().parent / "built"
 """One record per built image: ``<profile>.versions``, the image's ``/etc/rl-platform-image-versions``
 (what its last build step read from the image itself), written by ``python -m workloads.cli.runs profiles
 <profile> --record-image FILE``. Where a record exists, the profile's NCCL is the record's."""
+BUILD_CONTEXT = "workloads/image"
+"""The image builds' context (repository path): every profile's recipe is a Dockerfile in it."""
 DEFAULT_PROFILE = "miles-0.1"
 """What a run gets when it names none: the stack the platform ran before profiles existed."""
 COMMIT = r"^[0-9a-f]{40}$"
@@ -66,7 +68,11 @@ class SGLang(_Model):
     version: str = Field(pattern=r"^\d+\.\d+\.\d+$")
     """The SGLang release line: its wheel's ``ServerArgs`` and MoE checks are the rules applied."""
     source: str
-    """Where the image's SGLang comes from (a fork branch and commit, or the base image's release)."""
+    """Where the image's SGLang comes from: the fork's repository, or the base image's release."""
+    branch: str | None = None
+    """The fork's branch the recipe checks out (``SGLANG_BRANCH``); None: the base image's SGLang."""
+    commit: str | None = Field(None, pattern=COMMIT)
+    """The fork's commit (``SGLANG_COMMIT``); None with a branch: a required build argument."""
     flags: str
 
 
@@ -83,18 +89,21 @@ class Wheels(_Model):
 
 
 class Image(_Model):
-    recipe: str
-    """Dockerfile under ``workloads/image/``."""
+    recipe: str = Field(pattern=rf"^{BUILD_CONTEXT}/[\w.-]+$")
+    """A Dockerfile in ``BUILD_CONTEXT``."""
     base: str
     tag: str = Field(pattern=r"^[\w][\w.-]{0,127}$")
     """The tag the recipe's build is pushed under in the stack's repository and that pods pull."""
     args: dict[str, str] = {}
-    """Build arguments the profile sets (``docker buildx build --build-arg``)."""
+    """Build arguments no typed field gives (further pins); the typed fields' own are derived from them
+    (``software.report.build_args``), and an entry here that repeats one is refused."""
     pin_deviations: dict[str, str] = {}
     """Pinned distributions allowed outside the image's SGLang Requires-Dist, each with why (upstream
     cited); the build's pin check (``# contract: pins``) refuses every other pin outside it."""
     required_args: tuple[str, ...] = ()
     """Build arguments with no default: pins not readable here, given at build time."""
+    nccl_override: bool = False
+    """The recipe replaces torch's NCCL with the profile's ``nccl`` (``NCCL_CU13_OVERRIDE``)."""
     digest_required: bool = False
     """The stack refuses the profile unless its image is pinned by ``@sha256:`` digest (the recipe
     resolves some pins at build time, so only the digest names what was built)."""
@@ -136,21 +145,27 @@ class Profile(_Model):
     image: Image
 
     @property
+    def framework_commit_arg(self) -> str:
+        """The recipe's build argument for the framework's commit (``MILES_COMMIT``, ``SLIME_COMMIT``)."""
+        return f"{self.framework.value.upper()}_COMMIT"
+
+    @property
     def workdir(self) -> str:
         """Where the image has the framework's checkout (its entry points)."""
         return f"/root/{self.framework.value}"
 
     @model_validator(mode="after")
     def _consistent(self) -> "Profile":
-        if self.framework_source.commit is None and "MILES_COMMIT" not in self.image.required_args:
+        if self.framework_source.commit is None and self.framework_commit_arg not in self.image.required_args:
             raise ValueError(f"{self.name}: no framework commit and none required at build time")
+        if self.sglang.branch and self.sglang.commit is None and "SGLANG_COMMIT" not in self.image.required_args:
+            raise ValueError(f"{self.name}: sglang.branch {self.sglang.branch} with no commit and none required at "
+                             f"build time")
         if self.image.required_args and not self.image.digest_required:
             raise ValueError(f"{self.name}: pins resolved at build time need the image pinned by digest")
         if self.wheels and version_tuple(self.wheels.torch) != version_tuple(self.torch):
             raise ValueError(f"{self.name}: wheels: release {self.wheels.release} is built for torch "
                              f"{self.wheels.torch}, the image's torch is {self.torch}")
-        if self.wheels and {"WHEELS_REPO", "WHEELS_TAG_X86", "WHEELS_TORCH"} & set(self.image.args):
-            raise ValueError(f"{self.name}: image.args: the wheels build arguments come from `wheels`")
         for dist, why in self.image.pin_deviations.items():
             if not why.strip():
                 raise ValueError(f"{self.name}: image.pinDeviations.{dist}: say why (the upstream source)")
@@ -188,8 +203,10 @@ def _with_record(name: str, row: dict, built: Path) -> dict:
     return {**row, "nccl": have, "ncclFromImage": True}
 
 
-def load(data: Path = DATA, built: Path = BUILT) -> dict[str, Profile]:
-    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file."""
+def load(data: Path | None = None, built: Path | None = None) -> dict[str, Profile]:
+    """The catalog in ``data``, each NCCL from its image record in ``built``; ValueError naming the file.
+    Defaults: ``DATA`` and ``BUILT`` as they are when called (a test may point them at a copy)."""
+    data, built = data or DATA, built or BUILT
     rows = yaml.safe_load(data.read_text())
     out = {name: Profile.model_validate({"name": name, **_with_record(name, row, built)}) for name, row in rows.items()}
     shared: dict[tuple[str, str], Profile] = {}

@@ -15,6 +15,7 @@ from pathlib import Path
 MARKER = re.compile(r"^#\s*contract:\s*([\w.-]+)\s*$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1")
 ARG = re.compile(r"^ARG (\w+)(?:=(.*))?$")
+FROM = re.compile(r"^FROM\s+([^\s:]+):\$\{(\w+)\}")
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,13 @@ def arg_defaults(dockerfile: Path) -> dict[str, str]:
         if m and m.group(2) is not None:
             out[m.group(1)] = m.group(2).strip().strip('"')
     return out
+
+
+def declared(dockerfile: Path) -> set[str]:
+    """Every ``ARG`` name the recipe declares, with or without a default."""
+    return {m.group(1) for line in dockerfile.read_text().splitlines() if (m := ARG.match(line.strip()))}
+
+
+def base_args(dockerfile: Path) -> dict[str, str]:
+    """``FROM <image>:${ARG}`` of the recipe: the build argument that holds each base image's tag."""
+    return {m.group(1): m.group(2) for line in dockerfile.read_text().splitlines() if (m := FROM.match(line.strip()))}

@@ -1,5 +1,6 @@
-"""The stack schema: what a stack file may say (``stack``), the pinned versions (``versions``) and
-how stack files are found and read (``files``). Validation only: nothing here creates a resource.
+"""The stack schema: what a stack file may say (``stack``), the pinned versions (``versions``), the
+benchmark's fault kinds the stack creates templates for (``faults``) and how stack files are found and
+read (``files``). Validation only: nothing here creates a resource.
 
 The names below are loaded from ``stack`` on first use, so that importing a light submodule
 (``base``, ``labels``) does not import ``stack`` and, through ``StackConfigError``, ``pulumi``."""

@@ -1,5 +1,5 @@
 """The stack's ``deploy:`` block: which part of the stack ``pulumi up`` deploys, for a first deploy
-on an empty account that works in one documented order (README, "Deploy").
+on an empty account that works in one documented order (docs/getting-started/first-deploy.md, "Deploy").
 
 ``phase: bootstrap`` registers only what must exist before anything pulls an image: the ECR
 repository the images are pushed to (``components.registry.ImageRegistry`` without endpoints) and

@@ -16,8 +16,9 @@ from enum import StrEnum
 from typing import Any, Literal, Mapping
 
 import pulumi
-from pydantic import (Field, ValidationError, field_validator,
+from pydantic import (Field, GetJsonSchemaHandler, ValidationError, field_validator,
                       model_validator)
+from pydantic.json_schema import SkipJsonSchema
 from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
@@ -115,6 +116,13 @@ class NodeCounts(SchemaModel):
             return {"min": value, "desired": value, "max": value}
         return value
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        """The mapping, or ``nodes: N`` with N within the bounds of ``max`` (an editor accepts what the model does)."""
+        mapping = handler(core_schema)
+        bound = handler.resolve_ref_schema(mapping)["properties"]["max"]
+        return {"anyOf": [{k: bound[k] for k in ("type", "minimum", "maximum")}, mapping]}
+
     @model_validator(mode="after")
     def _ordered(self) -> "NodeCounts":
         if not self.min <= self.desired <= self.max:
@@ -205,7 +213,8 @@ class Pool(SchemaModel):
             raise ValueError(f"efa: {it.name} has no EFA; multi-EFA GPU types: {allowed}")
         if self.efa_enabled and not it.efa_layout_known:
             raise ValueError(f"efa: which network cards of {it.name} carry EFA is not known to the catalog "
-                             f"(catalog/hand_checked.py); set efa: false or add the type's layout there")
+                             f"(catalog/data/gpu-facts.json: families.<family>.types); set efa: false or add the "
+                             f"type's layout there")
         if it.arch != "amd64" and self.role is not Role.SYSTEM:
             raise ValueError(f"instanceType: {it.name} is {it.arch}; role {self.role} runs the workloads' amd64 "
                              f"images, so only the system pool may use {it.arch} types")
@@ -302,7 +311,8 @@ class CheckpointSettings(SchemaModel):
 
 
 class StackConfig(SchemaModel):
-    stack: str = ""
+    stack: SkipJsonSchema[str] = ""
+    """The stack's name: ``load_stack`` sets it from the file name (``Pulumi.<stack>.yaml``), never the file."""
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     availability_zone: str
     """The one zone for every EFA pool and every reservation."""

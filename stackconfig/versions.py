@@ -79,7 +79,7 @@ class SoftwareStack(SchemaModel):
     """Image of the reward service; default: the run's image."""
     dcgm: str = Field("4.5.2-1-ubuntu22.04", pattern=r"^\d+\.\d+\.\d+-\d+-[\w.]+$")
     """NVIDIA DCGM 4.5.2 image tag (``nvcr.io/nvidia/cloud-native/dcgm``) the GPU burn-in runs
-    ``dcgmi diag`` from: copy it into the stack repository as ``dcgm-<tag>`` (README, Burn-in)."""
+    ``dcgmi diag`` from: copy it into the stack repository as ``dcgm-<tag>`` (docs/operations/burn-in.md)."""
 
     @field_validator("images")
     @classmethod
@@ -91,7 +91,9 @@ class SoftwareStack(SchemaModel):
         return images
 
 
-STACK_REPOSITORY = "{imageRepository}"
+REPOSITORY_OUTPUT = "imageRepository"
+"""The stack output (``pulumi stack output``) that holds the URL of the stack's ECR repository."""
+STACK_REPOSITORY = "{" + REPOSITORY_OUTPUT + "}"
 """Stands for the stack's ECR repository URL in image references until registration fills it in."""
 
 
@@ -125,13 +127,16 @@ def map_images(value: Any, fill: Callable[[str], Any]) -> Any:
     return value
 
 
-def with_repository(value: Any, repository: str) -> Any:
+def with_repository(value: Any, repository: str, stack: str = "<stack>") -> Any:
     """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY``; ValueError when it is
-    needed and not given (``pulumi stack output imageRepository``). At deployment the program fills
-    in the repository's Output the same way (``map_images``)."""
+    needed and not given, naming the flag and the stack output that holds the URL (it contains the AWS
+    account id, which no stack file holds) and the stack field that names another image instead. At
+    deployment the program fills in the repository's Output the same way (``map_images``)."""
     def fill(image: str) -> str:
         if not repository:
-            raise ValueError("the stack runs the default image in its own ECR repository: pass --repository "
-                             "\"$(pulumi stack output imageRepository)\" (or set versions.software.image)")
+            raise ValueError(f"image {image!r} is in stack {stack}'s own ECR repository, whose URL only the deployed "
+                             f"stack knows: pass --repository \"$(pulumi stack output {REPOSITORY_OUTPUT} --stack "
+                             f"{stack})\", or name a full image reference for the profile under "
+                             f"versions.software.images in the stack file")
         return image.replace(STACK_REPOSITORY, repository, 1)
     return map_images(value, fill)

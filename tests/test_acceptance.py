@@ -9,14 +9,16 @@ import functools
 import json
 import subprocess
 import sys
-import xml.dom.minidom
+import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
 from conftest import ROOT, load
 from test_workloads import FP8_V2, container, merge, k8s_version, validate_custom, validate_pod_template, variant
 
+from svgread import axis_labels, by_id, one, points, right_of, texts, ticks, y_scale
 from workloads import acceptance as A
+from workloads.acceptance import plot as P
 from workloads.render import acceptance as J
 from workloads.cli import acceptance as CLI
 from workloads.pod import fabric_bench as FB
@@ -261,16 +263,39 @@ def test_derived_figures_only_warn_and_nccl_tests_runs_compare_too():
     assert ar["ok"] and ar["checks"][0]["expected"] == 443.72  # 2 nodes: the 2-node figure
 
 
-def test_plot_is_svg_with_threshold_lines_and_the_slow_names():
+def test_plot_draws_each_series_bar_and_floor_with_ticks_legends_outside_and_the_slow_names():
     r = A.compare(text("fabric_bench_p5en_4node_synthetic.json"), "p5en",
                   deepep=text("deepep_test_ep_2node_synthetic.log"))
-    svg = A.plot_svg(r)
-    dom = xml.dom.minidom.parseString(svg)
-    assert dom.documentElement.tagName == "svg"
-    assert "FAIL" in svg and "SYNTHETIC" in svg and "slow node 2" in svg and "slow pair 0-3 (link)" in svg
-    assert "floor 379.3 GB/s" in svg and svg.count("<polyline") == 5  # 2 world, 2 node medians, failing node 2
-    one = A.plot_svg(A.compare(text("fabric_bench_h200_1gpu_smoke.json"), "p5en"))
-    xml.dom.minidom.parseString(one)
+    drawn = A.plot_svg(r)
+    assert A.plot_svg(r) == drawn  # the same report, the same bytes
+    root = ET.fromstring(drawn)
+    words = " ".join(texts(root))
+    assert "FAIL" in words and "SYNTHETIC DATA" in words and "slow node 2" in words and "slow pair 0-3 (link)" in words
+    lines = one(root, f"{P.PANEL}:lines")
+    # 2 world series, the median node per op, and failing node 2 (the passing nodes are in the median)
+    series = ["world (32 ranks) all_reduce", "world (32 ranks) all_to_all", "median node all_reduce (4 nodes)",
+              "node 2 all_reduce", "median node all_to_all (4 nodes)"]
+    assert [g.removeprefix(f"{P.CURVE}:") for g in by_id(lines, f"{P.CURVE}:")] == series
+    curve = {c["label"]: c for c in r["curves"]} | {f"median node {op} (4 nodes)": dict(
+        next(c for c in r["curves"] if c["label"] == f"node 0 {op}"), ok=True) for op in ("all_reduce", "all_to_all")}
+    legend = one(lines, "legend:series")  # each series, then its floor and whether it failed
+    assert right_of(legend, lines) and texts(legend) == [
+        line for s in series for line in (s, f"floor {curve[s]['floor']:g} GB/s" + ("" if curve[s]["ok"] else ": FAIL"))]
+    assert texts(legend)[7] == "floor 379.3 GB/s: FAIL"
+    assert {g for g in by_id(lines, f"{P.FLOOR}:")} == {f"{P.FLOOR}:{c['floor']:g}" for c in r["curves"]}
+    assert axis_labels(lines) == ["message size (bytes, log scale)", "bus bandwidth (GB/s)"]
+    assert {t for _, t in ticks(lines, "x")} >= {"1M", "16M", "256M", "4G"}
+    nodes = one(root, f"{P.PANEL}:nodes")
+    bars = by_id(nodes, f"{P.BAR}:")
+    assert [b.rsplit(":", 1)[1] for b in bars] == ["ok" if n["ok"] else "FAIL" for n in r["nodes"]]
+    value = y_scale(nodes)
+    assert [value(min(y for _, y in points(b))) for b in bars.values()] == pytest.approx(
+        [n["all_reduce"] for n in r["nodes"]], rel=0.005)
+    assert right_of(one(nodes, "legend:nodes"), nodes) and "floor 379.3 GB/s" in texts(one(nodes, "legend:nodes"))
+    pairs = by_id(one(root, f"{P.PANEL}:pairs"), f"{P.BAR}:")
+    assert [b.split(":")[1] for b in pairs] == [f"{p['nodes'][0]}-{p['nodes'][1]}" for p in r["pairs"]]
+    smoke = ET.fromstring(A.plot_svg(A.compare(text("fabric_bench_h200_1gpu_smoke.json"), "p5en")))
+    assert not by_id(smoke, f"{P.PANEL}:nodes") and by_id(smoke, f"{P.CURVE}:")
 
 
 # --- the Job -------------------------------------------------------------------------------------------
@@ -353,7 +378,7 @@ def test_cli_prints_the_job_and_reports(tmp_path, capsys):
     rc = CLI.main(["report", str(DATA / "fabric_bench_p5en_4node_synthetic.json"),
                  str(DATA / "deepep_test_ep_2node_synthetic.log"), "--family", "p5en", "--svg", str(svg)])
     report = json.loads(capsys.readouterr().out)
-    assert rc == 1 and report["slow_nodes"][0]["node"] == 2 and svg.read_text().startswith("<svg")
+    assert rc == 1 and report["slow_nodes"][0]["node"] == 2 and ET.parse(svg).getroot().tag.endswith("svg")
 
 
 def test_the_scripts_configmap_ships_fabric_bench():

@@ -21,7 +21,7 @@ from bench.experiment import load_experiment, schedule
 from bench.logparse import parse_log
 from bench.recovery import fault_figures
 from components.faults import (FAULT_TAG, FaultEngine, fis_role_statements, node_policy_statements,
-                               team_policy_statements, terminate_template)
+                               team_policy_statements, template_specs, terminate_template)
 from workloads.pod.miles_launcher import ARGV_ENV
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
@@ -159,8 +159,9 @@ def test_the_fault_engine_registers_templates_pulumi_aws_accepts():
     graph = mocks.run(lambda: FaultEngine("c", "arn:aws:eks:us-east-1:123456789012:cluster/c",
                                           [("alpha", "team-alpha")]), region="us-east-1", stack="t")
     templates = {r.name: r.inputs for r in graph.of_type("aws:fis/experimentTemplate:ExperimentTemplate")}
-    assert set(templates) == {"c-faults-alpha-delete-rollout-pod", "c-faults-alpha-delete-trainer-pod",
-                              "c-faults-terminate-gpu-node"}
+    assert set(templates) == {f"c-faults-{key}" for key in template_specs("c", [("alpha", "team-alpha")])}
+    assert {"c-faults-alpha-delete-rollout-pod", "c-faults-alpha-delete-trainer-pod", "c-faults-terminate-gpu-node"} \
+        <= set(templates)  # a pod fault per team, a node fault per cluster (stackconfig/faults.yaml)
     kill = templates["c-faults-alpha-delete-trainer-pod"]
     assert {p["key"]: p["value"] for p in kill["actions"][0]["parameters"]}["gracePeriodSeconds"] == "0"
     assert kill["targets"][0]["parameters"]["namespace"] == "team-alpha"

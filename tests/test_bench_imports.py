@@ -1,6 +1,6 @@
 """`python -m bench report` reads artifacts offline: it loads neither Pulumi, the AWS provider nor
-the components (their import alone took longer than the report's own work), and a stack it is
-given still fails in one line."""
+the components (their import alone took longer than the report's own work), nor matplotlib unless it
+draws the plots; a stack it is given still fails in one line."""
 
 import json
 import subprocess
@@ -14,6 +14,7 @@ from bench.simulate import ArmTruth, Truth, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("pulumi", "pulumi_aws", "components")
+PLOTTING = "matplotlib"
 TRUTH = Truth(arms={arm: ArmTruth(tokens_per_s=50000) for arm in ("nccl", "deepep-v1", "deepep-v1-faults")})
 LOADED = "import json, sys; {run}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
 
@@ -31,14 +32,16 @@ def simulated(tmp_path: Path) -> Path:
     return tmp_path / "d"
 
 
-def test_importing_the_report_loads_no_pulumi_or_components():
-    assert not top_level_modules("import bench.report") & set(HEAVY)
+def test_importing_the_report_and_its_plots_loads_no_pulumi_components_or_matplotlib():
+    """matplotlib is imported by the plotting functions, when they draw."""
+    assert not top_level_modules("import bench.__main__, bench.report, bench.plots") & {*HEAVY, PLOTTING}
 
 
-def test_the_report_command_loads_no_pulumi_or_components(simulated: Path):
-    loaded = top_level_modules(f"from bench.__main__ import main; assert main(['report', {str(simulated)!r}]) == 0")
-    assert not loaded & set(HEAVY)
-    assert (simulated / "report.md").is_file()
+def test_the_report_command_without_plots_loads_no_pulumi_components_or_matplotlib(simulated: Path):
+    loaded = top_level_modules(f"from bench.__main__ import main; assert main(['report', {str(simulated)!r}, "
+                               f"'--no-plots']) == 0")
+    assert not loaded & {*HEAVY, PLOTTING}
+    assert (simulated / "report.md").is_file() and not (simulated / "cost.svg").exists()
 
 
 def test_a_stack_that_does_not_exist_fails_in_one_line(simulated: Path, capsys):

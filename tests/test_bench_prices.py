@@ -78,7 +78,7 @@ def test_report_prices_spot_nodes_from_the_collected_history(tmp_path):
 
     truth = Truth(arms={}, default=ArmTruth(tokens_per_s=50000), capacity_type="SPOT")
     simulate(Path("experiments/example-ab.yaml"), truth, tmp_path / "d")
-    report = write_report(tmp_path / "d", spot_client=EC2())
+    report = write_report(tmp_path / "d", spot_client=EC2(), plots=False)
     nccl = report["arms"]["nccl"]
     assert json.loads((tmp_path / "d" / "spot-prices.json").read_text())[f"{P5EN} us-east-1a"]["usd"] == 12.5
     assert nccl["price_basis"][0].startswith(f"Spot {P5EN} us-east-1a, EC2 DescribeSpotPriceHistory")

@@ -24,7 +24,7 @@ def simulated(tmp_path: Path) -> Path:
 
 
 def test_report_finds_the_configured_figures(simulated: Path):
-    assert main(["report", str(simulated)]) == 0
+    assert main(["report", str(simulated), "--no-plots"]) == 0
     report = json.loads((simulated / "report.json").read_text())
     nccl, deepep = report["arms"]["nccl"], report["arms"]["deepep-v1"]
     lo, hi = deepep["ratio_vs_baseline"]["ci95"]
@@ -41,17 +41,15 @@ def test_report_finds_the_configured_figures(simulated: Path):
     assert report["decomposition"]["links"][0]["share"] == pytest.approx(1.0)
     assert report["decomposition"]["links"][0]["changes"] == {"deepep.version": ["off", "v1"]}  # run-file fields
     # with --stack: what the link changes as the arms render on the stack (bench/arms.py)
-    assert main(["report", str(simulated), "--stack", "p5en-shared"]) == 0
+    assert main(["report", str(simulated), "--stack", "p5en-shared", "--no-plots"]) == 0
     rendered = json.loads((simulated / "report.json").read_text())["decomposition"]["links"][0]["changes"]
     assert rendered["argv.--sglang-moe-a2a-backend"] == [None, "deepep"]
     md = (simulated / "report.md").read_text()
     assert md.startswith("**Made by the simulator, not measured")
-    for svg in ("throughput.svg", "cost.svg", "faults.svg"):
-        assert (simulated / svg).read_text().startswith("<svg")
 
 
 def test_fault_figures(simulated: Path):
-    assert main(["report", str(simulated)]) == 0
+    assert main(["report", str(simulated), "--no-plots"]) == 0
     faults = json.loads((simulated / "report.json").read_text())["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
     rollout, trainer = faults
     assert rollout["kind"] == "delete-rollout-pod" and rollout["steps_lost"] == 0
@@ -66,7 +64,7 @@ def test_equal_arms_are_not_beyond_the_noise(tmp_path: Path):
                        "deepep-v1": ArmTruth(tokens_per_s=50000, repeat_drift=0.05),
                        "deepep-v1-faults": ArmTruth(tokens_per_s=50000)}, seed=11)
     simulate(EXPERIMENT, same, tmp_path / "d")
-    assert main(["report", str(tmp_path / "d")]) == 0
+    assert main(["report", str(tmp_path / "d"), "--no-plots"]) == 0
     report = json.loads((tmp_path / "d" / "report.json").read_text())
     assert report["arms"]["deepep-v1"]["ratio_vs_baseline"]["beyond_noise"] is False
     assert report["decomposition"]["links"][0]["share"] is None
@@ -76,7 +74,7 @@ def test_equal_arms_are_not_beyond_the_noise(tmp_path: Path):
 def test_different_work_is_stated(tmp_path: Path):
     longer = Truth(arms={**TRUTH.arms, "deepep-v1": ArmTruth(tokens_per_s=60000, response_len=4000)}, seed=5)
     simulate(EXPERIMENT, longer, tmp_path / "d")
-    assert main(["report", str(tmp_path / "d")]) == 0
+    assert main(["report", str(tmp_path / "d"), "--no-plots"]) == 0
     assert "Different work: mean response length +33" in (tmp_path / "d" / "report.md").read_text()
 
 
@@ -112,8 +110,9 @@ def test_steps_beyond_the_run_fail(simulated: Path, capsys):
 
 
 def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
-    """examples/bench-report is the simulator's, and its report is what `report` writes today: per-repeat
-    tables, the evidence per arm and the price basis."""
+    """examples/bench-report is the simulator's, and its report and plots are what `report` writes today
+    (byte for byte, so the plots are also reproducible): per-repeat tables, the evidence per arm and the
+    price basis."""
     root = Path("examples/bench-report")
     md = (root / "report.md").read_text()
     assert md.splitlines()[0].startswith("**Made by the simulator, not measured")
@@ -123,3 +122,5 @@ def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
     shutil.copytree(root, tmp_path / "d")
     assert main(["report", str(tmp_path / "d")]) == 0
     assert (tmp_path / "d" / "report.md").read_text() == md
+    for name in ("throughput.svg", "cost.svg", "faults.svg"):
+        assert (tmp_path / "d" / name).read_bytes() == (root / name).read_bytes(), name

@@ -13,8 +13,7 @@ import yaml
 from kubernetes.client import ApiException
 
 from bench.__main__ import main
-from components.faults import (CLUSTER_TAG, FAULT_KIND_TAG, FAULT_TARGET_LABEL, POD_GROUPS, TEAM_TAG, TERMINATE,
-                               pod_delete_template, terminate_template)
+from components.faults import FAULT_TARGET_LABEL, pod_delete_template, template_specs
 from workloads.pod.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
@@ -241,10 +240,7 @@ class FakeFIS:
 
     def __init__(self, cluster: FakeRuns, ec2: "FakeEC2", fail_with: str | None = None):
         self.cluster, self.ec2, self.fail_with = cluster, ec2, fail_with
-        self.specs = {f"EXT-{kind}": (pod_delete_template(CLUSTER, NAMESPACE, group),
-                                      {CLUSTER_TAG: CLUSTER, TEAM_TAG: "alpha", FAULT_KIND_TAG: kind})
-                      for kind, group in POD_GROUPS.items()}
-        self.specs[f"EXT-{TERMINATE}"] = (terminate_template(CLUSTER), {CLUSTER_TAG: CLUSTER, FAULT_KIND_TAG: TERMINATE})
+        self.specs = {f"EXT-{key}": spec for key, spec in template_specs(CLUSTER, [("alpha", NAMESPACE)]).items()}
         self.started, self.stopped, self.experiments = [], [], {}
 
     def list_experiment_templates(self, **_):
@@ -348,7 +344,7 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     assert [j["metadata"]["name"] for j in fake.submitted][:4] == [
         "example-ab-nccl-r1-1", "example-ab-deepep-v1-r1-1", "example-ab-deepep-v1-faults-r1-1",
         "example-ab-deepep-v1-faults-r1-2"]  # the trainer fault made the job fail: resumed as attempt 2
-    assert clients["fis"].started[:2] == ["EXT-delete-rollout-pod", "EXT-delete-trainer-pod"]
+    assert clients["fis"].started[:2] == ["EXT-alpha-delete-rollout-pod", "EXT-alpha-delete-trainer-pod"]
     faults = json.loads((out / "deepep-v1-faults" / "r1" / "faults.json").read_text())
     assert [f["kind"] for f in faults] == ["delete-rollout-pod", "delete-trainer-pod"]
     assert all(f["detectedBy"].startswith("Event CreatedWorkerPod") for f in faults)
@@ -365,7 +361,7 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     assert held["rollout"]["values"] == ["rollout-0", "rollout-1"]
     from workloads.checks.crds import crd_schema, validate
     assert validate(later, crd_schema("ray.io/v1", "RayJob")) == []
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--no-plots"]) == 0
     report = json.loads((out / "report.json").read_text())
     rollout, trainer = report["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
     assert rollout["outcome"].startswith("survived in place") and rollout["engines_recovered"] == 1
@@ -500,7 +496,7 @@ def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_
     start = next(c for c in fake.execs if "sglang.bench_serving" in c[-1])
     assert "--random-output-len 256" in start[-1] and "http://$HEAD_IP:30100" in start[-1]
     assert not (out / "nccl" / "r1" / "serving.json").exists()
-    assert main(["report", str(out)]) == 0
+    assert main(["report", str(out), "--no-plots"]) == 0
     serving = json.loads((out / "report.json").read_text())["serving"]["deepep-v1"]["deepep-v1/r1"]
     assert serving["p99_itl_ms"] == fake.serving_result["p99_itl_ms"]
     assert "sglang bench_serving" in (out / "report.md").read_text()

@@ -3,6 +3,7 @@ exit 2 (``workloads.cli.base``), and no traceback."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,35 @@ def test_the_command_itself_exits_2_without_a_traceback():
     assert done.returncode == 2
     assert done.stderr.splitlines() == [done.stderr.strip()] and "Traceback" not in done.stderr
     assert done.stderr.startswith("runs: stack 'nope': no stack file ")
+
+
+def schema_paths(message: str) -> list[str]:
+    """The dotted stack-field paths ``message`` names (``versions.software.images``): words joined by dots
+    whose first word is a top-level key of the stack schema."""
+    from workloads.schema.stack import ProgramConfig
+    top = "|".join(ProgramConfig.model_json_schema(by_alias=True)["properties"])
+    return re.findall(rf"\b(?:{top})(?:\.[A-Za-z]\w*)+", message)
+
+
+def resolves(path: str) -> bool:
+    """Whether ``path`` (camelCase keys, as the stack file writes them) is a field of the stack schema."""
+    from workloads.schema.stack import ProgramConfig
+    schema = ProgramConfig.model_json_schema(by_alias=True)
+    node = schema
+    for key in path.split("."):
+        while "$ref" in node or "anyOf" in node:
+            node = (schema["$defs"][node["$ref"].rsplit("/", 1)[1]] if "$ref" in node
+                    else next(n for n in node["anyOf"] if n.get("type") != "null"))
+        if key not in node.get("properties", {}):
+            return False
+        node = node["properties"][key]
+    return True
+
+
+@pytest.mark.parametrize("command", [["submit", "p5en-shared", RUN], ["submit", "p5en-shared", RUN, "--resume"]])
+def test_submit_without_the_repository_names_the_flag_the_output_and_a_real_field(command, capsys):
+    assert runs_main(command, client=no_cluster) == 1
+    line = one_line(capsys)
+    assert '--repository "$(pulumi stack output imageRepository --stack p5en-shared)"' in line, line
+    named = schema_paths(line)
+    assert named and all(resolves(p) for p in named), (named, line)

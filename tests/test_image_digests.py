@@ -11,7 +11,7 @@ from test_workloads import MILES_01, merge, variant, variant_graph
 from test_workloads_security import pod_specs, registered_objects, with_end_time
 
 from stackconfig.stack import StackConfigError
-from workloads.derive import layout as L
+from workloads.derive.images import images, pinned_by_digest
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 MILES = f"registry.example/miles-efa:v0.1.0-efa1.49@{DIGEST}"
@@ -39,7 +39,7 @@ def refused(override: dict, stack: str = "p5en-prod") -> str:
 def test_tags_are_the_default_without_teams_and_still_work():
     cfg = variant("p5en-prod", MILES_01)
     assert cfg.workloads.images.require_digest is None and not cfg.workloads.digests_required
-    assert not any(L.pinned_by_digest(i) for i in L.images(cfg).values())
+    assert not any(pinned_by_digest(i) for i in images(cfg).values())
 
 
 def test_digests_are_the_default_with_teams():
@@ -52,8 +52,8 @@ def test_digests_are_the_default_with_teams():
     assert not off.workloads.digests_required
     shared = load("p5en-shared")
     assert shared.workloads.digests_required and shared.workloads.images.require_digest is None
-    images = L.images(shared)
-    assert "workloads.images.checkpointTrigger" in images and all(map(L.pinned_by_digest, images.values()))
+    refs = images(shared)
+    assert "workloads.images.checkpointTrigger" in refs and all(map(pinned_by_digest, refs.values()))
 
 
 def test_a_profile_resolved_at_build_time_runs_only_by_digest():
@@ -64,7 +64,7 @@ def test_a_profile_resolved_at_build_time_runs_only_by_digest():
     line = str(err.value).splitlines()[1]
     assert line.startswith("  versions.software.images.miles-deepep-v2: software miles-deepep-v2 resolves "
                            "MILES_COMMIT, SGLANG_COMMIT, DEEPEP_COMMIT at build time"), line
-    assert L.pinned_by_digest(L.images(load("p5en-prod"))["versions.software.images.miles-deepep-v2"])
+    assert pinned_by_digest(images(load("p5en-prod"))["versions.software.images.miles-deepep-v2"])
 
 
 def test_require_digest_refuses_a_tag_naming_the_field():
@@ -91,7 +91,7 @@ def test_with_digests_every_registered_container_is_pinned():
         "versions": {"software": {"rewardImage": REWARD}},
         "workloads": {"images": {"checkpointTrigger": BUSYBOX}, "run": {"rayJob": True}}}))))
     cfg = variant("p5en-prod", override)
-    assert cfg.workloads.images.require_digest and set(L.images(cfg).values()) == {MILES, REWARD, BUSYBOX}
-    images = {c["image"] for obj in registered_objects(variant_graph("p5en-prod", override))
+    assert cfg.workloads.images.require_digest and set(images(cfg).values()) == {MILES, REWARD, BUSYBOX}
+    pulled = {c["image"] for obj in registered_objects(variant_graph("p5en-prod", override))
               for _, pod in pod_specs(obj) for c in pod["containers"]}
-    assert images == {MILES, REWARD, BUSYBOX}
+    assert pulled == {MILES, REWARD, BUSYBOX}

@@ -113,7 +113,7 @@ def test_runs_list_without_a_kubeconfig_is_one_line(tmp_path, monkeypatch, capsy
 
 def test_an_unknown_context_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KUBECONFIG", kubeconfig(tmp_path, f"http://127.0.0.1:{refused_port()}"))
-    assert runs_main(["--context", "elsewhere", "list"]) == 1
+    assert runs_main(["list", "--context", "elsewhere"]) == 1
     assert one_line(capsys).startswith("runs: no context 'elsewhere' in ")
 
 

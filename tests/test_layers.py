@@ -121,6 +121,28 @@ def test_every_package_ships_in_the_distribution():
     assert scripts == {"moe-rl-plan": "analysis.plan:main", "moe-rl-bench": "bench.__main__:main"}
 
 
+def test_every_data_file_a_package_reads_ships_with_it():
+    """A program that pip-installs the repository gets the data its packages read (catalog, profiles,
+    models, fault kinds, vendored schemas, the image recipes, the lint justifications): every data
+    file inside a package folder is named by pyproject's package-data."""
+    import fnmatch
+    import tomllib
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    missing = []
+    for top in LAYERS:
+        folder = ROOT / top
+        if not folder.is_dir():
+            continue
+        for path in folder.rglob("*"):
+            rel = path.relative_to(folder).as_posix()
+            if (path.is_file() and path.suffix in {".json", ".yaml", ".yml", ".txt", ".sh", ""}
+                    | ({".Dockerfile"} if path.name.endswith("Dockerfile") else set())
+                    and "__pycache__" not in rel and path.name != "README.md"
+                    and not any(fnmatch.fnmatch(rel, g) for g in data.get(top, []))):
+                missing.append(f"{top}/{rel}")
+    assert missing == []
+
+
 def test_the_upward_check_finds_a_planted_role_violation():
     """The role order is checked, not only the top layers: a schema module importing the renderers
     is reported."""

@@ -94,7 +94,11 @@ def test_unquantized_legacy_deepep_raises_in_0_5_17_without_deep_gemm():
     assert "raise NotImplementedError(" in lines[at - 2] and "self.quant_config is None" in lines[at - 3]
     # the only way around it: bf16 weights + deep_gemm runner + DeepEP take the new path (needs SM90 DeepGEMM)
     assert "get_moe_runner_backend().is_deep_gemm()" in src and "Unquantized DeepEP MoE requires DeepGEMM BF16" in src
-    assert "sm_version < 90" in sg("0.5.17", "layers/deep_gemm_wrapper/configurer.py")
+    configurer = sg("0.5.17", "layers/deep_gemm_wrapper/configurer.py")
+    assert "sm_version < 90" in configurer
+    # DeepGEMM is off on SM120 as well (the RTX PRO Blackwell of g7/g7e): mb.DEEPGEMM_OFF_SM
+    [at] = line_numbers(configurer, f"if sm_version == {mb.DEEPGEMM_OFF_SM}:")
+    assert configurer.splitlines()[at].strip() == "return False" and not mb.deep_gemm_on(mb.DEEPGEMM_OFF_SM)
 
 
 def test_deepep_v2_requirements_in_0_5_19():

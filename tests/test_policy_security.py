@@ -201,6 +201,38 @@ def _notification_on_the_dra_bucket(g):
     return S.BUCKET_NOTIFICATION, "takes-over"
 
 
+def _prefix_on_bucket_location(g):
+    """The team writers' listing before the IAM lint: ``s3:prefix`` also held GetBucketLocation (and
+    ListBucketMultipartUploads), whose requests never carry that key, so the Allow never matched."""
+    pol = g.named(view.ROLE_POLICY, ALPHA)
+    _edit_json(pol, "policy", lambda d: _statement(d, "List")["Action"].append("s3:GetBucketLocation"))
+    return view.ROLE_POLICY, ALPHA
+
+
+def _team_lists_uploads(g):
+    pol = g.named(view.ROLE_POLICY, ALPHA)
+    _edit_json(pol, "policy", lambda d: _statement(d, "BucketLocation")["Action"].append("s3:ListBucketMultipartUploads"))
+    return view.ROLE, ALPHA
+
+
+def _misspelt_trust_action(g):
+    role = g.named(view.ROLE, "rl-p5en-prod-node")
+    _edit_json(role, "assumeRolePolicy", lambda d: d["Statement"][0].update(Action=["sts:AssumeRoles"]))
+    return view.ROLE, role.name
+
+
+def _trust_names_a_resource(g):
+    role = g.named(view.ROLE, "rl-p5-node")
+    _edit_json(role, "assumeRolePolicy", lambda d: d["Statement"][0].update(Resource="*"))
+    return view.ROLE, role.name
+
+
+def _key_statement_without_principal(g):
+    kp = g.named(S.KEY_POLICY, "rl-p4d-checkpoints")
+    _edit_json(kp, "policy", lambda d: _statement(d, "FsxDataRepository").pop("Principal"))
+    return S.KEY_POLICY, kp.name
+
+
 def _endpoint_without_policy(g):
     _drop(g, S.ENDPOINT_POLICY, "rl-p4de-s3")
     return S.VPC_ENDPOINT, "rl-p4de-s3"
@@ -213,6 +245,16 @@ SECURITY_BREAKS = [
           "outside it", known_only=True),
     Break("team-key-widened", "p5en-shared", "team-writers-scoped-to-prefix", _team_key_widened,
           "kms:Decrypt", known_only=True),
+    Break("team-lists-uploads", "p5en-shared", "team-writers-scoped-to-prefix", _team_lists_uploads,
+          "s3:ListBucketMultipartUploads", known_only=True),
+    Break("iam-prefix-on-bucket-location", "p5en-shared", "iam-documents-valid", _prefix_on_bucket_location,
+          "Unknown condition s3:prefix for action s3:GetBucketLocation", known_only=True),
+    Break("iam-misspelt-trust-action", "p5en-prod", "iam-documents-valid", _misspelt_trust_action,
+          "UNKNOWN_ACTION"),
+    Break("iam-trust-names-resource", "p5", "iam-documents-valid", _trust_names_a_resource,
+          "RESOURCE_IN_TRUST_POLICY"),
+    Break("iam-key-statement-without-principal", "p4d", "iam-documents-valid", _key_statement_without_principal,
+          "NO_PRINCIPAL", known_only=True),
     Break("tls-deny-narrowed", "p5", "checkpoint-bucket-secure", _tls_deny_narrowed_to_a_prefix, "TLS", known_only=True),
     Break("tls-deny-wrong-bucket", "p4d", "checkpoint-bucket-secure", _tls_deny_on_another_bucket, "TLS", known_only=True),
     Break("tls-deny-one-account", "p5en-prod", "checkpoint-bucket-secure", _tls_deny_for_one_account, "TLS",

@@ -10,8 +10,8 @@ import yaml
 from conftest import ROOT
 
 from software import DATA, load, profile, profiles
-from software.recipe import arg_defaults
-from software.report import build_args
+from software.recipe import arg_defaults, base_args, declared
+from software.report import build_args, build_command, typed_args
 from workloads.cli.runs import main
 
 MILES_RECIPE = ROOT / "workloads" / "image" / "Dockerfile"
@@ -93,3 +93,39 @@ def test_record_image_keeps_a_matching_record_and_refuses_another_images(tmp_pat
     assert out == ["slime-0.2.4: recorded slime-0.2.4.versions; nccl 2.28.3 (the built image)"]
     assert (tmp_path / "built" / "slime-0.2.4.versions").read_text() == good.read_text()
     profiles.cache_clear()
+
+
+def test_the_build_arguments_are_the_profiles_typed_fields():
+    """Issue 27: a version, commit or branch a profile types is the build argument, not a copy of it in
+    ``image.args`` (before, ``ray`` and ``RAY_VERSION`` could disagree): changing the field changes the build."""
+    for p in profiles().values():
+        recipe = ROOT / p.image.recipe
+        args = build_args(p)
+        for name, value in typed_args(p).items():
+            if value is not None and name in declared(recipe):
+                assert args[name] == value, (p.name, name)
+        assert args[base_args(recipe)[p.image.base.rpartition(":")[0]]] == p.image.base.rpartition(":")[2], p.name
+        assert f"--build-arg RAY_VERSION={p.ray}" in build_command(p)
+    v2 = profile("miles-deepep-v2")
+    moved = v2.model_copy(update={"ray": "2.54.0", "nccl": "2.31.3",
+                                  "megatron": v2.megatron.model_copy(update={"ref": "miles-main-x"})})
+    got = build_args(moved)
+    assert (got["RAY_VERSION"], got["NCCL_CU13_OVERRIDE"], got["MEGATRON_BRANCH"]) == ("2.54.0", "2.31.3", "miles-main-x")
+    assert got["DEEPEP_V2"] == "1" and build_args(profile("miles-0.1"))["DEEPEP_V2"] == "0"
+    m01 = profile("miles-0.1")
+    assert build_args(m01)["MILES_COMMIT"] == m01.framework_source.commit
+    assert build_args(m01)["SGLANG_COMMIT"] == m01.sglang.commit and "SGLANG_COMMIT" not in build_args(v2)
+    slime = profile("slime-0.2.4")
+    assert build_args(slime)["SLIME_COMMIT"] == slime.framework_source.commit
+    assert build_args(slime)["EXPECT_SGLANG"] == slime.sglang.version and "MEGATRON_BRANCH" not in build_args(slime)
+
+
+def test_image_args_repeating_a_typed_field_are_refused_naming_it():
+    p = profile("miles-0.1")
+    twice = p.model_copy(update={"image": p.image.model_copy(update={"args": {**p.image.args, "RAY_VERSION": "2.53.0"}})})
+    with pytest.raises(ValueError, match=r"miles-0.1: image.args.RAY_VERSION: given by a typed field of the profile"):
+        build_args(twice)
+    other = p.model_copy(update={"image": p.image.model_copy(update={"base": "nvcr.io/nvidia/pytorch:25.01"})})
+    with pytest.raises(ValueError, match=r"image.base: nvcr.io/nvidia/pytorch:25.01; the recipe workloads/image/"
+                                         r"Dockerfile builds from lmsysorg/sglang"):
+        build_args(other)

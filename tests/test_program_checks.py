@@ -52,12 +52,26 @@ def test_the_gate_reports_every_problem_of_a_stack_in_one_pass():
 
 
 def test_every_command_loads_a_stack_through_the_gate():
-    """No command reads a stack file around the gate: outside the gate and the schema's own tests,
-    nothing calls ``read_stack`` or ``load_stack`` with the program's schema."""
+    """No command reads a stack file around the gate: outside the gate, nothing in the program, its
+    commands or its tools calls ``read_stack``/``load_stack`` with a schema of its own (the platform's
+    own ``StackConfig`` default is for the platform components alone)."""
     import re
     from conftest import ROOT
-    pattern = re.compile(r"(read_stack|load_stack)\([^)]*ProgramConfig")
-    offenders = [str(p.relative_to(ROOT)) for folder in ("workloads", "bench", "nodes", "analysis", "program.py", "__main__.py")
+    pattern = re.compile(r"(read_stack|load_stack)\([^)]*(model=|ProgramConfig)")
+    offenders = [str(p.relative_to(ROOT)) for folder in ("workloads", "bench", "nodes", "analysis", "policy", "benchmarks",
+                                                         "scripts", "contracts", "program.py", "__main__.py")
                  for p in ([ROOT / folder] if folder.endswith(".py") else (ROOT / folder).rglob("*.py"))
                  if p.name != "gate.py" and pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_a_yaml_syntax_error_in_a_stack_file_is_one_line_naming_the_place(tmp_path):
+    """Every command reads stack files through ``raw_stack``: a broken file is a StackConfigError (the
+    commands' one-line exit), not a yaml traceback."""
+    from workloads.checks import gate
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  moe-rl-platform:platform:\n    region: [us-east-1\n")
+    with pytest.raises(StackConfigError) as err:
+        gate.read("broken", tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"stack 'broken': {tmp_path / 'Pulumi.broken.yaml'}:4:1: not valid YAML: ")
+    assert len(message.splitlines()) == 1

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import mocks
 from components.registry import ImageRegistry, eks_addon_account, image_ref
-from workloads.schema.settings import IMAGE_DIGEST
+from workloads.schema.services import IMAGE_DIGEST
 
 REGION = "us-west-2"
 ACCOUNT = mocks.ACCOUNT

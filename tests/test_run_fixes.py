@@ -59,7 +59,7 @@ def test_checkpoints_are_retained_and_fit_the_file_system():
     4,800 GiB file system. With --save-retain-interval R Megatron deletes the previous save unless its
     iteration is a multiple of R; Miles saves at rollout ids i with (i + 1) % interval == 0."""
     from workloads.derive.checkpoint_budget import budget, retain_interval
-    from workloads.derive.layout import expert_precision
+    from workloads.derive.deepep import expert_precision
     cfg = load("p5en-prod")
     argv = _argv()
     r = int(argv[argv.index("--save-retain-interval") + 1])

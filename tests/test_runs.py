@@ -28,7 +28,7 @@ from workloads.cli.runs import main
 from workloads.cli.runs_client import RunClient
 from workloads.deploy.submit import run_objects
 from workloads.derive.topology import tier_sizes_from_hypernodes
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 
 SHARED = "p5en-shared"
 REPO = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-shared"  # teams alpha (train 64/128, rollout 128/256 guarantee/cap) and beta (train 0/64, rollout 64/128)

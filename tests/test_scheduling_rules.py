@@ -1,7 +1,7 @@
 """The Volcano rules the platform relies on, encoded from the upstream sources (volcano v1.15.1,
 commit 0a56ed331897f5455916a44d3075671376d731d6): the queue admission webhook on every Queue the
 stacks render, and one scenario per scheduling rule the offline plan (``workloads.checks.run_plan``)
-follows, each naming the upstream lines it follows. The README's "Scheduling rules" states them."""
+follows, each naming the upstream lines it follows. docs/design/scheduling.md ("Scheduling rules") states them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from workloads.render import volcano_values
 from workloads.checks.run_plan import plan_runs
 from workloads.cli.runs import main
 from workloads.checks.run_plan import Planner
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 
 SHARED = "p5en-shared"
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))

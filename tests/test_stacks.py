@@ -40,7 +40,7 @@ SEED_FAMILIES = ("p5", "p5e", "p5en-prod", "p6-b200", "p6-b300")
 def test_every_p5_p6_family_stack_runs_the_seeds_configuration(stack):
     """DeepEP V2 over EFA on profile miles-deepep-v2, its rollout engines across nodes, its image by digest."""
     from workloads.derive.model import derive
-    from workloads.schema.settings import DeepEPVersion
+    from workloads.schema.run import DeepEPVersion
     cfg = load(stack)
     m = derive(cfg)
     assert cfg.workloads.run.software == "miles-deepep-v2" and m.deepep.version is DeepEPVersion.V2

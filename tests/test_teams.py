@@ -10,7 +10,8 @@ from pydantic import ValidationError
 from workloads.checks.crds import crd_schema, validate
 from workloads.render.teams import team_namespace, team_objects, team_queue, team_resource_quota
 from workloads.derive.layout import Group
-from workloads.schema.teams import GpuQuota, TeamSettings, validate_teams
+from workloads.checks.teams import validate_teams
+from workloads.schema.teams import GpuQuota, TeamSettings
 
 K8S = "1.35.0"
 

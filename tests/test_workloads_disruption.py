@@ -21,6 +21,8 @@ from test_workloads_security import with_end_time
 from stackconfig.stack import POOL_LABEL, Role, StackConfigError
 from workloads.derive.model import derive
 from workloads.derive import layout as L
+from workloads.derive.block_end import capacity_block_end
+from workloads.derive.paths import CHECKPOINT_DIR, paths
 from workloads import render as M
 from workloads.derive.argv import miles_argv
 from workloads.checks.crds import crd_schema
@@ -96,8 +98,8 @@ def test_every_argv_carries_the_sentinel_in_the_checkpoint_directory(stack):
     cfg = load(stack)
     argv = dict(argv_pairs(miles_argv(cfg)))
     (sentinel,) = argv["--save-trigger-sentinel"]
-    assert sentinel == f"{L.paths(cfg).checkpoints}/SAVE_NOW" == L.paths(cfg).save_trigger
-    assert argv["--save"] == [L.paths(cfg).checkpoints]
+    assert sentinel == f"{paths(cfg).checkpoints}/SAVE_NOW" == paths(cfg).save_trigger
+    assert argv["--save"] == [paths(cfg).checkpoints]
 
 
 # --- the Capacity Block end CronJob --------------------------------------------------------------------------
@@ -123,23 +125,23 @@ def test_p5en_prod_with_an_end_time_gets_the_cronjob_at_the_utc_minute(end, sche
     assert pod["nodeSelector"] == {POOL_LABEL: cfg.pool(Role.CPU).name}
     (claim,) = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
     (mount,) = pod["containers"][0]["volumeMounts"]
-    assert claim == M.FSX_CLAIM and mount["mountPath"] == f"{L.paths(cfg).mount}/{L.CHECKPOINT_DIR}"
-    assert mount["subPath"] == L.CHECKPOINT_DIR  # only the checkpoints, not the models and data
-    assert f"touch {shlex.quote(L.paths(cfg).save_trigger)}" in pod["containers"][0]["command"][-1]
+    assert claim == M.FSX_CLAIM and mount["mountPath"] == f"{paths(cfg).mount}/{CHECKPOINT_DIR}"
+    assert mount["subPath"] == CHECKPOINT_DIR  # only the checkpoints, not the models and data
+    assert f"touch {shlex.quote(paths(cfg).save_trigger)}" in pod["containers"][0]["command"][-1]
     assert job["metadata"]["annotations"]["rl.platform/capacity-block-pools"] == "train"
 
 
 def test_no_end_time_no_cronjob():
     for stack in STACKS:
         assert objects(graph_of(stack), "CronJob") == [], stack
-        assert L.capacity_block_end(load(stack)) is None
+        assert capacity_block_end(load(stack)) is None
     # A block end on a training pool scaled to zero: no run can be running, no trigger.
     override = with_end_time()
     for p in override["pools"]:
         if p["role"] == "train":
             p["nodes"] = {"min": 0, "desired": 0, "max": 16}
-    assert L.capacity_block_end(variant("p5en-prod", override)) is None
-    assert L.capacity_block_end(variant("p5en-prod", with_end_time())) is not None
+    assert capacity_block_end(variant("p5en-prod", override)) is None
+    assert capacity_block_end(variant("p5en-prod", with_end_time())) is not None
 
 
 def test_the_earliest_block_end_of_the_gpu_pools_wins_and_the_lead_is_configurable():
@@ -148,7 +150,7 @@ def test_the_earliest_block_end_of_the_gpu_pools_wins_and_the_lead_is_configurab
     assert rollout["capacity"]["type"] == "CAPACITY_BLOCK"
     rollout["capacity"]["endTime"] = "2026-12-14T09:00:00Z"
     cfg = variant("p5e", override)
-    end = L.capacity_block_end(cfg)
+    end = capacity_block_end(cfg)
     assert end.pools == (rollout["name"],) and end.end == datetime(2026, 12, 14, 9, 0, tzinfo=timezone.utc)
     assert cronjob(cfg)["spec"]["schedule"] == "30 7 14 12 *"
     longer = variant("p5e", {**override, "workloads": {"capacityBlockEnd": {"leadMinutes": 150}}})
@@ -192,7 +194,7 @@ def run_trigger(script: str, now: datetime, tmp_path: Path) -> subprocess.Comple
 def test_the_trigger_creates_the_sentinel_only_in_its_window(tmp_path):
     mount = tmp_path / "fsx"
     cfg = variant("p5en-prod", with_end_time(extra={"workloads": {"storage": {"mountPath": str(mount)}}}))
-    script, sentinel = M.trigger_script(derive(cfg)), Path(L.paths(cfg).save_trigger)
+    script, sentinel = M.trigger_script(derive(cfg)), Path(paths(cfg).save_trigger)
     end = datetime(2026, 12, 14, 11, 30, tzinfo=timezone.utc)
     for now, fires in [(end - timedelta(minutes=90), True), (end - timedelta(minutes=93), True),
                        (end - timedelta(minutes=41), True), (end - timedelta(minutes=96), False),

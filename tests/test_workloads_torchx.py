@@ -19,6 +19,7 @@ from test_workloads import (RAYJOB, container, env_of, groups, k8s_version, one,
 
 from workloads.derive.model import derive
 from workloads.derive import layout as L
+from workloads.derive.paths import paths
 from workloads.render.common import VOLCANO_QUEUE
 from workloads.derive.resources import effective_requests, parse_quantity
 from workloads.deploy.torchx_miles import DRIVER_ARG0, HEAD_ROLE, appdef
@@ -107,7 +108,7 @@ def test_torchx_pods_match_the_rayclusters_resources_and_placement(stack):
             want_shm = {v["name"]: v for v in want["spec"]["volumes"]}["dshm"]["emptyDir"]
             assert parse_quantity(shm["sizeLimit"]) == parse_quantity(want_shm["sizeLimit"]), name
             mounts = {m["mountPath"] for m in got_c["volumeMounts"]}
-            assert {"/dev/shm", L.paths(cfg).mount} <= mounts
+            assert {"/dev/shm", paths(cfg).mount} <= mounts
     if stack == "p5en-prod":  # the figures, in the TorchX request too
         assert (len(tasks["trainer"]), len(tasks["rollout"])) == (16, 32)
         for t in tasks["trainer"] + tasks["rollout"]:

@@ -17,6 +17,7 @@ from catalog import CATALOG, InstanceType
 from stackconfig.stack import CapacityType, StackConfig
 from components.efa import EFA_ONLY, efa_layout
 from analysis.mocks import Graph
+from analysis.rules.iam_lint import POLICY_NAME as IAM_LINT, problems as iam_problems
 from analysis.recorded import (CLUSTER, EGRESS_RULE, INGRESS_RULE, PoolResources, SubnetBudget,
                        cluster_security_group_id, pool_resources, short_name, subnet_budgets,
                        subnets_by_id, vpc_blocks)
@@ -216,6 +217,12 @@ def check_efa_security_group(cfg: StackConfig, graph: Graph, pools: list[PoolRes
     return out
 
 
+def check_iam_documents(graph: Graph) -> list[Violation]:
+    """Every IAM document the program registered passes the IAM lint as its kind (``iam_lint``)."""
+    return [Violation(IAM_LINT, f"{r.type.rsplit(':', 1)[-1]} {r.name}", p)
+            for r in graph.resources if r.custom for p in iam_problems(r.type, r.name, r.inputs)]
+
+
 def check_ip_budget(budgets: Iterable[SubnetBudget]) -> list[Violation]:
     return [Violation(IP_BUDGET, f"subnet {b.name} ({b.cidr}, {b.zone})",
                       f"pools {', '.join(b.pools)} need {b.demand:,} node and pod IPs at max size; "
@@ -229,7 +236,7 @@ def check_recorded_graph(cfg: StackConfig, graph: Graph) -> list[Violation]:
     out = check_pools_registered(cfg, pools)
     for check in (check_efa_layout, check_single_az, check_placement, check_efa_security_group):
         out += check(cfg, graph, pools)
-    return out + check_ip_budget(subnet_budgets(cfg, graph))
+    return out + check_iam_documents(graph) + check_ip_budget(subnet_budgets(cfg, graph))
 
 
 def check_placements(placements: Iterable[Any]) -> list[Violation]:

@@ -17,11 +17,11 @@ from components.iam import NAMESPACE_TAG, POD_IDENTITY_PRINCIPAL, SERVICE_ACCOUN
 
 from .data import ADDON_NAMESPACES, FOREIGN
 from .iam_eval import ALLOW, DENY, decide, statements
-from .view import (ADDON, BUCKET, IAM_POLICY, LAUNCH_TEMPLATE, POD_IDENTITY, ROLE, ROLE_POLICY,
-                   ROLE_POLICY_ATTACHMENT, Resource, Stack, UNKNOWN, as_list, dig, has_unknown, parse_json)
+from .iam_lint import DOCUMENTS, POLICY_NAME as IAM_LINT, check_iam_valid
+from .view import (ADDON, BUCKET, ENDPOINT_POLICY, IAM_POLICY, KEY_POLICY, KMS_KEY, LAUNCH_TEMPLATE, POD_IDENTITY,
+                   ROLE, ROLE_POLICY, ROLE_POLICY_ATTACHMENT, VPC_ENDPOINT, Resource, Stack, UNKNOWN, as_list, dig,
+                   has_unknown, parse_json)
 
-KMS_KEY = "aws:kms/key:Key"
-KEY_POLICY = "aws:kms/keyPolicy:KeyPolicy"
 BACKUP_VAULT = "aws:backup/vault:Vault"
 VAULT_LOCK = "aws:backup/vaultLockConfiguration:VaultLockConfiguration"
 BACKUP_PLAN = "aws:backup/plan:Plan"
@@ -29,8 +29,6 @@ BACKUP_SELECTION = "aws:backup/selection:Selection"
 LIFECYCLE = "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration"
 DATA_REPOSITORY = "aws:fsx/dataRepositoryAssociation:DataRepositoryAssociation"
 BUCKET_NOTIFICATION = "aws:s3/bucketNotification:BucketNotification"
-VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
-ENDPOINT_POLICY = "aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy"
 BROAD_MANAGED = {"AdministratorAccess", "PowerUserAccess", "IAMFullAccess", "AmazonEC2ContainerRegistryReadOnly",
                  "AmazonEC2ContainerRegistryPullOnly", "AmazonEC2ContainerRegistryPowerUser",
                  "AmazonEC2ContainerRegistryFullAccess"}
@@ -179,7 +177,8 @@ def _cluster_tags(trust: Any) -> dict[str, str]:
 
 def check_team_writers_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
     """A role tagged ``checkpoint-prefix`` (a team's writer) reaches no object, listing or key use
-    outside that prefix of any bucket its documents name, and has no managed policy."""
+    outside that prefix of any bucket its documents name (no multipart-upload listing, which no
+    condition key holds to a prefix), and has no managed policy."""
     for role in stack.of_type(ROLE):
         prefix = dig(role.props, "tags", PREFIX_TAG)
         if not isinstance(prefix, str):
@@ -198,7 +197,7 @@ def check_team_writers_scoped(stack: Stack) -> Iterator[tuple[str, str]]:
             arn = f"arn:aws:s3:::{bucket}"
             outside = f"{arn}/{FOREIGN}/x"
             probes = [("s3:GetObject", outside, {}), ("s3:PutObject", outside, {}),
-                      ("s3:ListBucket", arn, {"s3:prefix": f"{FOREIGN}/"})]
+                      ("s3:ListBucket", arn, {"s3:prefix": f"{FOREIGN}/"}), ("s3:ListBucketMultipartUploads", arn, {})]
             probes += [("kms:Decrypt", key, {"kms:EncryptionContext:aws:s3:arn": outside}) for key in keys]
             for action, resource, extra in probes:
                 if decide(documents, action, resource, {**tags, **extra}) == ALLOW:
@@ -431,6 +430,7 @@ def check_s3_endpoint_limited(stack: Stack) -> Iterator[tuple[str, str]]:
 SECURITY_POLICIES = [
     ("imds-one-hop", check_imds_one_hop, (LAUNCH_TEMPLATE,)),
     ("iam-no-broad-allow", check_no_broad_allow, (ROLE_POLICY, IAM_POLICY, ROLE, ROLE_POLICY_ATTACHMENT)),
+    (IAM_LINT, check_iam_valid, tuple(DOCUMENTS)),
     ("pod-roles-bound-to-session-tags", check_pod_roles_bound, ()),
     ("team-writers-scoped-to-prefix", check_team_writers_scoped, ()),
     ("checkpoint-key-enforced", check_bucket_key_enforced, ()),

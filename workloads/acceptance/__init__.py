@@ -11,8 +11,8 @@ context, the preflight init container) and runs on each node:
    ``deepep_v2``; Megatron then uses NCCL all-to-all), DeepEP's own ``tests/elastic/test_ep.py``
    within each node, and across the nodes of one engine when an engine spans several.
 
-``compare`` checks the results against the family's figures (``EXPECTED``; each cites a public
-measurement or states its derivation) and against the pool itself (a node or pair well below the
+``compare`` checks the results against the family's figures (``family``: the instance catalog's, each
+citing a public measurement or stating its derivation) and against the pool itself (a node or pair well below the
 pool's median), and names the slow nodes and pairs; ``plot_svg`` draws it. Parsers read nccl-tests'
 tables (``parse_nccl_tests``), DeepEP's test lines (``parse_deepep``) and fabric_bench's JSON.
 
@@ -28,7 +28,7 @@ Pending (run it before the run, or with the RayCluster's group scaled down).
 
 from __future__ import annotations
 
-from workloads.acceptance.expected import (AWSOME_NCCL, DEEPEP_README, DEEPEP_REFERENCE, DEEPEP_TEST_EP, EFFICIENCY, EXPECTED, Family, Figure, GIB, ML_ENG_BENCH, ML_ENG_NETWORK, NCCL_TESTS_2NODE, NCCL_TESTS_PERF, expected, family_of)  # noqa: F401
+from workloads.acceptance.expected import (DEEPEP_README, DEEPEP_REFERENCE, EFFICIENCY, EXPECTED, Family, Figure, GIB, ML_ENG_NETWORK, NCCL_TESTS_PERF, expected, family, family_of)  # noqa: F401
 from workloads.acceptance.parsers import (DEEPEP_TAG, from_nccl_tests, load_fabric_bench, parse_deepep, parse_nccl_tests)  # noqa: F401
 from workloads.acceptance.compare import (compare)  # noqa: F401
 from workloads.acceptance.plot import (plot_svg)  # noqa: F401

@@ -1,23 +1,41 @@
-"""The acceptance report as an SVG: bandwidth by message size against the threshold, per node and pair."""
+"""The acceptance report as an SVG, drawn with matplotlib: bus bandwidth by message size against each
+series' floor, then bars per node (all-reduce within the node) and per pair of nodes against theirs,
+then what failed.
+
+Guarantees: the title says PASS or FAIL, the family, GPU, world and NCCL version; synthetic data says
+so; every axis has ticks and a label with its unit, every legend is outside its plot area; failing
+series are dotted and failing bars red. The same report gives byte-identical SVG (``SVG_STYLE``,
+no date; the settings ``bench.plots.STYLE`` also uses, which this layer cannot import). matplotlib is
+imported only by ``plot_svg``. Plot areas, series, floors and bars carry ``gid``s (``PANEL``,
+``CURVE``, ``FLOOR``, ``BAR``) that tests find them by.
+"""
 
 from __future__ import annotations
 
-import math
+import io
 import statistics
-from typing import Any, Mapping
-from xml.sax.saxutils import escape
+from typing import TYPE_CHECKING, Any, Mapping
 
+from workloads.acceptance.expected import GIB
 
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
 
-from workloads.acceptance.expected import (GIB)
-
-
-# --- the plot ----------------------------------------------------------------------------------------
-
+SVG_STYLE = {"svg.hashsalt": "moe-rl-platform", "svg.fonttype": "none", "axes.axisbelow": True,
+             "axes.grid": True, "grid.color": "#eeeeee", "legend.frameon": False}
+"""On top of matplotlib's own defaults: SVG ids from a fixed salt, text as ``<text>`` elements."""
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+OK_COLOUR, FAIL_COLOUR = "#2ca02c", "#d62728"
+PANEL, CURVE, FLOOR, BAR = "panel", "curve", "floor", "bar"
+"""``gid`` prefixes: ``panel:<lines|nodes|pairs>``, ``curve:<label>``, ``floor:<GB/s>``,
+``bar:<label>:<ok|FAIL>``."""
+WIDTH, LINE_H, BAR_H, NOTE_H = 10.0, 3.2, 2.2, 0.17
+"""Figure width and panel heights, inches (notes: per line)."""
+MAX_BAR_LABELS = 64
+"""Above this many bars their tick labels are left out (they would overlap)."""
 
 
-def _fmt_bytes(n: float) -> str:
+def _fmt_bytes(n: float, _pos: object = None) -> str:
     for unit, div in (("G", GIB), ("M", 1024 ** 2), ("K", 1024)):
         if n >= div:
             v = n / div
@@ -25,90 +43,48 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)}"
 
 
-def _nice_max(v: float) -> float:
-    if v <= 0:
-        return 1.0
-    exp = 10 ** math.floor(math.log10(v))
-    for m in (1, 2, 2.5, 5, 10):
-        if m * exp >= v:
-            return m * exp
-    return 10 * exp
+def _outside(ax: Axes, name: str, **kwargs: Any) -> None:
+    """The legend just right of the plot area, ``gid`` ``legend:<name>``."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), **kwargs).set_gid(f"legend:{name}")
 
 
-def _line_panel(curves: list[dict], x0: float, y0: float, w: float, h: float, legend_x: float) -> list[str]:
-    xs = [p[0] for c in curves for p in c["points"]]
-    lo, hi = math.log2(min(xs)), math.log2(max(xs))
-    hi = hi if hi > lo else lo + 1
-    ymax = _nice_max(1.05 * max([p[1] for c in curves for p in c["points"]] + [c["floor"] for c in curves] + [1e-9]))
-
-    def X(b: float) -> float:
-        return x0 + (math.log2(b) - lo) / (hi - lo) * w
-
-    def Y(v: float) -> float:
-        return y0 + h - v / ymax * h
-
-    out = [f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>']
-    for i in range(6):
-        v = ymax * i / 5
-        out.append(f'<line x1="{x0}" y1="{Y(v):.1f}" x2="{x0 + w}" y2="{Y(v):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x0 - 6}" y="{Y(v) + 4:.1f}" text-anchor="end" font-size="11">{v:g}</text>')
-    step = max(1, math.ceil((hi - lo) / 8))
-    e = math.ceil(lo)
-    while e <= hi:
-        out.append(f'<text x="{X(2 ** e):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="11">'
-                   f'{_fmt_bytes(2 ** e)}</text>')
-        e += step
-    out.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="12">message size (bytes, '
-               f'log scale)</text>')
-    out.append(f'<text x="{x0 - 44}" y="{y0 + h / 2}" text-anchor="middle" font-size="12" '
-               f'transform="rotate(-90 {x0 - 44} {y0 + h / 2})">bus bandwidth (GB/s)</text>')
+def _line_panel(ax: Axes, curves: list[dict]) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    ax.set_gid(f"{PANEL}:lines")
     floors: dict[float, str] = {}
     for i, c in enumerate(curves):
-        color = _COLORS[i % len(_COLORS)]
-        pts = " ".join(f"{X(b):.1f},{Y(v):.1f}" for b, v in c["points"])
-        dash = "" if c["ok"] else ' stroke-dasharray="2 2"'
-        out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
-        for b, v in c["points"]:
-            out.append(f'<circle cx="{X(b):.1f}" cy="{Y(v):.1f}" r="2.5" fill="{color}"/>')
-        floors.setdefault(c["floor"], color)
-        ly = y0 + 12 + 30 * i
-        out.append(f'<line x1="{legend_x}" y1="{ly - 4}" x2="{legend_x + 20}" y2="{ly - 4}" stroke="{color}" '
-                   f'stroke-width="2"/>')
-        out.append(f'<text x="{legend_x + 26}" y="{ly}" font-size="11">{escape(c["label"])}</text>')
-        out.append(f'<text x="{legend_x + 26}" y="{ly + 13}" font-size="10" fill="{"#333" if c["ok"] else "#d62728"}">'
-                   f'floor {c["floor"]:g} GB/s{"" if c["ok"] else ": FAIL"}</text>')
-    for floor, color in floors.items():
-        out.append(f'<line x1="{x0}" y1="{Y(floor):.1f}" x2="{x0 + w}" y2="{Y(floor):.1f}" stroke="{color}" '
-                   f'stroke-dasharray="6 4" stroke-width="1.2"/>')
-    return out
+        colour = _COLORS[i % len(_COLORS)]
+        ax.plot([b for b, _ in c["points"]], [v for _, v in c["points"]], color=colour, linewidth=2, marker="o",
+                markersize=3, linestyle="-" if c["ok"] else ":", gid=f"{CURVE}:{c['label']}",
+                label=f"{c['label']}\nfloor {c['floor']:g} GB/s{'' if c['ok'] else ': FAIL'}")
+        floors.setdefault(c["floor"], colour)
+    for floor, colour in floors.items():
+        ax.axhline(floor, color=colour, linestyle=(0, (6, 4)), linewidth=1.2, gid=f"{FLOOR}:{floor:g}")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=10))
+    ax.xaxis.set_major_formatter(FuncFormatter(_fmt_bytes))
+    ax.set_ylim(0, 1.05 * max([v for c in curves for _, v in c["points"]] + list(floors) + [1e-9]))
+    ax.set(title="bus bandwidth by message size (dashed: each series' floor)",
+           xlabel="message size (bytes, log scale)", ylabel="bus bandwidth (GB/s)")
+    _outside(ax, "series", fontsize=8)
 
 
-def _bar_panel(title: str, bars: list[tuple[str, float, bool]], floor: float | None, x0: float, y0: float,
-               w: float, h: float) -> list[str]:
-    ymax = _nice_max(1.05 * max([v for _, v, _ in bars] + [floor or 0, 1e-9]))
-    out = [f'<text x="{x0}" y="{y0 - 8}" font-size="13" font-weight="bold">{escape(title)}</text>',
-           f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>']
-    for i in range(6):
-        v = ymax * i / 5
-        y = y0 + h - v / ymax * h
-        out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x0 - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{v:g}</text>')
-    slot = w / max(1, len(bars))
+def _bar_panel(ax: Axes, name: str, title: str, xlabel: str, bars: list[tuple[str, float, bool]],
+               floor: float | None) -> None:
+    from matplotlib.patches import Patch
+    ax.set_gid(f"{PANEL}:{name}")
     for i, (label, v, ok) in enumerate(bars):
-        bh = v / ymax * h
-        x = x0 + i * slot + slot * 0.15
-        cx = x + slot * 0.35
-        out.append(f'<rect x="{x:.1f}" y="{y0 + h - bh:.1f}" width="{slot * 0.7:.1f}" height="{bh:.1f}" '
-                   f'fill="{"#2ca02c" if ok else "#d62728"}"><title>{escape(label)}: {v:g} GB/s</title></rect>')
-        if len(bars) <= 64:
-            out.append(f'<text x="{cx:.1f}" y="{y0 + h + 12}" text-anchor="end" font-size="9" '
-                       f'transform="rotate(-45 {cx:.1f} {y0 + h + 12})">{escape(label)}</text>')
+        ax.bar(i, v, 0.7, color=OK_COLOUR if ok else FAIL_COLOUR, gid=f"{BAR}:{label}:{'ok' if ok else 'FAIL'}")
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars] if len(bars) <= MAX_BAR_LABELS else [],
+                  rotation=45, ha="right", fontsize=8)
+    ax.grid(False, axis="x")
+    ax.set_ylim(0, 1.05 * max([v for _, v, _ in bars] + [floor or 0, 1e-9]))
+    handles = [Patch(color=OK_COLOUR, label="meets its figures"), Patch(color=FAIL_COLOUR, label="FAIL")]
     if floor:
-        y = y0 + h - floor / ymax * h
-        out.append(f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}" stroke="#d62728" stroke-dasharray="6 4"/>')
-        out.append(f'<text x="{x0 + w - 4}" y="{y - 4:.1f}" text-anchor="end" font-size="11" fill="#d62728">'
-                   f'floor {floor:g} GB/s</text>')
-    return out
+        handles.insert(0, ax.axhline(floor, color=FAIL_COLOUR, linestyle=(0, (6, 4)), gid=f"{FLOOR}:{floor:g}",
+                                     label=f"floor {floor:g} GB/s"))
+    ax.set(title=title, xlabel=xlabel, ylabel="bus bandwidth (GB/s)")
+    _outside(ax, name, handles=handles)
 
 
 def _plotted(curves: list[dict]) -> list[dict]:
@@ -146,33 +122,7 @@ def _wrap(text: str, width: int = 130) -> list[str]:
     return lines + [cur]
 
 
-def plot_svg(report: Mapping[str, Any]) -> str:
-    """The report as a standalone SVG: bus bandwidth against message size with each series' floor
-    (dashed), then bars per node (all-reduce within the node) and per pair of nodes, then what failed."""
-    W, left, pw, ph = 1000, 80, 640, 300
-    parts: list[str] = []
-    y = 64
-    title = (f"Fabric acceptance, {report['family']} ({report['gpu']}): {'PASS' if report['ok'] else 'FAIL'}; "
-             f"{report['world'].get('nodes')} nodes x {report['world'].get('ranks_per_node')} GPUs, "
-             f"NCCL {report['machine'].get('nccl') or '?'}")
-    parts.append(f'<text x="{left}" y="28" font-size="16" font-weight="bold">{escape(title)}</text>')
-    if report.get("synthetic"):
-        parts.append(f'<text x="{left}" y="46" font-size="12" fill="#d62728">SYNTHETIC DATA: not a measurement</text>')
-    curves = [c for c in _plotted(list(report["curves"])) if c["points"]]
-    if curves:
-        parts += _line_panel(curves, left, y, pw, ph, left + pw + 20)
-        y += max(ph, 30 * len(curves)) + 70
-    node_bars = [(f"{n['node']} {_short(n['host'])}", n.get("all_reduce", 0.0), n["ok"]) for n in report["nodes"]
-                 if "all_reduce" in n]
-    if node_bars:
-        floor = next((c["floor"] for c in report["checks"] if c["scope"] == "node" and c["op"] == "all_reduce"), None)
-        parts += _bar_panel("all-reduce within each node (NVLink)", node_bars, floor, left, y, pw, 160)
-        y += 160 + 110
-    if report["pairs"]:
-        floor = next((c["floor"] for c in report["checks"] if c["scope"] == "pairs"), None)
-        bars = [(f"{p['nodes'][0]}-{p['nodes'][1]}", p["busbw"], p["ok"]) for p in report["pairs"]]
-        parts += _bar_panel("all-reduce over each pair of nodes (EFA)", bars, floor, left, y, pw, 160)
-        y += 160 + 60
+def _failures(report: Mapping[str, Any]) -> list[str]:
     lines = [f"slow node {s['node']} ({s['host']}): {'; '.join(s['why'])}" for s in report["slow_nodes"]]
     lines += [f"slow pair {p['nodes'][0]}-{p['nodes'][1]} ({p['cause']}): {'; '.join(p['why'])}"
               for p in report["slow_pairs"]]
@@ -180,9 +130,43 @@ def plot_svg(report: Mapping[str, Any]) -> str:
     if report.get("deepep"):
         lines += [f"DeepEP {s['phase']} {s['kernel']} rank {s['rank']}/{s['ranks']} on {s['node']}: {s['gbs']} GB/s "
                   f"(median {s['median_gbs']:g})" for s in report["deepep"]["slow"]]
-    for text in [ln for line in lines[:40] for ln in _wrap(line)]:
-        parts.append(f'<text x="{left}" y="{y}" font-size="12" fill="#d62728">{escape(text)}</text>')
-        y += 16
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{y + 20}" viewBox="0 0 {W} {y + 20}" '
-            f'font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(parts)
-            + "\n</svg>\n")
+    return [ln for line in lines[:40] for ln in _wrap(line)]
+
+
+def plot_svg(report: Mapping[str, Any]) -> str:
+    """The report as a standalone SVG: bus bandwidth against message size with each series' floor
+    (dashed), then bars per node (all-reduce within the node) and per pair of nodes, then what failed."""
+    import matplotlib.style
+    from matplotlib.figure import Figure
+    curves = [c for c in _plotted(list(report["curves"])) if c["points"]]
+    node_bars = [(f"{n['node']} {_short(n['host'])}", n.get("all_reduce", 0.0), n["ok"]) for n in report["nodes"]
+                 if "all_reduce" in n]
+    pair_bars = [(f"{p['nodes'][0]}-{p['nodes'][1]}", p["busbw"], p["ok"]) for p in report["pairs"]]
+    notes = _failures(report)
+    panels = ([("lines", max(LINE_H, 0.42 * len(curves)))] if curves else []) + \
+             ([("nodes", BAR_H)] if node_bars else []) + ([("pairs", BAR_H)] if pair_bars else []) + \
+             ([("notes", NOTE_H * len(notes) + 0.2)] if notes else [])
+    title = (f"Fabric acceptance, {report['family']} ({report['gpu']}): {'PASS' if report['ok'] else 'FAIL'}; "
+             f"{report['world'].get('nodes')} nodes x {report['world'].get('ranks_per_node')} GPUs, "
+             f"NCCL {report['machine'].get('nccl') or '?'}")
+    with matplotlib.style.context(["default", SVG_STYLE]):
+        fig = Figure(figsize=(WIDTH, 0.9 + sum(h for _, h in panels)), layout="constrained")
+        fig.suptitle(title + ("\nSYNTHETIC DATA: not a measurement" if report.get("synthetic") else ""),
+                     fontweight="bold")
+        axes = fig.subplots(len(panels) or 1, 1, squeeze=False,
+                            height_ratios=[h for _, h in panels] or None)[:, 0]
+        for ax, (name, _) in zip(axes, panels):
+            if name == "lines":
+                _line_panel(ax, curves)
+            elif name == "nodes":
+                floor = next((c["floor"] for c in report["checks"] if c["scope"] == "node" and c["op"] == "all_reduce"), None)
+                _bar_panel(ax, name, "all-reduce within each node (NVLink)", "node", node_bars, floor)
+            elif name == "pairs":
+                floor = next((c["floor"] for c in report["checks"] if c["scope"] == "pairs"), None)
+                _bar_panel(ax, name, "all-reduce over each pair of nodes (EFA)", "pair of nodes", pair_bars, floor)
+            else:
+                ax.set_axis_off()
+                ax.text(0, 1, "\n".join(notes), va="top", fontsize=9, color=FAIL_COLOUR, gid=f"{PANEL}:notes")
+        out = io.StringIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+    return out.getvalue()

@@ -100,6 +100,12 @@ def load(stack: str, raw: Mapping[str, Any] | None) -> ProgramConfig:
     return checked(load_stack(stack, raw, ProgramConfig))
 
 
+def typed(stack: str, directory: Path = STACKS_DIR) -> ProgramConfig:
+    """A stack file through the schema alone, for the one caller that shows the pods' placements
+    before refusing (the offline plan: ``field_problems`` first, then the placements)."""
+    return load_stack(stack, raw_stack(stack, Path(directory)), ProgramConfig)
+
+
 def read(stack: str, directory: Path = STACKS_DIR) -> ProgramConfig:
     """A stack file (``<directory>/Pulumi.<stack>.yaml``) through the whole gate."""
     return load(stack, raw_stack(stack, Path(directory)))

@@ -4,7 +4,7 @@ preempted, and what each claims per queue and pool.
 It follows the scheduler the stack installs (``render.operators.scheduler_config``: Volcano v1.15.1
 with the gang, priority and ``capacity`` plugins and the enqueue, allocate, preempt and reclaim
 actions), with whole runs as the unit: a run's pods form one gang (all placed or none), and a run
-that loses a pod stops. The README's "Scheduling rules" states the rules; in short, per scheduling
+that loses a pod stops. docs/design/scheduling.md ("Scheduling rules") states the rules; in short, per scheduling
 session, after the runs already running:
 
 1. quota: the team namespace's ResourceQuota admits a run's pods only while the team's pods request
@@ -32,10 +32,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
-from workloads.derive.layout import expert_precision
-from workloads.schema.teams import QUOTA_NAME, TeamSettings, pool_gpus
+from workloads.derive.deepep import expert_precision
+from workloads.checks.teams import pool_gpus
+from workloads.schema.teams import QUOTA_NAME, TeamSettings
 from workloads.checks.runs import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -19,10 +19,11 @@ from stackconfig.stack import NodeCounts, Pool, Role
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels
 
-from workloads.derive import layout as L
+from workloads.derive.deepep import resolve_deepep
 from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
 from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
-from workloads.schema.settings import RunFile, RunSpec, Submission
+from workloads.schema.settings import Submission
+from workloads.schema.run import RunFile, RunSpec
 from workloads.checks.stack import validate_run
 from workloads.derive.topology import run_tiers, unplaceable
 
@@ -106,7 +107,7 @@ def check_capabilities(cfg: "ProgramConfig", seen: "ProgramConfig", run: RunFile
     """NeverFits when the run's pods select a capability label (``rl.platform/gdrcopy``, ``efa-gda``) that
     the stack's node setup never gives the pool's nodes: they would stay Pending however long they wait."""
     have = node_setups(cfg)
-    for pool, setup in gpu_setups(seen, L.resolve_deepep(seen)).items():
+    for pool, setup in gpu_setups(seen, resolve_deepep(seen)).items():
         carried = capability_labels(have.get(pool, GpuNodeSetup()))
         missing = [f"{k}={v}" for k, v in capability_labels(setup).items() if carried.get(k) != v]
         if missing:

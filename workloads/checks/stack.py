@@ -8,18 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from catalog import MissingFact, gda_families
+from software import models
 from stackconfig.stack import CapacityType, Role
 
-from workloads.derive.argv import MODEL_PRESETS, miles_argv
+from workloads.derive.argv import miles_argv
 from workloads.derive import moe_backend as moe
-from workloads.schema.teams import validate_members, validate_teams
-from workloads.derive.checkpoint_budget import GB, MODEL_PARAMS, budget
-from components.gpu_node_setup import GDA_FAMILIES
+from workloads.checks.teams import validate_members, validate_teams
+from workloads.derive.checkpoint_budget import GB, budget
 
-from workloads.derive.layout import expert_precision, gpu_pools, images, moe_case, pinned_by_digest, ref_model, resolve_deepep
+from workloads.derive.layout import gpu_pools
+from workloads.derive.deepep import expert_precision, moe_case, ref_model, resolve_deepep
+from workloads.derive.images import images, pinned_by_digest
 from workloads.checks.profile import validate_profile
 from workloads.derive.profile import image_field, run_profile
-from workloads.schema.settings import DeepEPVersion, GinBackend, Submission
+from workloads.schema.settings import Submission
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
@@ -52,7 +56,14 @@ def validate_teams_of(cfg: "ProgramConfig") -> None:
 
 
 def validate_pools(cfg: "ProgramConfig") -> None:
-    """The pools the workloads name exist and suit their role."""
+    """The pools the workloads name exist and suit their role; the catalog has the facts of every GPU pool's
+    family (``catalog.InstanceType.facts``: GIN, burn-in allowance, fabric figures), none defaulted."""
+    for p in cfg.pools:
+        if p.instance.is_gpu:
+            try:
+                p.instance.facts
+            except MissingFact as e:
+                raise ValueError(f"pools[{p.name}].instanceType: {e}") from None
     w = cfg.workloads
     names = {p.name: p for p in cfg.pools}
     allowed_pools = ", ".join(names)
@@ -99,9 +110,10 @@ def validate_run(cfg: "ProgramConfig") -> None:
     w = cfg.workloads
     run = w.run
     ref_model(cfg)  # the trainer's BF16 checkpoint is known (ValueError naming workloads.run.refModel)
-    if run.model_args is None and run.model not in MODEL_PRESETS:
+    if run.model_args is None and models.catalog().model(run.model) is None:
         raise ValueError(f"workloads.run.modelArgs: required for {run.model} (Megatron architecture flags, "
-                         f"see Miles' scripts/models); presets exist for: {', '.join(MODEL_PRESETS)}")
+                         f"see Miles' scripts/models); presets exist for: {', '.join(models.catalog().names())} "
+                         f"(software/models.yaml)")
 
     if w.submit is Submission.RUNS and not w.teams:
         raise ValueError("workloads.submit: runs are submitted to team queues, and no team is declared; "
@@ -148,7 +160,7 @@ def validate_run(cfg: "ProgramConfig") -> None:
     need = budget(cfg, expert_precision(cfg))
     if need is None:
         raise ValueError(f"workloads.run.modelParamsB: required for {run.model} (total parameters in billions, "
-                         f"for the checkpoint budget); known for: {', '.join(MODEL_PARAMS)}")
+                         f"for the checkpoint budget); known for: {', '.join(models.catalog().names())} (software/models.yaml)")
     if not need.fits:
         raise ValueError(f"workloads.storage.capacityGib: {cfg.workloads.storage.capacity_gib} GiB holds "
                          f"{need.usable_bytes / GB:,.0f} GB usable, the run needs {need.need_bytes / GB:,.0f} GB "
@@ -167,7 +179,8 @@ def validate_run(cfg: "ProgramConfig") -> None:
     validate_profile(cfg, miles_argv(cfg), images(cfg)[image_field(run_profile(cfg))])
     if deepep.version is DeepEPVersion.V2:
         # The profile's NCCL and aws-ofi-nccl have GIN (software.Profile refuses v2 otherwise).
-        old = [p for p in gpu_pools(cfg) if p.instance.family not in GDA_FAMILIES]
+        old = [p for p in gpu_pools(cfg) if not p.instance.gin_gda]
         if run.deepep.gin_backend is GinBackend.GPU and old:
-            raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA runs on p5en, p6-b200 and "
-                             f"p6-b300 only, pool {old[0].name!r} is {old[0].instance_type}; allowed: proxy, auto")
+            *rest, last = gda_families()
+            raise ValueError(f"workloads.run.deepep.ginBackend: GPU-initiated EFA runs on {', '.join(rest)} and "
+                             f"{last} only, pool {old[0].name!r} is {old[0].instance_type}; allowed: proxy, auto")

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Sequence
 
 
+from workloads.cli.base import cluster_parent, read_stack, run_command, stack_parent
 from workloads.pod import fabric_bench as FB
 from workloads.derive.model import WorkloadModel
 
-from workloads.acceptance.compare import (compare)
+from workloads.acceptance.compare import THRESHOLD, compare
 from workloads.acceptance.expected import (EXPECTED, family_of)
 from workloads.render.acceptance import (acceptance_job, gpu_group, holds_pool, report_command)
 from workloads.acceptance.parsers import (load_fabric_bench, parse_deepep)
@@ -26,31 +27,47 @@ from workloads.acceptance.plot import (plot_svg)
 
 # --- command line --------------------------------------------------------------------------------------
 
-def _model(stack: str, stack_dir: Path) -> WorkloadModel:
-
+def _model(args: argparse.Namespace) -> WorkloadModel:
     from workloads.derive.model import derive
-    from workloads.checks import gate
-    return derive(gate.read(stack, stack_dir))
+    return derive(read_stack(args))
+
+
+def report_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m workloads.cli.acceptance report``."""
+    p = argparse.ArgumentParser(prog="python -m workloads.cli.acceptance report",
+                                description="Compare a fabric acceptance run with its family's figures.",
+                                parents=[stack_parent("the stack whose pool ran it (with --pool): its family's "
+                                                      "figures")])
+    p.add_argument("inputs", nargs="*", type=Path,
+                   help="fabric_bench JSON files or Job logs (default: stdin); DeepEP lines are read from logs")
+    p.add_argument("--family", choices=sorted(EXPECTED), help="the instance family whose figures to compare with")
+    p.add_argument("--pool", help="the pool of --stack that ran it")
+    p.add_argument("--threshold", type=float, default=THRESHOLD,
+                   help=f"a series or pair fails below this fraction of its figure (default {THRESHOLD})")
+    p.add_argument("--relative", type=float, default=0.8,
+                   help="or below this fraction of the pool's median of its peers (default 0.8)")
+    p.add_argument("--svg", type=Path, help="also write the plot here")
+    return p
+
+
+def job_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m workloads.cli.acceptance``."""
+    p = argparse.ArgumentParser(prog="python -m workloads.cli.acceptance",
+                                description="Print (or --apply) a GPU pool's fabric acceptance Job. "
+                                            "'report' (first argument) compares a finished run.",
+                                parents=[stack_parent(), cluster_parent(" for --apply")])
+    p.add_argument("pool", help="the GPU pool to test")
+    p.add_argument("--apply", action="store_true", help="create the Job on the cluster")
+    return p
 
 
 def _report_main(argv: Sequence[str]) -> int:
-    from stackconfig.files import STACKS_DIR
-    p = argparse.ArgumentParser(prog="python -m workloads.cli.acceptance report",
-                                description="Compare a fabric acceptance run with its family's figures.")
-    p.add_argument("inputs", nargs="*", type=Path,
-                   help="fabric_bench JSON files or Job logs (default: stdin); DeepEP lines are read from logs")
-    p.add_argument("--family", choices=sorted(EXPECTED))
-    p.add_argument("--stack")
-    p.add_argument("--pool")
-    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
-    p.add_argument("--threshold", type=float, default=0.8)
-    p.add_argument("--relative", type=float, default=0.8)
-    p.add_argument("--svg", type=Path)
+    p = report_parser()
     args = p.parse_args(argv)
     if args.family:
         family = args.family
     elif args.stack and args.pool:
-        m = _model(args.stack, args.stack_dir)
+        m = _model(args)
         family = family_of(gpu_group(m, args.pool).pool).name
     else:
         p.error("give --family, or --stack and --pool")
@@ -91,7 +108,6 @@ def apply(job: dict, context: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from workloads.cli.base import run_command
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
         return run_command("acceptance", lambda: _report_main(argv[1:]))
@@ -101,18 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _job_main(argv: Sequence[str]) -> int:
     import yaml
 
-    from stackconfig.files import STACKS_DIR
-    p = argparse.ArgumentParser(prog="python -m workloads.cli.acceptance",
-                                description="Print (or --apply) a GPU pool's fabric acceptance Job. "
-                                            "'report' (first argument) compares a finished run.")
-    p.add_argument("stack")
-    p.add_argument("pool")
-    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR)
-    p.add_argument("--apply", action="store_true", help="create the Job on the cluster")
-    p.add_argument("--context", help="kubeconfig context for --apply (default: the current one)")
-    args = p.parse_args(argv)
+    args = job_parser().parse_args(argv)
     try:
-        m = _model(args.stack, args.stack_dir)
+        m = _model(args)
         job = acceptance_job(m, args.pool)
     except ValueError as e:
         print(f"acceptance: {e}", file=sys.stderr)

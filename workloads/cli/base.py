@@ -1,5 +1,8 @@
-"""How the commands end (``workloads.cli.runs``, ``workloads.cli.acceptance``, ``nodes``, ``bench``): what the
-user can fix is one line on stderr and an exit code, never a traceback.
+"""What every command shares (``workloads.cli.runs``, ``workloads.cli.acceptance``, ``workloads.cli.torchx``,
+``nodes``, ``bench``, ``analysis.plan``): the options that name a stack, a cluster and the image repository,
+each defined once (argparse parents), the one way to read the stack they name (``read_stack``: the gate,
+``workloads.checks.gate.read``), and how the commands end: what the user can fix is one line on stderr and
+an exit code, never a traceback.
 
 Exit codes: 2 an invalid input file, a stack file (``StackConfigError``, also an unknown stack) or a run
 or experiment file (``InvalidFile``, from ``read_input``); 1 a cluster that cannot be used
@@ -9,15 +12,66 @@ or experiment file (``InvalidFile``, from ``read_input``); 1 a cluster that cann
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import yaml
+
+from stackconfig.files import STACKS_DIR
+from stackconfig.versions import REPOSITORY_OUTPUT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.schema.stack import ProgramConfig
 
 T = TypeVar("T")
 INVALID_FILE_EXIT = 2
 FAILED_EXIT = 1
+
+
+def _stack_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--stack-dir", type=Path, default=STACKS_DIR, metavar="DIR",
+                   help="folder of the stack files (default: ./stacks if there is one, else the repository's)")
+    return p
+
+
+def stack_dir_parent() -> argparse.ArgumentParser:
+    """``--stack-dir``: the folder of the stack files, for a command whose stack an input file names."""
+    return _stack_dir(argparse.ArgumentParser(add_help=False))
+
+
+def stack_parent(option: str | None = None) -> argparse.ArgumentParser:
+    """The stack a command reads: ``stack`` (first positional), or ``--stack`` with help ``option`` where the
+    command has a default for it or needs none; and ``--stack-dir``."""
+    p = argparse.ArgumentParser(add_help=False)
+    if option is None:
+        p.add_argument("stack", help="stack name: <stack-dir>/Pulumi.<stack>.yaml")
+    else:
+        p.add_argument("--stack", help=option)
+    return _stack_dir(p)
+
+
+def cluster_parent(when: str = "") -> argparse.ArgumentParser:
+    """``--context``: the kubeconfig context of the cluster the command talks to (``when`` it does)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--context", help=f"kubeconfig context{when} (default: the kubeconfig's current one)")
+    return p
+
+
+def image_parent() -> argparse.ArgumentParser:
+    """``--repository``: the stack's ECR repository URL, which only the deployed stack knows (its account id)."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--repository", default="", metavar="URL",
+                   help=f"the stack's ECR repository URL (`pulumi stack output {REPOSITORY_OUTPUT} --stack <stack>`), "
+                        f"needed when a pod runs an image of the stack's own repository")
+    return p
+
+
+def read_stack(args: argparse.Namespace, stack: str | None = None) -> "ProgramConfig":
+    """The stack ``stack`` (default: the one the command line names) from ``--stack-dir``, through the gate."""
+    from workloads.checks import gate  # imports the stack schema (pulumi): only for a command that reads a stack
+    return gate.read(stack or args.stack, args.stack_dir)
 
 
 class InvalidFile(ValueError):

@@ -1,7 +1,7 @@
 """The run command: plan runs offline, and submit, list, show, follow and cancel them on a cluster.
 
     python -m workloads.cli.runs plan   <stack> runs/*.yaml [--running a,b]   # offline; exit 1 if a run never fits
-    python -m workloads.cli.runs submit <stack> runs/x.yaml [--dry-run] [--resume]
+    python -m workloads.cli.runs submit <stack> runs/x.yaml [--dry-run] [--resume] [--repository URL]
     python -m workloads.cli.runs list   [--team T]
     python -m workloads.cli.runs show   <team> <run>
     python -m workloads.cli.runs follow <team> <run>
@@ -14,8 +14,12 @@ refuses; 2 an invalid stack or run file. Errors are one line on stderr (``worklo
 
 ``submit --dry-run`` prints what it would create without a cluster (tiers from the stack's
 ``workloads.network``); otherwise tiers come from the cluster's HyperNodes. ``--resume`` submits the
-next attempt, which resumes from the run's last complete checkpoint. The cluster is the current
-kubeconfig context (``--context`` to choose another).
+next attempt, which resumes from the run's last complete checkpoint. A run whose image is in the
+stack's own ECR repository (its profile's default, or a ``versions.software.images`` entry written with
+``{imageRepository}``) needs ``--repository "$(pulumi stack output imageRepository --stack <stack>)"``: the
+URL holds the AWS account id, which no stack file does (``--dry-run`` prints the placeholder). The
+cluster is the current kubeconfig context (``--context`` on each command that talks to it to choose
+another); the stack files are read from ``--stack-dir``.
 """
 
 from __future__ import annotations
@@ -27,17 +31,13 @@ from typing import Callable, Sequence
 
 import yaml
 
-from software import names as software_profiles
 from software.report import record_image, report
-from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 
 from workloads.cli import kube
 from workloads.derive.checkpoint_budget import GB
-from workloads.cli.base import read_input, run_command
+from workloads.cli.base import cluster_parent, image_parent, read_input, read_stack, run_command, stack_parent
 from workloads.render.teams import namespace_of
-from workloads.schema.stack import ProgramConfig
-from workloads.checks import gate
 from workloads.cli.runs_client import RunClient, attempt_of
 from workloads.checks.runs import load_run, run_pools
 from workloads.checks.run_plan import Planner
@@ -45,48 +45,40 @@ from workloads.deploy.submit import run_objects
 from workloads.derive.topology import run_tiers
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m workloads.cli.runs``."""
     p = argparse.ArgumentParser(prog="python -m workloads.cli.runs", description=__doc__.split("\n\n")[0])
-    p.add_argument("--context", help="kubeconfig context (default: the current one)")
     sub = p.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="which runs start, wait or are preempted; exit 1 if one never fits")
-    plan.add_argument("stack")
-    plan.add_argument("runs", nargs="+", type=Path)
+    stack, cluster = stack_parent(), cluster_parent()
+    plan = sub.add_parser("plan", parents=[stack],
+                          help="which runs start, wait or are preempted; exit 1 if one never fits")
+    plan.add_argument("runs", nargs="+", type=Path, help="run files (runs/*.yaml)")
     plan.add_argument("--running", default="", help="comma-separated names of runs already running")
-    submit = sub.add_parser("submit", help="create the run's RayJob in its team's namespace")
-    submit.add_argument("stack")
-    submit.add_argument("run", type=Path)
+    submit = sub.add_parser("submit", parents=[stack, cluster, image_parent()],
+                            help="create the run's RayJob in its team's namespace")
+    submit.add_argument("run", type=Path, help="the run file")
     submit.add_argument("--dry-run", action="store_true", help="print the objects; contact no cluster")
     submit.add_argument("--resume", action="store_true", help="submit the next attempt of a run")
-    submit.add_argument("--repository", default="",
-                        help="the stack's ECR repository URL (pulumi stack output imageRepository), when the "
-                             "stack runs the default image")
-    for name in ("plan", "submit"):
-        sub.choices[name].add_argument("--stack-dir", type=Path, default=STACKS_DIR)
-    lst = sub.add_parser("list", help="every run's attempts and state")
-    lst.add_argument("--team")
+    lst = sub.add_parser("list", parents=[cluster], help="every run's attempts and state")
+    lst.add_argument("--team", help="one team's runs (a team member may read no other namespace)")
     for name, text in (("show", "a run's attempts, gang and pods"), ("follow", "stream a run's driver log"),
                        ("cancel", "stop a run after it checkpoints")):
-        cmd = sub.add_parser(name, help=text)
-        cmd.add_argument("team")
-        cmd.add_argument("run")
+        cmd = sub.add_parser(name, parents=[cluster], help=text)
+        cmd.add_argument("team", help="the run's team (namespace team-<team>)")
+        cmd.add_argument("run", help="the run's name (its run file's name:)")
     sub.choices["cancel"].add_argument("--now", action="store_true", help="no checkpoint: delete the pods at once")
     sub.choices["cancel"].add_argument("--wait-minutes", type=int, default=30,
                                        help="longest wait for the checkpoint before deleting (default 30)")
     profiles = sub.add_parser("profiles", help="the software profiles a run can name, with their pins")
-    profiles.add_argument("profile", nargs="?", choices=software_profiles())
+    profiles.add_argument("profile", nargs="?", help="one profile (default: every one; an unknown name is refused listing them)")
     profiles.add_argument("--build", action="store_true", help="print the image build command instead")
     profiles.add_argument("--record-image", type=Path, metavar="FILE",
                           help="the built image's /etc/rl-platform-image-versions: its NCCL becomes the profile's")
     return p
 
 
-def _config(args: argparse.Namespace) -> ProgramConfig:
-    return gate.read(args.stack, args.stack_dir)
-
-
 def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
-    cfg = _config(args)
+    cfg = read_stack(args)
     runs = [read_input(load_run, p) for p in args.runs]
     planner = Planner(cfg)
     decisions = planner.plan(runs, frozenset(filter(None, args.running.split(","))))
@@ -114,14 +106,15 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
 
 def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Callable[[str], None]) -> int:
-    cfg = _config(args)
+    cfg = read_stack(args)
     run = read_input(load_run, args.run)
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")
-        out(yaml.safe_dump(with_repository(objs.rayjob, args.repository or STACK_REPOSITORY), sort_keys=False))
+        shown = with_repository(objs.rayjob, args.repository or STACK_REPOSITORY, args.stack)
+        out(yaml.safe_dump(shown, sort_keys=False))
         return 0
-    with_repository(run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
+    with_repository(run_objects(cfg, run).rayjob, args.repository, args.stack)  # fail before touching the cluster
     api = client()
     busy = api.unfinished(run.team, run.name)
     if busy:
@@ -132,7 +125,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     train, rollout = run_pools(cfg)
     sizes = api.tier_sizes((train.name, rollout.name))
     objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
-    created = api.submit(with_repository(objs.rayjob, args.repository))
+    created = api.submit(with_repository(objs.rayjob, args.repository, args.stack))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")
     return 0
@@ -174,8 +167,8 @@ def kube_client(context: str | None, team: str | None = None) -> RunClient:
 
 def main(argv: Sequence[str] | None = None, client: Callable[[], RunClient] | None = None,
          out: Callable[[str], None] = print) -> int:
-    args = _parser().parse_args(argv)
-    make = client or (lambda: kube_client(args.context, getattr(args, "team", None)))
+    args = parser().parse_args(argv)
+    make = client or (lambda: kube_client(getattr(args, "context", None), getattr(args, "team", None)))
     return run_command("runs", lambda: _dispatch(args, make, out))
 
 

@@ -23,7 +23,7 @@ from workloads.pod.miles_launcher import ARGV_ENV
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL, SAVE_STATE, podgroup_name
 from workloads.render.teams import namespace_of
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 from workloads.schema.teams import TEAM_LABEL
 from workloads.derive.topology import tier_sizes_from_hypernodes
 

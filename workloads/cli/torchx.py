@@ -1,45 +1,47 @@
 """``python -m workloads.cli.torchx``: submit a stack's Miles run through TorchX's kubernetes scheduler
-(the component is ``workloads.deploy.torchx_miles``), on this repository's cluster client."""
+(the component is ``workloads.deploy.torchx_miles``), on this repository's cluster client.
+
+Exit codes, as every command's (``workloads.cli.base``): 0 submitted (or printed, ``--dry-run``); 1 a cluster
+that cannot be used or an image repository not given; 2 an invalid or unknown stack."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from stackconfig.stack import StackConfigError
-
 from workloads.cli import kube
+from workloads.cli.base import cluster_parent, image_parent, run_command, stack_parent
 from workloads.deploy.torchx_miles import appdef, stack_model
 from workloads.render.common import VOLCANO_QUEUE
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m workloads.cli.torchx <stack> [--repository R] [--context C] [--dry-run]``: submit
-    through TorchX's kubernetes scheduler into the stack's namespace and queue, on a client from
-    ``workloads.cli.kube`` (one line and exit 1 when no cluster answers, instead of torchx's traceback)."""
-    from torchx.runner import get_runner
-    p = argparse.ArgumentParser(prog="python -m workloads.cli.torchx", description=main.__doc__.split(":")[0])
-    p.add_argument("stack")
-    p.add_argument("--stack-dir", default="stacks")
-    p.add_argument("--repository", default="", help="pulumi stack output imageRepository")
-    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m workloads.cli.torchx``."""
+    p = argparse.ArgumentParser(prog="python -m workloads.cli.torchx",
+                                description="Submit the stack's Miles run through TorchX's kubernetes scheduler "
+                                            "into its namespace and Volcano queue.",
+                                parents=[stack_parent(), cluster_parent(), image_parent()])
     p.add_argument("--dry-run", action="store_true", help="print the Volcano Job; contact no cluster")
-    args = p.parse_args(argv)
-    try:
-        m = stack_model(args.stack, args.stack_dir)
-        app = appdef(m, args.repository)
-        cfg = {"namespace": m.namespace, "queue": VOLCANO_QUEUE, "reserved_millicpu": 0, "reserved_memmb": 0}
-        if args.dry_run:
-            print(get_runner().dryrun(app, "kubernetes", cfg={**cfg, "validate_spec": False}))
-            return 0
-        with get_runner(client=kube.connect(args.context, (kube.VOLCANO_JOBS,), m.namespace)) as runner:
-            print(f"torchx: submitted {runner.run(app, 'kubernetes', cfg=cfg)}", file=sys.stderr)
-    except kube.CLUSTER_ERRORS as err:
-        print(f"torchx: {kube.explain(err)}", file=sys.stderr)
-        return 1
-    except (ValueError, StackConfigError) as err:  # the stack file, the image repository
-        print(f"torchx: {err}", file=sys.stderr)
-        return 1
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Submit on a client from ``workloads.cli.kube``: no cluster is one line and exit 1 instead of torchx's
+    traceback, an invalid stack exit 2 (``workloads.cli.base.run_command``)."""
+    args = parser().parse_args(argv)
+    return run_command("torchx", lambda: _submit(args))
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from torchx.runner import get_runner
+    m = stack_model(args.stack, args.stack_dir)
+    app = appdef(m, args.repository)
+    cfg = {"namespace": m.namespace, "queue": VOLCANO_QUEUE, "reserved_millicpu": 0, "reserved_memmb": 0}
+    if args.dry_run:
+        print(get_runner().dryrun(app, "kubernetes", cfg={**cfg, "validate_spec": False}))
+        return 0
+    with get_runner(client=kube.connect(args.context, (kube.VOLCANO_JOBS,), m.namespace)) as runner:
+        print(f"torchx: submitted {runner.run(app, 'kubernetes', cfg=cfg)}", file=sys.stderr)
     return 0
 
 

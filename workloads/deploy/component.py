@@ -25,6 +25,7 @@ from components.platform import Platform
 from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
 
 from workloads.derive import layout as L
+from workloads.derive.paths import CHECKPOINT_DIR
 from workloads import render as M
 from workloads.derive.model import WorkloadModel
 from workloads.render.admission import team_admission
@@ -78,7 +79,7 @@ class Workloads(pulumi.ComponentResource):
             throughput_per_tib=m.settings.storage.throughput_per_tib,
             subnet_id=platform.network.node_subnet_id, vpc_id=platform.network.vpc.id,
             node_security_group_id=platform.cluster.security_group_id, bucket=platform.checkpoints.name,
-            export_dir=L.CHECKPOINT_DIR, retain=m.retain_storage,
+            export_dir=CHECKPOINT_DIR, retain=m.retain_storage,
             opts=pulumi.ResourceOptions(parent=self))
 
         charts = m.charts

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from workloads.derive.model import WorkloadModel
 from workloads.render.runs import run_rayjob
-from workloads.schema.settings import RunFile
+from workloads.schema.run import RunFile
 from workloads.checks.runs import NeverFits, run_model, run_pools
 from workloads.derive.topology import TierChoice, run_tiers, unplaceable
 

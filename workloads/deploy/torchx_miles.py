@@ -85,7 +85,7 @@ def resource(g: L.Group) -> specs.Resource:
 
 
 def image_of(m: WorkloadModel, repository: str) -> str:
-    return with_repository(m.image, repository)
+    return with_repository(m.image, repository, m.stack)
 
 
 def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) -> specs.Role:

@@ -2,8 +2,9 @@
 
 Shared by the KubeRay RayJob (``entrypoint``) and the TorchX component (the head's command), so
 both submit exactly the same argv. Layout flags come from the pools: actor nodes and GPUs from the
-training pool, rollout GPUs and the engine size from the rollout pool. Recipe defaults follow
-Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``; Slime v0.2.4 takes the same launch shape, and
+training pool, rollout GPUs and the engine size from the rollout pool. The recipe's fixed flags and the
+models' architecture flags are data (``software/models.yaml``: Miles v0.1.0's ``scripts/run_qwen3_30b_a3b.py``
+and ``scripts/models/``); Slime v0.2.4 takes the same launch shape, and
 where its CLI differs the profile says so (``software.Framework``). Every flag is checked against
 the profile's vendored lists before anything is created (``workloads.derive.profile.validate_profile``).
 """
@@ -16,11 +17,14 @@ import re
 from typing import TYPE_CHECKING
 
 from software import Framework
+from software import models
 from stackconfig.stack import Role
 
 from workloads.derive.checkpoint_budget import retain_interval
 from workloads.pod.miles_launcher import ARGV_ENV
-from workloads.derive.layout import is_spot, moe_backend, paths, reward_enabled
+from workloads.derive.layout import is_spot, reward_enabled
+from workloads.derive.deepep import moe_backend
+from workloads.derive.paths import paths
 from workloads.derive.profile import run_profile
 from workloads.derive.sglang_budget import Budget, deepep_v2_budget
 
@@ -35,38 +39,17 @@ REWARD_SERVICE = "reward"
 REWARD_PATH = "/reward"
 
 
-def _moe_layer_freq(nlayers: int, first_dense: int = 0) -> str:
-    dense = min(first_dense, nlayers)
-    return "[" + ",".join(["0"] * dense + ["1"] * (nlayers - dense)) + "]"
-
-
-def _qwen3_moe(*, heads: int, layers: int, hidden: int, ffn: int, moe_ffn: int) -> list[str]:
-    """Miles v0.1.0 scripts/models/qwen3-*-A*B.py, without the dispatcher (set per DeepEP mode)."""
-    return ["--disable-bias-linear", "--qk-layernorm", "--group-query-attention",
-            "--num-attention-heads", str(heads), "--num-query-groups", "4", "--kv-channels", "128",
-            "--num-layers", str(layers), "--hidden-size", str(hidden), "--ffn-hidden-size", str(ffn),
-            "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--norm-epsilon", "1e-6",
-            "--rotary-percent", "1.0", "--swiglu", "--untie-embeddings-and-output-weights",
-            "--vocab-size", "151936", "--rotary-base", "1000000",
-            "--moe-ffn-hidden-size", str(moe_ffn), "--moe-router-score-function", "softmax",
-            "--moe-router-topk", "8", "--moe-layer-freq", _moe_layer_freq(layers),
-            "--num-experts", "128", "--moe-grouped-gemm", "--moe-token-drop-policy", "probs",
-            "--moe-router-dtype", "fp32", "--moe-permute-fusion", "--moe-aux-loss-coeff", "0"]
-
-
-MODEL_PRESETS: dict[str, list[str]] = {
-    "Qwen/Qwen3-30B-A3B": _qwen3_moe(heads=32, layers=48, hidden=2048, ffn=6144, moe_ffn=768),
-    "Qwen/Qwen3-235B-A22B": _qwen3_moe(heads=64, layers=94, hidden=4096, ffn=12288, moe_ffn=1536),
-}
-# Qwen's blockwise-FP8 releases share their bf16 model's architecture.
-MODEL_PRESETS.update({f"{name}-FP8": flags for name, flags in list(MODEL_PRESETS.items())})
+def preset(model: str) -> list[str]:
+    """The architecture flags of ``model`` (``software/models.yaml``); none when it has no entry."""
+    entry = models.catalog().model(model)
+    return entry.architecture.args if entry else []
 
 
 def model_args(cfg: "ProgramConfig") -> list[str]:
     run = cfg.workloads.run
     if run.model_args is not None:
         return list(run.model_args)
-    return list(MODEL_PRESETS[run.model])
+    return preset(run.model)
 
 
 def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
@@ -87,7 +70,7 @@ def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
 
 def _model_dim(cfg: "ProgramConfig", flag: str) -> int:
     """``flag``'s value in the run's model flags, else in its model's preset."""
-    for flags in (model_args(cfg), MODEL_PRESETS.get(cfg.workloads.run.model, [])):
+    for flags in (model_args(cfg), preset(cfg.workloads.run.model)):
         if flag in flags:
             return int(flags[flags.index(flag) + 1])
     raise ValueError(f"workloads.run.modelArgs: {flag} is needed to size DeepEP V2's buffer; allowed: add it")
@@ -141,6 +124,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     point of the run's software profile)."""
     run, grpo, par = cfg.workloads.run, cfg.workloads.run.grpo, cfg.workloads.run.parallel
     p, lay, moe, software = paths(cfg), layout(cfg), moe_backend(cfg), run_profile(cfg)
+    recipe = models.catalog().recipe
     if not lay["actor_num_nodes"] or not lay["rollout_num_gpus"]:
         idle = [q.name for q in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)) if not q.nodes.desired]
         raise ValueError(f"stack {cfg.stack!r}: pool(s) {', '.join(idle)} have 0 desired nodes; "
@@ -176,7 +160,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--label-key", run.label_key)
     if run.apply_chat_template:
         f("--apply-chat-template")
-    f("--rollout-shuffle")
+    a.extend(recipe.rollout)
     if reward_enabled(cfg):
         f("--rm-type", "remote_rm")
         f("--rm-url", reward_url(cfg))
@@ -189,8 +173,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--rollout-max-response-len", grpo.rollout_max_response_len)
     f("--rollout-temperature", grpo.rollout_temperature)
     f("--global-batch-size", grpo.global_batch_size)
-    f("--balance-data")
-    f("--advantage-estimator", "grpo")
+    a.extend(recipe.grpo)
     if grpo.kl_loss_coef > 0:
         # With --use-kl-loss Miles loads --ref-load and runs the reference forward pass even at
         # coefficient 0; without it no reference model is built.
@@ -200,12 +183,8 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--entropy-coef", grpo.entropy_coef)
     f("--eps-clip", grpo.eps_clip)
     f("--eps-clip-high", grpo.eps_clip_high)
-    f("--optimizer", "adam")
     f("--lr", grpo.lr)
-    f("--lr-decay-style", "constant")
-    f("--weight-decay", 0.1)
-    f("--adam-beta1", 0.9)
-    f("--adam-beta2", 0.98)
+    a.extend(recipe.optimizer)
     # Megatron parallelism and performance.
     f("--tensor-model-parallel-size", par.tensor)
     if par.sequence_parallel:
@@ -214,16 +193,9 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--context-parallel-size", par.context)
     f("--expert-model-parallel-size", par.expert)
     f("--expert-tensor-parallel-size", par.expert_tensor)
-    f("--recompute-granularity", "full")
-    f("--recompute-method", "uniform")
-    f("--recompute-num-layers", 1)
-    f("--use-dynamic-batch-size")
+    a.extend(recipe.recompute)
     f("--max-tokens-per-gpu", grpo.max_tokens_per_gpu)
-    f("--attention-dropout", 0.0)
-    f("--hidden-dropout", 0.0)
-    f("--accumulate-allreduce-grads-in-fp32")
-    f("--attention-softmax-in-fp32")
-    f("--attention-backend", "flash")
+    a.extend(recipe.precision)
     a.extend(model_args(cfg))
     # Megatron's MoE token dispatcher and SGLang's a2a backend/runner: workloads.derive.moe_backend's rules.
     a.extend(moe.megatron_args())

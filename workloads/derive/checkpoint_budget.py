@@ -3,7 +3,7 @@ whether the FSx for Lustre file system holds them with the model and the data.
 
 - One save (Megatron torch_dist, distributed optimizer) holds per parameter the bf16 weights
   (2 bytes) and the optimizer state: fp32 main parameters and Adam's two moments (3 x 4 bytes),
-  14 bytes in all; Qwen3-30B-A3B's 30.5 B parameters make about 427 GB.
+  14 bytes in all; Qwen3-30B-A3B's 30.5 B parameters (``software/models.yaml``) make about 427 GB.
 - Retention: Megatron's ``--save-retain-interval R`` (Megatron-LM@37f91617
   megatron/training/checkpointing.py:733-734, 766-775) deletes the previous checkpoint after each
   save unless its iteration is a multiple of R; R must be a multiple of ``--save-interval``
@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from software import models
+
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
 
@@ -30,13 +32,6 @@ SAVE_BYTES_PER_PARAM = 2 + 3 * 4
 HF_BYTES_PER_PARAM = {"bf16": 2, "fp8-blockwise": 1}
 USABLE_FRACTION = 0.9
 """Headroom on the file system: Lustre metadata and the save in flight beside the tracker."""
-MODEL_PARAMS = {
-    "Qwen/Qwen3-30B-A3B": 30.5e9,
-    "Qwen/Qwen3-30B-A3B-FP8": 30.5e9,
-    "Qwen/Qwen3-235B-A22B": 235.1e9,
-    "Qwen/Qwen3-235B-A22B-FP8": 235.1e9,
-}
-"""Total parameters (all experts) of the models with presets (their Hugging Face model cards)."""
 
 
 @dataclass(frozen=True)
@@ -69,8 +64,12 @@ class CheckpointBudget:
 
 
 def model_params(cfg: "ProgramConfig") -> float | None:
+    """The run's ``modelParamsB``, else its model's total parameters (``software/models.yaml``); None: unknown."""
     run = cfg.workloads.run
-    return run.model_params_b * 1e9 if run.model_params_b else MODEL_PARAMS.get(run.model)
+    if run.model_params_b:
+        return run.model_params_b * 1e9
+    entry = models.catalog().model(run.model)
+    return entry.params_b * 1e9 if entry else None
 
 
 def retain_interval(cfg: "ProgramConfig") -> int:

@@ -2,7 +2,8 @@
 
 Sources: AWS's Miles/SLIME test cases on EKS (EFA and NCCL variables), DeepEP's README (V2 on
 NCCL GIN, V1 on NVSHMEM), NCCL's GIN backend types (0 none, 2 proxy, 3 GDAKI, 5 EFA GDA in the
-Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker).
+Amazon NCCL line), and Miles' own launcher (runtime env of every Ray worker). Whether NCCL may use
+NVLink SHARP is the instance catalog's (``InstanceType.gpu.nvls``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ from typing import TYPE_CHECKING
 from stackconfig.stack import Pool, Role
 
 from workloads.derive.argv import rollout_budget
-from workloads.derive.layout import GIN_TYPE, DeepEP, moe_backend
-from workloads.schema.settings import DeepEPVersion, GinBackend
+from workloads.derive.deepep import DeepEP, GIN_TYPE, moe_backend
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
-
-NVLS_GPUS = frozenset({"H100", "H200", "B200", "B300"})
-"""NVLink SHARP (NVLS) needs third-generation NVSwitch: Hopper and newer, not A100."""
 
 EFA_ENV = {
     "FI_PROVIDER": "efa",
@@ -91,11 +89,16 @@ def deepep_runtime_env(deepep: DeepEP, role: Role, mount: str, image: str) -> di
     return env
 
 
+def nvls_enable(pool: Pool) -> str:
+    """``NCCL_NVLS_ENABLE``: 1 where the pool's GPUs have NVLink SHARP (the catalog's GPU record), else 0."""
+    return "1" if pool.instance.gpu.nvls else "0"
+
+
 def gpu_env(pool: Pool, efa: int, deepep: DeepEP, fabric: str = "efa") -> dict[str, str]:
     """Environment of a trainer or rollout pod on ``pool`` with ``efa`` devices; ``fabric: sockets``
     keeps NCCL off EFA (DeepEP is off then: ``workloads.schema.settings.RunBase``)."""
     env = dict(NCCL_ENV)
-    env["NCCL_NVLS_ENABLE"] = "1" if pool.instance.gpu_model in NVLS_GPUS else "0"
+    env["NCCL_NVLS_ENABLE"] = nvls_enable(pool)
     if efa and fabric == "sockets":
         env.update(SOCKETS_ENV)
     elif efa:
@@ -109,7 +112,7 @@ def runtime_env(pool: Pool) -> dict[str, str]:
     return {
         "PYTHONUNBUFFERED": "1",
         "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-        "NCCL_NVLS_ENABLE": "1" if pool.instance.gpu_model in NVLS_GPUS else "0",
+        "NCCL_NVLS_ENABLE": nvls_enable(pool),
         "PYTHONPATH": "/root/Megatron-LM",
     }
 

@@ -12,17 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
-from components.gpu_node_setup import GDA_FAMILIES, GpuNodeSetup, capability_labels, for_pool
+from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
 from software import Profile, profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
 
 from workloads.derive import layout as L
+from workloads.derive.block_end import CapacityBlockEnd, capacity_block_end
+from workloads.derive.deepep import DeepEP, ref_model, resolve_deepep
+from workloads.derive.images import images
+from workloads.derive.paths import Paths, paths
 from workloads.derive import moe_backend as moe
 from workloads.derive.argv import miles_argv
 from workloads.derive.env import deepep_runtime_env, gpu_env, rollout_env, runtime_env
 from workloads.derive.profile import run_profile
-from workloads.schema.settings import DeepEPVersion, GinBackend, Submission, WorkloadSettings
+from workloads.schema.settings import Submission, WorkloadSettings
+from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
@@ -51,11 +56,11 @@ class WorkloadModel:
     """Trainer and rollout groups (one pod per node), then buffer and preprocessing groups."""
     reward: L.Group | None
     stage: L.Group | None
-    deepep: L.DeepEP
-    paths: L.Paths
+    deepep: DeepEP
+    paths: Paths
     ref_model: str
     """Hugging Face repo id of the trainer's BF16 checkpoint (``layout.ref_model``), staged beside the model."""
-    block_end: L.CapacityBlockEnd | None
+    block_end: CapacityBlockEnd | None
     argv: tuple[str, ...] | None
     """The Miles command line; None when no run can start (a GPU pool has no desired nodes)."""
     no_run: str | None
@@ -108,7 +113,7 @@ class WorkloadModel:
         return self.argv
 
 
-def _with_env(g: L.Group, deepep: L.DeepEP, fabric: str, mount: str, image: str, rollout: dict[str, str]) -> L.Group:
+def _with_env(g: L.Group, deepep: DeepEP, fabric: str, mount: str, image: str, rollout: dict[str, str]) -> L.Group:
     if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
         env = {**gpu_env(g.pool, g.efa, deepep, fabric),
                **(deepep_runtime_env(deepep, g.pool.role, mount, image) if g.efa else {})}
@@ -123,7 +128,7 @@ def _argv(cfg: "ProgramConfig") -> tuple[tuple[str, ...] | None, str | None]:
         return None, str(idle)
 
 
-def gpu_setups(cfg: "ProgramConfig", deepep: L.DeepEP) -> dict[str, GpuNodeSetup]:
+def gpu_setups(cfg: "ProgramConfig", deepep: DeepEP) -> dict[str, GpuNodeSetup]:
     """Per GPU pool, what the run's DeepEP mode needs on the host (``components.gpu_node_setup.for_pool``)."""
     v2 = deepep.version is DeepEPVersion.V2
     gpu = deepep.gin_backend is GinBackend.GPU
@@ -144,19 +149,19 @@ def node_setups(cfg: "ProgramConfig") -> dict[str, GpuNodeSetup]:
     """What each GPU pool's nodes install at boot: the stack's own run's setup, widened for every admitted
     profile that runs DeepEP V2 (``Profile.a2a``) to what a V2 run there may select: GPU-initiated EFA
     on a GDA family with EFA (the default ``ginBackend: auto``), else gdrdrv for the CPU proxy. A pool
-    whose GPUs are below SM90 gets nothing for it (DeepEP V2 needs SM90: workloads.derive.moe_backend)."""
-    setups = gpu_setups(cfg, L.resolve_deepep(cfg))
+    whose GPUs SGLang runs no DeepGEMM on gets nothing for it (below SM90, SM120: workloads.derive.moe_backend)."""
+    setups = gpu_setups(cfg, resolve_deepep(cfg))
     if any("v2" in profile(name).a2a for name in admitted_profiles(cfg)):
         for p in L.gpu_pools(cfg):
-            if moe.GPU_SM.get(p.instance.gpu_model, 0) < 90 or not p.efa_enabled:
+            if not moe.deep_gemm_on(p.instance.gpu.sm) or not p.efa_enabled:
                 continue
-            widest = for_pool(p, True, p.instance.family in GDA_FAMILIES)
+            widest = for_pool(p, True, p.instance.gin_gda)
             setups[p.name] = _merge(setups.get(p.name, GpuNodeSetup()), widest)
     return setups
 
 
 def derive(cfg: "ProgramConfig") -> WorkloadModel:
-    deepep = L.resolve_deepep(cfg)
+    deepep = resolve_deepep(cfg)
     argv, no_run = _argv(cfg)
     rollout = rollout_env(cfg)
     return WorkloadModel(
@@ -165,10 +170,10 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         settings=cfg.workloads, software=cfg.versions.software, profile=run_profile(cfg), charts=cfg.versions.charts,
         system_pool=cfg.pool(Role.SYSTEM), head_pool=L.head_pool(cfg), utility_pool=L.utility_pool(cfg),
         pools=tuple(cfg.pools), gpu_pools=tuple(L.gpu_pools(cfg)),
-        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, L.paths(cfg).mount,
+        head=L.ray_head(cfg), workers=tuple(_with_env(g, deepep, cfg.workloads.run.fabric, paths(cfg).mount,
                                  workload_image(cfg.versions.software, run_profile(cfg)), rollout)
                                  for g in L.ray_workers(cfg)),
-        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=L.paths(cfg), ref_model=L.ref_model(cfg),
-        block_end=L.capacity_block_end(cfg), argv=argv, no_run=no_run,
+        reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=paths(cfg), ref_model=ref_model(cfg),
+        block_end=capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
-        images=L.images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg))
+        images=images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg))

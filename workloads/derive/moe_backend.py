@@ -1,7 +1,8 @@
 """MoE all-to-all / expert runner of the rollout (SGLang) and trainer (Megatron): ``choose()`` decides
 from (checkpoint precision, nodes per engine, DeepEP version, GPU model, SGLang version); ``refusal()``
 raises ValueError naming the stack field and the single-field changes that work. Each rule cites its
-upstream source (wheel version + path:line), checked against the wheels by tests/test_moe_backend.py."""
+upstream source (wheel version + path:line), checked against the wheels by tests/test_moe_backend.py.
+A GPU's compute capability is the instance catalog's (``catalog.gpu``); an unknown GPU model is refused."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import catalog
 from software import profiles
 
 Precision = Literal["bf16", "fp8-blockwise"]
 DeepEP = Literal["none", "v1", "v2"]
 
-GPU_SM = {"A100": 80, "H100": 90, "H200": 90, "B200": 100, "B300": 100}
 DEEPEP_V2_MIN_SGLANG = (0, 5, 19)
 """First SGLang on PyPI whose ``--moe-a2a-backend`` offers ``deepep_v2``."""
 DEEPEP_V2_ARCHITECTURES = ("DeepseekV3ForCausalLM", "DeepseekV4ForCausalLM", "Qwen3MoeForCausalLM")
@@ -25,9 +26,14 @@ FIELD = {"precision": "workloads.run.model", "engine_nodes": "workloads.run.roll
          "sglang_version": "workloads.run.software", "architecture": "workloads.run.model"}
 """The stack field behind each input, as refusals name it."""
 CANDIDATES = {"deepep": ("none", "v1", "v2"), "precision": ("bf16", "fp8-blockwise"), "engine_nodes": (1,),
-              "gpu_model": ("H100", "H200", "B200", "B300"),
+              "gpu_model": tuple(dict.fromkeys(t.gpu_model for t in catalog.CATALOG.values()
+                                               if t.is_gpu and t.hand_checked)),
               "sglang_version": tuple(dict.fromkeys(p.sglang.version for p in profiles().values()))}
-"""Values tried, one field at a time, to list a refusal's working alternatives."""
+"""Values tried, one field at a time, to list a refusal's working alternatives (GPUs: those of the
+catalog's hand-checked types)."""
+DEEPGEMM_OFF_SM = 120
+"""sglang 0.5.17 sglang/srt/layers/deep_gemm_wrapper/configurer.py:21-23: DeepGEMM needs TMEM/tcgen05,
+"not available on SM120" (RTX PRO Blackwell), so it is off there as below SM90 (:19)."""
 SHOWN: dict[str, Callable[[object], str]] = {
     "deepep": lambda v: "off" if v == "none" else str(v),  # workloads.schema.settings.DeepEPVersion spelling
     "precision": lambda v: f"<a {v} checkpoint>", "gpu_model": lambda v: f"<an {v} instance type>",
@@ -54,9 +60,10 @@ class Case:
 
     @property
     def sm(self) -> int:
-        if self.gpu_model not in GPU_SM:
-            raise ValueError(f"{FIELD['gpu_model']}: unknown GPU model {self.gpu_model!r}; known: {sorted(GPU_SM)}")
-        return GPU_SM[self.gpu_model]
+        try:
+            return catalog.gpu(self.gpu_model).sm
+        except catalog.MissingFact as e:
+            raise ValueError(f"{FIELD['gpu_model']}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -93,14 +100,21 @@ class Rule:
     refuses: Callable[[Case], str | None]
 
 
+def deep_gemm_on(sm: int) -> bool:
+    """SGLang turns DeepGEMM on for this compute capability (sglang 0.5.17
+    sglang/srt/layers/deep_gemm_wrapper/configurer.py:19-23: not below SM90, not on SM120)."""
+    return sm >= 90 and sm != DEEPGEMM_OFF_SM
+
+
 def _deepep_below_sm90(c: Case) -> str | None:
-    """Any DeepEP on A100 (SM80). sglang 0.5.17 sglang/srt/layers/deep_gemm_wrapper/configurer.py:19
-    turns DeepGEMM off below SM90, so layers/moe/ep_moe/layer.py:112-115 (fp8) and :138-148 (bf16 with
-    deep_gemm) never pick the new path; the old one raises at :290-293 (NotImplementedError, bf16
-    normal), asserts at :297/:302 (deprecated DeepGEMM kernels) and, fp8 low_latency, at :168-179.
-    DeepEP V2 itself needs SM90 (DeepEP@dd758ca README.md:65)."""
-    if c.deepep != "none" and c.sm < 90:
-        return f"DeepEP needs SGLang's DeepGEMM MoE path, which is off below SM90 ({c.gpu_model} is SM{c.sm})"
+    """Any DeepEP on A100 (SM80) or an SM120 GPU. sglang 0.5.17 sglang/srt/layers/deep_gemm_wrapper/
+    configurer.py:19-23 turns DeepGEMM off below SM90 and on SM120, so layers/moe/ep_moe/layer.py:112-115
+    (fp8) and :138-148 (bf16 with deep_gemm) never pick the new path; the old one raises at :290-293
+    (NotImplementedError, bf16 normal), asserts at :297/:302 (deprecated DeepGEMM kernels) and, fp8
+    low_latency, at :168-179. DeepEP V2 itself needs SM90 (DeepEP@dd758ca README.md:65)."""
+    if c.deepep != "none" and not deep_gemm_on(c.sm):
+        return (f"DeepEP needs SGLang's DeepGEMM MoE path, which is off below SM90 and on SM{DEEPGEMM_OFF_SM} "
+                f"({c.gpu_model} is SM{c.sm})")
 
 
 def _fp8_below_sm89(c: Case) -> str | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from workloads.schema.settings import RunFile, TopologyMode
+from workloads.schema.run import RunFile, TopologyMode
 
 EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
 """EKS labels each node of supported types with its place in the AWS network, layer 3 the closest

@@ -25,7 +25,7 @@ from workloads.render.common import (
     shm_volume,
 )
 from workloads.render.ray import preflight_container
-from workloads.schema.settings import DeepEPVersion
+from workloads.schema.run import DeepEPVersion
 
 from workloads.acceptance.parsers import (DEEPEP_TAG)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import shlex
 
 from workloads.derive.model import WorkloadModel
-from workloads.derive.layout import RUNNING_MARKER, SAVE_TRIGGER
-from workloads.schema.settings import CAPACITY_BLOCK_DRAIN_MINUTES
+from workloads.pod.miles_launcher import SAVE_TRIGGER
+from workloads.derive.paths import RUNNING_MARKER
+from workloads.schema.services import CAPACITY_BLOCK_DRAIN_MINUTES
 from workloads.schema.teams import team_checkpoint_directory
 from workloads.render.common import file_system_container, file_system_pod, file_system_task, labels, meta
 

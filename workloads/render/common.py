@@ -9,6 +9,7 @@ from typing import Any
 from stackconfig.stack import POOL_LABEL, Pool
 
 from workloads.derive import layout as L
+from workloads.derive.paths import CHECKPOINT_DIR
 from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GI, GPU, HUGEPAGES
 
@@ -123,7 +124,7 @@ def scripts_volume() -> dict:
 
 
 def file_system_container(m: WorkloadModel, name: str, command: list[str],
-                          sub_path: str = L.CHECKPOINT_DIR) -> dict:
+                          sub_path: str = CHECKPOINT_DIR) -> dict:
     """A container of a small task on the file system that sees only ``sub_path`` of it (mounted at
     its usual place under the mount path), with the small shell image.
 

@@ -32,11 +32,12 @@ import copy
 import json
 
 from workloads.schema.labels import ATTEMPT_LABEL, RUN_LABEL
-from workloads.derive.layout import CHECKPOINT_DIR, RUNNING_MARKER
+from workloads.derive.paths import CHECKPOINT_DIR, RUNNING_MARKER
 from workloads.derive.argv import driver
 from workloads.pod.miles_launcher import LEASE_STALE_MIN
 from workloads.derive.model import WorkloadModel
-from workloads.schema.settings import RunFile, Submission, TopologyMode
+from workloads.schema.settings import Submission
+from workloads.schema.run import RunFile, TopologyMode
 from workloads.schema.teams import TEAM_LABEL, TeamSettings
 from workloads.render.common import FSX_VOLUME, RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL, labels
 from workloads.derive.topology import tier_label

@@ -1,4 +1,4 @@
-"""Teams (schema and checks): GPU quota, a Volcano queue and an isolated namespace per team sharing the
+"""Teams (schema): GPU quota, a Volcano queue and an isolated namespace per team sharing the
 cluster's GPU pools; the objects are rendered by ``render/teams.py``.
 
 A team (``workloads.teams[]``) gets:
@@ -6,14 +6,14 @@ A team (``workloads.teams[]``) gets:
 - a Namespace ``team-<name>`` labelled ``rl.platform/team=<name>``;
 - a cluster-scoped Volcano Queue ``team-<name>``: priority, whether other teams may reclaim what it
   uses beyond its deserved share (``reclaimable``), and its guarantee, deserved share and capability
-  in GPUs, read by Volcano's ``capacity`` plugin (README, "Scheduling rules");
+  in GPUs, read by Volcano's ``capacity`` plugin (docs/design/scheduling.md, "Scheduling rules");
 - a ResourceQuota ``gpu-quota`` in its namespace: GPUs, the EFA devices and huge pages of the nodes they
   span, CPU and memory, ephemeral storage, and counts of RayJobs, Ray clusters, pods and Services; a
   LimitRange giving every container an ephemeral-storage limit;
 - NetworkPolicies: default deny, DNS, and every TCP port between the team's own pods.
 
 Quotas are given per GPU pool (``gpus: {<pool>: {guarantee, deserved, cap}}``) and checked against
-each pool's GPUs at its desired size (``validate_teams``). Volcano and ResourceQuota only count resources
+each pool's GPUs at its desired size (``workloads.checks.teams``). Volcano and ResourceQuota only count resources
 (``nvidia.com/gpu``), not pools, so both sum over the team's pools: a team's per-pool split is an
 admission-time check here, not something the scheduler enforces.
 
@@ -29,16 +29,10 @@ admission-time check here, not something the scheduler enforces.
 from __future__ import annotations
 
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
-
-if TYPE_CHECKING:  # pragma: no cover
-    from stackconfig.stack import Pool
 
 
 TEAM_NAME = r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$"
@@ -130,59 +124,6 @@ def team_checkpoint_directory(team: str) -> str:
     the exported ``checkpoints/``, so the association exports them to the team's bucket prefix
     (``render.teams.team_checkpoint_prefix``) and nothing else of the team's."""
     return f"checkpoints/teams/{team}"
-
-
-def _gpu_pools(pools: Iterable[Pool]) -> dict[str, Pool]:
-    """Pools whose instance type has GPUs, by name."""
-    return {p.name: p for p in pools if p.instance.gpus > 0}
-
-
-def pool_gpus(pool: Pool) -> int:
-    """GPUs of a pool at its desired size."""
-    return pool.instance.gpus * pool.nodes.desired
-
-
-def validate_members(teams: Sequence[TeamSettings], admin_arns: Iterable[str]) -> None:
-    """A member ARN gets one EKS access entry (EKS allows one per principal): not also a cluster admin's."""
-    admins = set(admin_arns)
-    for t in teams:
-        both = sorted(admins & set(t.members))
-        if both:
-            raise ValueError(f"workloads.teams[{t.name}].members: {both[0]} is in cluster.adminRoleArns too, and EKS "
-                             f"allows one access entry per principal; allowed: a principal that is not a cluster admin")
-
-
-def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None:
-    """Raise ValueError("workloads.teams[<name>]...: ...; allowed: ...") for a quota the pools cannot hold."""
-    pools = list(pools)
-    gpu = _gpu_pools(pools)
-    allowed_pools = ", ".join(gpu) or "(no GPU pool)"
-    dupes = sorted(n for n, c in Counter(t.name for t in teams).items() if c > 1)
-    if dupes:
-        raise ValueError(f"workloads.teams[{dupes[0]}].name: duplicate team name; allowed: one entry per team")
-    by_name = {p.name: p for p in pools}
-    for t in teams:
-        for pool_name, q in t.gpus.items():
-            where = f"workloads.teams[{t.name}].gpus.{pool_name}"
-            if pool_name not in by_name:
-                raise ValueError(f"{where}: no such pool; allowed: {allowed_pools}")
-            if pool_name not in gpu:
-                raise ValueError(f"{where}: pool {pool_name} ({by_name[pool_name].instance_type}) has no GPUs; "
-                                 f"allowed: {allowed_pools}")
-            total = pool_gpus(gpu[pool_name])
-            if q.cap > total:
-                raise ValueError(f"{where}.cap: {q.cap} exceeds the pool's {total} GPUs at desired size; "
-                                 f"allowed: 1..{total}")
-    for name, pool in gpu.items():
-        total = pool_gpus(pool)
-        for what, plural, of in (("guarantee", "guarantees", lambda q: q.guarantee),
-                                 ("deserved", "deserved shares", lambda q: q.deserved)):
-            claims = [(t.name, of(t.gpus[name])) for t in teams if name in t.gpus]
-            if sum(g for _, g in claims) > total:
-                parts = " + ".join(f"{n} {g}" for n, g in claims)
-                raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.{what}: {plural} over pool {name} "
-                                 f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
-                                 f"size; allowed: a sum <= {total}")
 
 
 def team_group(team: str) -> str:
