@@ -60,7 +60,9 @@ class Violation:
 # --- values ------------------------------------------------------------------------------------
 
 def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, Mapping):
+    if type(value) is str:
+        yield value
+    elif type(value) is dict or isinstance(value, Mapping):
         for v in value.values():
             yield from _strings(v)
     elif isinstance(value, (list, tuple)):
@@ -77,29 +79,25 @@ def _computed(r: mocks.Registered, region: str) -> set[str]:
     return {s for s in _strings(out) if s not in given and len(s) >= MIN_REFERENCE_LENGTH}
 
 
-_NAME_CHARS = re.compile(r"[A-Za-z0-9_.-]")
+class _References:
+    """Strings and one pattern finding any of them as a whole token: not next to a name character
+    (``[A-Za-z0-9_.-]``), so a reference is never the prefix of a longer name."""
+
+    def __init__(self, strings: set[str]):
+        self.strings = frozenset(strings)
+        alternatives = "|".join(map(re.escape, sorted(self.strings, key=len, reverse=True)))
+        self.find = re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})(?![A-Za-z0-9_.-])").search \
+            if self.strings else (lambda s: None)
 
 
-def _embeds(text: str, ref: str) -> bool:
-    """``ref`` occurs in ``text`` as a whole token (not as the prefix of a longer name)."""
-    start = text.find(ref)
-    while start >= 0:
-        end = start + len(ref)
-        if ((start == 0 or not _NAME_CHARS.match(text[start - 1]))
-                and (end == len(text) or not _NAME_CHARS.match(text[end]))):
-            return True
-        start = text.find(ref, start + 1)
-    return False
-
-
-def _uses(value: Any, references: set[str], exact: set[str] = frozenset()) -> bool:
+def _uses(value: Any, references: _References, exact: set[str] = frozenset()) -> bool:
     """Whether ``value`` contains a string equal to one of ``exact`` or ``references``, or
     embedding one of ``references`` (an ARN in a JSON policy, an endpoint in a kubeconfig)."""
-    return any(s in exact or s in references or any(_embeds(s, ref) for ref in references)
-               for s in _strings(value))
+    strings, find = references.strings, references.find
+    return any(s in exact or s in strings or find(s) for s in _strings(value))
 
 
-def _blank_unknowns(value: Any, computed: set[str]) -> Any:
+def _blank_unknowns(value: Any, computed: _References) -> Any:
     """``value`` with every string built from a computed value replaced by the unknown sentinel."""
     if isinstance(value, Mapping):
         if value.get(SIG_KEY) == SECRET_SIG:
@@ -120,11 +118,16 @@ class Wire:
         self.preview = preview
         self.by_urn = graph.by_urn()
         self.computed = {r.urn: _computed(r, region) for r in graph.resources}
-        everything = set().union(*self.computed.values()) if self.computed else set()
-        self._unknown = everything if preview else set()
+        self._unknown = _References(set().union(*self.computed.values()) if preview else set())
+        self._refs: dict[str, tuple[_References, set[str]]] = {}
+        self._inputs: dict[str, dict] = {}
 
     def inputs(self, r: mocks.Registered) -> dict:
-        return _blank_unknowns(r.inputs, self._unknown) if self.preview else r.inputs
+        if not self.preview:
+            return r.inputs
+        if r.urn not in self._inputs:
+            self._inputs[r.urn] = _blank_unknowns(r.inputs, self._unknown)
+        return self._inputs[r.urn]
 
     def outputs(self, r: mocks.Registered) -> dict:
         if not self.preview:
@@ -135,13 +138,19 @@ class Wire:
     def property_dependencies(self, r: mocks.Registered) -> dict[str, list[str]]:
         """For each input, the recorded dependencies whose values (any output) it was built from."""
         deps = [self.by_urn[u] for u in r.dependencies if u in self.by_urn]
-        exact = {d.urn: {s for s in _strings(d.outputs) if len(s) >= MIN_REFERENCE_LENGTH} for d in deps}
         out = {}
         for key, value in r.inputs.items():
-            urns = [d.urn for d in deps if _uses(value, self.computed.get(d.urn, set()), exact[d.urn])]
+            urns = [d.urn for d in deps if _uses(value, *self._references(d))]
             if urns:
                 out[key] = urns
         return out
+
+    def _references(self, d: mocks.Registered) -> tuple[_References, set[str]]:
+        """What another resource's value built from ``d`` contains: a computed string, or any output."""
+        if d.urn not in self._refs:
+            self._refs[d.urn] = (_References(self.computed[d.urn]),
+                                 {s for s in _strings(d.outputs) if len(s) >= MIN_REFERENCE_LENGTH})
+        return self._refs[d.urn]
 
 
 def to_struct(props: Mapping[str, Any]) -> struct_pb2.Struct:
@@ -217,9 +226,12 @@ def evaluate(graph: mocks.Graph, policies: Iterable = ALL, *, preview: bool = Fa
     policies = list(policies)
     found: list[Violation] = []
     with stack_config(platform_config):
-        if any(isinstance(p, ResourceValidationPolicy) for p in policies):
+        checked = [p for p in policies if isinstance(p, ResourceValidationPolicy)]
+        types = None if any(getattr(p, "resource_types", None) is None for p in checked) else \
+            {t for p in checked for t in p.resource_types}
+        if checked:
             for r in graph.resources:
-                if not r.custom:
+                if not r.custom or types is not None and r.type not in types:
                     continue
                 args = resource_args(wire, r)
                 for policy in policies:

@@ -64,10 +64,20 @@ def resource_policy(name: str, description: str, types: Sequence[str], check: Re
     return policy
 
 
+_VIEWED: list = [None, None]
+"""The last stack args and their view: every stack policy of one analysis reads the same args."""
+
+
+def _view(args: StackValidationArgs) -> Stack:
+    if _VIEWED[0] is not args:
+        _VIEWED[:] = [args, Stack.from_args(args)]
+    return _VIEWED[1]
+
+
 def stack_policy(name: str, description: str, check: StackCheck,
                  enforcement: EnforcementLevel = EnforcementLevel.MANDATORY) -> StackValidationPolicy:
     def validate(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-        for urn, message in check(Stack.from_args(args)):
+        for urn, message in check(_view(args)):
             report_violation(message, urn)
 
     policy = StackValidationPolicy(name=name, description=description, validate=validate,
