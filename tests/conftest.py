@@ -33,15 +33,10 @@ STACKS = stack_names()
 
 def _repeat_less() -> None:
     """kubernetes_validate reads and parses its schema files (1.4 MB of ``_definitions.json``) on
-    every ``validate``: they are the installed package's, parsed once per worker here. Pulumi's SDK
-    walks the Python stack for every resource it registers, for a source position the mock engine
-    never reads: the walk is skipped (an empty trace, what the SDK sends when it finds no frame)."""
+    every ``validate``: they are the installed package's, parsed once per worker here."""
     import kubernetes_validate.utils as kv
-    from pulumi.runtime import resource
-    from pulumi.runtime.proto import source_pb2
     kv.schema_contents = functools.cache(kv.schema_contents)
     kv.all_versions = functools.cache(kv.all_versions)
-    resource._get_stack_trace = source_pb2.StackTrace
 
 
 _repeat_less()
