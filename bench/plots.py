@@ -37,6 +37,7 @@ SIZE = (8.6, 3.6)
 SERIES, BAR, FAULT = "series", "bar", "fault"
 """``gid`` prefixes: ``series:<arm>:r<repeat>`` (``series:r<repeat>`` on the fault timeline),
 ``bar:<arm>:<cost kind>``, ``fault:<fault kind>:r<repeat>:<event>`` and ``fault-label:<fault kind>``."""
+SIMULATED_LABEL = "Made by the simulator, not measured"
 PLOT_AREA = "plot-area"
 """``gid`` of the axes' background, whose bounds are the plot area's."""
 STAGGER = 0.2
@@ -44,12 +45,15 @@ STAGGER = 0.2
 
 
 def drawn(draw: Callable[..., Figure]) -> Callable[..., str]:
-    """``draw`` run under ``STYLE``, its figure written as SVG with no date: the same input, the same bytes."""
+    """``draw`` run under ``STYLE``, its figure written as SVG with no date: the same input, the same bytes.
+    ``simulated``: the figure says above its plot that the simulator made it (the SVG is read alone)."""
     @functools.wraps(draw)
-    def svg(*args, **kwargs) -> str:
+    def svg(*args, simulated: bool = False, **kwargs) -> str:
         import matplotlib.style
         with matplotlib.style.context(["default", STYLE]):
             fig = draw(*args, **kwargs)
+            if simulated:
+                fig.suptitle(SIMULATED_LABEL, color="tab:red", fontweight="bold", gid="simulated")
             out = io.StringIO()
             fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
         return out.getvalue()

@@ -53,9 +53,10 @@ def write_report(root: Path, stack: str | None = None, across_node_sets: bool = 
     if not plots:
         return report
     from .plots import cost_svg, faults_svg, throughput_svg
-    (root / "throughput.svg").write_text(throughput_svg(compared, exp.warmup_steps))
-    (root / "cost.svg").write_text(cost_svg(report))
+    label = simulated is not None
+    (root / "throughput.svg").write_text(throughput_svg(compared, exp.warmup_steps, simulated=label))
+    (root / "cost.svg").write_text(cost_svg(report, simulated=label))
     faulted = [c for c in collected if c.faults]
     if faulted:
-        (root / "faults.svg").write_text(faults_svg(faulted))
+        (root / "faults.svg").write_text(faults_svg(faulted, simulated=label))
     return report

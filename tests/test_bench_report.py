@@ -124,3 +124,4 @@ def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
     assert (tmp_path / "d" / "report.md").read_text() == md
     for name in ("throughput.svg", "cost.svg", "faults.svg"):
         assert (tmp_path / "d" / name).read_bytes() == (root / name).read_bytes(), name
+        assert "Made by the simulator, not measured" in (root / name).read_text(), name  # read alone too
