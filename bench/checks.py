@@ -23,6 +23,8 @@ import math
 import re
 from pathlib import Path
 
+from workloads.derive.topology import EKS_NETWORK_LAYERS
+
 from .artifacts import ArtifactError, Collected
 from .experiment import Experiment
 
@@ -31,9 +33,6 @@ ROLLOUT_TIME = "perf/rollout_time"
 USED_KEYS = (TOKENS, ROLLOUT_TIME, "perf/step_time", "perf/train_time", "perf/train_wait_time",
              "perf/update_weights_time", "rollout/response_len/mean", "rollout/truncated_ratio", "rollout/raw_reward")
 """Every per-step key a figure of the report reads."""
-EKS_NETWORK_LAYERS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3))
-"""The EKS topology labels (as ``workloads.render.operators.EKS_NETWORK_LAYERS``, which imports the
-stack's components; ``report`` stays light)."""
 ZONE_LABEL = "topology.kubernetes.io/zone"
 _JOB_LINE = re.compile(r"^(?:Running entrypoint for job|Driver log of job) (\S+?):", re.MULTILINE)
 """Ray's supervisor line (``ray job logs``) or the launcher's tee's first line (``miles_launcher.JOB_LINE``)."""
