@@ -19,10 +19,11 @@ input was computed from, restricted to the dependencies the SDK recorded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pulumi
 from google.protobuf import json_format, struct_pb2
@@ -79,15 +80,42 @@ def _computed(r: mocks.Registered, region: str) -> set[str]:
     return {s for s in _strings(out) if s not in given and len(s) >= MIN_REFERENCE_LENGTH}
 
 
+NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+"""A reference is a whole token: never next to one of these (never the prefix of a longer name)."""
+SCAN_LIMIT = 16
+"""Up to this many strings are found by substring scans; a larger set by one compiled pattern."""
+
+
 class _References:
-    """Strings and one pattern finding any of them as a whole token: not next to a name character
-    (``[A-Za-z0-9_.-]``), so a reference is never the prefix of a longer name."""
+    """Strings, and ``find(text)``: whether ``text`` holds one of them as a whole token. A small set
+    (one resource's computed values) is scanned with ``str.find``; a large one (every computed value
+    of a preview) is one alternation pattern, compiled once per distinct set (``_pattern``)."""
 
     def __init__(self, strings: set[str]):
         self.strings = frozenset(strings)
-        alternatives = "|".join(map(re.escape, sorted(self.strings, key=len, reverse=True)))
-        self.find = re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})(?![A-Za-z0-9_.-])").search \
-            if self.strings else (lambda s: None)
+        if not self.strings:
+            self.find = lambda text: False
+        elif len(self.strings) <= SCAN_LIMIT:
+            self.find = self._scan
+        else:
+            self.find = _pattern(self.strings)
+
+    def _scan(self, text: str) -> bool:
+        for s in self.strings:
+            at = text.find(s)
+            while at >= 0:
+                end = at + len(s)
+                if (at == 0 or text[at - 1] not in NAME_CHARACTERS) and \
+                        (end == len(text) or text[end] not in NAME_CHARACTERS):
+                    return True
+                at = text.find(s, at + 1)
+        return False
+
+
+@functools.lru_cache(maxsize=64)
+def _pattern(strings: frozenset[str]) -> Callable[[str], Any]:
+    alternatives = "|".join(map(re.escape, sorted(strings, key=len, reverse=True)))
+    return re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})(?![A-Za-z0-9_.-])").search
 
 
 def _uses(value: Any, references: _References, exact: set[str] = frozenset()) -> bool:

@@ -131,6 +131,17 @@ def test_readmes_set_up_is_what_ci_runs():
     assert ".venv/bin/python scripts/run_doc_blocks.py" in ci
 
 
+def test_the_tests_the_main_suite_leaves_out_run_in_the_contract_stage():
+    """The README's command deselects ``contract`` tests (pyproject's addopts); ``.ci/run`` calls the
+    contract stage, which selects exactly them (a later ``-m`` replaces the addopts' one)."""
+    import tomllib
+    addopts = shlex.split(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"])
+    assert addopts[addopts.index("-m") + 1] == "not contract"
+    assert "bash contracts/run" in (ROOT / ".ci" / "run").read_text().split("\n")
+    stage = [shlex.split(line) for line in (ROOT / "contracts" / "run").read_text().split("\n") if " -m contract " in line]
+    assert stage and stage[0][-3:] == ["-m", "contract", "tests"]
+
+
 def test_the_team_run_kubeconfig_is_the_shared_stacks_cluster_and_a_members_role():
     cfg = load("p5en-shared")
     block = next(b for b in doc_blocks.blocks(GETTING_STARTED / "team-run.md") if "update-kubeconfig" in b.text)

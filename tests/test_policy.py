@@ -1,6 +1,7 @@
 """The policy pack on every stack's recorded graph (all pass) and on deliberately broken copies
 (each policy names the resource it catches), with values known (`pulumi up`) and unknown
-(first `pulumi preview`), through the policies directly and through pulumi_policy's servicer."""
+(first `pulumi preview`), through the policies directly and (marked ``contract``: upstream's code,
+about 1 s a graph, run by the contract stage) through pulumi_policy's own analyzer servicer."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ def test_every_stack_passes_every_policy(stack, preview):
     assert _run(stack, preview=preview) == []
 
 
+@pytest.mark.contract
 def test_every_stack_passes_through_the_servicer(stack):
     assert _run(stack, servicer=True) == []
 
 
+@pytest.mark.contract
 def test_reference_stack_passes_a_first_preview_through_the_servicer():
     """No policy is skipped as "can't run during preview" on a stack that does not exist yet."""
     assert _run("p5en-prod", servicer=True, preview=True) == []
@@ -472,6 +475,7 @@ def assert_break_caught(case: Break, preview: bool) -> None:
     assert any(name in v.message and case.expect in v.message for v in mine), mine
 
 
+@pytest.mark.contract
 @pytest.mark.parametrize("case", [b for b in BREAKS if b.id in (
     "efa-count", "efa-second-zone", "efa-no-egress", "spot-train", "bucket-no-versioning", "pod-role-unbound")],
     ids=lambda b: b.id)

@@ -1,6 +1,7 @@
 """IaC scan of the Kubernetes objects the program emits for p5en-prod: the rendered manifests,
-the reviewed justifications file, and (where checkov is installed, see policy/scan.sh) the exact
-set of checkov findings, so a new finding or a stale justification fails."""
+the reviewed justifications file, and (marked ``contract``: checkov's own code in its own
+virtualenv, run by the contract stage) the exact set of checkov findings, so a new finding or a
+stale justification fails."""
 
 from __future__ import annotations
 
@@ -73,6 +74,7 @@ def _checkov() -> str:
     return binary
 
 
+@pytest.mark.contract
 def test_scan_finds_exactly_the_justified_findings(tmp_path):
     binary = _checkov()
     write(graph_of(STACK), tmp_path)
