@@ -568,3 +568,14 @@ def test_pack_runs_in_the_projects_virtualenv():
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["runtime"]["options"]["virtualenv"]
     pack = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())["runtime"]["options"]["virtualenv"]
     assert (ROOT / "policy" / pack).resolve() == (ROOT / project).resolve()
+
+
+_TOKENS = st.text(alphabet="ab.-:/ _", min_size=1, max_size=4)
+
+
+@FUZZ
+@given(strings=st.sets(_TOKENS, min_size=1, max_size=5), text=st.text(alphabet="ab.-:/ _", max_size=20))
+def test_a_scanned_reference_is_found_exactly_where_the_whole_token_pattern_finds_it(strings, text):
+    """The scan of a small reference set (``str.find``) and the compiled pattern of a large one agree."""
+    from policy.adapter import _References, _pattern
+    assert _References(strings).find(text) == bool(_pattern(frozenset(strings))(text))
