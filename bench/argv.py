@@ -11,13 +11,13 @@ import json
 
 import yaml
 
+from stackconfig.files import SAFE_LOADER
 from workloads.pod.miles_launcher import ARGV_ENV, layout
 
 
 def rayjob_argv(job: dict) -> list[str] | None:
     """``[entry point, *flags]`` of one RayJob, or None."""
-    env = yaml.load(((job.get("spec") or {}).get("runtimeEnvYAML")) or "", Loader=getattr(yaml, "CSafeLoader",
-                                                                                          yaml.SafeLoader)) or {}
+    env = yaml.load(((job.get("spec") or {}).get("runtimeEnvYAML")) or "", Loader=SAFE_LOADER) or {}
     raw = (env.get("env_vars") or {}).get(ARGV_ENV)
     return None if raw is None else json.loads(raw)
 

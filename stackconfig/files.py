@@ -19,6 +19,8 @@ PROJECT = "moe-rl-platform"
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_DIR = Path("stacks") if Path("stacks").is_dir() else ROOT / "stacks"
 """The current folder's ``stacks/`` (a checkout or a consumer project), else the repository's own."""
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader, in libyaml's C build where the wheel has it (the same documents, ~10x faster)."""
 
 
 def stack_names(directory: Path = STACKS_DIR) -> list[str]:
@@ -31,7 +33,7 @@ def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
     if not path.is_file():
         raise StackConfigError(f"stack {stack!r}: no stack file {path}; stacks: {', '.join(stack_names(directory))}")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.load(path.read_text(), Loader=SAFE_LOADER) or {}
     except yaml.YAMLError as err:  # one line naming the file and the place, not a traceback
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

@@ -4,6 +4,7 @@ and no module imports a layer above its own, not even for type annotations."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from conftest import ROOT
@@ -63,8 +64,14 @@ def imports_of(name: str, path: Path, known: set[str], annotations: bool) -> set
 
 
 def graph(annotations: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a fresh copy: a test may plant an edge)."""
+    return {n: set(targets) for n, targets in _graph(annotations).items()}
+
+
+@functools.cache
+def _graph(annotations: bool) -> dict[str, frozenset[str]]:
     modules = project_modules()
-    return {n: imports_of(n, p, set(modules), annotations) for n, p in modules.items()}
+    return {n: frozenset(imports_of(n, p, set(modules), annotations)) for n, p in modules.items()}
 
 
 def layer(module: str) -> tuple[int, int]:
