@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -121,8 +122,16 @@ def _pattern(strings: frozenset[str]) -> Callable[[str], Any]:
 def _uses(value: Any, references: _References, exact: set[str] = frozenset()) -> bool:
     """Whether ``value`` contains a string equal to one of ``exact`` or ``references``, or
     embedding one of ``references`` (an ARN in a JSON policy, an endpoint in a kubeconfig)."""
-    strings, find = references.strings, references.find
-    return any(s in exact or s in strings or find(s) for s in _strings(value))
+    return _found(list(_strings(value)), references, exact)
+
+
+def _found(strings: list[str], references: _References, exact: set[str] = frozenset()) -> bool:
+    """``_uses`` over the strings of a value, listed once by the caller."""
+    known, find = references.strings, references.find
+    for s in strings:
+        if s in exact or s in known or find(s):
+            return True
+    return False
 
 
 def _blank_unknowns(value: Any, computed: _References) -> Any:
@@ -168,7 +177,8 @@ class Wire:
         deps = [self.by_urn[u] for u in r.dependencies if u in self.by_urn]
         out = {}
         for key, value in r.inputs.items():
-            urns = [d.urn for d in deps if _uses(value, *self._references(d))]
+            strings = list(_strings(value))
+            urns = [d.urn for d in deps if _found(strings, *self._references(d))] if strings else []
             if urns:
                 out[key] = urns
         return out
@@ -192,6 +202,38 @@ def from_struct(s: struct_pb2.Struct) -> Any:
     return unknown_checking_proxy(deserialize_properties(json_format.MessageToDict(s)))
 
 
+def as_sent(value: Any) -> Any:
+    """``json_format.MessageToDict(to_struct(value))`` without the round trip: what a resource's
+    properties are once the engine sent them as a protobuf Struct (every number a float, what JSON
+    cannot hold as its text, NaN and infinities refused as MessageToDict refuses them).
+    ``tests/test_policy.py`` holds it equal to the round trip."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is float or kind is int:
+        number = float(value)
+        if math.isnan(number) or math.isinf(number):
+            raise ValueError(f"Fail to serialize {value} for Value.number_value")
+        return number
+    if isinstance(value, dict):
+        return {(k if type(k) is str else _json_key(k)): as_sent(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_sent(v) for v in value]
+    if isinstance(value, (str, int, float)):  # a subclass (an enum): what JSON writes for it
+        return as_sent(json.loads(json.dumps(value)))
+    return str(value)  # to_struct's ``default=str``
+
+
+def _json_key(key: Any) -> str:
+    """A dict key as JSON writes it (``1`` -> ``"1"``, ``True`` -> ``"true"``; other types refused)."""
+    return next(iter(json.loads(json.dumps({key: 0}))))
+
+
+def _received(props: Mapping[str, Any]) -> Any:
+    """What pulumi_policy hands a policy: ``from_struct(to_struct(props))``, computed directly."""
+    return unknown_checking_proxy(deserialize_properties(as_sent(props)))
+
+
 def _options(r: mocks.Registered) -> PolicyResourceOptions:
     return PolicyResourceOptions(protect=r.protect, ignore_changes=[], delete_before_replace=None, aliases=[],
                                  custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[],
@@ -203,19 +245,19 @@ def _provider(wire: Wire, r: mocks.Registered) -> PolicyProviderResource | None:
     p = wire.by_urn.get(urn) if urn else None
     if p is None:
         return None
-    return PolicyProviderResource(p.type, from_struct(to_struct(wire.inputs(p))), p.urn, p.name)
+    return PolicyProviderResource(p.type, _received(wire.inputs(p)), p.urn, p.name)
 
 
 # --- args ----------------------------------------------------------------------------------------
 
 def resource_args(wire: Wire, r: mocks.Registered, config: Mapping | None = None) -> ResourceValidationArgs:
-    return ResourceValidationArgs(r.type, from_struct(to_struct(wire.inputs(r))), r.urn, r.name, _options(r),
+    return ResourceValidationArgs(r.type, _received(wire.inputs(r)), r.urn, r.name, _options(r),
                                   _provider(wire, r), dict(config) if config else None, {})
 
 
 def stack_args(wire: Wire, config: Mapping | None = None) -> StackValidationArgs:
     """Linked the way ``_PolicyAnalyzerServicer.AnalyzeStack`` links them."""
-    resources = {r.urn: PolicyResource(r.type, from_struct(to_struct(wire.outputs(r))), r.urn, r.name, _options(r),
+    resources = {r.urn: PolicyResource(r.type, _received(wire.outputs(r)), r.urn, r.name, _options(r),
                                        _provider(wire, r), None, [], {})
                  for r in wire.graph.resources}
     for r in wire.graph.resources:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import datetime
+import json
 import runpy
 from dataclasses import dataclass
 from typing import Callable
@@ -579,3 +581,45 @@ def test_a_scanned_reference_is_found_exactly_where_the_whole_token_pattern_find
     """The scan of a small reference set (``str.find``) and the compiled pattern of a large one agree."""
     from policy.adapter import _References, _pattern
     assert _References(strings).find(text) == bool(_pattern(frozenset(strings))(text))
+
+
+@pytest.mark.parametrize("stack", ["p5en-prod", "p5en-shared"])
+def test_properties_reach_the_policies_as_the_protobuf_round_trip_sends_them(stack):
+    """``as_sent`` (the direct path) equals json, Struct and MessageToDict on every resource's inputs
+    and outputs, known and unknown (the servicer's own path is the contract stage's)."""
+    from google.protobuf import json_format
+    from policy.adapter import as_sent, to_struct
+    graph = graph_of(stack)
+    for preview in (False, True):
+        wire = Wire(graph, preview=preview)
+        for r in graph.resources:
+            for props in (wire.inputs(r), wire.outputs(r)):
+                assert _typed(as_sent(props)) == _typed(json_format.MessageToDict(to_struct(props))), r.urn
+
+
+_ODD = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=5),
+              st.sampled_from([pulumi_policy.EnforcementLevel.MANDATORY, b"x", ("a", 1), object,
+                                               datetime.date(2026, 12, 2)])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(
+        st.one_of(st.text(max_size=3), st.integers(-3, 3), st.booleans(), st.none(), st.floats(-1, 1)), inner,
+        max_size=3)), max_leaves=8)
+
+
+@FUZZ
+@given(value=_ODD)
+def test_odd_values_reach_the_policies_as_the_protobuf_round_trip_sends_them_or_fail_alike(value):
+    from google.protobuf import json_format
+    from policy.adapter import as_sent, to_struct
+    try:
+        expected = json_format.MessageToDict(to_struct({"v": value}))
+    except ValueError:
+        with pytest.raises(ValueError):
+            as_sent({"v": value})
+        return
+    assert _typed(as_sent({"v": value})) == _typed(expected)
+
+
+def _typed(value) -> str:
+    """A value's JSON with sorted keys: 1 and 1.0 differ (``==`` does not tell them apart)."""
+    return json.dumps(value, sort_keys=True)
