@@ -19,12 +19,11 @@ input was computed from, restricted to the dependencies the SDK recorded.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import pulumi
 from google.protobuf import json_format, struct_pb2
@@ -83,40 +82,47 @@ def _computed(r: mocks.Registered, region: str) -> set[str]:
 
 NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 """A reference is a whole token: never next to one of these (never the prefix of a longer name)."""
-SCAN_LIMIT = 16
-"""Up to this many strings are found by substring scans; a larger set by one compiled pattern."""
+_NAME_RUN = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class _References:
-    """Strings, and ``find(text)``: whether ``text`` holds one of them as a whole token. A small set
-    (one resource's computed values) is scanned with ``str.find``; a large one (every computed value
-    of a preview) is one alternation pattern, compiled once per distinct set (``_pattern``)."""
+    """Strings, and ``find(text)``: whether ``text`` holds one of them as a whole token.
+
+    A string is indexed by its leading run of name characters: where it stands in a text as a whole
+    token, that run is the text's whole run there (the string's next character, if any, is no name
+    character). So each run of the text is looked up once, whatever the number of strings (a
+    preview's unknowns are every computed value of the stack). A string that starts with another
+    character is scanned for with ``str.find``."""
 
     def __init__(self, strings: set[str]):
         self.strings = frozenset(strings)
-        if not self.strings:
-            self.find = lambda text: False
-        elif len(self.strings) <= SCAN_LIMIT:
-            self.find = self._scan
-        else:
-            self.find = _pattern(self.strings)
-
-    def _scan(self, text: str) -> bool:
+        self._by_run: dict[str, list[str]] = {}
+        self._other: list[str] = []
         for s in self.strings:
+            run = _NAME_RUN.match(s)
+            if run:
+                self._by_run.setdefault(run.group(), []).append(s)
+            else:
+                self._other.append(s)
+
+    def find(self, text: str) -> bool:
+        if self._by_run:
+            for run in _NAME_RUN.finditer(text):
+                at = run.start()
+                for s in self._by_run.get(run.group(), ()):
+                    if text.startswith(s, at) and _ends_token(text, at + len(s)):
+                        return True
+        for s in self._other:
             at = text.find(s)
             while at >= 0:
-                end = at + len(s)
-                if (at == 0 or text[at - 1] not in NAME_CHARACTERS) and \
-                        (end == len(text) or text[end] not in NAME_CHARACTERS):
+                if (at == 0 or text[at - 1] not in NAME_CHARACTERS) and _ends_token(text, at + len(s)):
                     return True
                 at = text.find(s, at + 1)
         return False
 
 
-@functools.lru_cache(maxsize=64)
-def _pattern(strings: frozenset[str]) -> Callable[[str], Any]:
-    alternatives = "|".join(map(re.escape, sorted(strings, key=len, reverse=True)))
-    return re.compile(rf"(?<![A-Za-z0-9_.-])(?:{alternatives})(?![A-Za-z0-9_.-])").search
+def _ends_token(text: str, end: int) -> bool:
+    return end == len(text) or text[end] not in NAME_CHARACTERS
 
 
 def _uses(value: Any, references: _References, exact: set[str] = frozenset()) -> bool:
