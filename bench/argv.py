@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 
-import yaml
-
-from stackconfig.files import SAFE_LOADER
+from stackconfig.files import load_yaml
 from workloads.pod.miles_launcher import ARGV_ENV, layout
 
 
 def rayjob_argv(job: dict) -> list[str] | None:
     """``[entry point, *flags]`` of one RayJob, or None."""
-    env = yaml.load(((job.get("spec") or {}).get("runtimeEnvYAML")) or "", Loader=SAFE_LOADER) or {}
+    env = load_yaml(((job.get("spec") or {}).get("runtimeEnvYAML")) or "") or {}
     raw = (env.get("env_vars") or {}).get(ARGV_ENV)
     return None if raw is None else json.loads(raw)
 

@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from stackconfig.faults import FaultKind, fault_kind, fault_kinds
-from stackconfig.files import SAFE_LOADER
+from stackconfig.files import load_yaml
 from workloads.schema.run import RunFile
 
 from .stats import MIN_PAIRED_REPEATS
@@ -222,7 +222,7 @@ def parse_experiment(raw: Any, source: str) -> Experiment:
 
 def load_experiment(path: Path) -> Experiment:
     try:
-        raw = yaml.load(Path(path).read_text(), Loader=SAFE_LOADER)
+        raw = load_yaml(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
         raise ValueError(f"experiment {path}: {err}") from None
     return parse_experiment(raw, str(path))

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from catalog import CATALOG  # noqa: E402
 from stackconfig.stack import CONFIG_KEY, StackConfigError, load_stack  # noqa: E402
 from components.network import plan_subnets  # noqa: E402
-from stackconfig.files import PROJECT, STACKS_DIR, stack_names  # noqa: E402
+from stackconfig.files import PROJECT, STACKS_DIR, load_yaml, stack_names  # noqa: E402
 
 BASE = "p5en-prod"
 SCALE_GPUS = (128, 1024, 2048)
@@ -58,7 +58,7 @@ def timed(cmd: list[str], runs: int, ok_codes=(0,)) -> tuple[float, list[float],
 
 def scale_stack(gpus: int, directory: Path) -> tuple[str, bool]:
     """Write Pulumi.gpus-<n>.yaml derived from the base stack; return (name, uses efaCidr)."""
-    doc = yaml.safe_load((STACKS_DIR / f"Pulumi.{BASE}.yaml").read_text())
+    doc = load_yaml((STACKS_DIR / f"Pulumi.{BASE}.yaml").read_text())
     raw = doc["config"][f"{PROJECT}:{CONFIG_KEY}"]
     per_node = CATALOG[next(p for p in raw["pools"] if p["role"] == "train")["instanceType"]].gpus
     nodes = gpus // per_node

@@ -133,13 +133,18 @@ def test_readmes_set_up_is_what_ci_runs():
 
 def test_the_tests_the_main_suite_leaves_out_run_in_the_contract_stage():
     """The README's command deselects ``contract`` tests (pyproject's addopts); ``.ci/run`` calls the
-    contract stage, which selects exactly them (a later ``-m`` replaces the addopts' one)."""
+    contract stage, which stops on the first failure and selects exactly them (a later ``-m``
+    replaces the addopts' one) before its last command."""
     import tomllib
     addopts = shlex.split(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"])
     assert addopts[addopts.index("-m") + 1] == "not contract"
     assert "bash contracts/run" in (ROOT / ".ci" / "run").read_text().split("\n")
-    stage = [shlex.split(line) for line in (ROOT / "contracts" / "run").read_text().split("\n") if " -m contract " in line]
-    assert stage and stage[0][-3:] == ["-m", "contract", "tests"]
+    lines = (ROOT / "contracts" / "run").read_text().split("\n")
+    assert "set -euo pipefail" in lines
+    stage = [i for i, line in enumerate(lines)
+             if not line.startswith("#") and shlex.split(line)[-3:] == ["-m", "contract", "tests"]]
+    last = max(i for i, line in enumerate(lines) if line.startswith("exec "))
+    assert len(stage) == 1 and stage[0] < last
 
 
 def test_the_team_run_kubeconfig_is_the_shared_stacks_cluster_and_a_members_role():

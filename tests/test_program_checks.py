@@ -75,3 +75,22 @@ def test_a_yaml_syntax_error_in_a_stack_file_is_one_line_naming_the_place(tmp_pa
     message = str(err.value)
     assert message.startswith(f"stack 'broken': {tmp_path / 'Pulumi.broken.yaml'}:4:1: not valid YAML: ")
     assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("body, place, says", [
+    ("    region: @us-east-1\n", ":3:13:", "'@'"),
+    ("    region: \"\\q\"\n", ":3:15:", "'q'"),
+])
+def test_a_yaml_error_says_what_pyyaml_says(tmp_path, body, place, says):
+    """The stack file is parsed by libyaml's C parser for speed, but a document it refuses is parsed
+    again by PyYAML's own: the error names the offending character and PyYAML's line and column."""
+    from workloads.checks import gate
+    (tmp_path / "Pulumi.broken.yaml").write_text("config:\n  moe-rl-platform:platform:\n" + body)
+    with pytest.raises(StackConfigError) as err:
+        gate.read("broken", tmp_path)
+    assert place in str(err.value) and says in str(err.value), err.value
+
+
+def test_a_tab_after_a_colon_reads_as_the_pulumi_cli_reads_it():
+    from stackconfig.files import load_yaml
+    assert load_yaml("region:\tus-east-1\n") == {"region": "us-east-1"}
