@@ -197,6 +197,17 @@ def _skip_source_positions() -> None:
     resource._get_stack_trace = source_pb2.StackTrace
 
 
+def _skip_alias_urns() -> None:
+    """``Resource.__init__`` collapses each alias option to a URN Output (about a fifth of a mock
+    run: pulumi_kubernetes gives its resources several each) for ``all_aliases``, which the SDK
+    calls only for an engine without alias specs (pulumi/runtime/resource.py ``prepare_aliases``).
+    The mock engine supports them (``MockMonitor.GetDeploymentInfo``: ALIAS_SPECS), as the CLI
+    does, so the SDK sends each alias as a spec and never reads the URNs: under mocks the collapse
+    keeps the alias as given (``tests/test_mocks.py`` holds both facts)."""
+    import pulumi.resource
+    pulumi.resource.collapse_alias_to_urn = lambda alias, name, type_, parent: alias
+
+
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "moe-rl-platform",
         preview: bool = False, graph: Graph | None = None) -> Graph:
     """Run ``program`` under fresh mocks; return every resource it registered (into ``graph``
@@ -206,6 +217,7 @@ def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "
     """
     graph = Graph() if graph is None else graph
     _skip_source_positions()
+    _skip_alias_urns()
     _ensure_event_loop()
     mocks = _Mocks(region)
     _settings.reset_options()
