@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -45,9 +46,19 @@ def machine() -> dict:
             "system": f"{platform.system()} {platform.release()}"}
 
 
-def timed(cmd: list[str], runs: int, ok_codes=(0,)) -> tuple[float, list[float], subprocess.CompletedProcess]:
+def without_bytecode() -> None:
+    """The tree as a fresh clone has it: no ``__pycache__`` a previous run left (the virtualenvs' kept)."""
+    for folder, subfolders, _ in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if not d.startswith((".venv", ".git"))]
+        if Path(folder).name == "__pycache__":
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def timed(cmd: list[str], runs: int, ok_codes=(0,), before=lambda: None) -> tuple[float, list[float],
+                                                                                   subprocess.CompletedProcess]:
     times, last = [], None
     for _ in range(runs):
+        before()
         start = time.perf_counter()
         last = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         times.append(time.perf_counter() - start)
@@ -120,7 +131,8 @@ def report(runs: int) -> str:
              f"- Machine: {m['nproc']} CPUs ({m['cpu']}), {m['system']}, Python {m['python']}.",
              f"- Method: each figure is the median of {runs} fresh processes (`python -m analysis.plan ...`, imports "
              "included), timed with `time.perf_counter` around `subprocess.run`; the test suite is "
-             f"timed the same way (`python -m pytest`, the README command, median of {max(3, runs // 2)} runs).",
+             f"timed the same way (`python -m pytest`, the README command, median of {max(3, runs // 2)} runs, each "
+             "from a tree without `__pycache__`, as CI's fresh clone).",
              f"- Date: {time.strftime('%Y-%m-%d')}.", ""]
 
     lines += ["## Plan wall time per stack", "", "| stack | resources | median s | runs (s) | exit |",
@@ -186,7 +198,7 @@ def report(runs: int) -> str:
                          ("plan tests (`tests/test_plan*.py`)", ["tests/test_plan.py", "tests/test_plan_rules.py",
                                                                  "tests/test_plan_deploy_order.py"])):
         median, times, last = timed([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *paths],
-                                    suite_runs, ok_codes=(0, 1))
+                                    suite_runs, ok_codes=(0, 1), before=without_bytecode)
         result = (last.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
         lines.append(f"| {label} | {median:.2f} | {', '.join(f'{t:.2f}' for t in times)} | {result} |")
     lines.append("")
