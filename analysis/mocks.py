@@ -202,10 +202,19 @@ def _skip_alias_urns() -> None:
     run: pulumi_kubernetes gives its resources several each) for ``all_aliases``, which the SDK
     calls only for an engine without alias specs (pulumi/runtime/resource.py ``prepare_aliases``).
     The mock engine supports them (``MockMonitor.GetDeploymentInfo``: ALIAS_SPECS), as the CLI
-    does, so the SDK sends each alias as a spec and never reads the URNs: under mocks the collapse
-    keeps the alias as given (``tests/test_mocks.py`` holds both facts)."""
+    does, so the SDK sends each alias as a spec and never reads the URNs: under mocks an alias the
+    collapse would accept (a URN, or an ``Alias`` with a name and a type) is kept as given; any other
+    goes through the SDK's collapse, whose error ``pulumi up`` raises too (``tests/test_mocks.py``)."""
     import pulumi.resource
-    pulumi.resource.collapse_alias_to_urn = lambda alias, name, type_, parent: alias
+    from pulumi.runtime.resource import collapse_alias_to_urn
+
+    def collapse(alias, name, type_, parent):
+        if isinstance(alias, str) or isinstance(alias, pulumi.Alias) and alias.name is not None \
+                and alias.type_ is not None:
+            return alias
+        return collapse_alias_to_urn(alias, name, type_, parent)
+
+    pulumi.resource.collapse_alias_to_urn = collapse
 
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "moe-rl-platform",

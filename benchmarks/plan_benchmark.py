@@ -47,11 +47,11 @@ def machine() -> dict:
 
 
 def without_bytecode() -> None:
-    """The tree as a fresh clone has it: no ``__pycache__`` a previous run left (the virtualenvs' kept)."""
-    for folder, subfolders, _ in os.walk(ROOT):
-        subfolders[:] = [d for d in subfolders if not d.startswith((".venv", ".git"))]
-        if Path(folder).name == "__pycache__":
-            shutil.rmtree(folder, ignore_errors=True)
+    """The tree as a fresh clone has it: no ``__pycache__`` beside a tracked Python file (a virtualenv's
+    bytecode, which pip writes at install, is kept)."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for folder in {(ROOT / name).parent for name in tracked.stdout.split()}:
+        shutil.rmtree(folder / "__pycache__", ignore_errors=True)
 
 
 def timed(cmd: list[str], runs: int, ok_codes=(0,), before=lambda: None) -> tuple[float, list[float],

@@ -209,7 +209,7 @@ def as_sent(value: Any) -> Any:
     cannot hold as its text, NaN and infinities refused). ``tests/test_policy.py`` holds it equal to
     the round trip on every resource of every stack and on odd values; two differences stay: keys
     keep the program's order (upb hands them in its own; the tests hold the policies to any order),
-    and text protobuf cannot encode (a lone surrogate, which no stack file can hold) passes."""
+    and text protobuf cannot encode (a lone surrogate) passes unchanged where the round trip raises."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value

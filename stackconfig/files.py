@@ -29,7 +29,7 @@ def load_yaml(text: str) -> Any:
     key's colon, as the Pulumi CLI's Go parser does."""
     try:
         return yaml.load(text, Loader=_FAST_LOADER)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, UnicodeEncodeError):  # libyaml cannot take a lone surrogate
         return yaml.load(text, Loader=yaml.SafeLoader)
 
 

@@ -133,18 +133,41 @@ def test_readmes_set_up_is_what_ci_runs():
 
 def test_the_tests_the_main_suite_leaves_out_run_in_the_contract_stage():
     """The README's command deselects ``contract`` tests (pyproject's addopts); ``.ci/run`` calls the
-    contract stage, which stops on the first failure and selects exactly them (a later ``-m``
-    replaces the addopts' one) before its last command."""
+    contract stage, which selects exactly them (a later ``-m`` replaces the addopts' one)."""
     import tomllib
     addopts = shlex.split(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"])
     assert addopts[addopts.index("-m") + 1] == "not contract"
     assert "bash contracts/run" in (ROOT / ".ci" / "run").read_text().split("\n")
-    lines = (ROOT / "contracts" / "run").read_text().split("\n")
-    assert "set -euo pipefail" in lines
-    stage = [i for i, line in enumerate(lines)
-             if not line.startswith("#") and shlex.split(line)[-3:] == ["-m", "contract", "tests"]]
-    last = max(i for i, line in enumerate(lines) if line.startswith("exec "))
-    assert len(stage) == 1 and stage[0] < last
+
+
+@pytest.mark.parametrize("stage_fails", [False, True], ids=["passes", "fails"])
+def test_the_contract_stage_runs_the_contract_tests_and_stops_when_they_fail(tmp_path, stage_fails):
+    """``contracts/run`` as written, its environment's python and pip stubbed: it runs ``-m contract
+    tests`` first, then the contract tests, and a failure of the first ends the stage non-zero."""
+    import shutil
+    import subprocess
+    (tmp_path / "contracts").mkdir()
+    for name in ("run", "sglang-wheels.txt"):
+        shutil.copy(ROOT / "contracts" / name, tmp_path / "contracts" / name)
+    stubs = tmp_path / ".venv-contracts" / "bin"
+    stubs.mkdir(parents=True)
+    log = tmp_path / "calls"
+    fail = "contract tests" if stage_fails else "no such call"
+    for tool in ("python", "pip"):
+        (stubs / tool).write_text(f'#!/usr/bin/env bash\necho "{tool} $*" >> {log}\n'
+                                  f'[[ "$*" == *"{fail}" ]] && exit 1\nexit 0\n')
+        (stubs / tool).chmod(0o755)
+    for version in (ROOT / "contracts" / "sglang-wheels.txt").read_text().split():
+        if not version.startswith("#"):
+            (tmp_path / ".venv-contracts" / "sglang" / version / "sglang").mkdir(parents=True)
+    done = subprocess.run(["bash", str(tmp_path / "contracts" / "run")], capture_output=True, text=True)
+    pytests = [line for line in log.read_text().splitlines() if line.startswith("python -m pytest")]
+    assert pytests[0].endswith(" -m contract tests")
+    if stage_fails:
+        assert done.returncode != 0 and len(pytests) == 1
+    else:
+        assert done.returncode == 0, done.stderr
+        assert len(pytests) == 2 and "contracts/tests" in pytests[1]
 
 
 def test_the_team_run_kubeconfig_is_the_shared_stacks_cluster_and_a_members_role():

@@ -1,11 +1,14 @@
-"""The mock engine skips two pieces of SDK work whose results no engine that supports alias specs
-reads: what it hands the program and records stays what the SDK's full path gives."""
+"""The mock engine skips SDK work whose result no engine that supports alias specs reads: what it
+hands the program and records stays what the SDK's full path gives, and an alias ``pulumi up``
+refuses is refused under mocks too."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import pulumi
 import pulumi.resource
+import pytest
 from conftest import load
 from pulumi.runtime import resource as runtime_resource
 from pulumi.runtime.proto import resource_pb2
@@ -14,8 +17,9 @@ import program
 from analysis import mocks
 
 
-def _registrations(monkeypatch, collapse) -> tuple[list, mocks.Graph]:
-    """Each registration's name, alias specs and alias URNs as the engine receives them, and the graph."""
+def _registrations(monkeypatch, skip: bool) -> tuple[list, mocks.Graph]:
+    """Each registration's type, name, alias specs and alias URNs as the engine receives them, and
+    the graph, with the mock engine's alias handling (``skip``) or the SDK's own."""
     sent = []
     register = mocks._RecordingMonitor.RegisterResource
 
@@ -25,15 +29,17 @@ def _registrations(monkeypatch, collapse) -> tuple[list, mocks.Graph]:
         return register(self, request)
 
     monkeypatch.setattr(mocks._RecordingMonitor, "RegisterResource", recording)
-    monkeypatch.setattr(mocks, "_skip_alias_urns", lambda: setattr(pulumi.resource, "collapse_alias_to_urn", collapse))
+    monkeypatch.setattr(pulumi.resource, "collapse_alias_to_urn", runtime_resource.collapse_alias_to_urn)
+    if not skip:
+        monkeypatch.setattr(mocks, "_skip_alias_urns", lambda: None)
     cfg = load("dev")
     graph = mocks.run(lambda: program.build(cfg), region=cfg.region, stack="dev")
     return sorted(sent), graph
 
 
 def test_the_engine_receives_the_same_aliases_without_the_sdks_urn_collapse(monkeypatch):
-    skipped, graph = _registrations(monkeypatch, lambda alias, name, type_, parent: alias)
-    full, full_graph = _registrations(monkeypatch, runtime_resource.collapse_alias_to_urn)
+    skipped, graph = _registrations(monkeypatch, skip=True)
+    full, full_graph = _registrations(monkeypatch, skip=False)
     assert skipped == full
     assert sum(len(aliases) for _, _, aliases, _ in full) > 50  # pulumi_kubernetes' aliases are sent as specs
     assert _recorded(graph) == _recorded(full_graph)
@@ -42,6 +48,15 @@ def test_the_engine_receives_the_same_aliases_without_the_sdks_urn_collapse(monk
 def _recorded(graph: mocks.Graph) -> list[str]:
     """What the graph holds; dependencies as a set (their order varies from run to run either way)."""
     return sorted(repr(dataclasses.replace(r, dependencies=sorted(r.dependencies))) for r in graph.resources)
+
+
+@pytest.mark.parametrize("alias", [pulumi.Alias(name=None), pulumi.Alias(type_=None)], ids=["no name", "no type"])
+def test_an_alias_the_sdk_refuses_is_refused_under_mocks(monkeypatch, alias):
+    monkeypatch.setattr(pulumi.resource, "collapse_alias_to_urn", runtime_resource.collapse_alias_to_urn)
+    with pytest.raises(Exception, match="No valid '(name|type_)' passed in for alias"):
+        mocks.run(lambda: pulumi.ComponentResource("test:index:Part", "part", None,
+                                                   pulumi.ResourceOptions(aliases=[alias])),
+                  region="us-east-1", stack="dev")
 
 
 def test_the_mock_engine_takes_alias_specs_as_the_cli_does():

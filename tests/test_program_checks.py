@@ -94,3 +94,9 @@ def test_a_yaml_error_says_what_pyyaml_says(tmp_path, body, place, says):
 def test_a_tab_after_a_colon_reads_as_the_pulumi_cli_reads_it():
     from stackconfig.files import load_yaml
     assert load_yaml("region:\tus-east-1\n") == {"region": "us-east-1"}
+
+
+def test_what_pyyaml_alone_accepts_is_still_accepted():
+    """libyaml refuses surrogate escapes; PyYAML reads them, so the document reads as before."""
+    from stackconfig.files import load_yaml
+    assert load_yaml('name: "\\ud83d\\ude00"\n') == {"name": "\ud83d\ude00"}
