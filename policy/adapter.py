@@ -82,7 +82,7 @@ def _computed(r: mocks.Registered, region: str) -> set[str]:
 
 NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 """A reference is a whole token: never next to one of these (never the prefix of a longer name)."""
-_NAME_RUN = re.compile(r"[A-Za-z0-9_.-]+")
+_NAME_RUN = re.compile(f"[{re.escape(''.join(sorted(NAME_CHARACTERS)))}]+")
 
 
 class _References:
@@ -125,14 +125,10 @@ def _ends_token(text: str, end: int) -> bool:
     return end == len(text) or text[end] not in NAME_CHARACTERS
 
 
-def _uses(value: Any, references: _References, exact: set[str] = frozenset()) -> bool:
-    """Whether ``value`` contains a string equal to one of ``exact`` or ``references``, or
-    embedding one of ``references`` (an ARN in a JSON policy, an endpoint in a kubeconfig)."""
-    return _found(list(_strings(value)), references, exact)
-
-
 def _found(strings: list[str], references: _References, exact: set[str] = frozenset()) -> bool:
-    """``_uses`` over the strings of a value, listed once by the caller."""
+    """Whether one of ``strings`` (a value's, listed once by the caller) equals one of ``exact`` or
+    ``references``, or embeds one of ``references`` (an ARN in a JSON policy, an endpoint in a
+    kubeconfig)."""
     known, find = references.strings, references.find
     for s in strings:
         if s in exact or s in known or find(s):
@@ -148,7 +144,7 @@ def _blank_unknowns(value: Any, computed: _References) -> Any:
         return {k: _blank_unknowns(v, computed) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_blank_unknowns(v, computed) for v in value]
-    if isinstance(value, str) and _uses(value, computed):
+    if isinstance(value, str) and _found([value], computed):
         return UNKNOWN_STRING_VALUE
     return value
 

@@ -152,14 +152,13 @@ def test_the_contract_stage_runs_the_contract_tests_and_stops_when_they_fail(tmp
     stubs = tmp_path / ".venv-contracts" / "bin"
     stubs.mkdir(parents=True)
     log = tmp_path / "calls"
-    fail = "contract tests" if stage_fails else "no such call"
     for tool in ("python", "pip"):
-        (stubs / tool).write_text(f'#!/usr/bin/env bash\necho "{tool} $*" >> {log}\n'
-                                  f'[[ "$*" == *"{fail}" ]] && exit 1\nexit 0\n')
+        fails = '[[ "$*" == *"contract tests" ]] && exit 1\n' if stage_fails and tool == "python" else ""
+        (stubs / tool).write_text(f'#!/usr/bin/env bash\necho "{tool} $*" >> {log}\n{fails}exit 0\n')
         (stubs / tool).chmod(0o755)
-    for version in (ROOT / "contracts" / "sglang-wheels.txt").read_text().split():
-        if not version.startswith("#"):
-            (tmp_path / ".venv-contracts" / "sglang" / version / "sglang").mkdir(parents=True)
+    wheels = (ROOT / "contracts" / "sglang-wheels.txt").read_text().splitlines()
+    for version in (v for line in wheels if not line.startswith("#") for v in line.split()):
+        (tmp_path / ".venv-contracts" / "sglang" / version / "sglang").mkdir(parents=True)
     done = subprocess.run(["bash", str(tmp_path / "contracts" / "run")], capture_output=True, text=True)
     pytests = [line for line in log.read_text().splitlines() if line.startswith("python -m pytest")]
     assert pytests[0].endswith(" -m contract tests")

@@ -589,11 +589,13 @@ def test_pack_runs_in_the_projects_virtualenv():
     assert (ROOT / "policy" / pack).resolve() == (ROOT / project).resolve()
 
 
-_TEXT = st.text(alphabet="ab.-:/ _", max_size=20)
+_REFERENCE_ALPHABET = "ab.-:/ _"
+"""Name and other characters: enough to put a reference next to, or apart from, a longer name."""
 
 
 @FUZZ
-@given(strings=st.sets(st.text(alphabet="ab.-:/ _", min_size=1, max_size=4), min_size=1, max_size=8), text=_TEXT)
+@given(strings=st.sets(st.text(alphabet=_REFERENCE_ALPHABET, min_size=1, max_size=4), min_size=1, max_size=8),
+       text=st.text(alphabet=_REFERENCE_ALPHABET, max_size=20))
 def test_a_reference_is_found_exactly_where_it_stands_as_a_whole_token(strings, text):
     """The indexed search agrees with the whole-token pattern: no name character on either side."""
     from policy.adapter import _References
