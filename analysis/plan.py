@@ -178,17 +178,14 @@ def run_lines(cfg: StackConfig) -> list[str]:
                f"{m.settings.run.fabric}")
     for pool in m.gpu_pools:
         g = next(w for w in m.workers if w.pool.name == pool.name and w.gpus)
-        a2a = (moe.moe_a2a_backend if pool.role.value == "rollout" else
-               f"{moe.moe_token_dispatcher_type}"
-               + (f" {moe.moe_flex_dispatcher_backend}" if moe.moe_flex_dispatcher_backend else ""))
+        a2a = moe.moe_a2a_backend if pool.role.value == "rollout" else moe.moe_token_dispatcher_type
         gin = {"5": "GPU-initiated (GIN type 5)", "2": "CPU proxy (GIN type 2)"}.get(g.env.get("NCCL_GIN_TYPE", ""), "none")
         out.append(f"    pool {pool.name}: profile {soft.name}, a2a {a2a}, GIN {gin}, NCCL {soft.nccl} "
                    f"over {'sockets' if g.env.get('NCCL_NET') == 'Socket' else 'EFA (aws-ofi-nccl)' if g.efa else 'no EFA'}")
     out.append(f"  MoE all-to-all: SGLang {moe.moe_a2a_backend} / runner {moe.moe_runner_backend}"
                f"{f' / mode {moe.deepep_mode}' if moe.deepep_mode else ''}"
                f"{f' / v2 mode {moe.deepep_v2_mode}' if moe.deepep_v2_mode else ''}; "
-               f"Megatron {moe.moe_token_dispatcher_type}{' + DeepEP' if moe.moe_enable_deepep else ''}"
-               f"{f' {moe.moe_flex_dispatcher_backend}' if moe.moe_flex_dispatcher_backend else ''} "
+               f"Megatron {moe.moe_token_dispatcher_type}{' + DeepEP' if moe.moe_enable_deepep else ''} "
                f"({expert_precision(cfg)} experts, {m.settings.run.rollout.nodes_per_engine} node(s) per engine)")
     images: dict[str, list[str]] = {}
     for name, _, template, replicas in pod_templates(m):

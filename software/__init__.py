@@ -132,8 +132,6 @@ class Profile(_Model):
     """Ray in the image (KubeRay ``rayVersion``)."""
     a2a: tuple[Literal["off", "v1", "v2"], ...]
     """The values of ``deepep.version`` the image can run."""
-    megatron_v2_dispatcher: bool = False
-    """Megatron's flex dispatcher has the ``deepepv2`` backend (``ElasticBuffer``)."""
     gin: bool = False
     """aws-ofi-nccl's GIN plugin with an NCCL that has GIN: DeepEP V2 across nodes over EFA."""
     checkpoint_on_stop: bool

@@ -161,6 +161,8 @@ CITATIONS = [  # (object whose docstring cites it, dist, version, path in the wh
     (mb.choose, "sglang", "0.5.17", "layers/quantization/fp8.py",
      "def is_deepgemm_moe_runner_backend_enabled", "1076-1089"),
     (mb.choose, "sglang", "0.5.19", "arg_groups/moe_hook.py", "DeepEP v2 MoE currently supports only", "194-208"),
+    (mb.choose, "sglang", "0.5.19", "layers/quantization/fp8.py",
+     "def is_deepgemm_moe_runner_backend_enabled", "1111-1133"),
     (mb.choose, "sglang", "0.5.22", "arg_groups/moe_hook.py", "is NVLink-only and cannot run across", "368-372"),
     (mb.choose, *DEEP_EP, "deep_ep/utils/__init__.py", "from .event import EventHandle", "3"),
 ]
@@ -180,6 +182,7 @@ def test_cited_lines_hold_what_the_rule_says(obj, dist, version, path, needle, c
 # --- pure: the decision table and the refusals ---------------------------------------------------------
 
 OK = {"none": ("none", "auto", None, None, "alltoall", False),
+      "none-dg": ("none", "deep_gemm", None, None, "alltoall", False),
       "v1": ("deepep", "deep_gemm", "normal", None, "alltoall", False),
       "v2-1": ("deepep_v2", "deep_gemm", None, "direct", "alltoall", False),
       "v2-n": ("deepep_v2", "deep_gemm", None, "hybrid", "alltoall", False)}
@@ -200,6 +203,8 @@ TABLE = [  # precision, engine nodes, deepep, GPU, SGLang -> flags or the refusi
     ("fp8-blockwise", 2, "v2", "H100", "0.5.19", OK["v2-n"]),
     ("fp8-blockwise", 4, "v2", "B300", "0.5.22", OK["v2-n"]),
     ("fp8-blockwise", 2, "none", "B200", "0.5.17", OK["none"]),
+    ("fp8-blockwise", 2, "none", "H200", "0.5.19", OK["none-dg"]),  # the expert GEMM deepep_v2 runs
+    ("bf16", 2, "none", "H200", "0.5.19", OK["none"]),
     ("bf16", 1, "v1", "H200", "0.5.16", "deepep-v1-bf16-needs-sglang-0.5.17"),  # Miles' SGLang line
     ("fp8-blockwise", 1, "v1", "H200", "0.5.16", OK["v1"]),
 ]

@@ -28,14 +28,14 @@ RUNS = {"slime-0.2.4": "baseline-slime-qwen3-30b.yaml", "miles-0.1": "grpo-qwen3
 
 
 def job_of(name: str) -> tuple[dict, list[str], dict]:
-    """(head container, argv, trainer env) of the dry-run RayJob of the profile's run file."""
+    """(head container, argv, rollout env) of the dry-run RayJob of the profile's run file."""
     job = run_objects(variant(SHARED, {}), load_run(ROOT / "runs" / RUNS[name])).rayjob
     spec = job["spec"]["rayClusterSpec"]
     head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
     env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]
-    trainer = next(g for g in spec["workerGroupSpecs"] if g["groupName"] == "trainer")
-    tenv = {e["name"]: e.get("value") for e in trainer["template"]["spec"]["containers"][0]["env"]}
-    return head, json.loads(env["MILES_ARGV"]), tenv
+    rollout = next(g for g in spec["workerGroupSpecs"] if g["groupName"] == "rollout")
+    renv = {e["name"]: e.get("value") for e in rollout["template"]["spec"]["containers"][0]["env"]}
+    return head, json.loads(env["MILES_ARGV"]), renv
 
 
 def test_each_profiles_run_file_dry_runs_to_its_image_argv_and_environment():
@@ -52,7 +52,7 @@ def test_each_profiles_run_file_dry_runs_to_its_image_argv_and_environment():
     _, v2, env = job_of("miles-deepep-v2")
     flags = dict(argv_pairs(v2[1:]))
     assert flags["--sglang-moe-a2a-backend"] == ["deepep_v2"] and flags["--sglang-deepep-v2-mode"] == ["hybrid"]
-    assert flags["--moe-flex-dispatcher-backend"] == ["deepepv2"] and env["NCCL_GIN_TYPE"] == "5"
+    assert flags["--moe-token-dispatcher-type"] == ["alltoall"] and env["NCCL_GIN_TYPE"] == "5"
     _, slime, env = job_of("slime-0.2.4")
     assert "--sglang-moe-a2a-backend" not in dict(argv_pairs(slime[1:])) and "NCCL_GIN_TYPE" not in env
 
@@ -156,7 +156,7 @@ def test_the_stack_plan_prints_each_pools_profile_a2a_backend_and_gin_mode():
     lines = run_lines(load("p5en-prod"))
     assert ("    pool rollout: profile miles-deepep-v2, a2a deepep_v2, GIN GPU-initiated (GIN type 5), NCCL 2.31.2 "
             "over EFA (aws-ofi-nccl)") in lines
-    assert any(line.startswith("    pool train: profile miles-deepep-v2, a2a flex deepepv2") for line in lines)
+    assert any(line.startswith("    pool train: profile miles-deepep-v2, a2a alltoall, GIN none") for line in lines)
     old = run_lines(variant("p5en-prod", MILES_01))
     assert any(line.startswith("    pool rollout: profile miles-0.1, a2a none, GIN none") for line in old)
 

@@ -18,13 +18,14 @@ from workloads.checks import gate
 SEED = Path("experiments/seed-ab.yaml")
 SEED_SHAPE = Path("experiments/seed-p5en.yaml")
 
-ALL_TO_ALL_ARGV = {"--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend",
-                   "--sglang-moe-a2a-backend", "--sglang-moe-runner-backend", "--sglang-deepep-mode",
-                   "--sglang-deepep-v2-mode"}
-"""Megatron's dispatcher (workloads.derive.moe_backend.MoEBackend.megatron_args) and SGLang's a2a backend/runner."""
-ALL_TO_ALL_ENV = re.compile(r"^(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z0-9_]+|"
+ALL_TO_ALL_ARGV = {"--sglang-moe-a2a-backend", "--sglang-deepep-mode", "--sglang-deepep-v2-mode"}
+"""SGLang's all-to-all (workloads.derive.moe_backend.MoEBackend.sglang_args), nothing else: both arms run the
+same expert GEMM (``--sglang-moe-runner-backend``) and the same trainer dispatcher (Megatron stays on
+``alltoall`` with DeepEP V2: workloads.derive.moe_backend.choose)."""
+ALL_TO_ALL_ENV = re.compile(r"^env\.rollout\.(NCCL_GIN_ENABLE|NCCL_GIN_TYPE|NCCL_SYM_GIN_KERNELS_ENABLE|EP_[A-Z0-9_]+|"
                             r"SGLANG_DEEPEP_[A-Z0-9_]+)$")
-"""NCCL GIN (workloads.derive.env.deepep_env), DeepEP's own EP_* variables and SGLang's DeepEP budget."""
+"""On the rollout pods only: NCCL GIN (workloads.derive.env.deepep_env), DeepEP's own EP_* variables and
+SGLang's DeepEP budget and SM count; the trainer pods run no DeepEP in either arm."""
 
 
 def _allowed(key: str) -> bool:
@@ -32,7 +33,7 @@ def _allowed(key: str) -> bool:
     if kind == "argv":
         return rest in ALL_TO_ALL_ARGV
     if kind == "env":
-        return bool(ALL_TO_ALL_ENV.match(rest.partition(".")[2]))
+        return bool(ALL_TO_ALL_ENV.match(key))
     return False
 
 

@@ -258,7 +258,9 @@ def test_the_opt_in_rayjob_is_submitted_by_the_operator_without_a_submitter_pod(
 
 def test_p5en_prod_reference_shape_and_argv():
     """The issue's figures: 16 trainer pods x 8 GPUs, 32 rollout pods x 8 GPUs (256), 16 EFA each; the
-    reference stack runs miles-deepep-v2: DeepEP V2 across two-node engines, Megatron's flex deepepv2."""
+    reference stack runs miles-deepep-v2: DeepEP V2 across two-node engines. Megatron stays on its NCCL
+    all-to-all: its deepepv2 backend (235952df) sizes the ElasticBuffer from each rank's own token count,
+    which --use-dynamic-batch-size makes differ between ranks (workloads.derive.moe_backend.choose)."""
     cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
     g = groups(one(graph, "RayCluster"))
     assert (g["trainer"]["replicas"], g["rollout"]["replicas"]) == (16, 32)
@@ -274,7 +276,8 @@ def test_p5en_prod_reference_shape_and_argv():
     assert argv["--rollout-num-gpus-per-engine"] == ["16"] and argv["--sglang-ep-size"] == ["16"]
     assert argv["--sglang-moe-a2a-backend"] == ["deepep_v2"] and argv["--sglang-deepep-v2-mode"] == ["hybrid"]
     assert argv["--sglang-moe-runner-backend"] == ["deep_gemm"]
-    assert argv["--moe-token-dispatcher-type"] == ["flex"] and argv["--moe-flex-dispatcher-backend"] == ["deepepv2"]
+    assert "--use-dynamic-batch-size" in argv
+    assert argv["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-flex-dispatcher-backend" not in argv
     assert "--moe-enable-deepep" not in argv
     assert "--use-fault-tolerance" not in argv  # rollout pool is an ODCR, not Spot
     assert cfg.pool(Role.ROLLOUT).capacity.type.value == "ODCR"
@@ -345,7 +348,7 @@ def test_gpu_pods_take_the_whole_node(stack):
         env = env_of(c)
         if pool.efa_devices:
             assert env["FI_PROVIDER"] == "efa" and env["NCCL_NET_PLUGIN"] == "ofi"
-            assert ("NCCL_GIN_TYPE" in env) == (deepep.version.value == "v2")
+            assert ("NCCL_GIN_TYPE" in env) == (deepep.version.value == "v2" and role is Role.ROLLOUT)
     # The driver's entrypoint resource exists only on training nodes (never Spot).
     assert "gpu_node" in g["trainer"]["rayStartParams"]["resources"]
     assert "gpu_node" not in g["rollout"]["rayStartParams"]["resources"]
@@ -353,7 +356,7 @@ def test_gpu_pods_take_the_whole_node(stack):
 
 
 def _gpu_env(cfg) -> dict[str, str]:
-    return env_of(container(groups(M.raycluster(derive(cfg)))["trainer"]["template"]))
+    return env_of(container(groups(M.raycluster(derive(cfg)))["rollout"]["template"]))
 
 
 def test_environment_by_family_and_deepep_mode():
@@ -448,7 +451,7 @@ def test_upstream_moe_rules_refuse_what_cannot_run_and_pick_what_can():
     assert v1["--sglang-deepep-mode"] == ["normal"]
     v2 = flag_values(list(derive(variant("p5en-prod", FP8_V2)).argv))
     assert v2["--sglang-moe-a2a-backend"] == ["deepep_v2"] and v2["--sglang-deepep-v2-mode"] == ["hybrid"]
-    assert v2["--moe-token-dispatcher-type"] == ["flex"] and "--moe-enable-deepep" not in v2
+    assert v2["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-enable-deepep" not in v2  # trainer: NCCL
 
 
 def test_software_stack_is_one_place_and_overridable():

@@ -215,6 +215,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--sglang-ep-size", engine)
     if moe.moe_a2a_backend != "none":
         f("--sglang-moe-a2a-backend", moe.moe_a2a_backend)
+    if moe.moe_runner_backend != "auto":
         f("--sglang-moe-runner-backend", moe.moe_runner_backend)
     if moe.deepep_mode:
         f("--sglang-deepep-mode", moe.deepep_mode)

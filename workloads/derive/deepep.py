@@ -97,5 +97,4 @@ def moe_backend(cfg: "ProgramConfig") -> moe.MoEBackend:
     deepep = resolve_deepep(cfg)
     c = moe_case(cfg, deepep.version)
     return moe.choose(c.precision, c.engine_nodes, c.deepep, c.gpu_model, c.sglang_version,
-                      deepep_mode=deepep.sglang_mode, efa=c.efa,
-                      megatron_v2=run_profile(cfg).megatron_v2_dispatcher)
+                      deepep_mode=deepep.sglang_mode, efa=c.efa)

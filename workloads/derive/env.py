@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from stackconfig.stack import Pool, Role
+from stackconfig.stack import Pool
 
 from workloads.derive.argv import rollout_budget
 from workloads.derive.deepep import DeepEP, GIN_TYPE, moe_backend
@@ -63,30 +63,19 @@ JIT_CACHE_DIR = "cache/deep_ep"
 """Under the shared file system's mount: DeepEP V2's JIT kernels, one directory per image."""
 
 
-def deepep_runtime_env(deepep: DeepEP, role: Role, mount: str, image: str) -> dict[str, str]:
-    """DeepEP V2's own variables (none for V1 or off).
+def deepep_runtime_env(deepep: DeepEP, mount: str, image: str) -> dict[str, str]:
+    """DeepEP V2's own variables (none for V1 or off), for the rollout pods that run it.
 
-    - ``EP_JIT_CACHE_DIR``: DeepEP compiles its kernels at first use into ``$HOME/.deep_ep`` unless this
-      is set (deepseek-ai/DeepEP csrc/jit/compiler.hpp ``Compiler()``), so every pod start compiled them
-      again. On FSx they survive the pod; ``build()`` compiles into a temporary directory, fsyncs and
-      renames the directory into place, written for distributed file systems (ibid.). Its key hashes
-      the kernel's code, the flags and the NVCC version, not the contents of the headers it includes,
-      so each image (by digest, else by tag) gets its own directory.
-    - ``EP_REUSE_NCCL_COMM=0`` on trainer pods: DeepEP reuses the process group's NCCL communicator by
-      default, and that pointer is null until a collective ran on the group (deepseek-ai/DeepEP#726,
-      ``deep_ep/utils/comm.py`` ``get_nccl_comm_handle``). radixark/Megatron-LM@235952df calls
-      ``init_process_group`` without ``device_id`` (megatron/training/initialize.py:336-352, so
-      communicators are lazy) and builds the ElasticBuffer at the first dispatch
-      (megatron/core/transformer/moe/fused_a2a.py:90-113, token_dispatcher.py:1579-1585);
-      awslabs/awsome-distributed-ai#1265 needed NVIDIA/Megatron-LM#5153's initialisation fix for that
-      case. With 0, DeepEP creates its own communicator. SGLang's engines are left as they are."""
+    ``EP_JIT_CACHE_DIR``: DeepEP compiles its kernels at first use into ``$HOME/.deep_ep`` unless this
+    is set (deepseek-ai/DeepEP csrc/jit/compiler.hpp ``Compiler()``), so every pod start compiled them
+    again. On FSx they survive the pod; ``build()`` compiles into a temporary directory, fsyncs and
+    renames the directory into place, written for distributed file systems (ibid.). Its key hashes
+    the kernel's code, the flags and the NVCC version, not the contents of the headers it includes,
+    so each image (by digest, else by tag) gets its own directory."""
     if deepep.version is not DeepEPVersion.V2:
         return {}
     key = hashlib.sha256(image.encode()).hexdigest()[:16]
-    env = {"EP_JIT_CACHE_DIR": f"{mount.rstrip('/')}/{JIT_CACHE_DIR}/{key}"}
-    if role is Role.TRAIN:
-        env["EP_REUSE_NCCL_COMM"] = "0"
-    return env
+    return {"EP_JIT_CACHE_DIR": f"{mount.rstrip('/')}/{JIT_CACHE_DIR}/{key}"}
 
 
 def nvls_enable(pool: Pool) -> str:
@@ -94,16 +83,17 @@ def nvls_enable(pool: Pool) -> str:
     return "1" if pool.instance.gpu.nvls else "0"
 
 
-def gpu_env(pool: Pool, efa: int, deepep: DeepEP, fabric: str = "efa") -> dict[str, str]:
-    """Environment of a trainer or rollout pod on ``pool`` with ``efa`` devices; ``fabric: sockets``
-    keeps NCCL off EFA (DeepEP is off then: ``workloads.schema.settings.RunBase``)."""
+def gpu_env(pool: Pool, efa: int, deepep: DeepEP | None, fabric: str = "efa") -> dict[str, str]:
+    """Environment of a trainer or rollout pod on ``pool`` with ``efa`` devices; ``deepep`` None: the pod
+    runs no DeepEP (the trainer: ``workloads.derive.moe_backend.choose``); ``fabric: sockets`` keeps NCCL
+    off EFA (DeepEP is off then: ``workloads.schema.settings.RunBase``)."""
     env = dict(NCCL_ENV)
     env["NCCL_NVLS_ENABLE"] = nvls_enable(pool)
     if efa and fabric == "sockets":
         env.update(SOCKETS_ENV)
     elif efa:
         env.update(EFA_ENV)
-        env.update(deepep_env(deepep))
+        env.update(deepep_env(deepep) if deepep else {})
     return env
 
 

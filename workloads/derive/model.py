@@ -114,11 +114,14 @@ class WorkloadModel:
 
 
 def _with_env(g: L.Group, deepep: DeepEP, fabric: str, mount: str, image: str, rollout: dict[str, str]) -> L.Group:
-    if g.gpus and g.pool.role in (Role.TRAIN, Role.ROLLOUT):
-        env = {**gpu_env(g.pool, g.efa, deepep, fabric),
-               **(deepep_runtime_env(deepep, g.pool.role, mount, image) if g.efa else {})}
-        return replace(g, env={**env, **rollout} if g.pool.role is Role.ROLLOUT else env)
-    return g
+    """A GPU group's environment; DeepEP's variables on the rollout pods only (the trainer keeps Megatron's
+    NCCL all-to-all: ``workloads.derive.moe_backend.choose``)."""
+    if not g.gpus or g.pool.role not in (Role.TRAIN, Role.ROLLOUT):
+        return g
+    if g.pool.role is Role.TRAIN:
+        return replace(g, env=gpu_env(g.pool, g.efa, None, fabric))
+    own = deepep_runtime_env(deepep, mount, image) if g.efa else {}
+    return replace(g, env={**gpu_env(g.pool, g.efa, deepep, fabric), **own, **rollout})
 
 
 def _argv(cfg: "ProgramConfig") -> tuple[tuple[str, ...] | None, str | None]:

@@ -77,8 +77,6 @@ class MoEBackend:
     deepep_v2_mode: str | None
     moe_token_dispatcher_type: str
     moe_enable_deepep: bool
-    moe_flex_dispatcher_backend: str | None = None
-    """Megatron ``--moe-flex-dispatcher-backend`` (with ``flex``): ``deepepv2`` is ElasticBuffer."""
 
     def sglang_args(self, prefix: str = "--") -> list[str]:
         pairs = {"moe-a2a-backend": self.moe_a2a_backend, "moe-runner-backend": self.moe_runner_backend,
@@ -87,9 +85,7 @@ class MoEBackend:
 
     def megatron_args(self) -> list[str]:
         return ["--moe-token-dispatcher-type", self.moe_token_dispatcher_type] + (
-            ["--moe-enable-deepep"] if self.moe_enable_deepep else []) + (
-            ["--moe-flex-dispatcher-backend", self.moe_flex_dispatcher_backend]
-            if self.moe_flex_dispatcher_backend else [])
+            ["--moe-enable-deepep"] if self.moe_enable_deepep else [])
 
 
 @dataclass(frozen=True)
@@ -230,23 +226,33 @@ def refusal(*args, **kw) -> None:
 
 def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["off"], gpu_model: str,
            sglang_version: str, *, deepep_mode: str = "normal", efa: bool = True,
-           architecture: str | None = None, megatron_v2: bool = False) -> MoEBackend:
+           architecture: str | None = None) -> MoEBackend:
     """The flags for a case ``refusal`` accepts (``deepep_mode``: legacy ``--deepep-mode``).
 
-    - none: SGLang ``none`` + ``auto`` runner; Megatron ``alltoall``.
+    - none: SGLang ``none``; runner ``auto``, except for blockwise-FP8 experts on a DeepGEMM GPU from SGLang
+      0.5.19, where it is ``deep_gemm``: under ``auto`` sglang 0.5.19 layers/quantization/fp8.py:1111-1133
+      (``is_deepgemm_moe_runner_backend_enabled``) picks DeepGEMM only with a DeepEP, Mooncake or NIXL
+      all-to-all and Triton otherwise, so an NCCL arm would run another expert GEMM than the deepep_v2 arm
+      it is compared with (deepep_v2's only runner is ``deep_gemm``); SGLang's own resolution accepts
+      ``deep_gemm`` with ``none`` (contracts/tests/test_sglang_resolve.py). Megatron ``alltoall``.
     - v1: SGLang ``deepep`` + explicit ``deep_gemm`` (bf16 takes the working path only with it: sglang
       0.5.17 ep_moe/layer.py:138-148; fp8 picks it under auto anyway, quantization/fp8.py:1076-1089);
       Megatron ``alltoall`` (NCCL all-to-all, any DeepEP build): Megatron-LM@37f91617 fused_a2a.py:8-14
       imports ``EventOverlap`` from ``deep_ep.utils``, which DeepEP 2.x dropped, so ``flex`` +
       ``--moe-enable-deepep`` stops at "DeepEP is not installed" (token_dispatcher.py:1156) on a 2.x image.
     - v2: SGLang ``deepep_v2`` + ``deep_gemm`` (its only runner: sglang 0.5.19 arg_groups/moe_hook.py:194-208),
-      ``direct`` on one node, ``hybrid`` across nodes (0.5.22 moe_hook.py:368-372 refuses direct there);
-      Megatron ``alltoall``: its fused_a2a.py:8-14 imports EventOverlap from deep_ep.utils, which DeepEP V2
-      no longer exports (sgl-deep-ep 0.1.2 deep_ep/utils/__init__.py:3), so Megatron's DeepEP is off.
-      With ``megatron_v2`` (Megatron miles-main-20260819, 235952df): ``flex`` with
-      ``--moe-flex-dispatcher-backend deepepv2`` (fused_a2a.py:14,27 imports EventOverlap from
-      ``deep_ep`` and ``ElasticBuffer``; transformer_config.py:2032-2041: never ``--moe-enable-deepep``,
-      which forces the V1 ``deepep`` backend and refuses ``deepepv2``).
+      ``direct`` on one node, ``hybrid`` across nodes (0.5.22 moe_hook.py:368-372 refuses direct there).
+      Megatron stays on ``alltoall`` (its NCCL all-to-all), by choice, for every pinned Megatron: DeepEP V2
+      (sgl-deep-ep 0.1.2 deep_ep/utils/__init__.py:3) no longer exports the EventOverlap that 37f91617
+      imports, and radixark/Megatron-LM@235952df, whose flex dispatcher has a ``deepepv2`` backend
+      (megatron/core/transformer/moe/token_dispatcher.py:1535-1640), passes each rank's own token count
+      (``hidden_states.shape[0]``, :1582 and :1609) as ``num_max_tokens_per_rank`` and rebuilds the buffer
+      on that rank-local value (fused_a2a.py:90-113), while DeepEP requires one value on every rank
+      (deepseek-ai/DeepEP@dd758ca deep_ep/buffers/elastic.py:35, "all the ranks must hold the same value"). Every run passes
+      ``--use-dynamic-batch-size`` (software/models.yaml recipe), so the counts differ and the first MoE
+      dispatch hangs (deepseek-ai/DeepEP#604, NVIDIA/Megatron-LM#4816); that Megatron equalises the count
+      across the group for HybridEP only (``moe_hybridep_pad_variable_tokens``, token_dispatcher.py:1138-1150).
+      So the seed's DeepEP link changes the rollout engines alone.
     """
     c = case(precision, engine_nodes, deepep, gpu_model, sglang_version, efa=efa, architecture=architecture,
              deepep_mode=deepep_mode)
@@ -254,8 +260,7 @@ def choose(precision: Precision, engine_nodes: int, deepep: DeepEP | Literal["of
     if c.deepep == "v1":
         return MoEBackend("deepep", "deep_gemm", deepep_mode, None, "alltoall", False)
     if c.deepep == "v2":
-        mode = "hybrid" if engine_nodes > 1 else "direct"
-        if megatron_v2:
-            return MoEBackend("deepep_v2", "deep_gemm", None, mode, "flex", False, "deepepv2")
-        return MoEBackend("deepep_v2", "deep_gemm", None, mode, "alltoall", False)
-    return MoEBackend("none", "auto", None, None, "alltoall", False)
+        return MoEBackend("deepep_v2", "deep_gemm", None, "hybrid" if engine_nodes > 1 else "direct", "alltoall", False)
+    same_gemm = (c.precision == "fp8-blockwise" and deep_gemm_on(c.sm)
+                 and version(c.sglang_version) >= DEEPEP_V2_MIN_SGLANG)
+    return MoEBackend("none", "deep_gemm" if same_gemm else "auto", None, None, "alltoall", False)

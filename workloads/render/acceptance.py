@@ -63,10 +63,9 @@ def gpu_group(m: WorkloadModel, pool_name: str) -> L.Group:
 
 
 def uses_deepep_v2(m: WorkloadModel, pool: Pool) -> bool:
-    """DeepEP V2 runs in SGLang (``deepep_v2``) on the rollout pool, and on the training pool where the
-    profile's Megatron has the flex ``deepepv2`` backend (``workloads.derive.moe_backend.choose``)."""
-    return m.deepep.version is DeepEPVersion.V2 and (
-        pool.role is Role.ROLLOUT or (pool.role is Role.TRAIN and m.profile.megatron_v2_dispatcher))
+    """DeepEP V2 runs in SGLang (``deepep_v2``) on the rollout pool only: the trainer keeps Megatron's NCCL
+    all-to-all (``workloads.derive.moe_backend.choose``)."""
+    return m.deepep.version is DeepEPVersion.V2 and pool.role is Role.ROLLOUT
 
 
 def deepep_span(m: WorkloadModel, g: L.Group) -> int:
