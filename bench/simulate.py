@@ -38,6 +38,7 @@ from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTA
 from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL
 from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, RDMA_READ, RDMA_WRITE, queries
 from .experiment import Attempt, Experiment, load_experiment, schedule
+from .noise import Steps, calibration
 from .report import SIMULATED_FILE
 
 GPUS_PER_NODE = 8
@@ -47,12 +48,21 @@ START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 @dataclass(frozen=True)
 class ArmTruth:
     tokens_per_s: float
-    """Rollout throughput of the whole rollout pool, tokens/s."""
+    """Rollout throughput of the whole rollout pool, tokens/s: its long-run Σtokens/Σtime on a normal node
+    (``bench.noise.calibration``), whatever its noise."""
     noise: float = 0.03
-    """Relative standard deviation from step to step."""
+    """Relative standard deviation from step to step (the scale of ``tail_df``'s t)."""
     repeat_drift: float = 0.01
     """Relative standard deviation of a whole repeat (the cluster's drift)."""
+    tail_df: float | None = None
+    """Heavy-tailed steps: Student's t with this many degrees of freedom instead of the normal."""
+    stall_share: float = 0.0
+    """Share of steps that stall, their rate divided by a factor in ``stall_slowdown``."""
+    stall_slowdown: tuple[float, float] = (2.0, 3.0)
+    slow_node_share: float = 0.0
+    """Share of attempts that land on the slow node (``Truth.slow_node``)."""
     response_len: float = 3000.0
+    response_len_cv: float = 0.03
     train_s: float = 60.0
     gpu_util: float = 70.0
     efa_gbps: float = 100.0
@@ -73,6 +83,13 @@ class Truth:
     drift_per_attempt: float = 0.0
     """Relative change of every arm's throughput from one attempt of the schedule to the next (a linear
     drift of the cluster)."""
+    autocorrelation: float = 0.0
+    """AR(1) coefficient of the step noise within an attempt."""
+    slow_node: float = 0.85
+    """Speed of the slow node, as a share of the others'."""
+    late_start: int = 0
+    """Each attempt's log starts at a step drawn from 0..late_start (as a resumed attempt's would): unequal
+    step counts."""
 
     def arm(self, name: str) -> ArmTruth:
         return self.arms.get(name, self.default)
@@ -88,8 +105,7 @@ def _line(t: datetime, actor: str, pid: int, process: str, where: str, message: 
     return f"\x1b[36m({actor} pid={pid}, ip=10.0.3.17)\x1b[0m [{_stamp(t)} {process}] {where} - {message}"
 
 
-def _rollout_metrics(rng: random.Random, tput: float, truth: ArmTruth, samples: int, gpus: int) -> dict:
-    length = max(50.0, rng.gauss(truth.response_len, truth.response_len * 0.03))
+def _rollout_metrics(rng: random.Random, tput: float, length: float, samples: int, gpus: int) -> dict:
     tokens = samples * length
     rollout_time = tokens / tput
     longest = min(8192.0, length * 2.6)
@@ -111,11 +127,17 @@ def _train_metrics(rng: random.Random, truth: ArmTruth, rollout_time: float) -> 
             "perf/step_time": rollout_time + train, "perf/wait_time_ratio": rollout_time / (rollout_time + train)}
 
 
-def _nodes(attempt: Attempt, truth: Truth) -> list[dict]:
+SLOW_NODE = "ip-10-0-3-99.ec2.internal"
+"""The rollout node of an attempt that landed on the slow node (``ArmTruth.slow_node_share``)."""
+
+
+def _nodes(attempt: Attempt, truth: Truth, slow: bool = False) -> list[dict]:
     out = []
     for pool, count in sorted(attempt.run.nodes.items()):
         for i in range(count):
             name = f"ip-10-0-{3 if pool == 'rollout' else 2}-{10 + i}.ec2.internal"
+            if slow and pool == "rollout" and i == 0:
+                name = SLOW_NODE
             out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
                 ROLE_LABEL: pool, POOL_LABEL: pool, INSTANCE_TYPE_LABEL: truth.instance_type,
                 CAPACITY_TYPE_LABEL: truth.capacity_type, ZONE_LABEL: "us-east-1a",
@@ -203,19 +225,23 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
              folder: Path, slot: int = 0) -> datetime:
     arm = truth.arm(attempt.arm)
     run = attempt.run
-    nodes = _nodes(attempt, truth)
+    on_slow_node = rng.random() < arm.slow_node_share
+    nodes = _nodes(attempt, truth, on_slow_node)
     gpus = attempt.run.nodes["rollout"] * GPUS_PER_NODE
     samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
     per_rollout = max(1, samples // run.grpo.global_batch_size)
-    drift = rng.gauss(1.0, arm.repeat_drift) * (1 + truth.drift_per_attempt * slot)
+    rate = (arm.tokens_per_s * calibration(arm, truth.autocorrelation) * rng.gauss(1.0, arm.repeat_drift)
+            * (1 + truth.drift_per_attempt * slot) * (truth.slow_node if on_slow_node else 1.0))
+    noise = Steps(rng, arm, truth.autocorrelation)
     faults = {f.at_step: f.spec for f in exp.arm(attempt.arm).faults}
     lines = _job_header(attempt, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
-    jobs, fault_records, job_start, step, slow = [], [], start, 0, 0
+    first = rng.randint(0, truth.late_start) if truth.late_start else 0
+    jobs, fault_records, job_start, step, slow = [], [], start, first, 0
     while step < exp.total_steps:
-        tput = arm.tokens_per_s * drift * rng.gauss(1.0, arm.noise) * (0.6 if slow else 1.0)
+        tput = rate * noise.rate() * (0.6 if slow else 1.0)
         slow = max(0, slow - 1)
-        r = _rollout_metrics(rng, tput, arm, samples, gpus)
+        r = _rollout_metrics(rng, tput, noise.response_len(), samples, gpus)
         t += timedelta(seconds=r["perf/rollout_time"])
         lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step}: {r}"))
         reward = {"rollout/raw_reward": min(1.0, max(0.0, rng.gauss(arm.reward, 0.03))),
