@@ -9,7 +9,7 @@
 - **Complete**: every RayJob of a compared arm SUCCEEDED (a fault arm's last one did); the log holds
   every planned step from its first one to the run's last (``grpo.numRollout`` - 1); after the warm-up
   (the first ``warmupSteps`` steps the attempt logged, so a resumed attempt warms up again) at least
-  ``minMeasuredSteps`` remain.
+  ``minMeasuredSteps`` remain, each with its ``perf/rollout_time``.
 - **Finite**: every value a figure uses is a finite number (NaN or inf is refused, naming step and key).
 - **Same nodes**: the compared attempts ran on the node set of the first attempt (node names per
   role, with their EKS ``topology.k8s.aws/network-node-layer-{1,2,3}`` labels), unless the comparison
@@ -65,6 +65,10 @@ def check_complete(exp: Experiment, c: Collected) -> None:
         shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise ArtifactError(f"{where}: driver.log lacks planned step(s) {shown} of {start}..{exp.total_steps - 1} "
                             f"(log cut short or steps not logged)")
+    timeless = [s.rollout_id for s in c.measured(exp.warmup_steps) if ROLLOUT_TIME not in s.metrics]
+    if timeless:
+        raise ArtifactError(f"{where}: step {timeless[0]} logged {TOKENS} without {ROLLOUT_TIME} (its tokens are "
+                            f"rate x time: no throughput without it)")
     got = len(c.measured(exp.warmup_steps))
     if got < exp.min_measured_steps:
         raise ArtifactError(f"{where}: {got} measured steps after {exp.warmup_steps} warm-up steps from step {start}; "

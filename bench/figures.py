@@ -2,11 +2,14 @@
 ``checks``: its own log, complete, finite, the same nodes, evidence that agrees with the arm).
 
 Per attempt: ``per_attempt`` (throughput, the rest of the step, end to end, quality, utilisation over
-the measured window, money, nodes, evidence). Per arm: rollout throughput over all measured steps
-(median and interquartile range) with each repeat's median, and the attempts' figures summarised
-(medians; means for quality and money). Against the baseline: the throughput ratio paired by block
-with its interval (``stats.ratio``, the repeat as the unit) and whether it is beyond the noise
-between repeats, the difference in work (response length) and in mode (sync/async). The
+the measured window, money, nodes, evidence). Per arm: rollout throughput, Σtokens/Σtime over all its
+measured steps and per repeat, beside the median and interquartile range of the per-step rates
+(descriptive), and the attempts' figures summarised (medians; means for quality and money). Against
+the baseline: the throughput ratio paired by block with its interval (``stats.ratio``, the repeat's
+Σtokens/Σtime as the unit) and whether it is beyond the noise between repeats, refused when the two
+attempts of a block ran on different nodes (``check_same_nodes`` allows that only when asked: a
+node's speed would then read as the arm's), the difference in work (response length) and in mode
+(sync/async). The
 decomposition splits the gain along a chain of arms in log space: link share = ln(link ratio) /
 ln(whole ratio). It assumes the links multiply (no interaction between what they change) and
 attributes to a link everything that differs between its two arms, which the report lists; shares
@@ -30,9 +33,9 @@ from .checks import TOKENS, check_complete, check_finite, check_own_log, check_s
 from .cost import Prices
 from .evidence import contradictions, read_evidence
 from .experiment import Experiment, differences
-from .per_attempt import attempt_figures, step_tokens_per_s
+from .per_attempt import attempt_figures, step_tokens_per_s, throughput
 from .recovery import fault_figures
-from .stats import ArmSample, TooFewRepeats, arm_sample, ratio, summary
+from .stats import ArmSample, TooFewRepeats, ratio, summary
 
 WORK_TOLERANCE = 0.05
 """Response lengths differing by more than this between two arms are reported as different work."""
@@ -44,6 +47,8 @@ class ArmFigures:
     attempts: list[Collected]
     sample: ArmSample
     json: dict
+    nodes: dict[int, dict]
+    """Block -> the nodes per role its attempt ran on."""
 
 
 def _med(rows: list[dict], *path: str) -> float | None:
@@ -71,10 +76,11 @@ def _merge_evidence(rows: list[dict]) -> dict:
 
 
 def arm_figures(exp: Experiment, name: str, attempts: list[Collected], rows: list[dict]) -> ArmFigures:
-    groups = {c.attempt.repeat: step_tokens_per_s(c, exp.warmup_steps) for c in attempts}
-    sample = arm_sample(groups)
-    tput = summary([v for g in groups.values() for v in g]).to_json()
-    tput["per_repeat_median"] = {str(k): round(v, 4) for k, v in sample.medians.items()}
+    sums = {c.attempt.repeat: throughput(c, exp.warmup_steps) for c in attempts}
+    sample = ArmSample({k: tokens / seconds for k, (tokens, seconds) in sums.items()})
+    tput = {"throughput": round(sum(t for t, _ in sums.values()) / sum(s for _, s in sums.values()), 2),
+            "per_repeat": {str(k): round(v, 2) for k, v in sample.by_repeat.items()},
+            "step_rate": summary([v for c in attempts for v in step_tokens_per_s(c, exp.warmup_steps)]).to_json()}
     usd = [r["cost_usd"] for r in rows]
     tokens = sum(r["tokens_generated"] for r in rows)
     roles = sorted({k for r in rows for k in (r["utilisation_measured_window"] or {})})
@@ -104,7 +110,7 @@ def arm_figures(exp: Experiment, name: str, attempts: list[Collected], rows: lis
         "malformed_perf_lines": sum(r["malformed_perf_lines"] for r in rows),
         "lines_collapsed_by_ray_dedup": sum(r["lines_collapsed_by_ray_dedup"] for r in rows),
     }
-    return ArmFigures(name, attempts, sample, out)
+    return ArmFigures(name, attempts, sample, out, {r["block"]: r["nodes"] for r in rows})
 
 
 def _work(arm: dict, base: dict) -> dict | None:
@@ -115,9 +121,18 @@ def _work(arm: dict, base: dict) -> dict | None:
     return {"relative": round(rel, 4), "different": abs(rel) > WORK_TOLERANCE}
 
 
+def _other_nodes(arm: ArmFigures, base: ArmFigures) -> str | None:
+    """Why a block's pair cannot be trusted: its two attempts ran on different nodes."""
+    for block in sorted(set(arm.nodes) & set(base.nodes)):
+        if arm.nodes[block] != base.nodes[block]:
+            return (f"in block {block} {arm.name} and {base.name} ran on different nodes (a node's speed would read "
+                    f"as the arm's): no claim")
+    return None
+
+
 def _ratio(arm: ArmFigures, base: ArmFigures):
     try:
-        return ratio(arm.sample, base.sample)
+        return ratio(arm.sample, base.sample, _other_nodes(arm, base))
     except TooFewRepeats as err:
         raise ArtifactError(f"arm {arm.name} against {base.name}: {err}") from None
 

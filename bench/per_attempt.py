@@ -4,8 +4,10 @@ Tokens are generated response tokens: a step's ``perf/tokens_per_gpu_per_sec`` x
 x ``perf/rollout_time``, which is the sum of the step's sample response lengths (radixark/miles@49cac7b5
 ``miles/ray/rollout/metrics.py:142-149``); prompt tokens are not counted.
 
-- rollout tokens/s: per measured step, the whole rollout pool's (``perf/tokens_per_gpu_per_sec`` x
-  ``--rollout-num-gpus``); the repeat's figure is the median over its measured steps;
+- rollout tokens/s, the repeat's figure: Σtokens/Σ``perf/rollout_time`` over its measured steps (the
+  whole rollout pool's throughput); per step, the pool's rate (``perf/tokens_per_gpu_per_sec`` x
+  ``--rollout-num-gpus``), whose median stays as a descriptive column (a median of rates is not a
+  throughput: an arm whose steps are fast but some stall has a high median and a low throughput);
 - the rest of the step: medians of ``perf/step_time``, ``perf/train_wait_time`` (waiting for the
   rollout), ``perf/train_time`` and ``perf/update_weights_time`` (the weight sync to the engines)
   (Miles ``miles/utils/train_metric_utils.py:50-56``);
@@ -50,12 +52,19 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def step_tokens_per_s(c: Collected, warmup: int) -> list[float]:
+    """Per measured step, the rollout pool's rate (``perf/tokens_per_gpu_per_sec`` x ``--rollout-num-gpus``)."""
     gpus = c.rollout_gpus()
     return [s.metrics[TOKENS] * gpus for s in c.measured(warmup)]
 
 
 def step_tokens(gpus: int, step) -> float:
     return step.metrics.get(TOKENS, 0.0) * gpus * step.metrics.get(ROLLOUT_TIME, 0.0)
+
+
+def throughput(c: Collected, warmup: int) -> tuple[float, float]:
+    """(Σtokens, Σ``perf/rollout_time``) over the measured steps: their quotient is the rollout throughput."""
+    gpus, steps = c.rollout_gpus(), c.measured(warmup)
+    return sum(step_tokens(gpus, s) for s in steps), sum(s.metrics.get(ROLLOUT_TIME, 0.0) for s in steps)
 
 
 def attempt_tokens(c: Collected, gpus: int) -> float:
@@ -127,7 +136,8 @@ def costs(c: Collected, prices: Prices, zones: dict[str, str]) -> tuple[float | 
 
 def attempt_figures(exp: Experiment, c: Collected, prices: Prices, nodes: dict, ev: Evidence) -> dict:
     steps, gpus = c.measured(exp.warmup_steps), c.rollout_gpus()
-    tput = step_tokens_per_s(c, exp.warmup_steps)
+    rates = step_tokens_per_s(c, exp.warmup_steps)
+    generated, rollout_s = throughput(c, exp.warmup_steps)
     e2e = end_to_end(exp, c, gpus)
     usd, usd_per_s, sources = costs(c, prices, nodes["zones"])
     tokens = attempt_tokens(c, gpus)
@@ -138,7 +148,8 @@ def attempt_figures(exp: Experiment, c: Collected, prices: Prices, nodes: dict, 
     return {
         "attempt": c.attempt.folder, "block": c.attempt.repeat, "mode": mode(c), "rollout_gpus": gpus,
         "first_step": min(s.rollout_id for s in steps), "measured_steps": len(steps),
-        "rollout_tokens_per_s": round(median(tput), 2), "end_to_end": e2e, "step_parts_s": parts, "quality": quality,
+        "rollout_tokens_per_s": round(generated / rollout_s, 2), "step_rate_median": round(median(rates), 2),
+        "end_to_end": e2e, "step_parts_s": parts, "quality": quality,
         "jct_s": round(c.seconds, 1), "node_hours": round(len(c.nodes) * c.seconds / 3600, 3),
         "gpu_hours": round(sum(n.gpus for n in c.nodes) * c.seconds / 3600, 3),
         "cost_usd": _r(usd, 2), "price_basis": sources, "tokens_generated": round(tokens),

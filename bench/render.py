@@ -17,7 +17,8 @@ def _ratio(r: dict) -> str:
     noise = ("noise between repeats unknown (one repeat)" if r["repeat_noise"] is None else
              f"repeat noise {100 * r['repeat_noise']:.1f}%: " +
              ("beyond the noise" if r["beyond_noise"] else "NOT beyond the noise"))
-    return f"{r['value']:.3f}x (95% CI {lo:.3f}-{hi:.3f}; {noise})"
+    refused = f"; {r['claim_refused']}" if r.get("claim_refused") else ""
+    return f"{r['value']:.3f}x (95% CI {lo:.3f}-{hi:.3f}; {noise}{refused})"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -43,14 +44,16 @@ def _repeat_rows(rows: list[dict]) -> list[list[str]]:
     for r in rows:
         e2e, parts = r["end_to_end"] or {}, r["step_parts_s"]
         out.append([str(r["block"]), r["attempt"], f"{r['measured_steps']} (from step {r['first_step']})",
-                    f"{r['rollout_tokens_per_s']:,.0f}", _num(e2e.get("tokens_per_s"), ",.0f"),
+                    f"{r['rollout_tokens_per_s']:,.0f}", f"{r['step_rate_median']:,.0f}",
+                    _num(e2e.get("tokens_per_s"), ",.0f"),
                     _num(parts["step"]), _num(parts["update_weights"]), f"{r['jct_s']:,.0f}",
                     _num(r["cost_usd"], ",.2f"), _num(r["usd_per_million_tokens"], ",.3f"),
                     _num(r["steady_usd_per_million_tokens"], ",.3f"), r["mode"]])
     return out
 
 
-REPEAT_HEAD = ["block", "attempt", "measured steps", "rollout tokens/s (median)", "end-to-end tokens/s", "step s",
+REPEAT_HEAD = ["block", "attempt", "measured steps", "rollout tokens/s (Σtokens/Σtime)", "median step tokens/s",
+               "end-to-end tokens/s", "step s",
                "weight sync s", "JCT s", "$", "$ / M tokens (attempt)", "$ / M tokens (steady)", "mode"]
 
 
@@ -69,17 +72,23 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
     rows = []
     for name, a in report["arms"].items():
         t, parts, q = a["rollout_tokens_per_s"], a["step_parts_s"], a["quality"]
-        rows.append([name, "/".join(a["mode"]), f"{t['median']:,.0f} ({t['iqr'][0]:,.0f}-{t['iqr'][1]:,.0f})",
+        step = t["step_rate"]
+        rows.append([name, "/".join(a["mode"]), f"{t['throughput']:,.0f}",
+                     f"{step['median']:,.0f} ({step['iqr'][0]:,.0f}-{step['iqr'][1]:,.0f})",
                      _num(a["end_to_end_tokens_per_s"], ",.0f"), _num(a["end_to_end_samples_per_s"], ",.2f"),
                      _num(parts["step"]), _num(parts["train_wait"]), _num(parts["train"]),
                      _num(parts["update_weights"]), _num(q["mean_reward"], ".3f"), _num(q["kl"], ".5f"),
                      _num(q["truncated_ratio"], ".3f"), _num(a["mean_response_len"], ",.0f"),
                      _num(a["jct_s"]["median"], ",.0f"), _num(a["cost_usd"], ",.2f"),
                      _num(a["usd_per_million_tokens"], ",.3f"), _num(a["steady_usd_per_million_tokens"], ",.3f")])
-    out += _table(["arm", "mode", "rollout tokens/s (median, IQR)", "end-to-end tokens/s", "samples/s", "step s",
+    out += _table(["arm", "mode", "rollout tokens/s (Σtokens/Σtime)", "per-step tokens/s (median, IQR)",
+                   "end-to-end tokens/s", "samples/s", "step s",
                    "train wait s", "train s", "weight sync s", "mean reward", "KL", "truncated", "response len",
                    "JCT s", "$ / attempt", "$ / M tokens (attempt)", "$ / M tokens (steady)"], rows)
-    out += ["", "End to end: tokens and samples trained per wall-clock second over the measured steps. $ / M tokens "
+    out += ["", "Rollout tokens/s: the sum of the measured steps' generated tokens over the sum of their "
+                "perf/rollout_time (the whole rollout pool; the comparison's figure); per step: "
+                "perf/tokens_per_gpu_per_sec x --rollout-num-gpus, descriptive only (a median of rates is not a "
+                "throughput). End to end: tokens and samples trained per wall-clock second over the measured steps. $ / M tokens "
                 "(attempt): the whole attempt's node time (start-up included) per generated token; (steady): the "
                 "nodes' price x their number / end-to-end tokens per second.", "", "## Per repeat", ""]
     for name, a in report["arms"].items():
@@ -110,7 +119,8 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
         if a["mode_vs_baseline"]:
             out.append(f"  Different mode: {a['mode_vs_baseline']}.")
     out += ["", f"Interval: {next(iter(a['ratio_vs_baseline']['method'] for a in report['arms'].values() if 'ratio_vs_baseline' in a), '')} "
-                f"(one value per repeat: the median of its measured steps; BENCHMARKS.md measures its coverage)."]
+                f"(one value per repeat: its Σtokens/Σtime over its measured steps; BENCHMARKS.md measures its "
+                f"coverage under hostile noise)."]
     d = report["decomposition"]
     if d:
         out += ["", "## Where the gain comes from", "",

@@ -4,12 +4,14 @@ Guarantees: medians and quartiles by linear interpolation (numpy's default); a r
 arms' repeats pair by pair, the pair being one block of the experiment's schedule (repeat ``r`` of
 every arm, run next to each other, in alternating direction: A B C C B A, ``experiment.schedule``),
 so what drifts from block to block cancels within a pair and linear drift across two blocks cancels
-too. Each repeat enters as one number, the median of its measured steps: the spread of the paired
-log-ratios holds the step noise and the drift between repeats alike, so no step is resampled (steps
-are autocorrelated; resampling them one by one, as the earlier bootstrap did, leaves the variance
-between repeats out and gives intervals that are too narrow: BENCHMARKS.md, "Coverage of the
-ratio's interval"). The interval is Student's t on the paired log-ratios (n - 1 degrees of
-freedom), exponentiated; fewer than ``MIN_PAIRED_REPEATS`` pairs give no interval and raise.
+too. Each repeat enters as one number, its rollout throughput (Σtokens/Σtime over its measured steps,
+``per_attempt.throughput``): the spread of the paired log-ratios holds the step noise and the drift
+between repeats alike, so no step is resampled (steps are autocorrelated; resampling them one by one
+leaves the variance between repeats out and gives intervals that are too narrow: BENCHMARKS.md,
+"Coverage of the ratio's interval"). The interval is Student's t on the paired log-ratios (n - 1
+degrees of freedom), exponentiated; fewer than ``MIN_PAIRED_REPEATS`` pairs give no interval and
+raise. A ratio given a reason to refuse (``refused``: a pair the report cannot trust, such as two
+attempts of one block on different nodes) still carries its interval but is never "beyond the noise".
 Deterministic: the same artifacts always give the same interval.
 """
 
@@ -69,7 +71,7 @@ def summary(values: list[float]) -> Summary:
 
 
 def repeat_noise(values: list[float]) -> float | None:
-    """Largest relative gap between the repeat medians of one arm; None with fewer than two repeats."""
+    """Largest relative gap between the repeats of one arm, over their median; None with fewer than two."""
     if len(values) < 2:
         return None
     centre = median(values)
@@ -78,25 +80,13 @@ def repeat_noise(values: list[float]) -> float | None:
 
 @dataclass(frozen=True)
 class ArmSample:
-    """One arm's measured per-step values by repeat (the block number), and each repeat's median."""
+    """One arm's figure per repeat: block number -> the repeat's rollout throughput (Σtokens/Σtime)."""
 
-    by_repeat: dict[int, list[float]]
-
-    @property
-    def medians(self) -> dict[int, float]:
-        return {r: median(v) for r, v in sorted(self.by_repeat.items()) if v}
-
-    @property
-    def point(self) -> float:
-        return median(self.medians.values())
+    by_repeat: dict[int, float]
 
     @property
     def noise(self) -> float | None:
-        return repeat_noise(list(self.medians.values()))
-
-
-def arm_sample(by_repeat: dict[int, list[float]]) -> ArmSample:
-    return ArmSample(dict(by_repeat))
+        return repeat_noise(list(self.by_repeat.values()))
 
 
 @dataclass(frozen=True)
@@ -106,21 +96,25 @@ class Ratio:
     low: float
     high: float
     pairs: list[tuple[int, float]]
-    """(block, ratio of the two repeats' medians), in block order."""
+    """(block, ratio of the two repeats' throughputs), in block order."""
     noise: float | None
     """The larger repeat noise of the two arms."""
+    refused: str | None = None
+    """Why no claim is made on this ratio (None: the claim stands on its interval and the noise)."""
 
     @property
     def beyond_noise(self) -> bool:
-        """The interval excludes 1 and the difference is larger than the noise between repeats."""
-        return (self.low > 1 or self.high < 1) and (self.noise is None or abs(self.value - 1) > self.noise)
+        """Not refused, the interval excludes 1 and the difference is larger than the noise between repeats."""
+        return (self.refused is None and (self.low > 1 or self.high < 1)
+                and (self.noise is None or abs(self.value - 1) > self.noise))
 
     def to_json(self) -> dict:
         return {"value": round(self.value, 4), "ci95": [round(self.low, 4), round(self.high, 4)],
-                "method": f"paired by block, Student t on {len(self.pairs)} log-ratios of repeat medians",
+                "method": f"paired by block, Student t on {len(self.pairs)} log-ratios of repeat throughputs "
+                          f"(each repeat's Σtokens/Σtime over its measured steps)",
                 "per_block": {str(b): round(r, 4) for b, r in self.pairs},
                 "repeat_noise": None if self.noise is None else round(self.noise, 4),
-                "beyond_noise": self.beyond_noise}
+                "beyond_noise": self.beyond_noise, "claim_refused": self.refused}
 
 
 def paired_interval(log_ratios: list[float]) -> tuple[float, float, float]:
@@ -133,9 +127,9 @@ def paired_interval(log_ratios: list[float]) -> tuple[float, float, float]:
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
-def ratio(arm: ArmSample, base: ArmSample) -> Ratio:
+def ratio(arm: ArmSample, base: ArmSample, refused: str | None = None) -> Ratio:
     """``arm`` over ``base``, paired by block (the repeat number both attempts share)."""
-    a, b = arm.medians, base.medians
+    a, b = arm.by_repeat, base.by_repeat
     blocks = sorted(set(a) & set(b))
     if len(blocks) < MIN_PAIRED_REPEATS:
         raise TooFewRepeats(f"{len(blocks)} paired repeats (blocks {', '.join(map(str, blocks)) or 'none'}); a ratio "
@@ -143,4 +137,4 @@ def ratio(arm: ArmSample, base: ArmSample) -> Ratio:
     logs = [math.log(a[k] / b[k]) for k in blocks]
     value, low, high = paired_interval(logs)
     noises = [n for n in (arm.noise, base.noise) if n is not None]
-    return Ratio(value, low, high, [(k, a[k] / b[k]) for k in blocks], max(noises) if noises else None)
+    return Ratio(value, low, high, [(k, a[k] / b[k]) for k in blocks], max(noises) if noises else None, refused)

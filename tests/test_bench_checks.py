@@ -138,7 +138,7 @@ def test_evidence_rest_of_step_quality_and_price_basis_are_reported(d: Path):
     assert 0 <= nccl["quality"]["truncated_ratio"] <= 0.04
     period = nccl["step_parts_s"]["step"]
     assert nccl["end_to_end_samples_per_s"] == pytest.approx(32 * 8 / period, rel=0.05)
-    assert 0 < nccl["end_to_end_tokens_per_s"] < nccl["rollout_tokens_per_s"]["median"]
+    assert 0 < nccl["end_to_end_tokens_per_s"] < nccl["rollout_tokens_per_s"]["throughput"]
     assert 0 < nccl["steady_usd_per_million_tokens"] < nccl["usd_per_million_tokens"]
     md = (d / "report.md").read_text()
     for text in ("## Per repeat", "### nccl", "## Evidence per arm", "moe_a2a_backend asked deepep, resolved deepep",
@@ -184,3 +184,9 @@ def test_every_shipped_experiment_simulates_and_reports(experiment: Path, tmp_pa
     simulate(experiment, Truth(arms={}, capacity_type="ON_DEMAND"), tmp_path / "d")
     got = report(tmp_path / "d")
     assert set(got["arms"]) == {a["name"] for a in yaml.safe_load(experiment.read_text())["arms"] if not a.get("faults")}
+
+
+def test_a_measured_step_without_its_rollout_time_is_refused(d: Path, capsys):
+    """Throughput is Σtokens/Σperf/rollout_time: a step that logged its rate without its time has no tokens."""
+    edit(d / "nccl/r1/driver.log", lambda t: re.sub(r"(perf 9: \{.*?)'perf/rollout_time': [0-9.e+-]+, ", r"\1", t))
+    assert "nccl/r1: step 9 logged perf/tokens_per_gpu_per_sec without perf/rollout_time" in refused(d, capsys)
