@@ -190,3 +190,13 @@ def test_a_measured_step_without_its_rollout_time_is_refused(d: Path, capsys):
     """Throughput is Σtokens/Σperf/rollout_time: a step that logged its rate without its time has no tokens."""
     edit(d / "nccl/r1/driver.log", lambda t: re.sub(r"(perf 9: \{.*?)'perf/rollout_time': [0-9.e+-]+, ", r"\1", t))
     assert "nccl/r1: step 9 logged perf/tokens_per_gpu_per_sec without perf/rollout_time" in refused(d, capsys)
+
+
+def test_a_block_on_two_node_sets_refuses_the_claim_even_when_asked(d: Path):
+    """With --across-node-sets the report is written, but a block whose two attempts ran on different nodes
+    cannot say whether the arm or the node was faster: the ratio keeps its interval and makes no claim."""
+    edit(d / "nccl/r2/nodes.json", lambda t: t.replace("ip-10-0-3-10", "ip-10-0-3-99"))
+    r = report(d, "--across-node-sets")["arms"]["deepep-v1"]["ratio_vs_baseline"]
+    assert r["claim_refused"].startswith("in block 2 deepep-v1 and nccl ran on different nodes")
+    assert r["ci95"][0] > 1 and r["beyond_noise"] is False
+    assert "no claim" in (d / "report.md").read_text()
