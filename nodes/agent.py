@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 try:  # in the pod: the ConfigMap puts them beside this file
+    import dcgm
     import fabric_bench
     import incluster
     import marks
     import preflight
 except ImportError:
-    from nodes import incluster, marks
+    from nodes import dcgm, incluster, marks
     from workloads.pod import fabric_bench, preflight
 
 LOOPBACK_PORT = 47592
@@ -61,12 +62,6 @@ LOOPBACK_RUNS = (("check", ["-c", "-I", "10"]), ("rate", ["-I", "100"]))
 LOOPBACK_ENV = {"FI_EFA_ENABLE_SHM_TRANSFER": "0"}
 DATA_ERROR = "Error at iteration="
 """What fi_pingpong prints when ``-c`` finds a received byte that differs (``pp_check_buf``)."""
-HARDWARE_CATEGORIES = range(9, 16)
-"""DCGM_FR_EC_HARDWARE_THERMAL (9) .. DCGM_FR_EC_HARDWARE_OTHER (15): NVIDIA DCGM docs, reference,
-Diagnostic Errors, "Error Category Enum". A plugin's Fail also covers "could not complete because of
-a setup or execution error" (DCGM docs, Diagnostic Plugins, "Interpreting results"): only a Fail
-with a hardware category is the node's hardware."""
-
 Found = tuple[list[str], dict, list[str]]
 """What a step finds: problems, figures, and the problems that are the node's hardware."""
 
@@ -84,55 +79,10 @@ def step_preflight(plan: dict, left: float, results: Path) -> Found:
     return problems, {"preflight": "ok" if not problems else "failed", "preflightFailed": failed}, []
 
 
-def failed_tests(doc: Any, name: str = "") -> list[str]:
-    """Names of the tests a ``dcgmi diag -j`` document reports as failed, whatever its nesting (the
-    layout changed between DCGM 3 and 4): any object whose ``status`` or ``result`` is Fail."""
-    out: list[str] = []
-    if isinstance(doc, dict):
-        here = str(doc.get("name") or doc.get("test_name") or name)
-        if str(doc.get("status", doc.get("result", ""))).lower() == "fail":
-            out.append(here or "?")
-        for v in doc.values():
-            out += failed_tests(v, here)
-    elif isinstance(doc, list):
-        for v in doc:
-            out += failed_tests(v, name)
-    return sorted(set(out))
-
-
-def _hardware_error(doc: Any) -> bool:
-    """Any error entry (under an ``errors``/``error`` key) in ``doc`` with a hardware category."""
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if k in ("errors", "error"):
-                for e in v if isinstance(v, list) else [v]:
-                    cat = e.get("category") if isinstance(e, dict) else None
-                    if (isinstance(cat, int) and cat in HARDWARE_CATEGORIES) or \
-                            (isinstance(cat, str) and cat.upper().startswith("DCGM_FR_EC_HARDWARE")):
-                        return True
-            elif _hardware_error(v):
-                return True
-    elif isinstance(doc, list):
-        return any(_hardware_error(v) for v in doc)
-    return False
-
-
-def hardware_tests(doc: Any) -> list[str]:
-    """The failed tests of a ``dcgmi diag -j`` document whose errors carry a hardware category."""
-    out: list[str] = []
-    if isinstance(doc, dict):
-        name = doc.get("name") or doc.get("test_name")
-        if name and failed_tests(doc) and _hardware_error(doc):
-            return [str(name)]
-        for v in doc.values():
-            out += hardware_tests(v)
-    elif isinstance(doc, list):
-        for v in doc:
-            out += hardware_tests(v)
-    return sorted(set(out))
-
-
 def step_dcgm(plan: dict, left: float, results: Path) -> Found:
+    """The diagnostic's result as ``nodes.dcgm`` reads it: a failed test, a required test skipped or not
+    run, a diagnostic that could not run or did not finish fail the node; hardware only for a failed test
+    with a hardware error category."""
     level = plan["dcgmLevel"]
     rc_file = results / "dcgm.rc"
     if not rc_file.exists():
@@ -141,15 +91,18 @@ def step_dcgm(plan: dict, left: float, results: Path) -> Found:
     if rc == 124:
         return [f"DCGM: dcgmi diag -r {level} did not finish within {plan['dcgmSeconds']} s"], {"dcgm": "timeout"}, []
     try:
-        doc = json.loads((results / "dcgm.json").read_text())
+        found = dcgm.diagnose(json.loads((results / "dcgm.json").read_text()), level)
     except (OSError, ValueError):
         err = (results / "dcgm.err").read_text()[-300:] if (results / "dcgm.err").exists() else ""
         return [f"DCGM: dcgmi diag -r {level} gave no JSON (exit {rc}) {err}".strip()], {"dcgm": "error"}, []
-    failed, hardware = failed_tests(doc), hardware_tests(doc)
-    if failed or rc != 0:
-        problem = f"DCGM: dcgmi diag -r {level} failed (exit {rc}): {', '.join(failed) or 'see its log'}"
-        return [problem], {"dcgm": "failed", "dcgmFailed": failed}, [problem] if hardware else []
-    return [], {"dcgm": f"pass (level {level})"}, []
+    problems = found.problems
+    if found.failed or (rc != 0 and not problems):
+        problems.insert(0, f"DCGM: dcgmi diag -r {level} failed (exit {rc}): {', '.join(found.failed) or 'see its log'}")
+    if not problems:
+        return [], {"dcgm": f"pass (level {level})"}, []
+    figures = {"dcgm": "failed", "dcgmFailed": found.failed, **({"dcgmSkipped": found.skipped + found.missing}
+                                                                  if found.skipped or found.missing else {})}
+    return problems, figures, problems[:1] if found.hardware else []
 
 
 def judge_bench(doc: dict, floors: list[dict]) -> tuple[list[str], dict]:

@@ -58,8 +58,9 @@ SCRIPTS_DIR = "/opt/burn-in"
 RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
-SCRIPT_FILES = {"agent.py": HERE / "agent.py", "marks.py": HERE / "marks.py", "incluster.py": HERE / "incluster.py",
-                "replace.py": HERE / "replace.py", "watch.py": HERE / "watch.py", "controller.py": HERE / "controller.py", "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
+SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
+                   ("agent", "dcgm", "marks", "incluster", "replace", "watch", "controller")},
+                "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
 

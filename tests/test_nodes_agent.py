@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import load, send_json, serve
+from dcgm_docs import diagnostic
 from fake_kube import merge_patch as merge
 
 from nodes import agent, incluster, marks
@@ -141,8 +142,7 @@ def node_env(tmp_path, monkeypatch):
         monkeypatch.setattr(preflight, check, lambda *a: None)
     monkeypatch.setattr(time, "sleep", lambda s: None)
     (results / "dcgm.rc").write_text("0\n")
-    (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [
-        {"category": "Hardware", "tests": [{"name": "memory", "results": [{"status": "Pass", "gpu_id": "0"}]}]}]}}))
+    (results / "dcgm.json").write_text(json.dumps(diagnostic("v4.5.2", {"memory": [("Pass", [])], "pcie": [("Pass", [])]})))
 
     def run(plan, node=None, conflicts=0):
         bench = results.parent / "bench.json"
@@ -206,8 +206,8 @@ def test_a_node_that_fails_any_check_keeps_the_taint_with_the_reason(node_env, t
         node_env["gpus"] = 7
     elif fault == "dcgm":
         (results / "dcgm.rc").write_text("226\n")
-        (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{"tests": [
-            {"name": "pcie", "results": [{"status": "Fail", "gpu_id": "3", "warnings": ["PCIe replay"]}]}]}]}}))
+        (results / "dcgm.json").write_text(json.dumps(diagnostic("v4.5.2", {"memory": [("Pass", [])],
+                                                                          "pcie": [("Fail", [])]})))
     elif fault == "dcgm-timeout":
         (results / "dcgm.rc").write_text("124\n")
     elif fault == "nccl":
@@ -265,11 +265,6 @@ def test_a_conflicting_write_is_read_again_and_retried(node_env, train_plan):
     assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
 
 
-def test_dcgm_failures_are_found_whatever_the_json_layout():
-    assert agent.failed_tests({"a": [{"name": "x", "results": [{"result": "FAIL"}]}, {"name": "y", "status": "Pass"}]}) == ["x"]
-    assert agent.failed_tests({"tests": [{"test_name": "diagnostic", "status": "fail"}]}) == ["diagnostic"]
-
-
 # --- between runs: the watcher on a passed node -----------------------------------------------------------
 
 def run_pod(exit_code: int, finished: str, last: bool = False) -> dict:
@@ -318,22 +313,6 @@ def test_the_watcher_retests_a_node_that_rebooted_since_its_pass():
 
 
 # --- what is the node's hardware, what is not ---------------------------------------------------------------
-
-def _dcgm_fail(results, category):
-    (results / "dcgm.rc").write_text("226\n")
-    (results / "dcgm.json").write_text(json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{
-        "category": "Hardware", "tests": [{"name": "memory", "results": [{"status": "Fail", "gpu_id": "3", "errors": [
-            {"category": category, "error_id": 1, "msg": "x", "severity": 2}]}]}]}]}}))
-
-
-@pytest.mark.parametrize("category, fault", [(10, "hardware"), ("DCGM_FR_EC_HARDWARE_PCIE", "hardware"),
-                                             (3, "software"), (16, "software")])
-def test_only_a_dcgm_failure_with_a_hardware_category_is_hardware(node_env, train_plan, category, fault):
-    _dcgm_fail(node_env["results"], category)
-    node = node_env["run"](train_plan).node
-    assert node["metadata"]["labels"][marks.FAULT_LABEL] == fault
-    assert "DCGM: dcgmi diag -r 2 failed (exit 226): memory" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
-
 
 def test_preflight_image_and_floor_failures_are_software(node_env, train_plan):
     node_env["gpus"] = 7  # the preflight

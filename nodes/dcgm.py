@@ -1,0 +1,115 @@
+"""What ``dcgmi diag -r <level> -j`` reports, read with DCGM's own keys (standard library only: it ships to
+the node beside ``agent.py``).
+
+The document (DCGM v4.5.2 ``dcgmi/Diag.cpp`` ``HelperJsonBuildOutput``/``HelperJsonAddResult``, keys in
+``nvvs/include/NvvsJsonStrings.h``; schema ``testing/python3/dcgm_diag_schema.json``, kept with its origin
+in ``tests/data/dcgm``): under ``DCGM Diagnostic`` (DCGM 3: ``DCGM GPU Diagnostic``, v3.3.9), a list of
+``test_categories``, each with ``tests``; a test has a ``name`` (the plugin's test name in DCGM 4, e.g.
+``memory``; a display name in DCGM 3, e.g. ``GPU Memory``), one entry in ``results`` per entity (DCGM 3: per
+GPU) and, in DCGM 4, a ``test_summary``; each result or summary has a ``status`` ("Pass", "Skip" or "Fail":
+``Diag::HelperDisplayDiagResult``, a warning shown as "Fail") and ``warnings``, each with an integer
+``error_category`` (``dcgmErrorCategory_enum``, ``dcgmlib/dcgm_errors.h``). When the diagnostic cannot run,
+the document holds only ``runtime_error`` (``Diag::HelperDisplayFailureMessage``).
+
+Judged here: a test failed when any of its results (or its summary) is "Fail"; it is the node's hardware
+when such a failed entry carries a hardware error category; a test the level runs and the burn-in
+requires (``REQUIRED``) that is skipped or absent is not a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+DIAGNOSTIC_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
+"""``NVVS_NAME``: DCGM v4.5.2, then DCGM v3.3.9 (``nvvs/include/NvvsJsonStrings.h``)."""
+HARDWARE_CATEGORIES = frozenset(range(9, 16))
+"""``DCGM_FR_EC_HARDWARE_THERMAL`` (9) .. ``DCGM_FR_EC_HARDWARE_OTHER`` (15), the same in DCGM v4.5.2 and
+v3.3.9 ``dcgmlib/dcgm_errors.h`` (held to the vendored enum by ``tests/test_nodes_dcgm.py``). A plugin's Fail
+also covers "could not complete because of a setup or execution error" (DCGM docs, Diagnostic Plugins,
+"Interpreting results"): only a Fail with a hardware category is the node's hardware."""
+REQUIRED = {2: ("memory", "pcie"),
+            3: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"),
+            4: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth",
+                "memtest", "pulse_test")}
+"""The tests each level runs on a GPU that the burn-in holds the node to (DCGM v4.5.2
+``nvvs/src/NvidiaValidationSuite.cpp`` ``FillTestVectors``: medium adds ``memory`` and ``pcie``, long adds
+``diagnostic``, ``memory_bandwidth``, ``targeted_stress``, ``targeted_power``, xlong adds ``memtest`` and
+``pulse_test``; names from ``nvvs/include/PluginStrings.h``). Level 1 runs only the software checks.
+Left out: ``eud``/``cpu_eud`` (run only as root, which the container is not), ``nvbandwidth`` and
+``nccl_tests`` (they need binaries beside DCGM; the burn-in measures NCCL itself)."""
+DCGM3_NAMES = {"memory": "GPU Memory", "pcie": "PCIe", "diagnostic": "Diagnostic", "targeted_stress": "Targeted Stress",
+               "targeted_power": "Targeted Power", "memory_bandwidth": "Memory Bandwidth", "memtest": "Memtest",
+               "pulse_test": "Pulse Test"}
+"""The same tests as DCGM 3 names them in its JSON (v3.3.9 ``dcgmi/Diag.cpp`` ``DISPLAY_*``, ``HelperGetTestName``)."""
+
+
+@dataclass
+class Diagnosis:
+    """What one ``dcgmi diag -j`` document says, as the burn-in judges it."""
+
+    failed: list[str] = field(default_factory=list)
+    hardware: list[str] = field(default_factory=list)
+    """Failed tests whose failure carries a hardware error category."""
+    skipped: list[str] = field(default_factory=list)
+    """Required tests that were skipped or did not run."""
+    missing: list[str] = field(default_factory=list)
+    runtime_error: str = ""
+
+    @property
+    def problems(self) -> list[str]:
+        return ([f"DCGM: {self.runtime_error}"] if self.runtime_error else []) + \
+            [f"DCGM: required test {t} skipped" for t in self.skipped] + \
+            [f"DCGM: required test {t} did not run" for t in self.missing]
+
+
+def _status(entry: Any) -> str:
+    return str(entry.get("status", "")).lower() if isinstance(entry, dict) else ""
+
+
+def _tests(diagnostic: dict) -> Iterator[dict]:
+    for group in diagnostic.get("test_categories") or []:
+        yield from (t for t in (group or {}).get("tests") or [] if isinstance(t, dict))
+
+
+def _entries(test: dict) -> list[dict]:
+    """Each result of the test, and its summary (DCGM 4)."""
+    return [r for r in [*(test.get("results") or []), test.get("test_summary")] if isinstance(r, dict)]
+
+
+def _hardware(entry: dict) -> bool:
+    return any(isinstance(w, dict) and w.get("error_category") in HARDWARE_CATEGORIES
+               for w in entry.get("warnings") or [])
+
+
+def diagnostic_of(doc: Any) -> dict:
+    """The diagnostic's own object, under DCGM 4's or DCGM 3's key; empty when neither is there."""
+    if not isinstance(doc, dict):
+        return {}
+    return next((doc[k] for k in DIAGNOSTIC_KEYS if isinstance(doc.get(k), dict)), {})
+
+
+def _required(level: int, names: set[str]) -> list[str]:
+    """The required tests of ``level`` as this document names them (DCGM 3's names when it uses them)."""
+    dcgm3 = not names & set(REQUIRED[4]) and bool(names & set(DCGM3_NAMES.values()))
+    return [DCGM3_NAMES[t] if dcgm3 else t for t in REQUIRED.get(level, ())]
+
+
+def diagnose(doc: Any, level: int) -> Diagnosis:
+    """The failed, hardware, skipped and missing tests of ``doc`` at ``level``."""
+    diag = diagnostic_of(doc)
+    found = Diagnosis(runtime_error=str(diag.get("runtime_error") or ""))
+    by_name = {str(t.get("name", "?")): t for t in _tests(diag)}
+    for name, test in by_name.items():
+        failed = [e for e in _entries(test) if _status(e) == "fail"]
+        found.failed += [name] if failed else []
+        found.hardware += [name] if any(_hardware(e) for e in failed) else []
+    if found.runtime_error:
+        return found
+    for name in _required(level, set(by_name)):
+        statuses = {_status(e) for e in _entries(by_name.get(name, {}))}
+        if name not in by_name:
+            found.missing.append(name)
+        elif "fail" not in statuses and ("skip" in statuses or "pass" not in statuses):
+            found.skipped.append(name)  # skipped on some GPU or all: those GPUs are not proven
+    return found
