@@ -12,13 +12,7 @@ nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eat
 3. NCCL: ``fabric_bench`` on this node's GPUs (all-reduce and all-to-all), each collective's peak
    busbw against the acceptance's floor (a derived floor only warns, as in the acceptance report);
    wrong results fail;
-4. EFA loopback: ``fi_pingpong`` (libfabric v2.6.0 ``util/pingpong.c``, man/fi_pingpong.1.md:
-   ``-p efa -e rdm``, ``-d`` on both sides) from each EFA device to the next one of the same node,
-   shared memory off (``FI_EFA_ENABLE_SHM_TRANSFER=0``, fi_efa(7)) so the bytes cross the devices:
-   once with ``-c`` ("data integrity checks at the receiver"; a mismatch prints ``Error at
-   iteration=`` and fails the run, ``pp_check_buf``), once without it for the rate (``-c`` "will
-   degrade performance"), whose MB/s (bytes over microseconds, ``show_perf``) is held to the
-   family's floor. Never ``-v``: that is "output debugging (warning: highly verbose)".
+4. EFA: the devices the pod holds, then a loopback between them (``nodes.efa``).
 
 Guarantees: the decision is kept in the pod's results folder before it is written, and written once;
 a container that starts again after a start without a decision (it died, or the kubelet's liveness
@@ -26,8 +20,8 @@ probe stopped it past its budget) records a failure naming the step it was in, n
 the burn-in taint goes (and a quarantine), result and time labels, the boot id, figures annotation,
 the capability labels from the preflight's checks, an Event. Fail: the quarantine taint, the reason
 annotation, the fault label (``hardware`` only for a DCGM test failed with a hardware error category
-or an EFA device missing or corrupting data; preflight, image, tooling, timeout and floor failures
-are ``software``), a Warning Event. The agent never replaces a node: the replacement controller
+(``nodes.dcgm``), an EFA device mounted into the pod that libfabric does not list, or EFA data corrupted
+(``nodes.efa``); preflight, image, tooling, timeout and floor failures are ``software``), a Warning Event. The agent never replaces a node: the replacement controller
 (``nodes.controller``) does, for ``hardware`` only.
 """
 
@@ -45,23 +39,15 @@ from typing import Any, Callable
 
 try:  # in the pod: the ConfigMap puts them beside this file
     import dcgm
+    import efa
     import fabric_bench
     import incluster
     import marks
     import preflight
 except ImportError:
-    from nodes import dcgm, incluster, marks
+    from nodes import dcgm, efa, incluster, marks
     from workloads.pod import fabric_bench, preflight
 
-LOOPBACK_PORT = 47592
-"""fi_pingpong's default control port (fi_pingpong(1), ``-B``/``-P``)."""
-LOOPBACK_ARGS = ["-p", "efa", "-e", "rdm", "-S", "4194304"]
-"""4 MiB messages (below fi_pingpong's 6 MiB ``PP_MAX_DATA_MSG``): the rate is the device's, not the
-per-message cost's (``catalog.EFA_LOOPBACK_FLOOR_SHARE``)."""
-LOOPBACK_RUNS = (("check", ["-c", "-I", "10"]), ("rate", ["-I", "100"]))
-LOOPBACK_ENV = {"FI_EFA_ENABLE_SHM_TRANSFER": "0"}
-DATA_ERROR = "Error at iteration="
-"""What fi_pingpong prints when ``-c`` finds a received byte that differs (``pp_check_buf``)."""
 Found = tuple[list[str], dict, list[str]]
 """What a step finds: problems, figures, and the problems that are the node's hardware."""
 
@@ -144,77 +130,8 @@ def step_nccl(plan: dict, left: float, results: Path) -> Found:
     return (*judge_bench(json.loads(out.read_text()), plan["floors"]), [])
 
 
-def rate(output: str) -> float | None:
-    """MB/sec of fi_pingpong's result line (the column under its ``MB/sec`` header)."""
-    lines = [ln.split() for ln in output.splitlines() if ln.strip()]
-    for i, cols in enumerate(lines):
-        if "MB/sec" in cols and i + 1 < len(lines) and len(lines[i + 1]) == len(cols):
-            try:
-                return float(lines[i + 1][cols.index("MB/sec")])
-            except ValueError:
-                return None
-    return None
-
-
-def loopback(server_dev: str, client_dev: str, timeout: float, extra: list[str]) -> tuple[str | None, bool, float | None]:
-    """One fi_pingpong between two of this node's EFA devices: (problem, data corrupted, MB/s). The
-    server's output is read to its end (it never blocks on a full pipe) and judged with the client's."""
-    env = {**os.environ, **LOOPBACK_ENV}
-    pair = f"EFA {server_dev} <- {client_dev}"
-    try:
-        server = subprocess.Popen(["fi_pingpong", *LOOPBACK_ARGS, *extra, "-d", server_dev, "-B", str(LOOPBACK_PORT)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    except FileNotFoundError:
-        return "EFA: fi_pingpong not found in the image", False, None
-    try:
-        time.sleep(1)  # the server binds its control port before the client connects
-        client = subprocess.run(["fi_pingpong", *LOOPBACK_ARGS, *extra, "-d", client_dev, "-P", str(LOOPBACK_PORT),
-                                 "127.0.0.1"], capture_output=True, text=True, timeout=timeout, env=env)
-        served, _ = server.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.communicate()
-        return f"{pair}: no answer within {timeout:.0f} s", False, None
-    said = client.stdout + client.stderr
-    if DATA_ERROR in said or DATA_ERROR in served:
-        line = next(ln for ln in (said + "\n" + served).splitlines() if DATA_ERROR in ln)
-        return f"{pair}: data corrupted in transit ({line.strip()})", True, None
-    if client.returncode or server.returncode:
-        return (f"{pair}: fi_pingpong failed (client {client.returncode}, server {server.returncode}): "
-                f"{said[-200:]}"), False, None
-    return None, False, rate(client.stdout)
-
-
 def step_efa(plan: dict, left: float, results: Path) -> Found:
-    listing = preflight.run(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"])
-    devices = sorted(preflight.efa_domains(listing or ""))
-    if len(devices) < plan["efaDevices"]:
-        problem = f"EFA: {len(devices)} of the node's {plan['efaDevices']} EFA devices visible"
-        return [problem], {}, [problem]
-    if len(devices) < 2:
-        return [f"EFA: {len(devices)} EFA device(s) in the pod, a loopback needs two"], {}, []
-    deadline = time.monotonic() + left
-    problems, hardware, rates, bad = [], [], {}, set()
-    floor = plan.get("loopbackFloorMBs") or 0
-    for i, dev in enumerate(devices):
-        peer = devices[(i + 1) % len(devices)]
-        for what, extra in LOOPBACK_RUNS:
-            problem, corrupted, mbs = loopback(dev, peer, max(1.0, min(30.0, deadline - time.monotonic())), extra)
-            if problem:
-                problems.append(problem)
-                hardware += [problem] if corrupted else []
-                bad.add(dev)
-                break
-            if what == "rate" and mbs is None:
-                problems.append(f"EFA {dev} <- {peer}: fi_pingpong printed no MB/sec")
-            elif what == "rate":
-                rates[dev] = mbs
-                if mbs < floor:
-                    problems.append(f"EFA {dev} <- {peer}: {mbs:g} MB/s < floor {floor:g}")
-    figures = {"efaLoopbackPairs": len(devices) - len(bad)}
-    if rates:
-        figures["efaLoopbackMBsMin"] = min(rates.values())
-    return problems, figures, hardware
+    return efa.step(plan, left)
 
 
 STEPS: list[tuple[str, Callable[[dict, float, Path], Found]]] = [
@@ -259,7 +176,8 @@ def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) ->
             found, figs, hw = run(plan, left, results)
             problems += found
             hardware += hw
-            figures.update(figs)
+            warnings = [*figures.get("warnings", []), *figs.pop("warnings", [])]
+            figures.update(figs, **({"warnings": warnings} if warnings else {}))
         figures["seconds"] = round(clock() - started)
         verdict = {"result": marks.FAILED if problems else marks.PASSED, "figures": figures, "hardware": hardware,
                    "reason": "; ".join(problems) or None}

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY, QUARANTINE_TAINT
-from stackconfig.burn_in import BreakerSettings
+from stackconfig.burn_in import BreakerSettings, MeasuredFloor
 from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
 from workloads.derive import layout as L
 from workloads.acceptance.compare import floor_of
@@ -75,6 +75,8 @@ class PoolBurnIn:
     """A node failed for a hardware reason is replaced (``burnIn.replaceFailed``, ``nodes.controller``)."""
     breaker: BreakerSettings = BreakerSettings()
     loopback_floor_mbs: float = 0.0
+    loopback_floor_source: str = ""
+    """Where a measured floor comes from (``burnIn.efaLoopbackFloors``); empty: derived, below it only warns."""
     capabilities: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Capability label -> the preflight checks that prove it, for the labels the pool's pods select."""
 
@@ -94,7 +96,7 @@ class PoolBurnIn:
                 "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds, "steps": dict(self.steps),
                 "dcgmLevel": self.dcgm_level, "dcgmSeconds": self.steps["dcgm"], "benchSizes": list(BENCH_SIZES),
                 "nodeSeconds": self.node_seconds,
-                "loopbackFloorMBs": self.loopback_floor_mbs,
+                "loopbackFloorMBs": self.loopback_floor_mbs, "loopbackFloorAdvisory": not self.loopback_floor_source,
                 "capabilities": {k: list(v) for k, v in self.capabilities.items()},
                 "quarantine": {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value,
                                "effect": QUARANTINE_TAINT.effect},
@@ -142,14 +144,16 @@ def capabilities(m: WorkloadModel, pool: Pool, args: list[str]) -> dict[str, tup
 
 
 def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False,
-         breaker: BreakerSettings = BreakerSettings()) -> PoolBurnIn:
+         breaker: BreakerSettings = BreakerSettings(), measured: MeasuredFloor | None = None) -> PoolBurnIn:
     g, args = _group(m, pool)
     steps = {"pull": PULL_SECONDS, "dcgm": DCGM_SECONDS[level], "preflight": PREFLIGHT_SECONDS,
              "nccl": pool.instance.burn_in_nccl_seconds if g.gpus > 1 else 0,
              "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
                       efa_devices=pool.efa_devices, budget_seconds=sum(steps[s] for s in AGENT_STEPS), steps=steps,
-                      replace=replace, breaker=breaker, loopback_floor_mbs=pool.instance.efa_loopback_floor_mbs,
+                      replace=replace, breaker=breaker,
+                      loopback_floor_mbs=measured.mbs if measured else pool.instance.efa_loopback_floor_mbs,
+                      loopback_floor_source=measured.source if measured else "",
                       capabilities=capabilities(m, pool, args))
 
 
@@ -157,11 +161,18 @@ def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
     """One plan per GPU pool of ``cfg`` (a StackConfig) when its burn-in is on; none when off."""
     settings = cfg.burn_in
     gpu = [p for p in cfg.pools if p.instance.is_gpu]
-    unknown = sorted(set(settings.dcgm_levels) - {p.name for p in gpu})
-    if unknown:
-        raise StackConfigError(f"stack {cfg.stack!r}: invalid configuration\n  burnIn.dcgmLevels.{unknown[0]}: not a "
-                               f"GPU pool; allowed: {', '.join(p.name for p in gpu) or 'none'}")
+    _refuse_unknown(cfg, "dcgmLevels", settings.dcgm_levels, [p.name for p in gpu], "a GPU pool")
+    _refuse_unknown(cfg, "efaLoopbackFloors", settings.efa_loopback_floors,
+                    [p.instance_type for p in gpu if p.efa_devices > 1], "the instance type of a GPU pool with two EFA devices or more")
     if not settings.enabled:
         return []
     return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed,
-                 settings.breaker) for p in gpu]
+                 settings.breaker, settings.efa_loopback_floors.get(p.instance_type)) for p in gpu]
+
+
+def _refuse_unknown(cfg, field: str, given: dict, allowed: list[str], what: str) -> None:
+    """A key of ``burnIn.<field>`` that is not one of ``allowed`` is refused, before any resource."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise StackConfigError(f"stack {cfg.stack!r}: invalid configuration\n  burnIn.{field}.{unknown[0]}: not "
+                               f"{what}; allowed: {', '.join(dict.fromkeys(allowed)) or 'none'}")

@@ -31,6 +31,16 @@ class BreakerSettings(SchemaModel):
     """Trips instead of making another replacement when this many were requested in the last hour."""
 
 
+class MeasuredFloor(SchemaModel):
+    """An EFA loopback floor measured on an instance type, with where the figure comes from."""
+
+    mbs: float = Field(gt=0)
+    """MB/s (10^6 B/s, fi_pingpong's unit) of ``fi_pingpong -p efa -e rdm -S 4194304 -I 100`` between two
+    EFA devices of one node, as the burn-in runs it (``nodes.efa``): below it the node fails (software)."""
+    source: str = Field(min_length=1)
+    """Where the figure comes from: the run (date, node, image, libfabric version) or the publication."""
+
+
 class BurnInSettings(SchemaModel):
     enabled: bool = True
     """Taint every GPU pool at registration and run the burn-in on each new node."""
@@ -44,3 +54,7 @@ class BurnInSettings(SchemaModel):
     unhealthy in its Auto Scaling group (``autoscaling:SetInstanceHealth``), so the node group replaces
     it from its Capacity Block or ODCR; within ``breaker``."""
     breaker: BreakerSettings = BreakerSettings()
+    efa_loopback_floors: dict[str, MeasuredFloor] = {}
+    """Per EC2 instance type of a GPU pool, a measured EFA loopback floor with its source. Without one, the
+    floor is derived (half a device's line rate, ``catalog.EFA_LOOPBACK_FLOOR_SHARE``), no public
+    fi_pingpong figure backs it, and a rate below it only warns."""
