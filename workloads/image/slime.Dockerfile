@@ -80,11 +80,12 @@ ENV PATH=/opt/amazon/efa/bin:${PATH} \
     LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:/opt/amazon/efa/lib64${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}
 
 # Checks: the profile's pins are what the image carries (no GPU at build time: imports only). The NCCL torch
-# loads is recorded, not asserted: SGLang's image recipe replaces torch's nvidia-nccl-cu12 (2.28.3 in
+# loads (as the mapped library reports itself: loaded_nccl.py) is recorded, not asserted: SGLang's image recipe replaces torch's nvidia-nccl-cu12 (2.28.3 in
 # sgl-project/sglang docker/Dockerfile at 004740a9), so the profile's figure is read from this record
 # (`python -m workloads.cli.runs profiles slime-0.2.4 --record-image FILE`, software/built/).
+COPY loaded_nccl.py /usr/local/lib/rl-platform/loaded_nccl.py
 RUN python3 - <<'PY'
-import ctypes, importlib.metadata as md, os, pathlib, subprocess
+import ctypes, importlib.metadata as md, os, pathlib, runpy, subprocess
 def head(path):
     return subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
 assert head("/root/slime") == os.environ["SLIME_COMMIT"], head("/root/slime")
@@ -92,7 +93,7 @@ assert head("/root/Megatron-LM") == os.environ["MEGATRON_COMMIT"], head("/root/M
 import slime, ray, torch
 assert pathlib.Path(slime.__file__).resolve().is_relative_to("/root/slime"), slime.__file__
 assert md.version("sglang").startswith(os.environ["EXPECT_SGLANG"]), md.version("sglang")
-nccl = ".".join(map(str, torch.cuda.nccl.version()))
+nccl = runpy.run_path("/usr/local/lib/rl-platform/loaded_nccl.py")["version"]()
 assert ray.__version__ == os.environ["RAY_VERSION"], ray.__version__
 ctypes.CDLL("libnccl-net-ofi.so")
 versions = {"base_image": "slimerl/slime:" + os.environ["SLIME_IMAGE_TAG"], "slime": os.environ["SLIME_COMMIT"],

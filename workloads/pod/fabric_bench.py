@@ -32,12 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import socket
 import sys
 import time
 from typing import Any, Callable, Sequence
 
 FORMAT = "fabric-bench/1"
+LOADED_NCCL = "/usr/local/lib/rl-platform/loaded_nccl.py"
+"""workloads/image/loaded_nccl.py as both image recipes install it: the NCCL torch maps, as it reports itself."""
 JSON_MARKER = "FABRIC_BENCH_JSON"
 OPS = ("all_reduce", "all_to_all")
 SCOPES = ("node", "world", "pairs")
@@ -301,8 +304,7 @@ def _machine(b: Bench, ranks: list[dict], nodes: dict[int, list[int]]) -> dict:
                          "node_name_of_node": {str(k): ranks[v[0]]["node_name"] for k, v in nodes.items()},
                          "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}}
     if b.gpu:
-        v = torch.cuda.nccl.version()
-        m["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        m["nccl"] = runpy.run_path(LOADED_NCCL)["version"]()
         m["cuda"] = torch.version.cuda
         m["gpu"] = ranks[0].get("device", "")
     return m

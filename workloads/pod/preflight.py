@@ -15,8 +15,8 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
   NCCL's own INFO lines, the network it chose and, for DeepEP V2, the GIN plugin and its type
   (``nccl_init``): Libfabric (NET/OFI), not Socket (with ``--fabric sockets`` the reverse), and the GIN
   type the pod's ``NCCL_GIN_TYPE`` names;
-- NCCL: the version torch loads (``torch.cuda.nccl.version()``, which is what the run uses, not
-  whatever ``libnccl.so.2`` the loader would find) is at least the profile's;
+- NCCL: the library torch maps, as it reports itself (``ncclGetVersion`` through the image's
+  ``LOADED_NCCL``; not ``torch.cuda.nccl.version()``, torch's compile-time figure), is at least the profile's;
 - DeepEP V2 over GIN: ``/dev/gdrdrv`` opens (GDRCopy's kernel module on the host, passed into the
   pod), the plugin exports a GIN interface; GPU-initiated (``--gin gpu``): ``NCCL_GIN_TYPE=5``,
   ``NCCL_SYM_GIN_KERNELS_ENABLE=0`` and the driver's ``PeerMappingOverride=1``;
@@ -96,9 +96,13 @@ def _dlopen(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def torch_nccl() -> str | None:
-    """The NCCL version torch loads, ``major.minor.patch``; None when torch cannot say."""
-    out = run([sys.executable, "-c", "import torch; print('.'.join(map(str, torch.cuda.nccl.version())))"])
+LOADED_NCCL = "/usr/local/lib/rl-platform/loaded_nccl.py"
+"""workloads/image/loaded_nccl.py as both image recipes install it."""
+
+
+def loaded_nccl() -> str | None:
+    """The NCCL torch maps, ``major.minor.patch``, read in a child with torch; None when it cannot be read."""
+    out = run([sys.executable, LOADED_NCCL])
     return out.strip() if out and re.fullmatch(r"\d+\.\d+\.\d+", out.strip()) else None
 
 
@@ -174,9 +178,11 @@ def check_nccl_network(sockets: bool = False, gin_type: str | None = None) -> st
 
 def check_nccl(want: str, have: str | None) -> str | None:
     if have is None:
-        return "NCCL: torch.cuda.nccl.version() failed (no torch with NCCL in the image?)"
+        return (f"NCCL: {LOADED_NCCL} could not read the loaded NCCL (no torch with NCCL, or an image built "
+                f"without it)")
     need = parse_version(want)
-    return None if parse_version(have)[:len(need)] >= need else f"NCCL: torch loads {have}, {want} or newer needed"
+    return None if parse_version(have)[:len(need)] >= need else (
+        f"NCCL: the loaded library is {have}, {want} or newer needed")
 
 
 GIN_SYMBOLS = ("ncclGinPlugin_v14", "ncclGinPlugin_v13", "ncclGinPlugin_v11")
@@ -340,7 +346,7 @@ def check_shm(want_gib: int) -> str | None:
 
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
-    nccl = torch_nccl() if args.nccl else None
+    nccl = loaded_nccl() if args.nccl else None
     out = [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
            ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
