@@ -1,0 +1,197 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok's node/pod controller (the envtest pattern, plus the controllers envtest leaves out).
+
+What makes it EKS-like where our objects meet it:
+- the admission plugins EKS enables on 1.35 (``EKS_ADMISSION_PLUGINS``), ValidatingAdmissionPolicy among
+  them, and ``--authorization-mode=Node,RBAC``;
+- identities as EKS gives them: each IAM principal with an access entry is a user named by its ARN with
+  the entry's Kubernetes groups (static bearer tokens stand in for the IAM authenticator); an
+  ``AmazonEKSClusterAdminPolicy`` association is bound to ``cluster-admin`` (EKS authorizes it through its
+  own webhook; the ClusterRoleBinding here grants the same); service accounts get real tokens from the
+  TokenRequest API;
+- kube-controller-manager with ``--use-service-account-credentials`` (each controller its own identity and
+  bootstrap RBAC), so Jobs, DaemonSets, Deployments, garbage collection and PDB status are upstream's.
+
+Nodes are kwok's: Node objects the stack's pools describe (``controlplane.nodes``), heart-beaten and their
+bound pods moved through kwok's own "general" pod stages (created, running, completed, deleted at their
+deletion time, so a pod's grace period is honoured).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from controlplane.build import CACHE, bin_dir
+from controlplane.pki import Pki
+from controlplane.processes import Process, free_port, http_ok, https_ok, wait_for
+from controlplane.versions import COMPONENTS
+
+EKS_ADMISSION_PLUGINS = (
+    "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,ResourceQuota,DefaultTolerationSeconds,"
+    "NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,PodSecurity,Priority,"
+    "StorageObjectInUseProtection,PersistentVolumeClaimResize,ExtendedResourceToleration,RuntimeClass,"
+    "CertificateApproval,CertificateSigning,CertificateSubjectRestriction,DefaultIngressClass,"
+    "TaintNodesByCondition,ValidatingAdmissionPolicy,ClusterTrustBundleAttest")
+"""The admission controllers the Amazon EKS user guide lists as enabled for Kubernetes 1.35 ("View Amazon
+EKS platform versions for each Kubernetes version"). ExtendedResourceToleration matters here: a pod that
+requests ``nvidia.com/gpu`` or ``vpc.amazonaws.com/efa`` gets a toleration of a taint of that name."""
+
+KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+               "pod/general/pod-create.yaml", "pod/general/pod-init-container-running.yaml",
+               "pod/general/pod-init-container-completed.yaml", "pod/general/pod-ready.yaml",
+               "pod/general/pod-complete.yaml", "pod/general/pod-delete.yaml")
+"""kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; pods
+created, running, a Job's pods completed, a deleted pod gone at a random moment before its deletion time
+(now + its grace period), as a kubelet ends it within the grace period."""
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def binary(name: str) -> str:
+    for component in COMPONENTS:
+        if name in component.binaries:
+            path = bin_dir(component) / name
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} is not built: run `python -m controlplane.build`")
+            return str(path)
+    raise KeyError(name)
+
+
+def module_dir(module: str) -> Path:
+    """The unpacked source of a built component's module in the cache (its CRDs, charts, stages)."""
+    component = next(c for c in COMPONENTS if c.module == module)
+    return CACHE / "go" / "mod" / f"{component.module}@{component.version}"
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+
+
+@dataclass
+class ControlPlane:
+    """Started by ``start``; ``client(user)`` is an ApiClient acting as that user."""
+
+    users: dict[str, User]
+    """Key -> identity known to the API server by bearer token."""
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="moe-rl-controlplane-")))
+    processes: list[Process] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pki = Pki(self.root / "pki")
+        self.logs = self.root / "logs"
+        self.tokens = {key: base64.urlsafe_b64encode(os.urandom(24)).decode() for key in self.users}
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    # --- processes ---------------------------------------------------------------------------------
+
+    def start(self, bootstrap: list[dict] = ()) -> "ControlPlane":
+        """etcd and the API server; ``bootstrap`` applied as ``admin`` (the identities' RBAC the
+        controllers need); then the controllers, the scheduler and kwok."""
+        from controlplane.kube import Kube
+        self._etcd()
+        self._apiserver()
+        Kube(self.client()).apply_all(bootstrap)
+        self.run("kube-controller-manager", [
+            "--kubeconfig", str(self.kubeconfig("system:kube-controller-manager")),
+            "--use-service-account-credentials=true", f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca}", "--leader-elect=false", "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}", "--controllers=*", "--concurrent-gc-syncs=4"])
+        self.run("kube-scheduler", ["--kubeconfig", str(self.kubeconfig("system:kube-scheduler")),
+                                    "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}"])
+        self._kwok()
+        return self
+
+    def run(self, name: str, args: list[str], binary_name: str | None = None) -> Process:
+        process = Process(name, [binary(binary_name or name), *args], self.logs)
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+
+    def _etcd(self) -> None:
+        client_port, peer_port = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client_port}"
+        etcd = self.run("etcd", [
+            f"--data-dir={self.root / 'etcd'}", f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}", f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer_port}", "--unsafe-no-fsync", "--log-level=warn"])
+        wait_for("etcd health", lambda: http_ok(f"{self.etcd_url}/health"), etcd)
+
+    def _apiserver(self) -> None:
+        crt, key = self.pki.serving("kube-apiserver", ("127.0.0.1", "localhost", "kubernetes.default.svc"))
+        tokens = self.root / "tokens.csv"
+        tokens.write_text("".join(f'{self.tokens[k]},{u.name},{u.name},"{",".join(u.groups)}"\n'
+                                  for k, u in self.users.items()))
+        apiserver = self.run("kube-apiserver", [
+            f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}", f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
+            f"--client-ca-file={self.pki.ca}", f"--token-auth-file={tokens}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--service-account-key-file={self.pki.sa_pub}",
+            f"--service-account-signing-key-file={self.pki.sa_key}", "--service-cluster-ip-range=10.100.0.0/16",
+            "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={EKS_ADMISSION_PLUGINS}",
+            "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none"])
+        admin = self.tokens["admin"]
+        wait_for("kube-apiserver /readyz", lambda: https_ok(f"{self.url}/readyz", self.pki.ca, admin), apiserver, 180)
+
+    def _kwok(self) -> None:
+        stages = module_dir("sigs.k8s.io/kwok") / "kustomize" / "stage"
+        config = self.root / "kwok.yaml"
+        config.write_text("---\n".join((stages / s).read_text() for s in KWOK_STAGES))
+        self.run("kwok", ["--kubeconfig", str(self.kubeconfig("kwok")), "--config", str(config),
+                          f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+                          "--cidr=10.64.0.0/12", "--node-ip=10.255.0.1", f"--server-address=127.0.0.1:{free_port()}"])
+
+    # --- clients -----------------------------------------------------------------------------------
+
+    def token(self, user: str) -> str:
+        return self.tokens[user]
+
+    def kubeconfig(self, user: str, token: str | None = None) -> Path:
+        """A kubeconfig file acting as ``user`` (a key of ``users``, or any name with ``token``)."""
+        path = self.root / "kubeconfigs" / f"{user.replace(':', '_').replace('/', '_')}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(kubeconfig(self.url, self.pki.ca, {user: token or self.tokens[user]})))
+        return path
+
+    def client(self, user: str = "admin", token: str | None = None) -> client.ApiClient:
+        configuration = client.Configuration()
+        configuration.host = self.url
+        configuration.ssl_ca_cert = str(self.pki.ca)
+        configuration.api_key = {"authorization": f"Bearer {token or self.tokens[user]}"}
+        return client.ApiClient(configuration)
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A real token of ``namespace/name`` from the TokenRequest API (the account is made if missing)."""
+        core = client.CoreV1Api(self.client())
+        try:
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+        request = {"spec": {"expirationSeconds": 86400, "audiences": [SERVICE_ACCOUNT_ISSUER]}}
+        return core.create_namespaced_service_account_token(name, namespace, request).status.token
+
+
+def kubeconfig(server: str, ca: Path, users: dict[str, str]) -> dict:
+    """A kubeconfig with one context per user, named as the user; the first is current."""
+    cluster = {"name": "test", "cluster": {"server": server,
+                                           "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}}
+    return {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+            "users": [{"name": u, "user": {"token": t}} for u, t in users.items()],
+            "contexts": [{"name": u, "context": {"cluster": "test", "user": u}} for u in users],
+            "current-context": next(iter(users))}
+

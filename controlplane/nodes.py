@@ -1,0 +1,78 @@
+"""kwok Node objects shaped like a stack's node groups, every figure from the code that sizes them for real.
+
+Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for):
+- capacity and allocatable: ``workloads.derive.resources.allocatable`` (vCPU less EKS kubeReserved,
+  memory less VM overhead, kubeReserved and eviction threshold, pre-allocated 2-MiB huge pages, GPUs, the
+  EFA devices the device plugin advertises, max pods), the instance catalog behind it;
+- labels: the pool's and its node setup's (``WorkloadModel.node_labels``), the well-known ones the kubelet
+  and EKS set (hostname, OS, architecture, instance type, zone, node group, capacity type) and the EKS
+  network-topology labels (``EKS_NETWORK_LAYERS``; simulated: one layer-1 and layer-2 node above the zone's
+  GPU nodes, one layer-3 node per ``NODES_PER_LAYER3``);
+- taints: those the node registers with (``components.gpu_node_setup.registration_taints``: the pool's, and
+  the burn-in taint on GPU nodes while the stack's burn-in is on), unless the test says the burn-in passed.
+"""
+
+from __future__ import annotations
+
+from stackconfig.stack import CapacityType, Pool
+from components.gpu_node_setup import registration_taints
+from workloads.derive.model import WorkloadModel
+from workloads.derive.resources import EFA, GPU, HUGEPAGES, allocatable
+from workloads.derive.topology import EKS_NETWORK_LAYERS
+
+from controlplane.cluster import KWOK_ANNOTATION
+
+NODES_PER_LAYER3 = 16
+EKS_CAPACITY_TYPE = {CapacityType.ON_DEMAND: "ON_DEMAND", CapacityType.SPOT: "SPOT",
+                     CapacityType.CAPACITY_BLOCK: "CAPACITY_BLOCK", CapacityType.ODCR: "ON_DEMAND"}
+"""``eks.amazonaws.com/capacityType`` as EKS sets it (an ODCR-targeted group launches On-Demand)."""
+
+
+def node_name(pool: Pool, index: int) -> str:
+    return f"{pool.name}-{index:03d}"
+
+
+def zone(cfg, pool: Pool, index: int) -> str:
+    """GPU and reserved pools live in the stack's one zone; others alternate over both."""
+    if pool.single_az:
+        return cfg.availability_zone
+    return (cfg.availability_zone, cfg.secondary_availability_zone)[index % 2]
+
+
+def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
+    alloc = allocatable(pool, model.settings.efa_devices)
+    out = {"cpu": f"{alloc.millicpu}m", "memory": str(alloc.memory), "pods": str(alloc.pods),
+           "ephemeral-storage": f"{pool.root_volume_gib}Gi"}
+    if alloc.hugepages:
+        out[HUGEPAGES] = str(alloc.hugepages)
+    if alloc.gpus:
+        out[GPU] = str(alloc.gpus)
+    if alloc.efa:
+        out[EFA] = str(alloc.efa)
+    return out
+
+
+def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True) -> dict:
+    name, where = node_name(pool, index), zone(cfg, pool, index)
+    labels = {**model.node_labels(pool), "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": pool.instance_type,
+              "topology.kubernetes.io/zone": where, "topology.kubernetes.io/region": cfg.region,
+              "eks.amazonaws.com/nodegroup": pool.name,
+              "eks.amazonaws.com/capacityType": EKS_CAPACITY_TYPE[pool.capacity.type],
+              "type": "kwok"}
+    if pool.instance.is_gpu:
+        layer1, layer2, layer3 = EKS_NETWORK_LAYERS
+        labels |= {layer1: f"nn-{where}-1", layer2: f"nn-{where}-2", layer3: f"nn-{pool.name}-{index // NODES_PER_LAYER3}"}
+    taints = pool.taints if proven else registration_taints(pool, cfg.burn_in.enabled)
+    resources = quantities(pool, model)
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
+            "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints],
+                     "providerID": f"aws:///{where}/i-{abs(hash(name)) % 16 ** 17:017x}"},
+            "status": {"capacity": resources, "allocatable": resources}}
+
+
+def stack_nodes(cfg, model: WorkloadModel, counts: dict[str, int] | None = None, proven: bool = True) -> list[dict]:
+    """Every node of the stack's pools at their desired size (or ``counts[pool]``)."""
+    return [node(cfg, model, pool, i, proven) for pool in cfg.pools
+            for i in range((counts or {}).get(pool.name, pool.nodes.desired))]

@@ -1,0 +1,81 @@
+"""Runs on the test platform the way a team member submits them: the real ``runs submit`` command, its
+kubeconfig acting as the member's IAM session, and what KubeRay and Volcano then make of the RayJob."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+
+from workloads.cli import runs as runs_cli
+from workloads.render.teams import namespace_of
+
+from controlplane.kube import Kube, eventually
+from controlplane.platform import Platform
+
+REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-platform"
+"""What ``pulumi stack output imageRepository`` gives (a stack's ECR repository URL); kwok pulls nothing."""
+RAYJOB = ("ray.io/v1", "RayJob")
+PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
+
+
+def member_of(platform: Platform, team: str) -> str:
+    """The principal ARN of the team's first member (an access-entry key of the platform's users)."""
+    team_settings = next(t for t in platform.cfg.workloads.teams if t.name == team)
+    return team_settings.members[0]
+
+
+def submit(platform: Platform, run_file: Path, as_principal: str, *extra: str) -> list[str]:
+    """``python -m workloads.cli.runs submit`` as ``as_principal``; its printed lines (exit status asserted 0)."""
+    kubeconfig = platform.cp.kubeconfig(as_principal)
+    printed: list[str] = []
+    old = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    try:
+        status = runs_cli.main(["submit", platform.cfg.stack, str(run_file), "--repository", REPOSITORY,
+                                "--context", as_principal, *extra], out=printed.append)
+    finally:
+        if old is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = old
+    assert status == 0, printed
+    return printed
+
+
+@dataclass(frozen=True)
+class Placed:
+    pods: dict[str, str]
+    """Pod name -> node name (empty while unbound)."""
+    phases: dict[str, str]
+
+
+def run_pods(platform: Platform, team: str, rayjob: str) -> list[client.V1Pod]:
+    core = client.CoreV1Api(platform.cp.client())
+    cluster = rayjob_cluster(platform, team, rayjob)
+    if not cluster:
+        return []
+    return core.list_namespaced_pod(namespace_of(team), label_selector=f"ray.io/cluster={cluster}").items
+
+
+def rayjob_cluster(platform: Platform, team: str, rayjob: str) -> str | None:
+    job = platform.admin.get(*RAYJOB, rayjob, namespace_of(team))
+    return ((job or {}).get("status") or {}).get("rayClusterName")
+
+
+def all_running(platform: Platform, team: str, rayjob: str, expected: int, timeout: float = 120) -> list[client.V1Pod]:
+    def running():
+        pods = run_pods(platform, team, rayjob)
+        return pods if len(pods) == expected and all(p.status.phase == "Running" for p in pods) else None
+    return eventually(f"{team}/{rayjob}: {expected} pods Running", running, timeout)
+
+
+def rayjobs(kube: Kube, team: str) -> list[dict]:
+    return kube.list(*RAYJOB, namespace=namespace_of(team))
+
+
+def node_pool(platform: Platform, node_name: str) -> str:
+    node = client.CoreV1Api(platform.cp.client()).read_node(node_name)
+    return node.metadata.labels["rl.platform/pool"]

@@ -1,0 +1,35 @@
+"""The control-plane tier's platforms: one per stack (and node shape) per test session, stopped when the
+session ends. A test leaves its platform as it found it (its runs deleted and gone), so the order of the
+tests does not matter."""
+
+from __future__ import annotations
+
+import atexit
+import os
+
+from controlplane.kube import Kube, eventually
+from controlplane.platform import Platform, deploy
+
+_PLATFORMS: dict[tuple, Platform] = {}
+
+
+def platform_of(cfg, graph, proven: bool = True, counts: dict[str, int] | None = None) -> Platform:
+    """``cfg``'s stack deployed on a control plane of its own, shared by the session's tests."""
+    key = (cfg.stack, cfg.model_dump_json(), proven, tuple(sorted((counts or {}).items())))
+    if key not in _PLATFORMS:
+        _PLATFORMS[key] = deploy(cfg, graph, proven, counts)
+    return _PLATFORMS[key]
+
+
+@atexit.register
+def _stop_all() -> None:
+    for platform in _PLATFORMS.values():
+        platform.stop()
+        if os.environ.get("MOE_RL_CONTROLPLANE_KEEP"):
+            print(f"control plane files kept at {platform.cp.root}")
+
+
+def delete_and_wait(kube: Kube, api_version: str, kind: str, name: str, namespace: str, timeout: float = 90) -> None:
+    """Delete an object in the foreground (its dependents first) and wait until it is gone."""
+    kube.delete(api_version, kind, name, namespace, propagationPolicy="Foreground")
+    eventually(f"{kind} {namespace}/{name} gone", lambda: kube.get(api_version, kind, name, namespace) is None, timeout)

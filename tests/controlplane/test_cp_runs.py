@@ -1,0 +1,80 @@
+"""Runs reach all-pods-Running, gang-bound, on the pools the plan says, through the real submission path;
+KubeRay's pods carry what our admission policies expect; deleting a run leaves nothing that holds a node."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import ROOT, load, recorded
+from kubernetes import client
+
+from workloads.checks.runs import load_run
+from workloads.render.teams import namespace_of
+
+from controlplane import runs
+from controlplane.kube import eventually
+from controlplane.session import delete_and_wait, platform_of
+
+pytestmark = pytest.mark.controlplane
+
+
+def _shared():
+    cfg = load("p5en-shared")
+    return platform_of(cfg, recorded(cfg))
+
+
+def _expected_pods(run) -> Counter:
+    """Pods per pool the run file asks for: its nodes per pool, plus the head on the head's pool."""
+    return Counter({**run.nodes})
+
+
+def test_the_reference_raycluster_of_p5en_prod_runs_on_its_pools():
+    cfg = load("p5en-prod")
+    platform = platform_of(cfg, recorded(cfg))
+    cluster = next(o for o in platform.admin.list("ray.io/v1", "RayCluster"))
+    ns, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    groups = {g["groupName"]: g for g in cluster["spec"]["workerGroupSpecs"]}
+    expected = 1 + sum(g["replicas"] for g in groups.values())
+    core = client.CoreV1Api(platform.cp.client())
+
+    def running():
+        pods = core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster={name}").items
+        return pods if len(pods) == expected and all(p.status.phase == "Running" for p in pods) else None
+    pods = eventually(f"RayCluster {ns}/{name}: {expected} pods Running", running, 180)
+    for pod in pods:
+        wanted = pod.spec.node_selector["rl.platform/pool"]
+        assert runs.node_pool(platform, pod.spec.node_name) == wanted, pod.metadata.name
+    per_node = Counter(p.spec.node_name for p in pods if p.metadata.labels["ray.io/node-type"] == "worker")
+    assert max(per_node.values()) == 1, "each GPU worker has a node of its own"
+
+
+def test_a_team_run_submitted_by_its_member_is_gang_bound_on_its_pools_and_leaves_nothing_when_deleted():
+    platform = _shared()
+    run_file = ROOT / "runs" / "grpo-qwen3-30b.yaml"
+    run = load_run(run_file)
+    member = runs.member_of(platform, run.team)
+    runs.submit(platform, run_file, member)
+    job = next(j for j in runs.rayjobs(platform.admin, run.team) if j["metadata"]["labels"]["rl.platform/run"] == run.name)
+    name, ns = job["metadata"]["name"], namespace_of(run.team)
+    try:
+        expected = 1 + sum(run.nodes.values())
+        pods = runs.all_running(platform, run.team, name, expected, 180)
+        pools = Counter(runs.node_pool(platform, p.spec.node_name) for p in pods
+                        if p.metadata.labels["ray.io/node-type"] == "worker")
+        assert dict(pools) == dict(run.nodes)
+        for pod in pods:
+            assert pod.spec.scheduler_name == "volcano"
+            assert pod.metadata.annotations.get("scheduling.k8s.io/group-name"), pod.metadata.name
+            assert pod.spec.priority_class_name and pod.spec.priority_class_name.startswith("rl-"), pod.metadata.name
+        groups = platform.admin.list(*runs.PODGROUP, namespace=ns)
+        assert len(groups) == 1
+        group = groups[0]
+        assert group["spec"]["queue"] == f"team-{run.team}" or group["spec"]["queue"].endswith(run.team)
+        assert group["status"]["phase"] == "Running"
+        assert group["spec"]["minMember"] == expected
+    finally:
+        delete_and_wait(platform.admin, *runs.RAYJOB, name, ns, 120)
+    eventually("the run's pods gone", lambda: not client.CoreV1Api(platform.cp.client()).list_namespaced_pod(
+        ns, label_selector=f"rl.platform/run={run.name}").items, 120)
+    eventually("no PodGroup left", lambda: not platform.admin.list(*runs.PODGROUP, namespace=ns), 60)
