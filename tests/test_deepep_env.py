@@ -3,7 +3,9 @@ on the trainer pods, which run no DeepEP (workloads.derive.moe_backend.choose)."
 
 from __future__ import annotations
 
+import pytest
 from conftest import load
+from stackconfig.stack import StackConfigError
 from test_workloads import MILES_01, variant
 
 from workloads.derive.model import derive
@@ -32,3 +34,22 @@ def test_trainer_pods_carry_no_deepep_variables():
     EP_* variables on the trainer pods, so the seed's two Miles arms run the same trainer."""
     trainer = _env(derive(load("p5en-prod")), "trainer")
     assert not [k for k in trainer if k.startswith(("NCCL_GIN", "NCCL_SYM_GIN", "EP_", "SGLANG_DEEPEP"))]
+
+
+def test_engines_across_nodes_name_deepep_v2s_sm_count():
+    """With SGLANG_DEEPEP_V2_NUM_SMS at SGLang's default 0 (sglang 0.5.19 environ.py:1109), DeepEP sizes the
+    SMs from get_rdma_gbs(), which asks ibstat and gets 0 on EFA (sgl-deep-ep 0.1.2 deep_ep/utils/envs.py:
+    246-268), then divides by it once an engine spans nodes (deep_ep/buffers/elastic.py:809). Every engine
+    across nodes names the count; one within a node (direct mode, NVLink only) leaves DeepEP's own."""
+    hybrid = _env(derive(load("p5en-prod")), "rollout")  # engines of 2 nodes
+    assert int(hybrid["SGLANG_DEEPEP_V2_NUM_SMS"]) > 0
+    direct = derive(variant("p5en-prod", {"workloads": {"run": {"rollout": {"nodesPerEngine": 1}}}}))
+    assert "SGLANG_DEEPEP_V2_NUM_SMS" not in _env(direct, "rollout")
+
+
+def test_an_engine_with_more_ranks_than_deepep_v2s_qps_is_refused():
+    """DeepEP's hybrid mode takes num_sms x 16 + 1 QPs, capped by the 65 it allocates by default
+    (sgl-deep-ep 0.1.2 deep_ep/buffers/elastic.py:328-332, :836-853); fewer QPs than ranks hangs."""
+    with pytest.raises(StackConfigError, match=r"workloads.run.rollout.nodesPerEngine: 16 nodes per engine are "
+                                               r"128 DeepEP V2 ranks, more than the 65 QPs"):
+        variant("p5en-prod", {"workloads": {"run": {"rollout": {"nodesPerEngine": 16}}}})

@@ -48,6 +48,8 @@ def test_engines_within_one_node_run_deepep_v2_with_gin_off():
     flags, env, m = _engine("p5en-prod", nodes_per_engine=1, model=True)
     assert flags["--sglang-deepep-v2-mode"] == "direct" and env["EP_DISABLE_GIN"] == "1"
     assert "--gin" not in preflight_args(m, m.worker("rollout"))  # GIN is not what these pods need
-    assert "--gin" in preflight_args(m, m.worker("trainer"))
+    assert "--gin" not in preflight_args(m, m.worker("trainer"))  # the trainer runs no DeepEP (moe_backend.choose)
+    hybrid = derive(load("p5en-prod"))
+    assert "--gin" in preflight_args(hybrid, hybrid.worker("rollout"))
     flags, env = _engine("p5en-prod")
     assert flags["--sglang-deepep-v2-mode"] == "hybrid" and "EP_DISABLE_GIN" not in env

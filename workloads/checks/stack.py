@@ -16,6 +16,7 @@ from workloads.derive.argv import miles_argv
 from workloads.derive import moe_backend as moe
 from workloads.checks.teams import validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, budget
+from workloads.derive.sglang_budget import check_hybrid_ranks
 
 from workloads.derive.layout import gpu_pools
 from workloads.derive.deepep import expert_precision, moe_case, ref_model, resolve_deepep
@@ -175,6 +176,8 @@ def validate_run(cfg: "ProgramConfig") -> None:
         if no_rdma:
             raise ValueError(f"workloads.run.deepep.version: DeepEP between nodes needs RDMA, pool "
                              f"{no_rdma[0].name!r} has EFA off; allowed: off, or EFA on the pool")
+        if per_engine > 1:
+            check_hybrid_ranks(per_engine, per_engine * rollout.instance.gpus)
     # What the run's software profile can do: engines across nodes, flags, the image pin.
     validate_profile(cfg, miles_argv(cfg), images(cfg)[image_field(run_profile(cfg))])
     if deepep.version is DeepEPVersion.V2:

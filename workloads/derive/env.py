@@ -15,6 +15,7 @@ from stackconfig.stack import Pool
 
 from workloads.derive.argv import rollout_budget
 from workloads.derive.deepep import DeepEP, GIN_TYPE, moe_backend
+from workloads.derive.sglang_budget import DEEPEP_V2_SMS_ENV, HYBRID_NUM_SMS
 from workloads.schema.run import DeepEPVersion, GinBackend
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,9 +120,10 @@ bypass the GIN check for single-node EP)."""
 
 def rollout_env(cfg: "ProgramConfig") -> dict[str, str]:
     """What the rollout pods add for SGLang: DeepEP V2's per-rank token capacity
-    (``workloads.derive.sglang_budget``) and, for engines within one node, GIN off."""
+    (``workloads.derive.sglang_budget``); for engines within one node GIN off, across nodes the SM count
+    (``sglang_budget.HYBRID_NUM_SMS``)."""
     budget = rollout_budget(cfg)
     if budget is None or moe_backend(cfg).moe_a2a_backend != "deepep_v2":
         return {}
     direct = moe_backend(cfg).deepep_v2_mode == "direct"
-    return {**budget.env(), **(DIRECT_MODE_ENV if direct else {})}
+    return {**budget.env(), **(DIRECT_MODE_ENV if direct else {DEEPEP_V2_SMS_ENV: str(HYBRID_NUM_SMS)})}

@@ -19,7 +19,39 @@ import math
 from dataclasses import dataclass
 
 DEEPEP_V2_CAPACITY_ENV = "SGLANG_DEEPEP_V2_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+DEEPEP_V2_SMS_ENV = "SGLANG_DEEPEP_V2_NUM_SMS"
 MIB = 2 ** 20
+HYBRID_NUM_SMS = 24
+"""The SMs of DeepEP V2's dispatch and combine in an engine across nodes (hybrid mode). SGLang passes
+``SGLANG_DEEPEP_V2_NUM_SMS`` (default 0, sglang 0.5.19 environ.py:1109) to ``ElasticBuffer.dispatch``
+(layers/moe/token_dispatcher/deepep_v2.py:337); 0 lets DeepEP size it from ``get_rdma_gbs()``, which asks
+``ibstat`` and gets 0 on EFA (sgl-deep-ep 0.1.2 deep_ep/utils/envs.py:246-268), and divides by it once there
+is more than one scale-out rank (deep_ep/buffers/elastic.py:809; deepseek-ai/DeepEP#734). 24: the lowest
+dispatch + reduced combine time measured on p5en (GIN type 5, 8192 tokens; whn09/ep-benchmarks-efa@006b7bf
+deepep-v2-efa-official/README.md, tables 5/6 of results/p5en_2n4n_20260825): 4898.3 us at 2 nodes against
+5740.8 at 12 SMs and 9668.2 at 6, 11701.0 us at 4 nodes against 11898.5 and 13549.4; at 2 nodes and 128
+tokens it also dispatches fastest (147.3 against 169.4 us). Measured on p5en only: other families take the
+same count, which keeps them off the division (measure them with ``python -m bench``)."""
+AUTO_HYBRID_QPS = 65
+"""The QPs DeepEP allocates by default in hybrid mode, the smaller of its two automatic values (sgl-deep-ep
+0.1.2 deep_ep/buffers/elastic.py:328-332: 65 with fast RDMA atomics, else 129)."""
+
+
+def hybrid_qps(num_sms: int) -> int:
+    """The QPs a hybrid-mode dispatch uses for ``num_sms`` SMs (sgl-deep-ep 0.1.2 deep_ep/buffers/elastic.py:
+    836-853 ``get_theoretical_num_qps``: one per channel and one for notify, capped by the allocation);
+    fewer than the engine's ranks hangs its first dispatch."""
+    return min(num_sms * 16 + 1, AUTO_HYBRID_QPS)
+
+
+def check_hybrid_ranks(nodes: int, ranks: int) -> None:
+    """ValueError naming ``workloads.run.rollout.nodesPerEngine`` when an engine has more ranks than the QPs
+    ``HYBRID_NUM_SMS`` gives it."""
+    qps = hybrid_qps(HYBRID_NUM_SMS)
+    if ranks > qps:
+        raise ValueError(f"workloads.run.rollout.nodesPerEngine: {nodes} nodes per engine are {ranks} DeepEP V2 "
+                         f"ranks, more than the {qps} QPs its hybrid mode allocates ({HYBRID_NUM_SMS} SMs; fewer QPs "
+                         f"than ranks hangs the first dispatch); allowed: at most {qps} GPUs per engine")
 
 
 def memory_defaults(gpu_mib: int, tp: int) -> tuple[int, int]:
