@@ -42,7 +42,7 @@ from workloads.render.common import (container_resources, env_list, labels, pod_
                                      shm_volume, tolerations, SHM_VOLUME)
 
 from .burn_in import QUARANTINE_TAINT, PoolBurnIn
-from .controller import BREAKER
+from .breaker import BREAKER
 from .marks import DONE, PASSED, RESULT_LABEL
 from .policy import burn_in_policies
 
@@ -59,7 +59,7 @@ RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
-                   ("agent", "dcgm", "efa", "marks", "incluster", "replace", "watch", "controller")},
+                   ("agent", "dcgm", "efa", "marks", "incluster", "replace", "watch", "controller", "breaker")},
                 "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""

@@ -7,7 +7,7 @@ a failed node's reason carries its fault and the replacement controller's last t
 result is "testing" while its burn-in pod is within its allowance (pulls, DCGM, the agent's budget),
 "failed" once the pod is past it, and "not tested" with the reason (no pod on the node, the pod
 pending and why) otherwise. The replacement breaker of each pool is read from its ConfigMap and
-reset only on request (``reset_breaker``).
+reset only on request (``reset_breaker``), which holds until a new failure (``nodes.breaker``).
 A re-test taints the node again and labels it ``retest`` with its ``resourceVersion`` (a stale read is
 refused, and retried), so the DaemonSet's pod returns to it; ``refused_nodes`` finds the passed nodes
 on which a run pod's preflight failed (the watcher, ``nodes.watch``, does the same on each node).
@@ -26,7 +26,7 @@ from components.gpu_node_setup import BURN_IN_TAINT
 from stackconfig.stack import POOL_LABEL
 
 from .burn_in import QUARANTINE_TAINT
-from .controller import BREAKER, breaker_map, breaker_state
+from .breaker import BREAKER, config_map, reset, state_of
 from .marks import FAILED, FAULT_LABEL, FIGURES_ANNOTATION, PASSED, REASON_ANNOTATION, RESULT_LABEL, TIME_LABEL, \
     RETEST, has_taint, parse_stamp, replacement, retest_patch
 from .render import NAMESPACE, PROBE_GRACE_SECONDS
@@ -155,20 +155,21 @@ class NodesClient:
 
     def breakers(self) -> dict[str, dict]:
         """Pool -> the replacement breaker's state; empty before any replacement."""
-        return breaker_state(self._breaker())
+        return state_of(self._breaker())
 
-    def reset_breaker(self, pool: str, attempts: int = 5) -> bool:
-        """Close a pool's breaker and forget its replacements (a person looked); False if it was not
-        tripped. A write refused because the controller saved the breaker since the read (409) is
-        done again on a fresh read, keeping what the controller wrote for the other pools."""
+    def reset_breaker(self, pool: str, attempts: int = 5, now: datetime | None = None) -> bool:
+        """Close a pool's breaker (a person looked): from now on it counts only new failures and
+        replacements (``nodes.breaker.reset``); False if it was not tripped. A write refused because the
+        controller saved the breaker since the read (409) is done again on a fresh read, keeping what
+        the controller wrote for the other pools."""
         for attempt in range(attempts):
             cm = self._breaker()
-            state = breaker_state(cm)
+            state = state_of(cm)
             if not state.get(pool, {}).get("tripped"):
                 return False
-            state[pool] = {}
+            state[pool] = reset(state[pool], now or datetime.now(timezone.utc))
             try:
-                self.core.replace_namespaced_config_map(BREAKER, NAMESPACE, breaker_map(NAMESPACE, state, cm))
+                self.core.replace_namespaced_config_map(BREAKER, NAMESPACE, config_map(NAMESPACE, state, cm))
                 return True
             except k8s.ApiException as e:
                 if e.status != 409 or attempt == attempts - 1:

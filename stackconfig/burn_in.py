@@ -15,20 +15,27 @@ from .base import SchemaModel
 
 
 class BreakerSettings(SchemaModel):
-    """The per-pool circuit breaker of replacement (``nodes.controller``). Once tripped, no node of the
-    pool is replaced until ``python -m nodes reset-breaker POOL``: EKS node auto-repair stops above
-    ``NodeRepairConfig.maxUnhealthyNodeThresholdCount``/``Percentage`` (EKS API reference,
-    NodeRepairConfig), and NVIDIA NVSentinel's circuit breaker, once tripped, "requires manual human
-    intervention to reset" (docs.nvidia.com/nvsentinel, components/circuit-breaker)."""
+    """The per-pool circuit breaker of replacement (``nodes.breaker``). It counts only what it guards:
+    hardware failures and the replacements made for them, over a sliding window (NVIDIA NVSentinel's
+    fault-quarantine breaker counts the nodes it cordoned within ``circuitBreaker.duration``,
+    docs/configuration/fault-quarantine.md). Once tripped, no node of the pool is replaced until
+    ``python -m nodes reset-breaker POOL``, which then holds until a new failure: EKS node auto-repair stops
+    above ``NodeRepairConfig.maxUnhealthyNodeThresholdCount``/``Percentage`` (EKS API reference,
+    NodeRepairConfig), and NVSentinel's breaker, once tripped, "requires manual human intervention to
+    reset" (docs.nvidia.com/nvsentinel, components/circuit-breaker)."""
 
     max_failed_nodes: int = Field(2, ge=0)
-    """Trips when more of the pool's nodes than this are failed at once (any cause): several nodes
-    failing together points at the image, the configuration or the fabric, not at each node."""
+    """Trips when more of the pool's nodes than this failed for a hardware reason within ``windowMinutes``
+    (software failures are never replaced and never count): several at once point at the batch, the
+    fabric or the configuration, not at each node."""
     max_failed_percent: float | None = Field(None, gt=0, le=100)
-    """Also trips when more than this percentage of the pool's nodes are failed (off by default: on a
-    small pool one node is already a large share)."""
+    """Also trips when more than this percentage of the pool's nodes did (off by default: on a small pool
+    one node is already a large share)."""
     max_replacements_per_hour: int = Field(2, ge=1)
     """Trips instead of making another replacement when this many were requested in the last hour."""
+    window_minutes: int = Field(120, ge=1)
+    """The window hardware failures are counted over: an allowance, not a measurement; two hours holds
+    the burn-ins of the nodes of one scale-up (``python -m nodes plan`` prints a node's burn-in time)."""
 
 
 class MeasuredFloor(SchemaModel):

@@ -303,7 +303,8 @@ def test_the_replacement_controller_runs_on_the_system_pool_after_its_pod_identi
     assert pod["serviceAccountName"] == REPLACE_ACCOUNT and pod["nodeSelector"] == {f"{LABEL_PREFIX}/pool": "system"}
     c = container(pod, "controller")
     plan = json.loads(c["command"][c["command"].index("--plan") + 1])
-    assert plan["pools"]["train"] == {"maxFailedNodes": 3, "maxFailedPercent": None, "maxReplacementsPerHour": 4}
+    assert plan["pools"]["train"] == {"maxFailedNodes": 3, "maxFailedPercent": None, "maxReplacementsPerHour": 4,
+                                      "windowMinutes": 120}
     assert plan["quarantine"] == QUARANTINE
     for o in (dep, named(objects, "ValidatingAdmissionPolicy", "rl-burn-in-replace-nodes"),
               named(objects, "Role", "burn-in-breaker"), named(objects, "NetworkPolicy", "allow-pod-identity")):

@@ -14,10 +14,10 @@ from conftest import send_json, serve
 from fake_kube import ApiServer
 from test_nodes_agent import BURN_IN, QUARANTINE, merge, new_node
 
-from nodes import controller, incluster, marks, replace
+from nodes import breaker, controller, incluster, marks, replace
 
 NOW = datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)
-LIMITS = {"maxFailedNodes": 2, "maxFailedPercent": None, "maxReplacementsPerHour": 2}
+LIMITS = {"maxFailedNodes": 2, "maxFailedPercent": None, "maxReplacementsPerHour": 2, "windowMinutes": 120}
 NODES = "/api/v1/nodes"
 MAPS = "/api/v1/namespaces/rl-burn-in/configmaps"
 PLAN = {"namespace": "rl-burn-in", "poolLabel": "rl.platform/pool", "quarantine": QUARANTINE, "pools": {"train": LIMITS}}
@@ -122,7 +122,7 @@ def test_the_breaker_trips_when_too_many_nodes_failed_and_stays_open_until_reset
     asked = []
     done = controller.reconcile(c.api, PLAN, NOW, mark=asked.append)
     assert asked == [] and done[0].startswith("train: breaker tripped:")
-    state = controller.breaker_state(c.maps[controller.BREAKER])
+    state = breaker.state_of(c.maps[breaker.BREAKER])
     assert f"more than maxFailedNodes {LIMITS['maxFailedNodes']}" in state["train"]["tripped"]
     (event,) = c.events
     assert event["reason"] == "ReplacementBreakerTripped" and event["type"] == "Warning"
@@ -131,24 +131,29 @@ def test_the_breaker_trips_when_too_many_nodes_failed_and_stays_open_until_reset
     assert controller.reconcile(c.api, PLAN, NOW + timedelta(hours=2), mark=asked.append) == [] and asked == []
 
 
+HOURLY = {**PLAN, "pools": {"train": {**LIMITS, "maxFailedNodes": 10}}}
+"""The hourly limit alone: the replaced nodes' failures stay within maxFailedNodes."""
+
+
 def test_the_breaker_trips_after_the_hourly_limit_of_replacements(cluster):
     limit = LIMITS["maxReplacementsPerHour"]
     c = cluster([gpu_node(1, "failed", "hardware")])
     asked = []
     for i in range(limit):
         c.only(gpu_node(10 + i, "failed", "hardware"))
-        controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=i), mark=asked.append)
+        controller.reconcile(c.api, HOURLY, NOW + timedelta(minutes=i), mark=asked.append)
     assert len(asked) == limit
     c.only(gpu_node(99, "failed", "hardware"))
-    done = controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=limit), mark=asked.append)
+    done = controller.reconcile(c.api, HOURLY, NOW + timedelta(minutes=limit), mark=asked.append)
     assert len(asked) == limit and f"{limit} replacements in the last hour" in done[0]
 
 
 def test_the_percentage_limit_counts_the_whole_pool(cluster):
     plan = {**PLAN, "pools": {"train": {**LIMITS, "maxFailedNodes": 10, "maxFailedPercent": 25}}}
-    nodes = [gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "software"), gpu_node(3, "passed"), gpu_node(4, "passed")]
+    nodes = [gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "hardware"), gpu_node(3, "failed", "software"),
+             gpu_node(4, "passed"), gpu_node(5, "passed"), gpu_node(6, "passed")]
     done = controller.reconcile(cluster(nodes).api, plan, NOW, mark=lambda n: None)
-    assert "2 of 4 nodes failed, more than maxFailedPercent 25%" in done[0]
+    assert "2 of 6 nodes failed for a hardware reason, more than maxFailedPercent 25%" in done[0]
 
 
 # --- what the API server refuses: the controller's records survive it ---------------------------------
@@ -157,7 +162,7 @@ NAME = "ip-10-0-1-1.ec2.internal"
 
 
 def _replacements(c) -> list[str]:
-    return controller.breaker_state(c.maps[controller.BREAKER])["train"].get("replacements", [])
+    return breaker.state_of(c.maps[breaker.BREAKER])["train"].get("replacements", [])
 
 
 def test_a_node_written_since_the_list_gets_the_record_on_a_fresh_read_and_the_replacement_counts(cluster):
@@ -190,7 +195,7 @@ def test_a_breaker_written_by_another_during_the_pass_keeps_both_writes(cluster,
     this pass read it: the save is refused (409 Conflict or AlreadyExists), the controller reads it
     again and applies this pass's replacement to it."""
     c = cluster([gpu_node(1, "failed", "hardware")])
-    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": controller.BREAKER, "namespace": "rl-burn-in"},
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": breaker.BREAKER, "namespace": "rl-burn-in"},
              "data": {"rollout": json.dumps({"tripped": "by hand", "at": "20261201T140000Z"})}}
     if existing:
         c.put(MAPS, {**other, "data": {}})
@@ -198,5 +203,73 @@ def test_a_breaker_written_by_another_during_the_pass_keeps_both_writes(cluster,
     def mark(node):
         c.put(MAPS, other)
     controller.reconcile(c.api, PLAN, NOW, mark=mark)
-    state = controller.breaker_state(c.maps[controller.BREAKER])
+    state = breaker.state_of(c.maps[breaker.BREAKER])
     assert state["rollout"] == {"tripped": "by hand", "at": "20261201T140000Z"} and len(state["train"]["replacements"]) == 1
+
+
+# --- the breaker counts what it protects against, and an operator's reset holds -------------------------
+
+def _failed_at(i, fault, when):
+    n = gpu_node(i, "failed", fault)
+    n["metadata"]["labels"][marks.TIME_LABEL] = marks.stamp(when)
+    return n
+
+
+def _reset(c, now, pool="train"):
+    """``python -m nodes reset-breaker POOL``, through the kubernetes client against this API server."""
+    from kubernetes import client as k8s
+
+    from nodes.status import NodesClient
+    api = k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{c.server.server_port}"))
+    return NodesClient(api).reset_breaker(pool, now=now)
+
+
+def test_software_failures_never_trip_the_breaker(cluster):
+    """Software failures are never replaced, so they are not what the breaker protects against."""
+    c = cluster([*(gpu_node(i, "failed", "software") for i in range(1, 5)), gpu_node(9, "failed", "hardware")])
+    done = controller.reconcile(c.api, PLAN, NOW, mark=lambda n: None)
+    assert done == ["ip-10-0-1-9.ec2.internal: replacement requested"]
+
+
+def test_a_reset_holds_until_new_evidence(cluster):
+    plan = {**PLAN, "pools": {"train": {**LIMITS, "maxReplacementsPerHour": 5}}}
+    held = [_failed_at(i, "hardware", NOW) for i in range(1, LIMITS["maxFailedNodes"] + 2)]
+    c = cluster(held)
+    asked = []
+    assert controller.reconcile(c.api, plan, NOW, mark=asked.append)[0].startswith("train: breaker tripped:")
+    assert {marks.replacement(n)["state"] for n in c.nodes.values()} == {"held"} and asked == []
+    assert controller.reconcile(c.api, plan, NOW + timedelta(minutes=1), mark=asked.append) == []  # stays open
+    assert _reset(c, NOW + timedelta(minutes=5)) is True
+    later = NOW + timedelta(minutes=10)
+    done = controller.reconcile(c.api, plan, later, mark=asked.append)
+    assert done == [f"{n['metadata']['name']}: replacement requested" for n in held]  # the held nodes, no new trip
+    # a hardware failure after the reset is new evidence: with the window's others it trips again
+    c.only(*(_failed_at(20 + i, "hardware", later + timedelta(minutes=1)) for i in range(LIMITS["maxFailedNodes"] + 1)))
+    done = controller.reconcile(c.api, plan, later + timedelta(minutes=2), mark=asked.append)
+    assert done[0].startswith("train: breaker tripped: 3 nodes failed for a hardware reason")
+
+
+def test_failures_outside_the_window_are_not_counted(cluster):
+    window = timedelta(minutes=LIMITS["windowMinutes"])
+    old = [_failed_at(i, "hardware", NOW - window - timedelta(minutes=1)) for i in range(1, 3)]
+    c = cluster([*old, _failed_at(3, "hardware", NOW)])
+    asked = []
+    controller.reconcile(c.api, PLAN, NOW, mark=lambda n: asked.append(n["metadata"]["name"]))
+    assert len(asked) == LIMITS["maxReplacementsPerHour"]  # three failed, two of them long ago: no trip
+
+
+def test_deleting_the_breaker_configmap_does_not_reset_it(cluster):
+    """The hourly limit tripped it; the ConfigMap is deleted: the node it held still says so."""
+    c = cluster([gpu_node(1, "failed", "hardware")])
+    asked = []
+    for i in range(LIMITS["maxReplacementsPerHour"]):
+        c.only(gpu_node(10 + i, "failed", "hardware"))
+        controller.reconcile(c.api, HOURLY, NOW + timedelta(minutes=i), mark=asked.append)
+    c.only(gpu_node(99, "failed", "hardware"))
+    assert "replacements in the last hour" in controller.reconcile(c.api, HOURLY, NOW + timedelta(minutes=3),
+                                                                   mark=asked.append)[0]
+    c.answer("DELETE", f"{MAPS}/{breaker.BREAKER}")
+    done = controller.reconcile(c.api, HOURLY, NOW + timedelta(minutes=4), mark=asked.append)
+    assert len(asked) == LIMITS["maxReplacementsPerHour"], done
+    assert "replacements in the last hour" in breaker.state_of(c.maps[breaker.BREAKER])["train"]["tripped"]
+    assert c.events[-1]["reason"] == "ReplacementBreakerRestored"
