@@ -16,7 +16,9 @@ nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eat
 
 Guarantees: the decision is kept in the pod's results folder before it is written, and written once;
 a container that starts again after a start without a decision (it died, or the kubelet's liveness
-probe stopped it past its budget) records a failure naming the step it was in, never a pass. Pass:
+probe stopped it past its budget) records a failure naming the step it was in, never a pass; one that
+starts on a new boot (the node rebooted during the burn-in) starts the burn-in over and counts the
+reboot in the figures. Pass:
 the burn-in taint goes (and a quarantine), result and time labels, the boot id, figures annotation,
 the capability labels from the preflight's checks, an Event. Fail: the quarantine taint, the reason
 annotation, the fault label (``hardware`` only for a DCGM test failed with a hardware error category
@@ -48,6 +50,9 @@ except ImportError:
     from nodes import dcgm, efa, incluster, marks
     from workloads.pod import fabric_bench, preflight
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+"""The kernel's boot id, the node's ``status.nodeInfo.bootID`` (kubelet reports it from this file through
+cAdvisor's machine info): another value means the node rebooted."""
 Found = tuple[list[str], dict, list[str]]
 """What a step finds: problems, figures, and the problems that are the node's hardware."""
 
@@ -144,43 +149,74 @@ def _save(path: Path, doc: dict) -> None:
     tmp.replace(path)
 
 
+def _boot() -> str:
+    return BOOT_ID.read_text().strip() if BOOT_ID.exists() else ""
+
+
+def _begin(results: Path, clock: Callable[[], float]) -> tuple[float, int]:
+    """When this boot's burn-in started, and how many reboots it has seen: a container started on a new
+    boot (the node rebooted during the burn-in: kubelet runs the pod's containers again, the results
+    folder stays) drops the old start, progress and verdict and starts over."""
+    boot_file, start_file, reboots_file = results / "boot", results / "started", results / "reboots"
+    reboots = int(reboots_file.read_text()) if reboots_file.exists() else 0
+    if boot_file.exists() and boot_file.read_text() != _boot():
+        for name in ("started", "progress.json", "verdict.json"):
+            (results / name).unlink(missing_ok=True)
+        reboots += 1
+        reboots_file.write_text(str(reboots))
+    boot_file.write_text(_boot())
+    if not start_file.exists():  # the agent container's first start on this boot: its budget counts from here
+        start_file.write_text(str(int(clock())))
+    return float(start_file.read_text()), reboots
+
+
+def _interrupted(progress: dict, budget: int, late: bool) -> dict:
+    """The verdict of a start that finds a step begun and no verdict: the container died or was stopped."""
+    why = (f"did not finish within its budget of {budget} s" if late
+           else "its container stopped before the result (see kubectl describe pod)")
+    return {"result": marks.FAILED, "figures": progress["figures"], "hardware": [],
+            "reason": f"burn-in {why}, in step {progress['step']}"}
+
+
+def _run_steps(plan: dict, results: Path, started: float, clock: Callable[[], float]) -> dict:
+    problems: list[str] = []
+    hardware: list[str] = []
+    figures: dict[str, Any] = {}
+    budget = plan["budgetSeconds"]
+    skip = {step for step, allowance in plan["steps"].items() if not allowance}
+    for step, run in STEPS:
+        if step in skip:
+            continue
+        _save(results / "progress.json", {"step": step, "figures": figures})
+        left = started + budget - clock()
+        if left <= 0:
+            problems.append(f"burn-in did not finish within its budget of {budget} s, in step {step}")
+            break
+        found, figs, hw = run(plan, left, results)
+        problems += found
+        hardware += hw
+        warnings = [*figures.get("warnings", []), *figs.pop("warnings", [])]
+        figures.update(figs, **({"warnings": warnings} if warnings else {}))
+    figures["seconds"] = round(clock() - started)
+    return {"result": marks.FAILED if problems else marks.PASSED, "figures": figures, "hardware": hardware,
+            "reason": "; ".join(problems) or None}
+
+
 def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) -> dict:
-    """The verdict ({result, reason, figures}), kept in ``results``: decided once per pod."""
-    verdict_file, progress_file, start_file = results / "verdict.json", results / "progress.json", results / "started"
+    """The verdict ({result, reason, figures}), kept in ``results``: decided once per pod and boot."""
+    verdict_file, progress_file = results / "verdict.json", results / "progress.json"
+    if (results / "written").exists():
+        return json.loads(verdict_file.read_text())
+    started, reboots = _begin(results, clock)
     if verdict_file.exists():
         return json.loads(verdict_file.read_text())
-    if not start_file.exists():  # the agent container's first start: its budget counts from here
-        start_file.write_text(str(int(clock())))
-    started = float(start_file.read_text())
-    budget = plan["budgetSeconds"]
-    if progress_file.exists():  # a start without a verdict: the container died or was stopped
-        progress = json.loads(progress_file.read_text())
-        late = clock() - started >= budget
-        why = (f"did not finish within its budget of {budget} s" if late
-               else "its container stopped before the result (see kubectl describe pod)")
-        verdict = {"result": marks.FAILED, "figures": progress["figures"], "hardware": [],
-                   "reason": f"burn-in {why}, in step {progress['step']}"}
+    if progress_file.exists():
+        verdict = _interrupted(json.loads(progress_file.read_text()), plan["budgetSeconds"],
+                               clock() - started >= plan["budgetSeconds"])
     else:
-        problems: list[str] = []
-        hardware: list[str] = []
-        figures: dict[str, Any] = {}
-        skip = {step for step, allowance in plan["steps"].items() if not allowance}
-        for step, run in STEPS:
-            if step in skip:
-                continue
-            _save(progress_file, {"step": step, "figures": figures})
-            left = started + budget - clock()
-            if left <= 0:
-                problems.append(f"burn-in did not finish within its budget of {budget} s, in step {step}")
-                break
-            found, figs, hw = run(plan, left, results)
-            problems += found
-            hardware += hw
-            warnings = [*figures.get("warnings", []), *figs.pop("warnings", [])]
-            figures.update(figs, **({"warnings": warnings} if warnings else {}))
-        figures["seconds"] = round(clock() - started)
-        verdict = {"result": marks.FAILED if problems else marks.PASSED, "figures": figures, "hardware": hardware,
-                   "reason": "; ".join(problems) or None}
+        verdict = _run_steps(plan, results, started, clock)
+    if reboots:
+        verdict["figures"]["reboots"] = reboots
     _save(verdict_file, verdict)
     return verdict
 

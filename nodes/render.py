@@ -138,9 +138,12 @@ def dcgm_script(b: PoolBurnIn) -> str:
 
 
 def liveness_command(b: PoolBurnIn) -> list[str]:
+    """Alive while the result is written, the clock has not started, the node rebooted since it did (the
+    agent starts over: ``nodes.agent.BOOT_ID``), or the budget (plus a grace) has not run out."""
     r = RESULTS_DIR
     limit = b.budget_seconds + PROBE_GRACE_SECONDS
     return ["sh", "-c", f"test -e {r}/written || test ! -s {r}/started || "
+                        f"test \"$(cat {r}/boot 2>/dev/null)\" != \"$(cat /proc/sys/kernel/random/boot_id)\" || "
                         f"test $(( $(date +%s) - $(cat {r}/started) )) -lt {limit}"]
 
 

@@ -407,3 +407,18 @@ def test_the_capability_labels_are_set_from_the_preflight_after_a_reboot(node_en
     node = node_env["run"](plan, node=node).node
     assert node["metadata"]["labels"]["rl.platform/gdrcopy"] == "true"
     assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
+
+
+def test_a_reboot_during_the_burn_in_tests_again_instead_of_failing(node_env, train_plan, monkeypatch, tmp_path):
+    """The node rebooted in the NCCL step (EKS auto-repair, a GPU XID): the pod's containers start again
+    on the new boot with the old results folder; the burn-in starts over and counts the reboot."""
+    results, boot = node_env["results"], tmp_path / "boot_id"
+    boot.write_text("boot-2\n")
+    monkeypatch.setattr(agent, "BOOT_ID", boot)
+    (results / "started").write_text(str(int(time.time()) - train_plan["budgetSeconds"] - 5))  # the old clock ran out
+    (results / "boot").write_text("boot-1")
+    (results / "progress.json").write_text(json.dumps({"step": "nccl", "figures": {"preflight": "ok"}}))
+    node = node_env["run"](train_plan).node
+    assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
+    assert json.loads(node["metadata"]["annotations"][marks.FIGURES_ANNOTATION])["reboots"] == 1
+    assert (results / "boot").read_text() == "boot-2"
