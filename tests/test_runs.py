@@ -65,6 +65,23 @@ def test_a_run_that_can_never_fit_is_refused_naming_run_pool_and_resource(bad, m
         plan_runs(variant(SHARED, {}), [bad])
 
 
+def test_a_run_above_its_queues_limit_never_starts_and_plan_exits_1(tmp_path, capsys):
+    """Volcano's capacity plugin holds a queue to its capability or the cluster's GPUs not guaranteed to
+    other queues, whichever is less (capacity.go:1081-1088), and enqueue never admits a job above it
+    (enqueue.go:95): alpha's 16 + 32 nodes (384 GPUs) exceed 392 - 64 (beta's guarantee) = 328, so the run
+    would wait for ever. The plan says so and exits 1; ``runs submit`` refuses it too."""
+    seed = run("seed", "alpha", train=16, rollout=32)
+    message = (r"run seed: 384 GPUs, more than queue team-alpha's limit of 328 \(the cluster's 392 GPUs less the "
+               r"64 guaranteed to other queues\)")
+    with pytest.raises(NeverFits, match=message):
+        plan_runs(variant(SHARED, {}), [seed])
+    path = tmp_path / "seed.yaml"
+    path.write_text(yaml.safe_dump(seed.model_dump(mode="json", by_alias=True, exclude_defaults=True)))
+    assert main(["plan", SHARED, str(path)]) == 1
+    assert main(["submit", SHARED, str(path), "--dry-run"]) == 1
+    assert "more than queue team-alpha's limit of 328" in capsys.readouterr().err
+
+
 def test_a_run_too_large_for_any_tier_is_refused_when_hard_and_placed_when_soft():
     cfg = variant(SHARED, {"workloads": {"network": {"tierNodes": {1: 4, 2: 16, 3: 20}}}})
     with pytest.raises(NeverFits, match=r"run wide: run: 24 nodes, more than one HyperNode of the widest tier \(3\) "

@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.arms import arm_changes, render_arm
 from bench.experiment import arm_run, load_experiment
 from stackconfig.files import read_stack
 from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
+from workloads.checks.run_plan import Planner
 
 SEED = Path("experiments/seed-ab.yaml")
 SEED_SHAPE = Path("experiments/seed-p5en.yaml")
@@ -37,28 +39,27 @@ def _allowed(key: str) -> bool:
     return False
 
 
-@pytest.fixture(scope="module")
-def shared() -> ProgramConfig:
-    return gate.read("p5en-shared")
+def stack_of(exp) -> ProgramConfig:
+    return gate.read(exp.stack)
 
 
 @pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
-def test_the_two_miles_arms_differ_only_in_the_all_to_all(path, shared):
+def test_the_two_miles_arms_differ_only_in_the_all_to_all(path):
     """Before: only the v2 arm's pods set NCCL_CUMEM_ENABLE=1; SGLang sets 0 when it is unset
     (sglang 0.5.19 srt/entrypoints/engine.py:1658-1659), so NCCL ran on cuMem (NVLS buffers, symmetric
     windows) in one arm alone (workloads.derive.env.NCCL_ENV)."""
     exp = load_experiment(path)
-    diff = arm_changes(exp, "miles-nccl", "miles-deepep-v2", shared)
+    diff = arm_changes(exp, "miles-nccl", "miles-deepep-v2", stack_of(exp))
     assert "argv.--sglang-moe-a2a-backend" in diff  # the comparison is real
     assert [k for k in diff if not _allowed(k)] == []
 
 
 @pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
-def test_the_baseline_runs_nccl_over_efa(path, shared):
+def test_the_baseline_runs_nccl_over_efa(path):
     """The seed's baseline is "a Slime stack without EFA-accelerated expert parallelism": its NCCL
     still crosses nodes over EFA (aws-ofi-nccl); only the experts' all-to-all is plain NCCL."""
     exp = load_experiment(path)
-    base = render_arm(exp, exp.baseline, shared)
+    base = render_arm(exp, exp.baseline, stack_of(exp))
     assert base["entryPoint"] == "/root/slime/train.py"
     for group in ("trainer", "rollout"):
         assert base[f"env.{group}.NCCL_NET_PLUGIN"] == "ofi" and base[f"env.{group}.FI_PROVIDER"] == "efa"
@@ -84,16 +85,45 @@ def test_the_report_names_what_each_link_changes_as_rendered(tmp_path):
     assert main(["report", str(tmp_path / "d"), "--stack", "p5en-prod", "--no-plots"]) == 0
 
 
-def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes(shared):
+@pytest.mark.parametrize("path", [SEED, SEED_SHAPE, Path("experiments/example-ab.yaml")])
+def test_every_arm_starts_on_its_experiments_stack(path):
+    """Each arm, alone on the idle stack, is one the offline plan starts (a run above its queue's limit
+    would wait for ever: workloads.checks.runs.check_run)."""
+    exp = load_experiment(path)
+    planner = Planner(gate.read(exp.stack))
+    for arm in exp.arms:
+        (decision,) = planner.plan([arm_run(exp, arm.name)])
+        assert decision.action == "starts", (arm.name, decision.why)
+
+
+def test_bench_refuses_an_experiment_that_never_starts_before_any_attempt(tmp_path, capsys):
+    """The seed's shape on p5en-shared: team alpha's queue can never hold 384 GPUs there."""
+    from bench.__main__ import main
+    doc = yaml.safe_load(SEED_SHAPE.read_text()) | {"stack": "p5en-shared"}
+    doc["base"]["team"] = "alpha"
+    exp = tmp_path / "seed-shared.yaml"
+    exp.write_text(yaml.safe_dump(doc))
+    submitted = []
+    assert main(["estimate", str(exp)]) == 1
+    assert main(["run", str(exp), "--dry-run"]) == 1
+    assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--log-bucket", "b"],
+                client=lambda: submitted.append("client") or pytest.fail("a cluster was contacted")) == 1
+    err = capsys.readouterr()
+    assert "more than queue team-alpha's limit of 328" in err.err and "apiVersion" not in err.out
+    assert submitted == [] and not (tmp_path / "out").exists()
+
+
+def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes():
     exp = load_experiment(SEED_SHAPE)
+    seed = stack_of(exp)
     for arm in exp.arms:
         run = arm_run(exp, arm.name)
         assert run.nodes == {"train": 16, "rollout": 32}
-        assert {p.name: p.instance_type for p in shared.pools if p.name in run.nodes} == \
+        assert {p.name: p.instance_type for p in seed.pools if p.name in run.nodes} == \
             {"train": "p5en.48xlarge", "rollout": "p5en.48xlarge"}
     readme = Path("docs/getting-started/seed-benchmark.md").read_text()
-    assert f"python -m bench estimate {SEED_SHAPE} --stack p5en-shared" in readme
+    assert f"python -m bench estimate {SEED_SHAPE}\n" in readme
     from bench.cost import estimate
-    est = estimate(exp, shared)
-    assert est.usd is None  # the shared stack's reservations carry no contract price: no dollar figure
+    est = estimate(exp, seed)
+    assert est.usd is None  # the stack's reservations carry no contract price: no dollar figure
     assert f"{est.node_hours:,.1f} node-hours" in " ".join(readme.split())  # the seed benchmark page's figure

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Sequence
 from workloads.schema.run import RunFile
 from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
 from workloads.derive.deepep import expert_precision
-from workloads.checks.teams import pool_gpus
-from workloads.schema.teams import QUOTA_NAME, TeamSettings
+from workloads.checks.queues import cluster_gpus, queue_shares
+from workloads.schema.teams import QUOTA_NAME
 from workloads.checks.runs import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,39 +57,6 @@ class Decision:
     @property
     def placed(self) -> bool:
         return self.action in ("running", "starts")
-
-
-@dataclass(frozen=True)
-class QueueShare:
-    """A team queue as Volcano's capacity plugin sees it, in GPUs summed over the team's pools (the
-    Queue counts ``nvidia.com/gpu``, not pools)."""
-
-    guarantee: int
-    deserved: int
-    """The rendered deserved, within the limit and at least the guarantee (capacity.go:1136-1141)."""
-    capability: int
-    """The Queue's capability (the sum of the team's caps)."""
-    limit: int
-    """What the plugin holds the queue to: its capability, or the cluster's GPUs less every other
-    queue's guarantee when that is less (``realCapability``, capacity.go:1081-1088)."""
-    priority: int
-    reclaimable: bool
-
-    def share(self, used: int) -> float:
-        """Allocated / deserved; a queue without a deserved counts as 1 (capacity.go:1800-1827)."""
-        return used / self.deserved if self.deserved else 1.0
-
-
-def queue_shares(teams: Sequence[TeamSettings], cluster_gpus: int) -> dict[str, QueueShare]:
-    """Each team's QueueShare on a cluster of ``cluster_gpus`` GPUs (every GPU node at desired size)."""
-    guarantees = {t.name: sum(q.guarantee for q in t.gpus.values()) for t in teams}
-    out = {}
-    for t in teams:
-        cap = sum(q.cap for q in t.gpus.values())
-        limit = min(cap, max(cluster_gpus - sum(guarantees.values()), 0) + guarantees[t.name])
-        deserved = max(min(sum(q.deserved for q in t.gpus.values()), limit), guarantees[t.name])
-        out[t.name] = QueueShare(guarantees[t.name], deserved, cap, limit, t.priority, t.reclaimable)
-    return out
 
 
 @dataclass
@@ -125,7 +92,7 @@ class Planner:
         self.cfg = cfg
         self.pools = {p.name: p for p in run_pools(cfg)}
         self.teams = {t.name: t for t in cfg.workloads.teams}
-        self.queues = queue_shares(cfg.workloads.teams, sum(pool_gpus(p) for p in cfg.pools))
+        self.queues = queue_shares(cfg.workloads.teams, cluster_gpus(cfg))
         self.values = cfg.workloads.priority_classes
         self.grace = cfg.workloads.capacity_block_end.checkpoint_minutes
         self.usable = int(cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)

@@ -24,6 +24,7 @@ from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu
 from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
 from workloads.schema.settings import Submission
 from workloads.schema.run import RunFile, RunSpec
+from workloads.checks.queues import cluster_gpus, queue_shares
 from workloads.checks.stack import validate_run
 from workloads.derive.topology import run_tiers, unplaceable
 
@@ -74,6 +75,7 @@ def check_run(cfg: "ProgramConfig", run: RunFile) -> None:
         if cap is None or gpus > cap.cap:
             raise NeverFits(f"run {run.name}: pool {name}: nvidia.com/gpu {gpus} exceeds team {run.team}'s cap of "
                             f"{0 if cap is None else cap.cap} on that pool")
+    check_queue_limit(cfg, run)
     missing = sorted(wanted - {n for n, k in run.nodes.items() if k >= 1})
     if missing:
         raise NeverFits(f"run {run.name}: nodes.{missing[0]}: a run needs at least one node of the training and "
@@ -81,6 +83,21 @@ def check_run(cfg: "ProgramConfig", run: RunFile) -> None:
     tiers = cfg.workloads.network.tier_nodes
     if (why := unplaceable(run, run_tiers(run, run_pools(cfg)[0].name, tiers), tiers)) is not None:
         raise NeverFits(why)
+
+
+def check_queue_limit(cfg: "ProgramConfig", run: RunFile) -> None:
+    """NeverFits when the run alone needs more GPUs than its team's queue may ever hold: Volcano's enqueue
+    admits a job only while the queue's allocated + admitted + its own GPUs fit the queue's limit
+    (actions/enqueue/enqueue.go:81-103, capacity.go:1680-1692), so such a run stays Pending for ever."""
+    total = sum(n * next(p for p in cfg.pools if p.name == pool).instance.gpus for pool, n in run.nodes.items())
+    cluster = cluster_gpus(cfg)
+    queue = queue_shares(cfg.workloads.teams, cluster)[run.team]
+    if total > queue.limit:  # within every pool's cap (above): the limit is what the other queues leave
+        others = cluster - queue.limit
+        raise NeverFits(f"run {run.name}: {total} GPUs, more than queue team-{run.team}'s limit of {queue.limit} "
+                        f"(the cluster's {cluster} GPUs less the {others} guaranteed to other queues), so it would "
+                        f"stay Pending for ever; allowed: at most {queue.limit} GPUs, or a stack whose other teams "
+                        f"guarantee less")
 
 
 def _sized(pool: Pool, nodes: int) -> Pool:
