@@ -8,8 +8,9 @@ role lets the replacement controller's service account (and no other: the burn-i
 credentials) call ``autoscaling:SetInstanceHealth``, and only on Auto Scaling groups tagged
 ``eks:cluster-name`` = this cluster (the tag EKS puts on a managed node group's Auto Scaling group;
 ``aws:ResourceTag`` is a condition key of SetInstanceHealth in the Service Authorization Reference
-for Amazon EC2 Auto Scaling). The controller's Deployment is registered after the role's Pod
-Identity association: EKS Pod Identity injects credentials into a pod only when the association
+for Amazon EC2 Auto Scaling). The controller's Deployment (re-test evictions always, replacement with
+``burnIn.replaceFailed``) is registered after the role's Pod Identity association when there is one:
+EKS Pod Identity injects credentials into a pod only when the association
 exists as the pod is created (EKS user guide, pod-id-association), so a pod started first would run
 without them until it is recreated.
 """
@@ -55,13 +56,13 @@ class BurnIn(pulumi.ComponentResource):
         namespace = [self._object(o, [system]) for o in first if o["kind"] == "Namespace"]
         ready = [*namespace, *(self._object(o, [system, *namespace]) for o in first if o["kind"] != "Namespace")]
         self.daemonsets = [self._object(o, [*ready, *plugins]) for o in objects if o["kind"] == "DaemonSet"]
-        self.replacement, self.controller = None, None
+        self.replacement = None
         if any(p.replace for p in plans):
             self.replacement = PodRole(f"{m.cluster_name}-burn-in-replace", platform.cluster.name, NAMESPACE,
                                        REPLACE_ACCOUNT, inline_policy=platform.cluster.name.apply(replacement_policy),
                                        opts=pulumi.ResourceOptions(parent=self))
-            (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
-            self.controller = self._object(deployment, [*ready, self.replacement.association])
+        after = [*ready, *([self.replacement.association] if self.replacement else [])]
+        self.controller = next((self._object(o, after) for o in objects if o["kind"] == "Deployment"), None)
         self.register_outputs({})
 
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:

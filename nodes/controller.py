@@ -1,8 +1,10 @@
-"""The replacement controller: the one holder of ``autoscaling:SetInstanceHealth``, on the system pool.
+"""The burn-in controller, on the system pool: it frees the nodes asked to re-test and, with
+``burnIn.replaceFailed``, replaces hardware failures (the one holder of ``autoscaling:SetInstanceHealth``).
 
 Runs as a one-replica Deployment (``nodes.render``) in the workload image with the standard library
-only. Every ``PERIOD_SECONDS`` it lists the GPU nodes of the pools with ``burnIn.replaceFailed`` and
-replaces (``nodes.replace.mark_unhealthy``, instance id from ``spec.providerID``) only a node that is
+only. Every ``PERIOD_SECONDS`` it lists the GPU nodes of the burn-in's pools; on a node asked to re-test
+it evicts the pods that hold its GPUs and EFA devices (``nodes.retest``); in the pools with
+``burnIn.replaceFailed`` it replaces (``nodes.replace.mark_unhealthy``, instance id from ``spec.providerID``) only a node that is
 labelled ``failed`` with fault ``hardware`` AND carries the quarantine taint; the burn-in agent only
 labels. Per pool a circuit breaker (``nodes.breaker``) trips instead of a replacement; a trip is kept in
 the ConfigMap ``burn-in-breaker`` and on each node it holds back (record ``held``), announced by a
@@ -31,8 +33,9 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import incluster
     import marks
     import replace
+    import retest
 except ImportError:
-    from nodes import breaker, incluster, marks, replace
+    from nodes import breaker, incluster, marks, replace, retest
 
 PERIOD_SECONDS = 60
 RETRY_SECONDS = 600
@@ -153,13 +156,16 @@ def reconcile_pool(api: incluster.Api, run: Pass, pool: str, mine: list[Mapping[
 
 def reconcile(api: incluster.Api, plan: Mapping[str, Any], now: datetime,
               mark: Callable[[Mapping[str, Any]], None] = replace.mark_unhealthy) -> list[str]:
-    """One pass over the replace-enabled pools; returns what it did, one line each."""
+    """One pass over the burn-in's pools: free the nodes asked to re-test, replace in the replace-enabled
+    pools; returns what it did, one line each."""
     run, done = Pass(api, plan["namespace"]), []
     nodes = api.nodes(f"{plan['poolLabel']} in ({','.join(sorted(plan['pools']))})")
     try:
+        for node in (n for n in nodes if retest.retesting(n, plan["taint"])):
+            done += retest.release(api, node, plan["namespace"], now, PERIOD_SECONDS)
         for pool, limits in sorted(plan["pools"].items()):
             mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]
-            done += reconcile_pool(api, run, pool, mine, limits, plan, now, mark)
+            done += reconcile_pool(api, run, pool, mine, limits, plan, now, mark) if limits["replace"] else []
     finally:  # what this pass did is kept even when a later write failed
         run.save()
     return done

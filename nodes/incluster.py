@@ -1,6 +1,6 @@
 """The few Kubernetes API calls the burn-in agent makes from its pod, with the standard library only
 (the workload image has no Kubernetes client): read its node and the pods on it, merge-patch the
-node, create an Event; for the replacement controller also list nodes and keep its ConfigMap.
+node, create an Event; for the controller also list nodes, evict pods and keep its ConfigMap.
 
 Authenticates with the pod's projected service-account token and CA (read again on every call: the
 kubelet rotates the token) at ``KUBERNETES_SERVICE_HOST``/``PORT``. A non-2xx answer raises
@@ -63,6 +63,12 @@ class Api:
 
     def create_event(self, event: Mapping[str, Any]) -> dict:
         return self._call("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event)
+
+    def evict(self, namespace: str, name: str) -> dict:
+        """The Eviction API (policy/v1 ``Eviction`` to the pod's ``eviction`` subresource): the pod goes
+        through graceful termination unless its disruption budget refuses (429)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        return self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
 
     def nodes(self, selector: str) -> list[dict]:
         return self._call("GET", f"/api/v1/nodes?labelSelector={urllib.parse.quote(selector)}").get("items", [])

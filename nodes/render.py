@@ -1,5 +1,5 @@
 """The burn-in's Kubernetes objects: namespace, service accounts, RBAC, scripts, one DaemonSet per GPU
-pool, the watcher, the replacement controller (with ``burnIn.replaceFailed``) and the admission
+pool, the watcher, the controller (re-tests; replacement with ``burnIn.replaceFailed``) and the admission
 policies.
 
 Guarantees:
@@ -21,12 +21,14 @@ Guarantees:
   hang becomes a failure with that reason (``nodes.agent.decide``);
 - the watcher (``nodes.watch``) runs on every GPU node that passed, with no GPU, and re-tests it
   when a run's preflight fails there;
-- the replacement controller (``nodes.controller``) runs on the system pool, the only pod with the
-  Pod Identity role that may call ``autoscaling:SetInstanceHealth`` and the only one that reaches the
-  Pod Identity agent;
-- RBAC: read and patch nodes, create Events in its namespace (the watcher also lists pods, the
-  controller lists nodes and keeps its ConfigMap); the admission policies (``nodes.policy``) narrow
-  them to the pod's own node and the burn-in keys (the controller: its annotation).
+- the controller (``nodes.controller``) runs on the system pool: it evicts what holds a node asked to
+  re-test (``nodes.retest``) and, with ``burnIn.replaceFailed``, is the only pod with the Pod Identity
+  role that may call ``autoscaling:SetInstanceHealth`` and the only one that reaches the Pod Identity agent;
+- RBAC: read and patch nodes, create Events in its namespace (the watcher also lists pods; the
+  controller lists nodes and pods, creates pod evictions and keeps its ConfigMap: exactly the calls of
+  ``nodes.controller``, held so by ``tests/test_nodes_controller.py``); the admission policies
+  (``nodes.policy``) narrow them to the pod's own node and the burn-in keys (the controller: its
+  annotation on nodes, and no eviction in kube-system).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
-                   ("agent", "dcgm", "efa", "marks", "incluster", "replace", "watch", "controller", "breaker")},
+                   ("agent", "dcgm", "efa", "marks", "incluster", "replace", "watch", "controller", "breaker", "retest")},
                 "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
@@ -99,7 +101,9 @@ def base_objects() -> list[dict]:
         _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT], NAMESPACE),
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(REPLACE_ACCOUNT)},
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(f"{NAMESPACE}-replace", None),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}]},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                   {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]},
         _binding("ClusterRole", f"{NAMESPACE}-replace", [REPLACE_ACCOUNT], None),
         {"apiVersion": rbac, "kind": "Role", "metadata": _meta(BREAKER),
          "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
@@ -238,9 +242,10 @@ def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
 
 
 def controller_plan(plans: list[PoolBurnIn]) -> dict:
-    """What the replacement controller is told: the pools it may replace in, with their breakers."""
+    """What the controller is told: the burn-in's pools, whether it replaces in each, their breakers."""
     return {"namespace": NAMESPACE, "poolLabel": POOL_LABEL, "quarantine": plans[0].agent_plan["quarantine"],
-            "pools": {b.pool.name: b.breaker.model_dump(by_alias=True) for b in plans if b.replace}}
+            "taint": plans[0].agent_plan["taint"],
+            "pools": {b.pool.name: {"replace": b.replace, **b.breaker.model_dump(by_alias=True)} for b in plans}}
 
 
 def controller(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
@@ -267,7 +272,6 @@ def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     if not plans:
         return []
     caps = tuple(sorted({k for b in plans for k in b.capabilities}))
-    return [*base_objects(), *(daemonset(m, b) for b in plans), watch_daemonset(m, plans),
-            *([controller(m, plans)] if any(b.replace for b in plans) else []),
+    return [*base_objects(), *(daemonset(m, b) for b in plans), watch_daemonset(m, plans), controller(m, plans),
             *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
                               QUARANTINE_TAINT.key, caps)]

@@ -303,8 +303,8 @@ def test_the_replacement_controller_runs_on_the_system_pool_after_its_pod_identi
     assert pod["serviceAccountName"] == REPLACE_ACCOUNT and pod["nodeSelector"] == {f"{LABEL_PREFIX}/pool": "system"}
     c = container(pod, "controller")
     plan = json.loads(c["command"][c["command"].index("--plan") + 1])
-    assert plan["pools"]["train"] == {"maxFailedNodes": 3, "maxFailedPercent": None, "maxReplacementsPerHour": 4,
-                                      "windowMinutes": 120}
+    assert plan["pools"]["train"] == {"replace": True, "maxFailedNodes": 3, "maxFailedPercent": None,
+                                      "maxReplacementsPerHour": 4, "windowMinutes": 120}
     assert plan["quarantine"] == QUARANTINE
     for o in (dep, named(objects, "ValidatingAdmissionPolicy", "rl-burn-in-replace-nodes"),
               named(objects, "Role", "burn-in-breaker"), named(objects, "NetworkPolicy", "allow-pod-identity")):
@@ -379,3 +379,15 @@ def test_the_controller_may_write_only_its_replacement_annotation(policies):
     for bad in ({"metadata": {"labels": {marks.RESULT_LABEL: "passed"}}}, {"spec": {"taints": [GPU_TAINT]}},
                 {"metadata": {"annotations": {marks.REASON_ANNOTATION: None}}}):
         assert evaluate(replace_policy, request_from(None, user), merge(asked, bad), old), bad
+
+
+def test_the_controller_may_evict_run_pods_but_nothing_in_kube_system(policies):
+    evictions = policies["rl-burn-in-replace-evictions"]
+    user = f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "miles-worker-x"}}
+    assert evictions["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/eviction"]
+    assert evaluate(evictions, {**request_from(None, user), "namespace": "team-a"}, eviction, None) == []
+    assert evaluate(evictions, {**request_from(None, user), "namespace": "kube-system"}, eviction, None) == [
+        "the burn-in controller evicts only the pods of runs, never in kube-system"]
+    assert evaluate(evictions, {**request_from(None, "system:serviceaccount:x:y"), "namespace": "kube-system"},
+                    eviction, None) is None

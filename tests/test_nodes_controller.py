@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import send_json, serve
-from fake_kube import ApiServer
+from fake_kube import ApiServer, status
 from test_nodes_agent import BURN_IN, QUARANTINE, merge, new_node
 
 from nodes import breaker, controller, incluster, marks, replace
@@ -20,16 +20,21 @@ NOW = datetime(2026, 12, 1, 15, 0, tzinfo=timezone.utc)
 LIMITS = {"maxFailedNodes": 2, "maxFailedPercent": None, "maxReplacementsPerHour": 2, "windowMinutes": 120}
 NODES = "/api/v1/nodes"
 MAPS = "/api/v1/namespaces/rl-burn-in/configmaps"
-PLAN = {"namespace": "rl-burn-in", "poolLabel": "rl.platform/pool", "quarantine": QUARANTINE, "pools": {"train": LIMITS}}
+PLAN = {"namespace": "rl-burn-in", "poolLabel": "rl.platform/pool", "quarantine": QUARANTINE, "taint": BURN_IN,
+        "pools": {"train": {**LIMITS, "replace": True}}}
 
 
 class Cluster(ApiServer):
-    """Nodes, the burn-in namespace's ConfigMaps and Events, as the API server keeps them
-    (``fake_kube``: a write on a stale copy is refused 409, a missing object is 404), over HTTP."""
+    """Nodes, pods, the burn-in namespace's ConfigMaps and Events, as the API server keeps them
+    (``fake_kube``: a write on a stale copy is refused 409, a missing object is 404), over HTTP; every
+    request is kept (``requests``). A pod list across namespaces honours ``spec.nodeName`` field
+    selectors; an eviction (policy/v1, the pod's ``eviction`` subresource) deletes the pod, or is refused
+    429 TooManyRequests for a pod in ``guarded`` (its PodDisruptionBudget allows no disruption:
+    kubernetes pkg/registry/core/pod/storage/eviction.go ``checkAndDecrement``)."""
 
     def __init__(self, nodes):
         super().__init__([(NODES, n) for n in nodes])
-        self.events = []
+        self.events, self.requests, self.guarded = [], [], set()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,17 +42,37 @@ class Cluster(ApiServer):
                 pass
 
             def _answer(self):
-                path = unquote(urlparse(self.path).path)
+                url = urlparse(self.path)
+                path = unquote(url.path)
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                fake.requests.append((self.command, path))
                 if self.command == "POST" and path.endswith("/events"):
                     fake.events.append(body)
-                send_json(self, *fake.answer(self.command, path, body))
+                send_json(self, *fake.respond(self.command, path, unquote(url.query), body))
 
             do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _answer
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         serve(self.server)
         self.api = incluster.Api(f"http://127.0.0.1:{self.server.server_port}", token_file="/nonexistent", ca_file=None)
+
+    def respond(self, method: str, path: str, query: str, body) -> tuple[int, dict]:
+        if (method, path) == ("GET", "/api/v1/pods"):
+            node = query.split("spec.nodeName=", 1)[1] if "spec.nodeName=" in query else None
+            return 200, {"items": [o for o in self.pods.values() if node is None or o["spec"].get("nodeName") == node]}
+        if method == "POST" and path.endswith("/eviction"):
+            return self.evict(path.rsplit("/", 1)[0], body)
+        return self.answer(method, path, body)
+
+    def evict(self, pod: str, body: dict) -> tuple[int, dict]:
+        assert (body["apiVersion"], body["kind"], body["metadata"]["name"]) == ("policy/v1", "Eviction", pod.rsplit("/", 1)[-1])
+        if pod in self.guarded:
+            return 429, status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+        return self.answer("DELETE", pod)
+
+    @property
+    def pods(self) -> dict[str, dict]:
+        return {p: o for p, o in self.objects.items() if "/pods/" in p}
 
     @property
     def nodes(self) -> dict[str, dict]:
@@ -94,7 +119,7 @@ def test_only_a_quarantined_node_failed_for_its_hardware_is_replaced_by_its_inst
     c = cluster([gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "software"),
                  gpu_node(3, "failed", "hardware", quarantined=False), gpu_node(4, "passed"), gpu_node(5)])
     asked = []
-    plan = {**PLAN, "pools": {"train": {**LIMITS, "maxFailedNodes": 3}}}  # three failed: within the breaker
+    plan = {**PLAN, "pools": {"train": {**PLAN["pools"]["train"], "maxFailedNodes": 3}}}  # three failed: within the breaker
     done = controller.reconcile(c.api, plan, NOW, mark=lambda n: asked.append(replace.instance_id(n)))
     assert asked == [f"i-0{1:016x}"] and done == ["ip-10-0-1-1.ec2.internal: replacement requested"]
     assert marks.replacement(c.nodes["ip-10-0-1-1.ec2.internal"])["state"] == "requested"
@@ -131,7 +156,7 @@ def test_the_breaker_trips_when_too_many_nodes_failed_and_stays_open_until_reset
     assert controller.reconcile(c.api, PLAN, NOW + timedelta(hours=2), mark=asked.append) == [] and asked == []
 
 
-HOURLY = {**PLAN, "pools": {"train": {**LIMITS, "maxFailedNodes": 10}}}
+HOURLY = {**PLAN, "pools": {"train": {**PLAN["pools"]["train"], "maxFailedNodes": 10}}}
 """The hourly limit alone: the replaced nodes' failures stay within maxFailedNodes."""
 
 
@@ -149,7 +174,7 @@ def test_the_breaker_trips_after_the_hourly_limit_of_replacements(cluster):
 
 
 def test_the_percentage_limit_counts_the_whole_pool(cluster):
-    plan = {**PLAN, "pools": {"train": {**LIMITS, "maxFailedNodes": 10, "maxFailedPercent": 25}}}
+    plan = {**PLAN, "pools": {"train": {**PLAN["pools"]["train"], "maxFailedNodes": 10, "maxFailedPercent": 25}}}
     nodes = [gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "hardware"), gpu_node(3, "failed", "software"),
              gpu_node(4, "passed"), gpu_node(5, "passed"), gpu_node(6, "passed")]
     done = controller.reconcile(cluster(nodes).api, plan, NOW, mark=lambda n: None)
@@ -232,7 +257,7 @@ def test_software_failures_never_trip_the_breaker(cluster):
 
 
 def test_a_reset_holds_until_new_evidence(cluster):
-    plan = {**PLAN, "pools": {"train": {**LIMITS, "maxReplacementsPerHour": 5}}}
+    plan = {**PLAN, "pools": {"train": {**PLAN["pools"]["train"], "maxReplacementsPerHour": 5}}}
     held = [_failed_at(i, "hardware", NOW) for i in range(1, LIMITS["maxFailedNodes"] + 2)]
     c = cluster(held)
     asked = []
@@ -273,3 +298,67 @@ def test_deleting_the_breaker_configmap_does_not_reset_it(cluster):
     assert len(asked) == LIMITS["maxReplacementsPerHour"], done
     assert "replacements in the last hour" in breaker.state_of(c.maps[breaker.BREAKER])["train"]["tripped"]
     assert c.events[-1]["reason"] == "ReplacementBreakerRestored"
+
+
+# --- a re-test evicts what holds the node ---------------------------------------------------------------
+
+def _pod(name, node, ns="team-a", gpus=8, phase="Running", owner=None, ready=True):
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": ns, **({"ownerReferences": [{"kind": owner, "name": "x"}]} if owner else {})},
+           "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": (
+               {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": "16"} if gpus else {"cpu": "1"})}}]},
+           "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    return pod
+
+
+def _retest_node(i):
+    n = gpu_node(i, "passed")
+    return merge(n, marks.retest_patch(n, BURN_IN))
+
+
+@pytest.fixture
+def held_node(cluster):
+    """A node asked to re-test that a run still holds: its crash-looping worker (Pending: the preflight
+    init container fails, KubeRay v1.7.0 leaves the pod in place) and a healthy one guarded by the run's
+    budget, beside the device plugin and the burn-in pod (DaemonSets) and a CPU pod."""
+    retest, other = _retest_node(1), gpu_node(2, "passed")
+    c = cluster([retest, other])
+    name = retest["metadata"]["name"]
+    pods = [_pod("miles-worker-crashing", name, phase="Pending", ready=False), _pod("miles-worker-healthy", name),
+            _pod("nvidia-device-plugin-x", name, ns="kube-system", gpus=0, owner="DaemonSet"),
+            _pod("burn-in-train-x", name, ns="rl-burn-in", owner="DaemonSet"), _pod("cpu-only", name, gpus=0),
+            _pod("miles-worker-elsewhere", other["metadata"]["name"])]
+    for p in pods:
+        c.put(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
+    c.guarded.add("/api/v1/namespaces/team-a/pods/miles-worker-healthy")
+    return c, name
+
+
+def test_a_retest_evicts_the_run_pods_that_hold_the_node_through_the_eviction_api(held_node):
+    c, name = held_node
+    plan = {**PLAN, "pools": {"train": {**PLAN["pools"]["train"], "replace": False}}}  # evictions need no replacement
+    done = controller.reconcile(c.api, plan, NOW, mark=lambda n: pytest.fail("no replacement"))
+    assert done == [f"{name}: evicted team-a/miles-worker-crashing to re-test the node",
+                    f"{name}: eviction of team-a/miles-worker-healthy refused (its disruption budget): tried again "
+                    f"in {controller.PERIOD_SECONDS} s"]
+    assert {p.rsplit("/", 1)[-1] for p in c.pods} == {"miles-worker-healthy", "nvidia-device-plugin-x", "burn-in-train-x",
+                                                      "cpu-only", "miles-worker-elsewhere"}
+    assert [e["reason"] for e in c.events] == ["BurnInRetestEviction"]
+    c.guarded.clear()  # the run saved and stopped: its budget no longer holds the pod
+    assert controller.reconcile(c.api, plan, NOW + timedelta(minutes=1), mark=lambda n: None) == [
+        f"{name}: evicted team-a/miles-worker-healthy to re-test the node"]
+
+
+def test_every_call_of_the_controller_is_allowed_by_the_rbac_the_stack_renders(held_node):
+    from rbac import allows, attributes, rules_of
+
+    from nodes.render import NAMESPACE, REPLACE_ACCOUNT, base_objects
+    c, _ = held_node
+    c.put(NODES, gpu_node(3, "failed", "hardware"))
+    controller.reconcile(c.api, PLAN, NOW, mark=lambda n: None)  # evicts, replaces, creates the breaker
+    c.put(NODES, gpu_node(4, "failed", "hardware"))
+    controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=20), mark=lambda n: None)  # replaces, updates it
+    rules = rules_of(base_objects(), REPLACE_ACCOUNT, NAMESPACE)
+    made = {attributes(method, path) for method, path in c.requests}
+    assert {r.verb for r in made} >= {"list", "get", "patch", "create", "update"}
+    assert [r for r in made if not allows(rules, r)] == []
