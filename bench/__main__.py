@@ -3,6 +3,7 @@ measured.
 
     python -m bench estimate experiments/seed-ab.yaml --stack p5en-prod   # cost and node time, offline
     python -m bench run experiments/seed-ab.yaml --out results/seed-ab --log-bucket BUCKET --repository URL
+    python -m bench run experiments/seed-ab.yaml --out results/seed-ab ... --only miles-nccl/r2   # one attempt again
     python -m bench report results/seed-ab [--stack p5en-shared] [--no-plots]  # offline, from the artifacts
 
 Exit codes: 0 done; 1 an artifact or run that does not add up, or a cluster that cannot be used; 2 an invalid
@@ -39,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("experiment", type=Path, help="the experiment file (experiments/*.yaml)")
     run.add_argument("--out", type=Path, help="directory to collect into")
     run.add_argument("--dry-run", action="store_true", help="print every attempt's RayJob; contact no cluster")
+    run.add_argument("--only", action="append", metavar="ARM/rN",
+                     help="run only this attempt (repeatable), under a fresh attempt number, into the --out "
+                          "directory it was collected for: an INCOMPLETE attempt again")
     run.add_argument("--cloudwatch", action="store_true",
                      help="also collect the Container Insights GPU and EFA metrics of each attempt (boto3, the "
                           "default AWS credentials, the stack's region)")
@@ -102,7 +106,7 @@ def _run(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out
     return run_experiment(args.experiment, args.out, args.dry_run, client or (lambda: kube_client(args.context)),
                           out, args.repository, args.stack_dir, cloudwatch,
                           injector=lambda region, cluster: Injector(aws("fis", region), aws("ec2", region), cluster),
-                          s3=lambda region: aws("s3", region), log_bucket=args.log_bucket)
+                          s3=lambda region: aws("s3", region), log_bucket=args.log_bucket, only=args.only)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Faults injected into a running attempt through AWS Fault Injection Service (FIS), with the
-experiment templates the stack creates (``components.faults``), and the platform's first reaction.
+experiment templates the stack creates (``components.faults``): aimed at exactly this attempt, checked
+before the first attempt, and recorded with FIS' own times and targets.
 
 Why FIS and not the Kubernetes API: the bench user is a team member (``render.teams.SUBMITTER_RULES``:
 no pod delete, no node patch, no evictions, no cluster-wide pod list: 403), and a drain is refused by
@@ -12,52 +13,76 @@ its team's templates, the IAM policy ``components.faults`` outputs). Every fault
 - ``delete-rollout-pod`` / ``delete-trainer-pod``: ``aws:eks:pod-delete`` with ``gracePeriodSeconds``
   0 on one pod of the attempt's ``rollout`` / ``trainer`` group (FIS User Guide, actions reference,
   "aws:eks:pod-delete"): SIGKILL, no preStop hook, so no save-on-stop checkpoint
-  (``render.runs.SAVE_ON_STOP``) runs; the pods are found by the label ``FAULT_TARGET_LABEL`` the
-  runner puts on a fault arm's worker groups;
+  (``render.runs.SAVE_ON_STOP``) runs. The template selects the label ``FAULT_TARGET_LABEL`` in the team
+  namespace; before starting it, every pod there carrying the label must be this attempt's (a
+  teammate's fault arm would carry it too: refused, nothing injected);
 - ``terminate-gpu-node``: ``aws:ec2:terminate-instances`` on the EC2 instance of one rollout pod's
-  node, which the bench tags ``FAULT_TAG`` just before (FIS targets are fixed in the template; the tag
-  is what picks the instance); the instance is gone, as in a hardware failure.
+  node, tagged ``FAULT_TAG`` with a value of its own (``components.faults.fault_tag``) just before,
+  the cluster's template pointed at that value (``UpdateExperimentTemplate``), and the started
+  experiment's target read back to be that value (another operator's update in between: stopped).
+
+After each fault FIS' resolved targets (``ListExperimentResolvedTargets``) must be the attempt's pod or
+the tagged instance, else ``FaultError`` (the report would otherwise call a teammate's crash
+"survived"). The record keeps FIS' own time of the action (``GetExperiment`` ``actions.<name>.startTime``),
+from which the report times the fault (``bench.recovery``). The API shapes are botocore 1.44.18's
+``botocore/data/fis/2020-12-01/service-2.json`` (``ExperimentAction.startTime``,
+``StartExperimentExperimentOptionsInput.actionsMode``, ``ResolvedTarget.targetInformation``).
+
+``preflight``, before anything is submitted: each template the experiment will start is started as
+FIS' target preview (``experimentOptions.actionsMode: skip-all``: FIS User Guide, "Generate a target
+preview from an experiment template": the experiment runs no action), which the bench user's
+``fis:StartExperiment`` must allow; for a node fault also EC2's ``CreateTags`` with ``DryRun`` on a node
+of the pool and a no-change ``UpdateExperimentTemplate``. A refusal (AccessDenied, UnauthorizedOperation)
+is a ``FaultError`` naming the policy to attach, before the first attempt rather than hours in.
 
 Each kind's action and group are data (``stackconfig/faults.yaml``, ``stackconfig.faults``).
-
-Guarantees: every fault returns the time it was injected, the FIS experiment and what it hit, or
-raises ``FaultError`` naming what failed; ``Injector.undo`` stops an experiment still running and
-removes the tag (called by the runner on every path out); ``detected`` is the first Kubernetes Event
-about the attempt after the fault (KubeRay's ``DeletedWorkerPod``/``CreatedWorkerPod``..., kubelet's
-and the node controller's), with the event's own time, or the RayJob leaving RUNNING.
+Guarantees: every fault returns its record or raises ``FaultError`` naming what failed; an FIS
+experiment that does not finish within the wait given (``bench.deadlines``: the experiment's step
+time) is ``Overdue``; ``Injector.undo`` stops an experiment still running and removes the tag (called
+by the runner on every path out).
 """
 
 from __future__ import annotations
 
-import time
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 from workloads.render.common import RAY_GROUP_LABEL
-from workloads.render.runs import RUN_LABEL
+from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
-from components.faults import FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG
+from .deadlines import CLOCK, Overdue
+from components.faults import (FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG, fault_tag,
+                               terminate_template)
 from stackconfig.faults import fault_kind
+from stackconfig.labels import POOL_LABEL
 
 DONE = {"completed", "stopped", "failed", "cancelled"}
 """FIS experiment states that do no more (FIS API ``ExperimentStatus``)."""
+REFUSED = ("AccessDenied", "UnauthorizedOperation")
+"""Error codes of an identity that may not (FIS ``AccessDeniedException``, EC2 ``UnauthorizedOperation``)."""
 
 
 class FaultError(LookupError):
-    """A fault that could not be injected; the message says what and why."""
+    """A fault that could not be injected, or hit something else; the message says what and why."""
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
+def _code(err: Exception) -> str:
+    return str((getattr(err, "response", None) or {}).get("Error", {}).get("Code", ""))
 
 
-def _group_pods(api: RunClient, team: str, run: str, group: str) -> list:
-    pods = api.core.list_namespaced_pod(namespace_of(team), label_selector=f"{RUN_LABEL}={run},"
-                                                                           f"{RAY_GROUP_LABEL}={group}").items
+def _pods(api: RunClient, team: str, selector: str) -> list:
+    return api.core.list_namespaced_pod(namespace_of(team), label_selector=selector).items
+
+
+def _running(pods: list) -> list:
     return sorted((p for p in pods if p.status and p.status.phase == "Running"), key=lambda p: p.metadata.name)
+
+
+def _attempt_of(rayjob: str) -> str:
+    return rayjob.rsplit("-", 1)[1]
 
 
 @dataclass
@@ -69,7 +94,6 @@ class Injector:
     ec2: object
     cluster: str
     poll_s: float = 5.0
-    timeout_s: float = 600.0
     running: list[str] = field(default_factory=list)
     tagged: list[str] = field(default_factory=list)
 
@@ -91,46 +115,140 @@ class Injector:
                              f"deploy the stack with faults enabled, components.faults)")
         return found[0]
 
-    def inject(self, api: RunClient, kind: str, team: str, run: str) -> dict:
-        """Inject one fault into the run's current pods and wait for FIS to finish it; a record for
-        ``faults.json``."""
+    def preflight(self, api: RunClient, exp, attempts: list) -> list[str]:
+        """Whether the bench user may start every fault the attempts plan (see the module); what was checked."""
+        done = []
+        for kind, team in sorted({(f.kind, a.run.team) for a in attempts for f in exp.arm(a.arm).faults}):
+            template = self.template(kind, team)
+            policy = "nodePolicy" if fault_kind(kind).removes_node else f"teamPolicies.{team}"
+            self._may(f"{kind}: start FIS template {template}", policy, lambda: self.fis.start_experiment(
+                experimentTemplateId=template, experimentOptions={"actionsMode": "skip-all"},
+                tags={"rl.platform/preflight": kind}))
+            if fault_kind(kind).removes_node:
+                self._node_rights(api, kind, template, policy)
+            done.append(f"{kind}: the bench user may start template {template} (FIS target preview, skip-all)")
+        return done
+
+    def _node_rights(self, api: RunClient, kind: str, template: str, policy: str) -> None:
+        nodes = api.core.list_node(label_selector=f"{POOL_LABEL}={fault_kind(kind).group}").items
+        if not nodes:
+            raise FaultError(f"{kind}: no node of pool {fault_kind(kind).group} to check the tag right on")
+        iid = instance_id(api.core.api_client.sanitize_for_serialization(nodes[0])["spec"]["providerID"])
+        try:
+            self.ec2.create_tags(Resources=[iid], Tags=[{"Key": FAULT_TAG, "Value": fault_tag(self.cluster, "preflight")}],
+                                 DryRun=True)
+        except Exception as err:  # botocore ClientError: DryRunOperation is the answer of an allowed call
+            if _code(err) != "DryRunOperation":
+                self._refused(err, f"{kind}: tag instance {iid} with {FAULT_TAG}", policy)
+        self._may(f"{kind}: point FIS template {template} at a fault's tag", policy,
+                  lambda: self._aim(template, terminate_template(self.cluster)))
+
+    def _may(self, what: str, policy: str, call) -> None:
+        try:
+            call()
+        except Exception as err:  # botocore ClientError
+            self._refused(err, what, policy)
+
+    def _refused(self, err: Exception, what: str, policy: str) -> None:
+        if any(code in _code(err) for code in REFUSED):
+            raise FaultError(f"{what}: refused ({_code(err)}) for the bench user's AWS identity: attach the stack "
+                             f"output benchFaults.{policy} to it (docs/design/benchmark.md, Identity)") from None
+        raise err
+
+    def _aim(self, template: str, spec: dict) -> None:
+        """Point the template's ``node`` target at ``spec``'s tag (UpdateExperimentTemplate)."""
+        t = spec["targets"][0]
+        self.fis.update_experiment_template(id=template, targets={t["name"]: {
+            "resourceType": t["resource_type"], "selectionMode": t["selection_mode"],
+            "resourceTags": {x["key"]: x["value"] for x in t["resource_tags"]}, "filters": [
+                {"path": f["path"], "values": f["values"]} for f in t["filters"]]}})
+
+    def inject(self, api: RunClient, kind: str, team: str, run: str, rayjob: str, wait_s: float) -> dict:
+        """Inject one fault into the attempt ``rayjob``'s current pods and wait (``wait_s``) for FIS to
+        finish it; a record for ``faults.json``."""
         spec = fault_kind(kind)
-        group = spec.group
-        pods = _group_pods(api, team, run, group)
+        pods = _running(_pods(api, team, f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt_of(rayjob)},"
+                                         f"{RAY_GROUP_LABEL}={spec.group}"))
         if not pods:
-            raise FaultError(f"run {run}: no running pod of group {group} to inject {kind} into")
+            raise FaultError(f"run {run}: no running pod of group {spec.group} to inject {kind} into")
         template = self.template(kind, team)
-        record = {"kind": kind, "group": group, "template": template,
+        record = {"kind": kind, "group": spec.group, "template": template,
                   "podsBefore": [p.metadata.name for p in pods]}
         if spec.removes_node:
-            node = pods[0].spec.node_name
-            iid = instance_id(api.core.api_client.sanitize_for_serialization(api.core.read_node(node))["spec"]["providerID"])
-            self.ec2.create_tags(Resources=[iid], Tags=[{"Key": FAULT_TAG, "Value": self.cluster}])
-            self.tagged.append(iid)
-            record["target"] = f"node/{node} ({iid})"
+            ours = self._tag_node(api, pods[0], template, record)
         else:
-            record["target"] = f"one pod of group {group} (label {FAULT_TARGET_LABEL})"
-        record["injectedAt"] = _now().isoformat()
+            ours = self._only_ours(api, team, spec.group, rayjob, record)
+        record["injectedAt"] = CLOCK.now().isoformat()
         exp = self.fis.start_experiment(experimentTemplateId=template, tags={RUN_LABEL: run})["experiment"]
         self.running.append(exp["id"])
         record["experiment"] = exp["id"]
-        state = self._wait(exp["id"])
+        if spec.removes_node:
+            self._check_aim(exp["id"], record["tag"])
+        state = self._wait(exp["id"], wait_s)
         self.running.remove(exp["id"])
         self._untag()
-        if state.get("status") != "completed":
-            raise FaultError(f"{kind}: FIS experiment {exp['id']} ended {state.get('status')}: "
-                             f"{state.get('reason', 'no reason given')}")
+        if state["state"].get("status") != "completed":
+            raise FaultError(f"{kind}: FIS experiment {exp['id']} ended {state['state'].get('status')}: "
+                             f"{state['state'].get('reason', 'no reason given')}")
+        record["actionStartedAt"] = _iso(min((a["startTime"] for a in (state.get("actions") or {}).values()
+                                              if a.get("startTime")), default=None))
+        record["hit"] = self._hit(exp["id"], ours, kind)
         return record
 
-    def _wait(self, experiment: str) -> dict:
-        deadline = time.monotonic() + self.timeout_s
+    def _tag_node(self, api: RunClient, pod, template: str, record: dict) -> set[str]:
+        node = pod.spec.node_name
+        iid = instance_id(api.core.api_client.sanitize_for_serialization(api.core.read_node(node))["spec"]["providerID"])
+        value = fault_tag(self.cluster, uuid.uuid4().hex[:12])
+        self.ec2.create_tags(Resources=[iid], Tags=[{"Key": FAULT_TAG, "Value": value}])
+        self.tagged.append(iid)
+        self._aim(template, terminate_template(self.cluster, value.split(":", 1)[1]))
+        record |= {"target": f"node/{node} ({iid})", "tag": value}
+        return {iid}
+
+    def _only_ours(self, api: RunClient, team: str, group: str, rayjob: str, record: dict) -> set[str]:
+        run, attempt = rayjob.rsplit("-", 1)
+        labelled = _pods(api, team, f"{FAULT_TARGET_LABEL}={group}")
+        others = sorted(p.metadata.name for p in labelled if (p.metadata.labels.get(RUN_LABEL),
+                                                               p.metadata.labels.get(ATTEMPT_LABEL)) != (run, attempt))
+        if others:
+            raise FaultError(f"{record['kind']}: pods of other runs carry {FAULT_TARGET_LABEL}={group} in "
+                             f"{namespace_of(team)} ({', '.join(others[:3])}): FIS could hit them; not injected")
+        record["target"] = f"one pod of group {group} of {rayjob} (label {FAULT_TARGET_LABEL})"
+        return {p.metadata.name for p in labelled}
+
+    def _check_aim(self, experiment: str, value: str) -> None:
+        """The started experiment's copy of the target is this fault's tag (not a concurrent update's)."""
+        targets = self.fis.get_experiment(id=experiment)["experiment"].get("targets") or {}
+        got = {v for t in targets.values() for v in (t.get("resourceTags") or {}).values()}
+        if got != {value}:
+            self.fis.stop_experiment(id=experiment)
+            self.running.remove(experiment)
+            raise FaultError(f"FIS experiment {experiment} started on tag {', '.join(sorted(got)) or 'none'}, not this "
+                             f"fault's {value} (another update of the template in between): stopped")
+
+    def _hit(self, experiment: str, ours: set[str], kind: str) -> list[str]:
+        """What FIS resolved its target to; ``FaultError`` unless every one is ours."""
+        got = self.fis.list_experiment_resolved_targets(experimentId=experiment).get("resolvedTargets", [])
+        hit, foreign = [], []
+        for target in got:  # a target is ours when one of its values names our pod or instance (a name, an ARN)
+            values = [str(v) for v in (target.get("targetInformation") or {}).values()]
+            mine = [v for v in values if any(v == o or v.endswith("/" + o) for o in ours)]
+            (hit if mine else foreign).append(mine[0] if mine else " ".join(values))
+        if foreign or not hit:
+            raise FaultError(f"{kind}: FIS experiment {experiment} hit {', '.join(foreign) or 'nothing'}, not this "
+                             f"attempt's {', '.join(sorted(ours))}")
+        return sorted(hit)
+
+    def _wait(self, experiment: str, wait_s: float) -> dict:
+        deadline = CLOCK.monotonic() + wait_s
         while True:
-            state = self.fis.get_experiment(id=experiment)["experiment"]["state"]
-            if state.get("status") in DONE:
-                return state
-            if time.monotonic() > deadline:
-                raise FaultError(f"FIS experiment {experiment} still {state.get('status')} after {self.timeout_s:.0f} s")
-            time.sleep(self.poll_s)
+            got = self.fis.get_experiment(id=experiment)["experiment"]
+            if got["state"].get("status") in DONE:
+                return got
+            if CLOCK.monotonic() > deadline:
+                raise Overdue(f"FIS experiment {experiment} still {got['state'].get('status')} after {wait_s:.0f} s "
+                              f"(the experiment's step deadline, bench.deadlines)")
+            CLOCK.sleep(self.poll_s)
 
     def _untag(self) -> None:
         if self.tagged:
@@ -150,31 +268,6 @@ class Injector:
         return done
 
 
-def _event_time(e) -> datetime | None:
-    t = getattr(e, "event_time", None) or getattr(e, "last_timestamp", None) or getattr(e, "first_timestamp", None)
-    return t
-
-
-def detected(api: RunClient, team: str, run: str, record: dict, timeout_s: float = 1800,
-             poll_s: float = 5.0) -> dict:
-    """The platform's first reaction after the fault: the earliest Kubernetes Event in the team's
-    namespace about a pod, RayCluster or RayJob of the run's current attempt (involvedObject name
-    starting with the RayJob's name: KubeRay names the cluster and pods after it), with its own time and
-    reason; else the RayJob leaving RUNNING, at the poll that saw it. ``{}`` within ``timeout_s``."""
-    injected = datetime.fromisoformat(record["injectedAt"])
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        jobs = api.rayjobs(team, run)
-        job = jobs[-1] if jobs else None
-        prefix = job["metadata"]["name"] if job else run
-        events = [e for e in api.core.list_namespaced_event(namespace_of(team)).items
-                  if (e.involved_object.name or "").startswith(prefix) and _event_time(e)
-                  and _event_time(e) >= injected]
-        if events:
-            first = min(events, key=_event_time)
-            return {"detectedAt": _event_time(first).isoformat(), "detectedBy": f"Event {first.reason} "
-                    f"({first.involved_object.kind} {first.involved_object.name})"}
-        if job and (job.get("status") or {}).get("jobStatus") not in ("RUNNING", None, ""):
-            return {"detectedAt": _now().isoformat(), "detectedBy": f"RayJob {prefix} {job['status']['jobStatus']}"}
-        time.sleep(poll_s)
-    return {}
+def _iso(value) -> str | None:
+    """A time FIS gave (boto3: a datetime; a fake: a string) as ISO 8601."""
+    return None if value is None else value if isinstance(value, str) else value.isoformat()

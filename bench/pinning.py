@@ -7,12 +7,16 @@ network-tier affinity, ``workloads.render.runs.network_affinity``), so a node se
 topology tier stays that tier. Kubernetes ORs ``nodeSelectorTerms`` and ANDs the expressions of one
 term (Kubernetes API reference, NodeAffinity / NodeSelector). A group whose pool the first attempt
 did not use is left as it is. ``checks.check_same_nodes`` verifies afterwards that it held.
+
+Pins follow the nodes that exist (``existing``): a pool whose pinned node is gone (a terminated
+instance's replacement joins under a new name) is not pinned, since its pods could never schedule.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from stackconfig.labels import POOL_LABEL
@@ -47,3 +51,28 @@ def pinned(rayjob: dict, pools: dict[str, list[str]]) -> dict:
         for term in terms:
             term.setdefault("matchExpressions", []).append(expr)
     return job
+
+
+def _exists(api, name: str) -> bool:
+    try:
+        api.core.read_node(name)
+    except Exception as err:  # kubernetes ApiException: 404 is a node that is gone, anything else goes on
+        if getattr(err, "status", None) == 404:
+            return False
+        raise
+    return True
+
+
+def existing(api, pins: dict[str, list[str]] | None, say: Callable[[str], None] = lambda _: None
+             ) -> dict[str, list[str]] | None:
+    """``pins`` without the pools one of whose pinned nodes the API no longer has (``read_node`` 404)."""
+    if not pins:
+        return pins
+    kept = {}
+    for pool, names in pins.items():
+        gone = [n for n in names if not _exists(api, n)]
+        if gone:
+            say(f"pool {pool} not pinned: its pinned node(s) {', '.join(gone)} are gone")
+        else:
+            kept[pool] = names
+    return kept

@@ -5,18 +5,23 @@ Everything a run is made of comes from the run command's own code (``workloads.r
 the run sees it and its RayJob (``submit.run_objects``), the Kubernetes calls (``client.RunClient``:
 submit, list, next attempt), the image repository (``stackconfig.versions.with_repository``).
 
-Guarantees: every attempt after the first is pinned to the first one's nodes (``pinning``) until
-a fault terminates one of them (then the next attempt's nodes are the set, and ``report`` refuses a
-comparison across node sets unless asked); ``--dry-run`` prints every attempt's RayJob in run order, as one multi-document YAML stream
-(``---`` before each), and contacts no cluster; an
+Guarantees: every attempt after the first is pinned to the first one's nodes (``pinning``) while those
+nodes exist: before each submission (a resubmission after a fault included) a pool whose pinned node
+is gone is left unpinned and the next finished attempt's nodes become the set, and the attempts of an
+arm whose faults terminate a node are never pinned (its replacement node has a new name); ``report``
+refuses a comparison across node sets unless asked. ``--dry-run`` prints every attempt's RayJob in
+run order, as one multi-document YAML stream (``---`` before each), and contacts no cluster. An
 attempt is submitted only when the previous one has finished (the nodes are free again); faults go
 through the stack's fault engine (``bench.faults``: AWS FIS, the bench user's AWS identity), never
-through Kubernetes calls a team member may not make; a fault that makes the job fail is followed by
-the next attempt of the same run, which resumes from its last complete checkpoint (as ``runs submit
---resume``); the driver log is the launcher's copy on FSx, read incrementally at every poll
-(``bench.driverlog``) and from the bucket once the head is gone; nodes are recorded when first seen,
-so a terminated node is still in ``nodes.json``; any failure leaves the cluster as it was found
-(``run_attempt``) and says what it left.
+through Kubernetes calls a team member may not make, and every fault the experiment plans is first
+started as an FIS target preview (``Injector.preflight``) before anything is submitted; a fault that
+makes the job fail is followed by the next attempt of the same run, which resumes from its last
+complete checkpoint (as ``runs submit --resume``). Every wait has a deadline derived from the
+experiment (``bench.deadlines``); an attempt past one, or whose fault could not be aimed at it alone
+(``FaultError``), is left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
+on with the next attempt; the command then exits 1 naming
+each incomplete attempt and how to run it again (``--only <arm>/r<n>``). Any other failure leaves
+the cluster as it was found (``run_attempt``), says what it left, and stops the experiment.
 """
 
 from __future__ import annotations
@@ -24,9 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
-import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -34,100 +37,26 @@ import yaml
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
-from stackconfig.faults import fault_kind
-from workloads.derive.paths import CHECKPOINT_DIR
-from workloads.pod.miles_launcher import driver_log_path
-from workloads.cli.runs_client import FINISHED, RunClient, _attempt, _flag, _word, attempt_of
+from workloads.cli.runs_client import FINISHED, RunClient, attempt_of
 from workloads.checks.runs import run_pools
 from workloads.deploy.submit import run_objects
-from workloads.render.runs import RUN_LABEL
-from workloads.render.teams import namespace_of
 from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
 
 from .artifacts import EXPERIMENT_FILE
-from .cloudwatch import collect as cw_collect, instance_id
+from .collect import Seen, collect, incomplete, log_source
+from .deadlines import CLOCK, Overdue, Watch, deadlines
 from .experiment import Attempt, Experiment, load_experiment, schedule
-from .driverlog import DriverLog, LogUnavailable
-from .faults import Injector, detected
-from .serving import parse_result, start_command as serving_start
+from .faults import FaultError, Injector
 from .logparse import parse_log
-from .pinning import node_set, pinned
+from .pinning import existing, node_set, pinned
+from .serving import ServingRun
 
 POLL_S = 30.0
 
 
-def _sanitize(api: RunClient, obj) -> dict:
-    return api.core.api_client.sanitize_for_serialization(obj)
-
-
-class Seen:
-    """What an attempt showed while it ran, read at every poll because its Ray cluster (the head that
-    reaches the log, the pods) goes ``ttlSecondsAfterFinished`` (60 s) after it ends and a terminated
-    node goes with its instance: each RayJob's driver log read incrementally from the launcher's copy
-    (``bench.driverlog``), the nodes its pods ran on (kept as first read), and the run's Events."""
-
-    def __init__(self, log_source: Callable[[str, str, dict], DriverLog]) -> None:
-        self.log_source = log_source
-        self.readers: dict[str, DriverLog] = {}
-        self.logs: dict[str, str] = {}
-        self.nodes: dict[str, dict] = {}
-        self.events: dict[str, dict] = {}
-
-    def look(self, api: RunClient, team: str, run: str, jobs: list[dict], final: bool = False) -> None:
-        """Read what is new in the logs of ``jobs`` (the run's RayJobs as just listed), the nodes of its
-        pods and the Events about it; ``final``: read each log to its end (from the bucket once the head
-        is gone), else a log without a running head is read later."""
-        for job in jobs:
-            name = job["metadata"]["name"]
-            if name not in self.readers:
-                self.readers[name] = self.log_source(team, run, job)
-            try:
-                self.logs[name] = self.logs.get(name, "") + (
-                    self.readers[name].read_all(api) if final else self.readers[name].read(api))
-            except LogUnavailable:
-                if final:
-                    raise
-        for pod in api.core.list_namespaced_pod(namespace_of(team), label_selector=RUN_LABEL + "=" + run).items:
-            node = pod.spec.node_name
-            if node and node not in self.nodes:
-                self.nodes[node] = _sanitize(api, api.core.read_node(node))
-        for e in api.core.list_namespaced_event(namespace_of(team)).items:
-            if (e.involved_object.name or "").startswith(run):
-                self.events[e.metadata.name] = _sanitize(api, e)
-
-
-def _jobs(api: RunClient, attempt: Attempt) -> list[dict]:
-    return api.rayjobs(attempt.run.team, attempt.run.name)
-
-
 def _finished(job: dict | None) -> bool:
     return job is not None and (job.get("status") or {}).get("jobDeploymentStatus") in FINISHED
-
-
-def collect(api: RunClient, attempt: Attempt, folder: Path, faults: list[dict], seen: Seen,
-            cloudwatch: tuple[object, str] | None = None) -> None:
-    """The attempt's artifacts; ``cloudwatch`` = (boto3 CloudWatch client, EKS cluster name) adds
-    ``cloudwatch.json`` over the attempt's RayJob times."""
-    team, run = attempt.run.team, attempt.run.name
-    folder.mkdir(parents=True, exist_ok=True)
-    jobs = api.rayjobs(team, run)
-    seen.look(api, team, run, jobs, final=True)
-    (folder / "driver.log").write_text("".join(seen.logs.get(j["metadata"]["name"], "") for j in jobs))
-    (folder / "rayjob.json").write_text(json.dumps({"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": jobs},
-                                                   indent=1))
-    nodes = [seen.nodes[n] for n in sorted(seen.nodes)]
-    (folder / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "NodeList", "items": nodes}, indent=1))
-    (folder / "events.json").write_text(json.dumps({"apiVersion": "v1", "kind": "EventList",
-                                                    "items": list(seen.events.values())}, indent=1, default=str))
-    if cloudwatch is not None:
-        starts = [datetime.fromisoformat(j["status"]["startTime"].replace("Z", "+00:00")) for j in jobs]
-        ends = [datetime.fromisoformat(j["status"]["endTime"].replace("Z", "+00:00")) for j in jobs]
-        pairs = [(n["metadata"]["name"], instance_id(n["spec"]["providerID"])) for n in nodes]
-        doc = cw_collect(cloudwatch[0], cloudwatch[1], pairs, min(starts), max(ends))
-        (folder / "cloudwatch.json").write_text(json.dumps(doc))
-    if faults:
-        (folder / "faults.json").write_text(json.dumps(faults, indent=1))
 
 
 def without_dedup(rayjob: dict) -> dict:
@@ -158,52 +87,100 @@ def with_fault_target(rayjob: dict) -> dict:
     return job
 
 
-def _submit(api: RunClient, cfg: ProgramConfig, run, repository: str, faulted: bool,
-            pins: dict[str, list[str]] | None = None) -> None:
-    job = without_dedup(with_repository(pinned(_objects(api, cfg, run).rayjob, pins or {}), repository, cfg.stack))
-    api.submit(with_fault_target(job) if faulted else job)
+def _removes_nodes(exp: Experiment, arm: str) -> bool:
+    return any(f.spec.removes_node for f in exp.arm(arm).faults)
 
 
-def log_source(cfg: ProgramConfig, s3: object | None = None, bucket: str | None = None):
-    """How to read one RayJob's driver log: the launcher's copy (``--marker`` of its entrypoint), and
-    the same file in the checkpoint bucket (the team's pods mount ``<team prefix>`` over
-    ``<mount>/checkpoints``, ``render.teams.team_volumes``)."""
-    def source(team: str, run: str, job: dict) -> DriverLog:
-        marker = _word(job, "--marker")
-        if marker is None:
-            raise ValueError(f"RayJob {job['metadata']['name']}: no --marker in its entrypoint (not a platform run)")
-        path = str(driver_log_path(marker, _attempt(job)))
-        rel = path.split(f"/{CHECKPOINT_DIR}/", 1)[1]
-        return DriverLog(team, run, _attempt(job), path, s3=s3, bucket=bucket,
-                         key_of=lambda _p: f"{CHECKPOINT_DIR}/teams/{team}/{rel}")
-    return source
+class AttemptRun:
+    """One attempt: submit, watch, inject, resume, collect (``run``)."""
 
+    def __init__(self, api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: Attempt, folder: Path,
+                 repository: str, out: Callable[[str], None], injector: Injector | None = None,
+                 logs: Callable | None = None, pins: dict[str, list[str]] | None = None) -> None:
+        self.api, self.cfg, self.exp, self.attempt, self.folder = api, cfg, exp, attempt, folder
+        self.repository, self.out, self.injector, self.pins = repository, out, injector, pins
+        self.faults = exp.arm(attempt.arm).faults
+        if self.faults and injector is None:
+            raise ValueError(f"{attempt.folder}: a fault arm needs the fault engine (AWS credentials for FIS)")
+        self.seen = Seen(logs or log_source(cfg))
+        self.pending = {f.at_step: f.kind for f in self.faults}
+        self.records: list[dict] = []
+        self.submitted: list[str] = []
+        """The RayJobs this attempt submitted (an earlier run of the same attempt may have left others)."""
+        self.watch = Watch(deadlines(exp, attempt.arm), attempt.folder)
+        bench = exp.arm(attempt.arm).serving
+        self.serving = None if bench is None else ServingRun(bench, attempt.run.team, attempt.run.name)
 
-class ServingRun:
-    """One attempt's serving benchmark (``bench.serving``): started in the head once its step is logged,
-    its result line read from the run's directory at later polls."""
+    def submit(self, run) -> None:
+        pins = existing(self.api, self.pins, lambda text: self.out(f"{self.attempt.folder}: {text}"))
+        job = without_dedup(with_repository(pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
+                                            self.repository, self.cfg.stack))
+        self.api.submit(with_fault_target(job) if self.faults else job)
+        self.submitted.append(job["metadata"]["name"])
+        self.watch.submitted()
 
-    def __init__(self, bench, team: str, run: str):
-        self.bench, self.team, self.run = bench, team, run
-        self.output: str | None = None
-        self.result: dict = {"error": f"not started: step {bench.at_step} was never logged"}
+    def jobs(self, run) -> list[dict]:
+        return [j for j in self.api.rayjobs(run.team, run.name) if j["metadata"]["name"] in self.submitted]
 
-    def poll(self, api: RunClient, job: dict, steps: list, finished: bool) -> None:
-        if "error" not in self.result:
-            return
-        head = api._head(self.team, self.run, job)
-        if self.output is None and not finished and head and any(s.rollout_id >= self.bench.at_step for s in steps):
-            self.output = str(driver_log_path(_word(job, "--marker"), _attempt(job)).with_name(
-                f"bench-serving-{_attempt(job)}.jsonl"))
-            code, _ = api._exec(self.team, head, serving_start(self.bench, _flag(job, "--hf-checkpoint"), self.output))
-            self.result = {"error": f"bench_serving did not start (exec exited {code})"} if code != 0 else \
-                {"error": "started; no result line yet", "startedAtStep": max(s.rollout_id for s in steps)}
-        elif self.output is not None and head:
-            code, text = api._exec(self.team, head, ["cat", self.output])
-            if code == 0 and text.strip():
-                self.result = parse_result(text) | {"startedAtStep": self.result.get("startedAtStep")}
-        if finished and "error" in self.result and self.output is not None:
-            self.result["error"] = f"no result before the attempt ended (see {self.output}.out)"
+    def run(self, poll_s: float, cloudwatch: object | None) -> list[dict]:
+        """Submit, watch, inject, resume, collect; the fault records."""
+        run = attempt_of(self.attempt.run, self.api.next_attempt(self.attempt.run))  # a fresh attempt number
+        self.submit(run)
+        self.out(f"{self.attempt.folder}: submitted {run.name} as attempt {run.attempt}")
+        while True:
+            jobs = self.jobs(run)
+            job = jobs[-1] if jobs else None
+            self.seen.look(self.api, run.team, run.name, jobs)
+            steps = parse_log(self.seen.logs.get(job["metadata"]["name"], "")).steps if job else []
+            self.watch.stepped(max((s.rollout_id for s in steps), default=None))
+            if self.pending and job is not None and not _finished(job):
+                self.inject(run, job, steps)
+            if self.serving is not None and job is not None:
+                self.serving.poll(self.api, job, steps, _finished(job))
+            if _finished(job):
+                if (job.get("status") or {}).get("jobStatus") == "SUCCEEDED" or not self.records:
+                    break
+                run = self.resume(run)
+            self.watch.check()
+            CLOCK.sleep(poll_s)
+        collect(self.api, self.attempt, self.folder, self.records, self.seen, self.jobs(run),
+                None if cloudwatch is None else (cloudwatch, self.cfg.cluster_name))
+        if self.serving is not None:
+            (self.folder / "serving.json").write_text(json.dumps(self.serving.result, indent=1))
+        return self.records
+
+    def inject(self, run, job: dict, steps: list) -> None:
+        last = max((s.rollout_id for s in steps), default=-1)
+        for step in sorted(s for s in self.pending if s <= last):
+            record = self.injector.inject(self.api, self.pending.pop(step), run.team, run.name,
+                                          job["metadata"]["name"], self.watch.limits.step_s) | {
+                "step": step, "loggedStep": last, "rayjob": job["metadata"]["name"]}
+            self.records.append(record)
+            self.out(f"{self.attempt.folder}: {record['kind']} at step {step} on {record['target']}")
+
+    def resume(self, run):
+        """The job failed after a fault: the next attempt of the run, from its last complete checkpoint."""
+        resumed = attempt_of(run, self.api.next_attempt(run))
+        self.submit(resumed)
+        self.out(f"{self.attempt.folder}: resumed as attempt {resumed.attempt}")
+        self.records[-1]["resumedAs"] = f"{resumed.name}-{resumed.attempt}"
+        return resumed
+
+    def leave_as_found(self, err: BaseException) -> None:
+        """Undo what ``run`` started, each step on its own (one failing does not stop the next), and say
+        what was done and what could not be."""
+        where, team, name = self.attempt.folder, self.attempt.run.team, self.attempt.run.name
+        self.out(f"{where}: stopped by {type(err).__name__}: {err}")
+        steps: list[tuple[str, Callable[[], str]]] = [
+            ("fault engine", lambda: "; ".join(self.injector.undo()) or "nothing running" if self.injector else "none"),
+            ("attempts", lambda: f"cancelled {', '.join(self.api.cancel(team, name)) or 'none (all finished)'}"),
+            ("artifacts", lambda: incomplete(self.attempt, self.folder, self.records, self.seen,
+                                             f"{type(err).__name__}: {err}"))]
+        for what, step in steps:
+            try:
+                self.out(f"{where}: left as found: {what}: {step()}")
+            except Exception as undo_err:  # noqa: BLE001 (report and go on to the next step)
+                self.out(f"{where}: NOT undone: {what}: {type(undo_err).__name__}: {undo_err}")
 
 
 def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: Attempt, folder: Path,
@@ -212,100 +189,67 @@ def run_attempt(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempt: At
                 logs: Callable | None = None, pins: dict[str, list[str]] | None = None) -> list[dict]:
     """Submit, watch, inject, resume, collect. On any failure the cluster is left as it was found:
     the fault engine's experiments stopped and tags removed, the run's unfinished attempts cancelled
-    (``RunClient.cancel``: suspended, their Ray clusters deleted), what was seen collected; each thing
-    left or undone is printed, then the error goes on. ``pins``: pool -> the nodes of the experiment's
-    first attempt (``pinning``). Returns the fault records."""
-    run = attempt.run
-    faults = exp.arm(attempt.arm).faults
-    if faults and injector is None:
-        raise ValueError(f"{attempt.folder}: a fault arm needs the fault engine (AWS credentials for FIS)")
-    seen = Seen(logs or log_source(cfg))
-    pending = {f.at_step: f.kind for f in faults}
-    records: list[dict] = []
-    bench = exp.arm(attempt.arm).serving
-    serving = None if bench is None else ServingRun(bench, run.team, run.name)
+    (``RunClient.cancel``: suspended, their Ray clusters deleted), what was seen collected and marked
+    ``INCOMPLETE`` with the reason; each thing left or undone is printed, then the error goes on.
+    ``pins``: pool -> the nodes attempts are held to (``pinning``). Returns the fault records."""
+    one = AttemptRun(api, cfg, exp, attempt, folder, repository, out, injector, logs, pins)
     try:
-        _submit(api, cfg, run, repository, bool(faults), pins)
-        out(f"{attempt.folder}: submitted {run.name}")
-        while True:
-            jobs = api.rayjobs(run.team, run.name)
-            job = jobs[-1] if jobs else None
-            seen.look(api, run.team, run.name, jobs)
-            if pending and job is not None and not _finished(job):
-                done = parse_log(seen.logs.get(job["metadata"]["name"], "")).steps
-                last = max((s.rollout_id for s in done), default=-1)
-                for step in sorted(s for s in pending if s <= last):
-                    record = injector.inject(api, pending.pop(step), run.team, run.name) | {
-                        "step": step, "loggedStep": last, "rayjob": job["metadata"]["name"]}
-                    records.append(record)
-                    record |= detected(api, run.team, run.name, record)
-                    out(f"{attempt.folder}: {record['kind']} at step {step} on {record['target']}")
-            if serving is not None and job is not None:
-                serving.poll(api, job, parse_log(seen.logs.get(job["metadata"]["name"], "")).steps, _finished(job))
-            if _finished(job):
-                if (job.get("status") or {}).get("jobStatus") == "SUCCEEDED" or not records:
-                    break
-                resumed = attempt_of(run, api.next_attempt(run))  # the job failed after a fault: resume
-                _submit(api, cfg, resumed, repository, True, pins)
-                out(f"{attempt.folder}: resumed as attempt {resumed.attempt}")
-                run = resumed
-                records[-1]["resumedAs"] = f"{run.name}-{run.attempt}"
-            time.sleep(poll_s)
-        collect(api, attempt, folder, records, seen, None if cloudwatch is None else (cloudwatch, cfg.cluster_name))
-        if serving is not None:
-            (folder / "serving.json").write_text(json.dumps(serving.result, indent=1))
+        records = one.run(poll_s, cloudwatch)
     except BaseException as err:
-        _leave_as_found(api, attempt, folder, records, seen, injector, out, err)
+        one.leave_as_found(err)
         raise
     out(f"{attempt.folder}: collected")
     return records
 
 
-def _leave_as_found(api: RunClient, attempt: Attempt, folder: Path, records: list[dict], seen: Seen,
-                    injector: Injector | None, out: Callable[[str], None], err: BaseException) -> None:
-    """Undo what ``run_attempt`` started, each step on its own (one failing does not stop the next),
-    and say what was done and what could not be."""
-    out(f"{attempt.folder}: stopped by {type(err).__name__}: {err}")
-    steps: list[tuple[str, Callable[[], str]]] = [
-        ("fault engine", lambda: "; ".join(injector.undo()) or "nothing running" if injector else "none"),
-        ("attempts", lambda: f"cancelled {', '.join(api.cancel(attempt.run.team, attempt.run.name)) or 'none (all finished)'}"),
-        ("artifacts", lambda: _partial(api, attempt, folder, records, seen))]
-    for what, step in steps:
-        try:
-            out(f"{attempt.folder}: left as found: {what}: {step()}")
-        except Exception as undo_err:  # noqa: BLE001 (report and go on to the next step)
-            out(f"{attempt.folder}: NOT undone: {what}: {type(undo_err).__name__}: {undo_err}")
+def _dry_run(exp: Experiment, cfg: ProgramConfig, attempts: list[Attempt], repository: str,
+             out: Callable[[str], None]) -> int:
+    for a in attempts:
+        objs = run_objects(cfg, a.run)
+        out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
+        out(f"# {a.folder}: {objs.gang.describe()}; faults: "
+            f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
+        job = without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
+        out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
+    return 0
 
 
-def _partial(api: RunClient, attempt: Attempt, folder: Path, records: list[dict], seen: Seen) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "INCOMPLETE").write_text("bench run stopped before this attempt finished\n")
-    (folder / "driver.log").write_text("".join(seen.logs.values()))
-    if records:
-        (folder / "faults.json").write_text(json.dumps(records, indent=1))
-    return f"what was seen written to {folder} (marked INCOMPLETE)"
+def chosen(attempts: list[Attempt], only: list[str] | None) -> list[Attempt]:
+    """The attempts ``--only`` names (``<arm>/r<n>``), in run order; all without it."""
+    if not only:
+        return attempts
+    unknown = sorted(set(only) - {a.folder for a in attempts})
+    if unknown:
+        raise ValueError(f"--only {unknown[0]}: not an attempt of the experiment; attempts: "
+                         f"{', '.join(a.folder for a in attempts)}")
+    return [a for a in attempts if a.folder in only]
+
+
+def _out_dir(path: Path, out_dir: Path, only: list[str] | None) -> None:
+    """``out_dir`` with the experiment file in it; ``--only`` runs into a directory of this very file."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copied = out_dir / EXPERIMENT_FILE
+    if only and copied.is_file() and copied.read_bytes() != Path(path).read_bytes():
+        raise ValueError(f"--only: {copied} is another experiment file than {path}: run it again into that "
+                         f"directory with the file it was collected for")
+    shutil.copyfile(path, copied)
 
 
 def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Callable[[], RunClient],
                    out: Callable[[str], None], repository: str = "", stack_dir: Path = STACKS_DIR,
                    cloudwatch: Callable[[str], object] | None = None, poll_s: float = POLL_S,
                    injector: Callable[[str, str], Injector] | None = None,
-                   s3: Callable[[str], object] | None = None, log_bucket: str | None = None) -> int:
+                   s3: Callable[[str], object] | None = None, log_bucket: str | None = None,
+                   only: list[str] | None = None) -> int:
     """``cloudwatch(region)`` makes the boto3 CloudWatch client when the metrics are to be collected;
     ``injector(region, cluster)`` the fault engine (FIS, EC2 clients) when an arm has faults;
-    ``s3(region)`` the client that reads driver logs from ``log_bucket`` once their heads are gone."""
+    ``s3(region)`` the client that reads driver logs from ``log_bucket`` once their heads are gone;
+    ``only``: the attempts to run (``<arm>/r<n>``), each under a fresh attempt number."""
     exp = load_experiment(path)
     cfg = gate.read(exp.stack, stack_dir)
-    attempts = schedule(exp)
+    attempts = chosen(schedule(exp), only)
     if dry_run:
-        for a in attempts:
-            objs = run_objects(cfg, a.run)
-            out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
-            out(f"# {a.folder}: {objs.gang.describe()}; faults: "
-                f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
-            job = without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
-            out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
-        return 0
+        return _dry_run(exp, cfg, attempts, repository, out)
     if out_dir is None:
         raise ValueError("run: --out DIR is needed to collect the artifacts")
     if not log_bucket or s3 is None:
@@ -313,18 +257,37 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
                          "driver log is read from the bucket once its head is gone")
     for a in attempts:  # refuse before submitting anything
         with_repository(run_objects(cfg, a.run).rayjob, repository, cfg.stack)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, out_dir / EXPERIMENT_FILE)
     api = client()
+    faulted = [a for a in attempts if exp.arm(a.arm).faults]
+    engine = injector(cfg.region, cfg.cluster_name) if injector and faulted else None
+    if engine is not None:  # permissions before the first attempt, not hours into the experiment
+        for line in engine.preflight(api, exp, faulted):
+            out(f"fault engine: {line}")
+    _out_dir(path, out_dir, only)
     cw = None if cloudwatch is None else cloudwatch(cfg.region)
-    engine = injector(cfg.region, cfg.cluster_name) if injector and any(a.faults for a in exp.arms) else None
     logs = log_source(cfg, s3(cfg.region) if s3 and log_bucket else None, log_bucket)
-    pins = None
-    for a in attempts:
-        records = run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs, pins)
-        if any(fault_kind(r["kind"]).removes_node for r in records):
-            pins = None  # a pinned node is gone: the next attempt's nodes become the set
-        else:
-            pins = pins or node_set(out_dir / a.folder)  # every later attempt on the first one's nodes
+    missed = _run_all(api, cfg, exp, attempts, out_dir, repository, out, poll_s, cw, engine, logs)
+    if missed:
+        again = " ".join(f"--only {f}" for f in missed)
+        raise LookupError(f"{len(missed)} of {len(attempts)} attempts INCOMPLETE ({'; '.join(missed.values())}); run "
+                          f"them again: python -m bench run {path} --out {out_dir} {again} ...")
     out(f"collected {len(attempts)} attempts into {out_dir}; next: python -m bench report {out_dir}")
     return 0
+
+
+def _run_all(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempts: list[Attempt], out_dir: Path,
+             repository: str, out: Callable[[str], None], poll_s: float, cw, engine, logs) -> dict[str, str]:
+    """Every attempt in order, pinned while the pins' nodes exist; the incomplete ones with their reasons."""
+    pins: dict[str, list[str]] | None = None
+    missed: dict[str, str] = {}
+    for a in attempts:
+        free = _removes_nodes(exp, a.arm)
+        try:
+            run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs,
+                        None if free else pins)
+        except (Overdue, FaultError) as err:  # recorded INCOMPLETE with the reason, the cluster left as found
+            missed[a.folder] = str(err)
+            continue
+        if not free and (pins is None or existing(api, pins) != pins):
+            pins = node_set(out_dir / a.folder)  # the first finished attempt's nodes, or the set that replaced it
+    return missed

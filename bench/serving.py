@@ -27,6 +27,9 @@ from __future__ import annotations
 import json
 import shlex
 
+from workloads.cli.runs_client import RunClient, _attempt, _flag, _word
+from workloads.pod.miles_launcher import driver_log_path
+
 from .experiment import ServingBench
 
 METRICS = [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2e_latency")
@@ -64,3 +67,30 @@ def parse_result(text: str) -> dict:
         raise ValueError(f"bench_serving result has no {', '.join(missing)}")
     return {k: doc[k] for k in METRICS + list(THROUGHPUT)} | {
         k: doc.get(k) for k in ("random_input_len", "random_output_len", "max_concurrency")}
+
+
+class ServingRun:
+    """One attempt's serving benchmark (``bench.serving``): started in the head once its step is logged,
+    its result line read from the run's directory at later polls."""
+
+    def __init__(self, bench, team: str, run: str):
+        self.bench, self.team, self.run = bench, team, run
+        self.output: str | None = None
+        self.result: dict = {"error": f"not started: step {bench.at_step} was never logged"}
+
+    def poll(self, api: RunClient, job: dict, steps: list, finished: bool) -> None:
+        if "error" not in self.result:
+            return
+        head = api._head(self.team, self.run, job)
+        if self.output is None and not finished and head and any(s.rollout_id >= self.bench.at_step for s in steps):
+            self.output = str(driver_log_path(_word(job, "--marker"), _attempt(job)).with_name(
+                f"bench-serving-{_attempt(job)}.jsonl"))
+            code, _ = api._exec(self.team, head, start_command(self.bench, _flag(job, "--hf-checkpoint"), self.output))
+            self.result = {"error": f"bench_serving did not start (exec exited {code})"} if code != 0 else \
+                {"error": "started; no result line yet", "startedAtStep": max(s.rollout_id for s in steps)}
+        elif self.output is not None and head:
+            code, text = api._exec(self.team, head, ["cat", self.output])
+            if code == 0 and text.strip():
+                self.result = parse_result(text) | {"startedAtStep": self.result.get("startedAtStep")}
+        if finished and "error" in self.result and self.output is not None:
+            self.result["error"] = f"no result before the attempt ended (see {self.output}.out)"

@@ -13,17 +13,26 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
   ``selectorType: labelSelector``, ``selectorValue``), ``gracePeriodSeconds: 0``: a crash (SIGKILL,
   no preStop), one pod (``COUNT(1)``) of the attempt's group (``FAULT_TARGET_LABEL`` = the group). FIS runs
   its pod in the target namespace with ``kubernetesServiceAccount`` (``workloads.render.faults``);
-- ``aws:ec2:terminate-instances`` on ``aws:ec2:instance`` with the tag ``FAULT_TAG`` = cluster
-  (``ALL``): the bench tags exactly one instance before starting it. Its policy (``node_policy``) is
-  for the platform's operators only: tagging is not tied to a team, so it could stop any node.
+- ``aws:ec2:terminate-instances`` on ``aws:ec2:instance`` with the tag ``FAULT_TAG`` = a value unique
+  to one fault (``fault_tag``: ``<cluster>:<fault id>``, ``ALL`` of them): the bench tags exactly one
+  instance with a fresh value and points the template's target at that value
+  (``UpdateExperimentTemplate``) before starting it, so a tag left by a failed clean-up or another
+  operator's fault (another value) is never selected; the deployed template's value
+  (``<cluster>:unset``) matches no instance. Its policy (``node_policy``) is for the platform's
+  operators only: tagging is not tied to a team, so it could stop any node.
+
+The pod templates stay fixed: a team member may not update them, since an update could point FIS'
+role (which reaches every team namespace) at another team's namespace; ``bench.faults`` checks
+before each pod fault that only the attempt's own pods carry the label, and afterwards that FIS hit
+one of them (``ListExperimentResolvedTargets``).
 
 The fault kinds are data (``stackconfig/faults.yaml``, typed by ``stackconfig.faults``): each names one of
 the actions above and the worker group it hits; the templates and the bench policies derive from it (as
 do ``bench.faults`` and ``bench.simulate``), so a new kind on an existing action is one entry there.
 
 Guarantees: nothing is created unless ``faults.enabled`` is set; the FIS role may terminate only
-instances tagged ``FAULT_TAG`` = this cluster and gets Kubernetes access only through the access
-entry's group (``FIS_GROUP``), which each team namespace binds (``workloads.render.faults``).
+instances tagged ``FAULT_TAG`` = ``<this cluster>:...`` and gets Kubernetes access only through the
+access entry's group (``FIS_GROUP``), which each team namespace binds (``workloads.render.faults``).
 """
 
 from __future__ import annotations
@@ -38,7 +47,9 @@ from stackconfig.faults import fault_kinds
 from .iam import policy_document, trust_policy
 
 FAULT_TAG = "rl.platform/fault-target"
-"""EC2 tag on the one instance a ``terminate-gpu-node`` fault terminates (value: the cluster)."""
+"""EC2 tag on the one instance a ``terminate-gpu-node`` fault terminates (value: ``fault_tag``)."""
+UNSET = "unset"
+"""The fault id of the deployed terminate template: no instance is ever tagged with it."""
 FAULT_TARGET_LABEL = "rl.platform/fault-target"
 """Pod label on a fault arm's worker groups, its value the group's name: what the pod templates select
 (one ``key=value``, the form the ``aws:eks:pod`` target's ``labelSelector`` takes)."""
@@ -46,6 +57,13 @@ CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/faul
 FIS_GROUP = "rl-fault-injector"
 """Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
 FIS_SERVICE_ACCOUNT = "fis-pod-delete"
+
+
+def fault_tag(cluster: str, fault: str) -> str:
+    """The ``FAULT_TAG`` value of one fault: the cluster, then an id no other fault has."""
+    return f"{cluster}:{fault}"
+
+
 def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
     """Targets and action of one ``aws:eks:pod-delete`` template (FIS actions reference: parameters
     ``gracePeriodSeconds``, ``kubernetesServiceAccount``; target ``aws:eks:pod``)."""
@@ -59,10 +77,10 @@ def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
                          "target": {"key": "Pods", "value": "pod"}}]}
 
 
-def terminate_template(cluster: str) -> dict:
-    """``aws:ec2:terminate-instances`` on the instances tagged ``FAULT_TAG`` = ``cluster``."""
+def terminate_template(cluster: str, fault: str = UNSET) -> dict:
+    """``aws:ec2:terminate-instances`` on the instances tagged ``FAULT_TAG`` = ``fault_tag(cluster, fault)``."""
     return {"targets": [{"name": "node", "resource_type": "aws:ec2:instance", "selection_mode": "ALL",
-                         "resource_tags": [{"key": FAULT_TAG, "value": cluster}],
+                         "resource_tags": [{"key": FAULT_TAG, "value": fault_tag(cluster, fault)}],
                          "filters": [{"path": "State.Name", "values": ["running"]}]}],
             "actions": [{"name": "terminate", "action_id": "aws:ec2:terminate-instances",
                          "target": {"key": "Instances", "value": "node"}}]}
@@ -71,7 +89,7 @@ def terminate_template(cluster: str) -> dict:
 def fis_role_statements(cluster: str, cluster_arn: str) -> list[dict]:
     """What FIS' role may do: terminate only tagged instances, describe them, and reach the cluster."""
     return [{"Effect": "Allow", "Action": "ec2:TerminateInstances", "Resource": "arn:aws:ec2:*:*:instance/*",
-             "Condition": {"StringEquals": {f"aws:ResourceTag/{FAULT_TAG}": cluster}}},
+             "Condition": {"StringLike": {f"aws:ResourceTag/{FAULT_TAG}": fault_tag(cluster, "*")}}},
             {"Effect": "Allow", "Action": "ec2:DescribeInstances", "Resource": "*"},
             {"Effect": "Allow", "Action": "eks:DescribeCluster", "Resource": cluster_arn}]
 
@@ -83,19 +101,25 @@ def team_policy_statements(cluster: str, team: str) -> list[dict]:
                                             f"aws:ResourceTag/{TEAM_TAG}": team}}},
             {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment/*"},
             {"Effect": "Allow", "Action": ["fis:GetExperiment", "fis:StopExperiment", "fis:ListExperimentTemplates",
-                                           "fis:GetExperimentTemplate", "fis:TagResource"], "Resource": "*"}]
+                                           "fis:GetExperimentTemplate", "fis:ListExperimentResolvedTargets",
+                                           "fis:TagResource"], "Resource": "*"}]
 
 
 def node_policy_statements(cluster: str) -> list[dict]:
-    """An operator's node-fault rights: tag an instance of this cluster with ``FAULT_TAG`` only, and
-    start the cluster's terminate templates."""
+    """An operator's node-fault rights: tag an instance of this cluster with ``FAULT_TAG`` = one of this
+    cluster's fault values only (and remove that tag), point the cluster's terminate templates at a
+    value and start them."""
     node_kinds = sorted(k.name for k in fault_kinds().values() if k.removes_node)
-    return [{"Effect": "Allow", "Action": ["ec2:CreateTags", "ec2:DeleteTags"], "Resource": "arn:aws:ec2:*:*:instance/*",
-             "Condition": {"StringEquals": {"aws:ResourceTag/eks:cluster-name": cluster},
-                           "ForAllValues:StringEquals": {"aws:TagKeys": [FAULT_TAG]}}},
-            {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment-template/*",
-             "Condition": {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster,
-                                            f"aws:ResourceTag/{FAULT_KIND_TAG}": node_kinds}}}]
+    own = {"aws:ResourceTag/eks:cluster-name": cluster}
+    keys = {"ForAllValues:StringEquals": {"aws:TagKeys": [FAULT_TAG]}}
+    templates = {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster, f"aws:ResourceTag/{FAULT_KIND_TAG}": node_kinds}}
+    return [{"Effect": "Allow", "Action": "ec2:CreateTags", "Resource": "arn:aws:ec2:*:*:instance/*",
+             "Condition": {"StringEquals": own, **keys,
+                           "StringLike": {f"aws:RequestTag/{FAULT_TAG}": fault_tag(cluster, "*")}}},
+            {"Effect": "Allow", "Action": "ec2:DeleteTags", "Resource": "arn:aws:ec2:*:*:instance/*",
+             "Condition": {"StringEquals": own, **keys}},
+            {"Effect": "Allow", "Action": ["fis:StartExperiment", "fis:UpdateExperimentTemplate"],
+             "Resource": "arn:aws:fis:*:*:experiment-template/*", "Condition": templates}]
 
 
 def template_specs(cluster: str, teams: Sequence[tuple[str, str]]) -> dict[str, tuple[dict, dict]]:

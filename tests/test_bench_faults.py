@@ -146,12 +146,19 @@ def test_the_launcher_tees_the_driver_output_to_the_run_directory(tmp_path):
 def test_the_fis_role_terminates_only_the_instance_the_bench_tagged():
     stmt = next(s for s in fis_role_statements("c", "arn:aws:eks:us-east-1:1:cluster/c")
                 if s["Action"] == "ec2:TerminateInstances")
-    assert stmt["Condition"] == {"StringEquals": {f"aws:ResourceTag/{FAULT_TAG}": "c"}}
-    assert terminate_template("c")["targets"][0]["resource_tags"] == [{"key": FAULT_TAG, "value": "c"}]
+    assert stmt["Condition"] == {"StringLike": {f"aws:ResourceTag/{FAULT_TAG}": "c:*"}}  # this cluster's faults
+    # as deployed the template matches no instance; each fault points it at its own value
+    assert terminate_template("c")["targets"][0]["resource_tags"] == [{"key": FAULT_TAG, "value": "c:unset"}]
+    assert terminate_template("c", "f1")["targets"][0]["resource_tags"] == [{"key": FAULT_TAG, "value": "c:f1"}]
     team = team_policy_statements("c", "alpha")[0]
     assert team["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/team"] == "alpha"
-    tags = node_policy_statements("c")[0]["Condition"]
-    assert tags["ForAllValues:StringEquals"] == {"aws:TagKeys": [FAULT_TAG]}  # no other tag can be set
+    create, delete, fis = node_policy_statements("c")
+    assert create["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [FAULT_TAG]}  # no other tag can be set
+    assert create["Condition"]["StringLike"] == {f"aws:RequestTag/{FAULT_TAG}": "c:*"}  # nor another cluster's value
+    assert delete["Condition"]["ForAllValues:StringEquals"] == {"aws:TagKeys": [FAULT_TAG]}
+    assert fis["Action"] == ["fis:StartExperiment", "fis:UpdateExperimentTemplate"]  # the node templates only
+    assert fis["Condition"]["StringEquals"]["aws:ResourceTag/rl.platform/fault"] == ["terminate-gpu-node"]
+    assert not any("fis:UpdateExperimentTemplate" in str(s["Action"]) for s in team_policy_statements("c", "alpha"))
 
 
 def test_the_fault_engine_registers_templates_pulumi_aws_accepts():

@@ -13,7 +13,7 @@ import yaml
 from kubernetes.client import ApiException
 
 from bench.__main__ import main
-from components.faults import FAULT_TARGET_LABEL, pod_delete_template, template_specs
+from components.faults import FAULT_TAG, FAULT_TARGET_LABEL, pod_delete_template, template_specs
 from workloads.pod.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
@@ -30,12 +30,49 @@ GUARDED = {"headgroup", "trainer", "rollout"}
 """The groups the `runs` PodDisruptionBudget holds (maxUnavailable 0), render.runs.team_run_budget."""
 
 
-def _pod(name: str, run: str, group: str, node: str, created: datetime, attempt: int = 1, extra: dict | None = None):
+def _pod(name: str, run: str, group: str, node: str | None, created: datetime, attempt: int = 1,
+         extra: dict | None = None):
+    """A pod of the run; without a node it is Pending (the scheduler found none its affinity allows)."""
     labels = {RUN_LABEL: run, RAY_GROUP_LABEL: group, ATTEMPT_LABEL: str(attempt),
               RAY_NODE_TYPE_LABEL: "head" if group == "headgroup" else "worker", **(extra or {})}
     return SimpleNamespace(metadata=SimpleNamespace(name=name, namespace=NAMESPACE, creation_timestamp=created,
                                                     owner_references=[], labels=labels),
-                           spec=SimpleNamespace(node_name=node), status=SimpleNamespace(phase="Running"))
+                           spec=SimpleNamespace(node_name=node),
+                           status=SimpleNamespace(phase="Running" if node else "Pending"))
+
+
+class FakeClock:
+    """bench.deadlines.CLOCK in the tests: sleeping advances it, nothing waits."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)  # the fake cluster's logs and events carry the wall clock too
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch) -> FakeClock:
+    from bench.deadlines import CLOCK
+    fake = FakeClock()
+    for name in ("monotonic", "sleep", "now"):
+        monkeypatch.setattr(CLOCK, name, getattr(fake, name))
+    monkeypatch.setattr("time.sleep", fake.sleep)  # nothing in these tests waits for real
+    return fake
+
+
+def _hostnames(group: dict) -> set[str] | None:
+    """The node names a worker group's required node affinity allows (bench.pinning), None when unpinned."""
+    terms = (((group["template"].get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    allowed = [set(e["values"]) for t in terms for e in t.get("matchExpressions", []) if e["key"] == "kubernetes.io/hostname"]
+    return set.intersection(*allowed) if allowed else None
 
 
 def _stamp(at: datetime) -> str:
@@ -78,6 +115,10 @@ class FakeCore:
     def list_namespaced_event(self, namespace):
         return SimpleNamespace(items=list(self.cluster.events))
 
+    def list_node(self, label_selector=""):
+        pool = label_selector.split("=", 1)[1]
+        return SimpleNamespace(items=[self.read_node(n) for n in self.cluster.nodes.get(pool, [])])
+
     def read_node(self, name):
         if name in self.cluster.gone:
             raise _api_error(404, "NotFound")
@@ -108,8 +149,14 @@ class FakeRuns(RunClient):
     """The run command's client over an in-memory cluster: each list of RayJobs moves them on. Its
     driver logs are the launcher's files, read through exec (``tail -c``)."""
 
-    def __init__(self, save_interval: int, total: int, admin: bool = False):
+    def __init__(self, save_interval: int, total: int, admin: bool = False, engines_recover: bool = True):
         self.core = FakeCore(self, admin)
+        self.engines_recover = engines_recover
+        """False: Miles without fault tolerance, a lost rollout engine fails the job."""
+        self.unschedulable: set[str] = set()
+        """Runs whose pods find no node this time (a capacity gap): they stay Pending."""
+        self.hangs_after: dict[str, int] = {}
+        """Run -> the last step its job logs before it hangs (a collective that never returns)."""
         self.jobs: dict[str, dict] = {}
         self.logs: dict[str, list[str]] = {}
         self.next_step: dict[str, int] = {}
@@ -123,6 +170,11 @@ class FakeRuns(RunClient):
         self.execs: list[list[str]] = []
         self.interval, self.total = save_interval, total
         self.serving_result: dict = {}
+        self.allowed: dict[str, dict[str, set[str] | None]] = {}
+        """RayJob -> group -> the nodes its affinity allows (None: any node of its pool)."""
+        self.stalled: set[str] = set()
+        """RayJobs waiting for a rollout engine that cannot come back: no step advances."""
+        self.polls, self.max_polls = 0, 3000
 
     def tier_sizes(self, pools):
         return {}
@@ -155,16 +207,28 @@ class FakeRuns(RunClient):
         self.next_step[md["name"]] = resume
         attempt = int(md["name"].rsplit("-", 1)[1])
         self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]
-        workers = {g["groupName"]: g["template"].get("metadata", {}).get("labels", {})
-                   for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+        groups = {g["groupName"]: g for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+        self.allowed[md["name"]] = {g: _hostnames(spec) for g, spec in groups.items()}
         self.pods.append(_pod(f"{md['name']}-head", run, "headgroup", "system-0", datetime.now(timezone.utc), attempt))
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
-            extra = {k: v for k, v in workers.get(group, {}).items() if k == FAULT_TARGET_LABEL}
-            for i, node in enumerate(self.nodes[pool]):
-                self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, node,
+            labels = (groups.get(group) or {}).get("template", {}).get("metadata", {}).get("labels", {})
+            extra = {k: v for k, v in labels.items() if k == FAULT_TARGET_LABEL}
+            for i in range(len(self.nodes[pool])):
+                self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, self.place(md["name"], group, pool),
                                       datetime.now(timezone.utc), attempt, extra))
+        if run in self.unschedulable:
+            for pod in self.pods:
+                if self._job_of(pod) == md["name"] and pod.metadata.labels[RAY_GROUP_LABEL] != "headgroup":
+                    pod.spec.node_name, pod.status.phase = None, "Pending"
+        if any(p.status.phase == "Pending" for p in self.pods if self._job_of(p) == md["name"]):
+            job["status"] |= {"jobDeploymentStatus": "Initializing", "jobStatus": ""}  # the gang never starts
         self.submitted.append(job)
         return job
+
+    def place(self, job: str, group: str, pool: str) -> str | None:
+        """A node of the pool the group's affinity allows and no pod of the job holds (one GPU pod a node)."""
+        allowed, taken = self.allowed[job].get(group), {p.spec.node_name for p in self.pods if self._job_of(p) == job}
+        return next((n for n in self.nodes[pool] if n not in taken and (allowed is None or n in allowed)), None)
 
     def _job_of(self, pod) -> str:
         return f"{pod.metadata.labels[RUN_LABEL]}-{pod.metadata.labels[ATTEMPT_LABEL]}"
@@ -182,14 +246,17 @@ class FakeRuns(RunClient):
             involved_object=SimpleNamespace(kind="RayCluster", name=f"{name}-raycluster-x"),
             event_time=now + timedelta(seconds=2), last_timestamp=None, first_timestamp=None))
         group = pod.metadata.labels[RAY_GROUP_LABEL]
-        if group == "trainer":
+        if group == "trainer" or not self.engines_recover:
             self.fail(pod.metadata.labels[RUN_LABEL])
         else:
+            node = pod.spec.node_name
+            if node in self.gone:  # its node was terminated: the engine comes back where its affinity allows
+                node = self.place(name, group, "rollout")
+            if node is None:  # no node it may run on: the engine never comes back, the job waits for it
+                self.stalled.add(name)
+                return
             self.logs[name].append(f"(RolloutManager pid=1, ip=10.0.3.1) [{_stamp(now)} rollout_manager] "
                                    f"server_group.py:209 - Recovered 1 dead rollout engines (worker_type=regular)")
-            node = pod.spec.node_name
-            if node in self.gone:  # its node was terminated: the engine comes back on the group's new node
-                node = next(n for pool in self.nodes.values() for n in pool if n == node + "-new")
             self.pods.append(_pod(pod.metadata.name + "-x", pod.metadata.labels[RUN_LABEL], group, node,
                                   now + timedelta(seconds=1), int(pod.metadata.labels[ATTEMPT_LABEL]),
                                   {k: v for k, v in pod.metadata.labels.items() if k == FAULT_TARGET_LABEL}))
@@ -212,17 +279,24 @@ class FakeRuns(RunClient):
                  and j["status"]["jobDeploymentStatus"] not in ("Complete", "Failed", "Suspended")]
         for n in names:
             self.jobs[n]["status"] |= {"jobDeploymentStatus": "Suspended", "jobStatus": "STOPPED"}
+        self.pods = [p for p in self.pods if self._job_of(p) not in names]  # suspended: its Ray cluster deleted
         self.cancelled += names
         return names
 
     def rayjobs(self, team=None, run=None):
+        self.polls += 1
+        if self.polls > self.max_polls:
+            raise AssertionError(f"bench run polled the RayJobs {self.polls} times: a wait without a deadline")
         for name, job in self.jobs.items():
-            if job["status"]["jobStatus"] != "RUNNING":
+            if job["status"]["jobStatus"] != "RUNNING" or name in self.stalled:
+                continue
+            if self.next_step[name] > self.hangs_after.get(job["metadata"]["labels"][RUN_LABEL], self.total):
                 continue
             for _ in range(STEPS_PER_POLL):
                 if self.next_step[name] >= self.total:
                     job["status"] |= {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
                                       "endTime": datetime.now(timezone.utc).isoformat()}
+                    self.pods = [p for p in self.pods if self._job_of(p) != name]  # its Ray cluster is deleted
                     break
                 step = self.next_step[name]
                 self.logs[name] += _perf(step, datetime.now(timezone.utc))
@@ -233,38 +307,75 @@ class FakeRuns(RunClient):
                       key=lambda j: j["metadata"]["name"])
 
 
+class Refused(Exception):
+    """botocore's ClientError as far as the bench reads it: ``response["Error"]["Code"]``."""
+
+    def __init__(self, code: str):
+        super().__init__(code)
+        self.response = {"Error": {"Code": code}}
+
+
 class FakeFIS:
     """AWS FIS over the fake cluster: the stack's templates (components.faults, as specified) run as
     their parameters say: a pod-delete with its grace period on one pod its selector matches, a
-    terminate on the instance tagged for it."""
+    terminate on the instances tagged with the template's value; a target preview (actionsMode
+    skip-all) acts on nothing; ``denied`` templates answer AccessDeniedException to StartExperiment."""
 
     def __init__(self, cluster: FakeRuns, ec2: "FakeEC2", fail_with: str | None = None):
         self.cluster, self.ec2, self.fail_with = cluster, ec2, fail_with
         self.specs = {f"EXT-{key}": spec for key, spec in template_specs(CLUSTER, [("alpha", NAMESPACE)]).items()}
-        self.started, self.stopped, self.experiments = [], [], {}
+        self.started, self.stopped, self.experiments, self.previews = [], [], {}, []
+        self.denied: set[str] = set()
+        self.updated: list[tuple[str, dict]] = []
 
     def list_experiment_templates(self, **_):
         return {"experimentTemplates": [{"id": i, "tags": tags} for i, (_, tags) in self.specs.items()]}
 
-    def start_experiment(self, experimentTemplateId, tags):
+    def update_experiment_template(self, id, targets):
+        self.updated.append((id, targets))
+        spec, _ = self.specs[id]
+        for t in spec["targets"]:
+            if t["name"] in targets:
+                t["resource_tags"] = [{"key": k, "value": v} for k, v in targets[t["name"]]["resourceTags"].items()]
+
+    def start_experiment(self, experimentTemplateId, tags, experimentOptions=None):
+        if experimentTemplateId in self.denied:
+            raise Refused("AccessDeniedException")
         spec, _ = self.specs[experimentTemplateId]
-        exp = f"EXP{len(self.started)}"
+        exp = f"EXP{len(self.started) + len(self.previews)}"
+        if (experimentOptions or {}).get("actionsMode") == "skip-all":
+            self.previews.append(experimentTemplateId)
+            return {"experiment": {"id": exp}}
         self.started.append(experimentTemplateId)
         action, target = spec["actions"][0], spec["targets"][0]
+        now = datetime.now(timezone.utc)
         if action["action_id"] == "aws:eks:pod-delete":
             want = dict(kv.split("=") for kv in target["parameters"]["selectorValue"].split(","))
             pod = next(p for p in self.cluster.pods if all(p.metadata.labels.get(k) == v for k, v in want.items()))
             grace = int({p["key"]: p["value"] for p in action["parameters"]}["gracePeriodSeconds"])
+            hit = [{"resourceType": "aws:eks:pod", "targetName": "pod",
+                    "targetInformation": {"namespace": NAMESPACE, "podName": pod.metadata.name}}]
             self.cluster.kill(pod, grace)
         else:
             tag = target["resource_tags"][0]
-            for iid in [i for i, t in self.ec2.tags.items() if t.get(tag["key"]) == tag["value"]]:
+            ids = [i for i, t in self.ec2.tags.items() if t.get(tag["key"]) == tag["value"]]
+            hit = [{"resourceType": "aws:ec2:instance", "targetName": "node",
+                    "targetInformation": {"arn": f"arn:aws:ec2:us-east-1:123456789012:instance/{i}"}} for i in ids]
+            for iid in ids:
                 self.cluster.terminate(iid.removeprefix("i-"))
-        self.experiments[exp] = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
+        state = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
+        self.experiments[exp] = {"state": state, "actions": {action["name"]: {"startTime": now}},
+                                 "targets": {t["name"]: {"resourceTags": {x["key"]: x["value"] for x in
+                                                                          t.get("resource_tags", [])}}
+                                             for t in spec["targets"]}, "resolved": hit}
         return {"experiment": {"id": exp}}
 
     def get_experiment(self, id):
-        return {"experiment": {"state": self.experiments[id]}}
+        got = self.experiments[id]
+        return {"experiment": {"id": id, "state": got["state"], "actions": got["actions"], "targets": got["targets"]}}
+
+    def list_experiment_resolved_targets(self, experimentId):
+        return {"resolvedTargets": self.experiments[experimentId]["resolved"]}
 
     def stop_experiment(self, id):
         self.stopped.append(id)
@@ -273,8 +384,11 @@ class FakeFIS:
 class FakeEC2:
     def __init__(self):
         self.tags: dict[str, dict] = {}
+        self.may_tag = True
 
-    def create_tags(self, Resources, Tags):
+    def create_tags(self, Resources, Tags, DryRun=False):
+        if DryRun:
+            raise Refused("DryRunOperation" if self.may_tag else "UnauthorizedOperation")
         for r in Resources:
             self.tags.setdefault(r, {}).update({t["Key"]: t["Value"] for t in Tags})
 
@@ -347,7 +461,9 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     assert clients["fis"].started[:2] == ["EXT-alpha-delete-rollout-pod", "EXT-alpha-delete-trainer-pod"]
     faults = json.loads((out / "deepep-v1-faults" / "r1" / "faults.json").read_text())
     assert [f["kind"] for f in faults] == ["delete-rollout-pod", "delete-trainer-pod"]
-    assert all(f["detectedBy"].startswith("Event CreatedWorkerPod") for f in faults)
+    assert all(f["actionStartedAt"] for f in faults)
+    assert [f["hit"] for f in faults] == [[f"{j}-{g}-0"] for j, g in (("example-ab-deepep-v1-faults-r1-1", "rollout"),
+                                                                      ("example-ab-deepep-v1-faults-r1-1", "trainer"))]
     assert faults[1]["resumedAs"] == "example-ab-deepep-v1-faults-r1-2"
     jobs = json.loads((out / "deepep-v1-faults" / "r1" / "rayjob.json").read_text())["items"]
     assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
@@ -449,7 +565,8 @@ def test_a_failure_at_any_step_leaves_the_cluster_as_found(tmp_path, monkeypatch
 
         def call(*a, **k):
             calls["n"] += 1
-            if calls["n"] >= (1 if name in ("submit", "start_experiment") else 3):
+            # start_experiment: the first call is the preflight's target preview, before any attempt
+            if calls["n"] >= {"submit": 1, "start_experiment": 2}.get(name, 3):
                 raise RuntimeError(f"{name} broke")
             return real(*a, **k)
         setattr(target, name, call)
@@ -533,3 +650,134 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
         kubernetes_validate.validate(obj, version, strict=True)
     assert {o["metadata"]["namespace"] for o in rbac} == {f"team-{team.name}"}
     assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}  # nothing cluster-wide
+
+
+def _experiment(tmp_path: Path, faults: list[dict], **extra) -> Path:
+    """The example's baseline and one fault arm with ``faults``, 3 mirrored repeats."""
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if a["name"] == "nccl"] + [
+        {"name": "node", "set": {"deepep": {"version": "v1"}}, "faults": faults}]
+    exp["decomposition"] = []
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp | extra))
+    return path
+
+
+def _run(path: Path, fake: "FakeRuns", aws, out: Path, *extra: str) -> tuple[int, str]:
+    lines: list[str] = []
+    code = main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY, *extra],
+                client=lambda: fake, out=lines.append, aws=aws)
+    return code, "\n".join(lines)
+
+
+def test_a_resumed_attempt_is_never_pinned_to_the_node_fis_terminated(tmp_path, capsys):
+    """Miles without fault tolerance: the terminated node fails the job and it is resumed. Pinned to the
+    first attempt's nodes (one of them now gone, its replacement under a new name) the resumed pods could
+    never schedule and `bench run` polled for ever; an arm whose faults remove nodes is not pinned."""
+    fake = FakeRuns(save_interval=10, total=33, engines_recover=False)
+    clients, aws = _aws(fake)
+    code, text = _run(_experiment(tmp_path, [{"kind": "terminate-gpu-node", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 0, capsys.readouterr().err
+    assert "node/r1: resumed as attempt 2" in text and fake.gone == {"rollout-0", "rollout-0-new", "rollout-0-new-new"}
+    resumed = next(j for j in fake.submitted if j["metadata"]["name"] == "example-ab-node-r1-2")
+    assert all(_hostnames(g) is None for g in resumed["spec"]["rayClusterSpec"]["workerGroupSpecs"])
+    jobs = json.loads((tmp_path / "o" / "node" / "r1" / "rayjob.json").read_text())["items"]
+    assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
+
+
+@pytest.mark.parametrize("stuck", ["never scheduled", "stalls"])
+def test_every_wait_has_a_deadline_from_the_experiment_and_ends_incomplete(tmp_path, capsys, clock, stuck):
+    """Pods that never schedule wait 3 x estimate.startupMinutes for a first step; a job that hangs after
+    step 15 waits 3 x estimate.stepSeconds for the next; then the attempt is left as found, marked
+    INCOMPLETE with the reason, and the experiment goes on."""
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    path = _experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}])
+    if stuck == "never scheduled":
+        fake.unschedulable.add("example-ab-nccl-r2")
+    else:
+        fake.hangs_after["example-ab-node-r1"] = 15
+    code, text = _run(path, fake, aws, tmp_path / "o")
+    assert code == 1
+    err = capsys.readouterr().err
+    est = yaml.safe_load(EXAMPLE.read_text())["estimate"]
+    if stuck == "never scheduled":
+        folder, limit = "nccl/r2", 3 * est["startupMinutes"] * 60
+        assert f"no step logged {limit + 30:.0f} s after its submission (deadline {limit:.0f} s)" in err
+    else:
+        folder, limit = "node/r1", 3 * est["stepSeconds"]
+        assert "no step after step 15 for" in err and f"(deadline {limit:.0f} s)" in err
+    assert f"--only {folder}" in err and "1 of 6 attempts INCOMPLETE" in err
+    assert (tmp_path / "o" / folder / "INCOMPLETE").read_text().startswith(f"{folder}: Overdue: {folder}:")
+    assert {j["metadata"]["name"] for j in fake.submitted} >= {"example-ab-nccl-r3-1", "example-ab-node-r3-1"}  # went on
+    assert not [n for n, j in fake.jobs.items() if j["status"]["jobDeploymentStatus"] in ("Running", "Initializing")]
+
+
+def test_pins_follow_the_nodes_that_exist(tmp_path, capsys):
+    """A pinned node replaced between two attempts (a node group update, no fault): the next attempt's pool
+    is left unpinned, and the attempt after it is pinned to the nodes that replaced the set."""
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"], exp["decomposition"] = [a for a in exp["arms"] if not a.get("faults")], []
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    next_attempt = fake.next_attempt
+
+    def replace_after_first(run):  # asked just before each submission
+        if len(fake.submitted) == 1:
+            fake.gone.add("rollout-1")
+            fake.nodes["rollout"] = ["rollout-0", "rollout-9"]
+        return next_attempt(run)
+    fake.next_attempt = replace_after_first
+    code, text = _run(path, fake, aws, tmp_path / "o")
+    assert code == 0, capsys.readouterr().err
+    assert "deepep-v1/r1: pool rollout not pinned: its pinned node(s) rollout-1 are gone" in text
+    pins = [{g["groupName"]: _hostnames(g) for g in j["spec"]["rayClusterSpec"]["workerGroupSpecs"]} for j in fake.submitted]
+    assert pins[1] == {"trainer": {"train-0", "train-1"}, "rollout": None}
+    assert pins[2] == {"trainer": {"train-0", "train-1"}, "rollout": {"rollout-0", "rollout-9"}}
+
+
+def test_a_pod_fault_never_hits_a_teammates_run(tmp_path, capsys):
+    """A teammate's fault arm runs in the same namespace, its pods labelled for the same template: the
+    fault is not injected (FIS could pick their pod), the attempt is INCOMPLETE, their pod untouched."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    theirs = _pod("their-run-1-rollout-0", "their-run", "rollout", "rollout-7", datetime.now(timezone.utc), 1,
+                  {FAULT_TARGET_LABEL: "rollout"})
+    fake.pods.insert(0, theirs)
+    fake.logs["their-run-1"], fake.next_step["their-run-1"] = [], 0
+    code, _ = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1 and theirs in fake.pods and clients["fis"].started == []
+    assert "pods of other runs carry rl.platform/fault-target=rollout in team-alpha (their-run-1-rollout-0)" in \
+        (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+
+
+def test_a_node_fault_terminates_exactly_the_instance_tagged_for_it(tmp_path, capsys):
+    """An instance still tagged from an earlier fault whose clean-up failed is not terminated: each fault
+    tags its instance with a value of its own and points the template at that value."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    clients["ec2"].tags["i-train-1"] = {FAULT_TAG: CLUSTER}  # what the clean-up of an earlier run left
+    code, text = _run(_experiment(tmp_path, [{"kind": "terminate-gpu-node", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 0, capsys.readouterr().err
+    assert fake.gone == {"rollout-0", "rollout-0-new", "rollout-0-new-new"}  # train-1 still there
+    values = [json.loads((tmp_path / "o" / "node" / f"r{r}" / "faults.json").read_text())[0]["tag"] for r in (1, 2, 3)]
+    assert len(set(values)) == 3 and all(v.startswith(f"{CLUSTER}:") for v in values)
+    assert [t["node"]["resourceTags"][FAULT_TAG] for _, t in clients["fis"].updated[1:]] == values  # [0]: preflight
+
+
+@pytest.mark.parametrize("lacks", ["fis:StartExperiment", "ec2:CreateTags"])
+def test_a_fault_the_member_may_not_start_is_refused_before_anything_runs(tmp_path, capsys, lacks):
+    """Without the node policy a terminate-gpu-node failed with AccessDenied at its step, hours in; the
+    FIS target preview (actionsMode skip-all) and EC2's DryRun ask first, before any submission."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    if lacks == "fis:StartExperiment":
+        clients["fis"].denied.add("EXT-terminate-gpu-node")
+    else:
+        clients["ec2"].may_tag = False
+    code, _ = _run(_experiment(tmp_path, [{"kind": "terminate-gpu-node", "atStep": 12}]), fake, aws, tmp_path / "o")
+    err = capsys.readouterr().err
+    assert code == 1 and fake.submitted == [] and clients["fis"].started == []
+    assert "refused (" in err and "attach the stack output benchFaults.nodePolicy" in err
