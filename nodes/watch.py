@@ -3,15 +3,18 @@
 Runs in the pod of the ``burn-in-watch`` DaemonSet (``nodes.render``) on every GPU node that passed
 its burn-in, in the workload image with the standard library only, and asks for nothing but a little
 CPU and memory. Every ``PERIOD_SECONDS`` it lists the pods on its own node; when a pod's ``preflight``
-init container (``workloads/render/ray.py``) has ended with a failure after the node's last burn-in,
+init container (``workloads/render/ray.py``) has ended with a failure that is the node's (``NODE_FAULTS``:
+not the run's configuration) after the node's last burn-in,
 or when the node's ``status.nodeInfo.bootID`` is not the one recorded at its pass (it rebooted: EKS
 node auto-repair reboots for several GPU XIDs, and kubelet applies ``--register-with-taints`` and
 ``--node-labels`` only in ``initialNode``, when it creates the Node object; an existing Node gets
 only its default labels reconciled, kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go
 ``tryRegisterWithAPIServer``/``updateDefaultLabels``: so neither the burn-in taint nor a capability
 label comes back by itself), it writes ``nodes.marks.retest_patch`` on its node (the burn-in taint
-back, result ``retest``) and an Event; the re-test sets the capability labels again. The node then no longer matches this DaemonSet and matches the pool's burn-in DaemonSet again,
-so the next attempt of the run cannot land on it before it passes once more. The admission policy
+back, result ``retest``) and an Event; the re-test sets the capability labels again. The node then no
+longer matches this DaemonSet and matches the pool's burn-in DaemonSet again, the controller evicts the
+run pods that still hold it (``nodes.retest``), and the next attempt of the run cannot land on it before
+it passes once more. The admission policy
 (``nodes.policy``) holds the watcher to exactly that write on its own node.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
@@ -33,6 +37,17 @@ except ImportError:
 PERIOD_SECONDS = 30
 PREFLIGHT_CONTAINER = "preflight"
 """The init container every GPU pod of a run starts with (``workloads/render/ray.py``)."""
+FAILED_LINE = re.compile(r"preflight FAILED on \S+: (.*)")
+"""The preflight's last line on a failure (``workloads/pod/preflight.py`` ``main``), which the kubelet keeps
+as the container's termination message (``terminationMessagePolicy: FallbackToLogsOnError``: the last
+2048 bytes or 80 lines of its log when it exits with an error, Kubernetes API core/v1 Container)."""
+NODE_FAULTS = ("GPU: ", "EFA: ", "memlock: ", "hugepages: ", "GDRCopy: ", "GIN: /proc/driver/nvidia/params",
+               "GIN: the NVIDIA driver was loaded", "NCCL: uses network", "NCCL: a one-rank communicator did not start")
+"""The preflight's findings that are the node's (its GPUs, EFA devices, memlock and huge pages, the gdrdrv
+module, the NVIDIA driver's options, NCCL falling back from EFA, a GPU that hangs a one-rank NCCL
+communicator), by the start of the line each check prints; held to the checks' own texts by
+``tests/test_nodes_watch.py``. The others (SGLang's refusal, NCCL or plugin versions, /dev/shm, GIN
+settings) are the run's configuration or image: a re-test of the node would find nothing."""
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -40,15 +55,22 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
+def node_fault(message: str) -> str | None:
+    """The preflight's finding in a termination message when it is the node's, else None."""
+    found = FAILED_LINE.findall(message or "")
+    return found[-1] if found and found[-1].startswith(NODE_FAULTS) else None
+
+
 def refusals(pod: Mapping[str, Any]) -> list[datetime]:
-    """When the pod's preflight container ended with a failure (its current and its last state)."""
+    """When the pod's preflight container ended with a failure that is the node's (its current and its
+    last state)."""
     out = []
     for cs in (pod.get("status") or {}).get("initContainerStatuses") or []:
         if cs.get("name") != PREFLIGHT_CONTAINER:
             continue
         for state in (cs.get("state") or {}, cs.get("lastState") or {}):
             done = state.get("terminated")
-            if done and done.get("exitCode", 0) != 0:
+            if done and done.get("exitCode", 0) != 0 and node_fault(done.get("message", "")):
                 out.append(parse_time(done.get("finishedAt")) or datetime.now(timezone.utc))
     return out
 

@@ -26,6 +26,7 @@ from workloads.acceptance.compare import compare
 from workloads.derive.model import derive
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+NODE_NAME = "ip-10-0-1-5.ec2.internal"
 BURN_IN = {"key": "rl.platform/burn-in", "value": "pending", "effect": "NoSchedule"}
 QUARANTINE = {"key": "rl.platform/quarantine", "value": "failed", "effect": "NoSchedule"}
 
@@ -273,8 +274,12 @@ def test_a_conflicting_write_is_read_again_and_retried(node_env, train_plan):
 
 # --- between runs: the watcher on a passed node -----------------------------------------------------------
 
-def run_pod(exit_code: int, finished: str, last: bool = False) -> dict:
-    term = {"terminated": {"exitCode": exit_code, "finishedAt": finished}}
+GPU_MISSING = "preflight ok: memlock\npreflight FAILED on ip-10-0-1-5.ec2.internal: GPU: 7 visible, 8 expected\n"
+"""The preflight's last lines as the kubelet keeps them (``terminationMessagePolicy: FallbackToLogsOnError``)."""
+
+
+def run_pod(exit_code: int, finished: str, last: bool = False, message: str = GPU_MISSING) -> dict:
+    term = {"terminated": {"exitCode": exit_code, "finishedAt": finished, "message": message}}
     cs = {"name": "preflight", **({"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "lastState": term}
                                    if last else {"state": term})}
     return {"metadata": {"name": "miles-worker-trainer-x", "namespace": "team-a"},
@@ -299,6 +304,23 @@ def test_the_watcher_taints_its_node_again_when_a_runs_preflight_refused_it_afte
     assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]
     assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "retest"
     assert [e["reason"] for e in server.events] == ["BurnInRetest"]
+
+
+@pytest.mark.parametrize("problem", [
+    "SGLang refuses the engine Miles would start: ValueError: tp_size 16 > 8 GPUs",
+    "NCCL: the loaded library is 2.27.5, 2.28.9 or newer needed", "/dev/shm: 64.0 GiB, 256 GiB expected"])
+def test_the_watcher_leaves_a_node_whose_run_failed_its_own_configuration(problem):
+    """A refusal that names the run's configuration or image, not the node, re-burns nothing."""
+    from nodes import watch
+    node = merge(new_node(), {"metadata": {"labels": {marks.RESULT_LABEL: "passed", marks.TIME_LABEL: "20261201T150000Z"}},
+                              "spec": {"taints": [GPU_TAINT]}})
+    server = FakeApiServer(node)
+    try:
+        server.pods = [run_pod(1, "2026-12-01T16:00:00Z", message=f"preflight FAILED on {NODE_NAME}: {problem}\n")]
+        assert watch.check(server.api, NODE_NAME, "rl-burn-in", BURN_IN) is None
+    finally:
+        server.close()
+    assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "passed" and not server.events
 
 
 def test_the_watcher_retests_a_node_that_rebooted_since_its_pass():

@@ -123,8 +123,9 @@ def test_retest_sends_a_merge_patch(monkeypatch):
 
 
 def test_retest_refused_finds_the_passed_nodes_a_runs_preflight_refused(fake):
-    def run_pod(node_name, exit_code, last=False):
-        term = {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}}
+    def run_pod(node_name, exit_code, last=False, problem="EFA: libfabric sees 15 EFA devices, 16 requested"):
+        term = {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed",
+                               "message": f"preflight FAILED on {node_name}: {problem}" if exit_code else ""}}
         cs = {"name": "preflight", "ready": False, "restartCount": 1, "image": "x", "imageID": "",
               "state": {"waiting": {"reason": "CrashLoopBackOff"}} if last else term}
         if last:
@@ -132,7 +133,8 @@ def test_retest_refused_finds_the_passed_nodes_a_runs_preflight_refused(fake):
         return {"metadata": {"name": f"trainer-{node_name}", "namespace": "team-a"},
                 "spec": {"nodeName": node_name, "containers": [{"name": "ray-worker"}]},
                 "status": {"phase": "Pending", "initContainerStatuses": [cs]}}
-    pods = [run_pod("n1", 1), run_pod("n2", 1, last=True), run_pod("n3", 0), run_pod("n4", 1)]
+    pods = [run_pod("n1", 1), run_pod("n2", 1, last=True), run_pod("n3", 0), run_pod("n4", 1),
+            run_pod("n3", 1, problem="SGLang refuses the engine Miles would start: ValueError: x")]  # the run's own
     passed = [node(n, "passed", tainted=False) for n in ("n1", "n2", "n3")]  # n4 already failed its burn-in
     routes = {("GET", "/api/v1/pods"): {"items": pods}, ("GET", "/api/v1/nodes"): {"items": passed},
               **{("GET", f"/api/v1/nodes/{n['metadata']['name']}"): n for n in passed}}

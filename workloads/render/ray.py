@@ -75,8 +75,11 @@ def sglang_engine_args(m: WorkloadModel, g: L.Group) -> list[str]:
 def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
     """Init container with the main container's image, resources, env and mounts (the kubelet hands
     the init container's devices on to the main container): the pod starts Ray only on a node whose
-    GPUs, EFA devices, NCCL plugin, GDRCopy, memlock, huge pages and /dev/shm match the group."""
+    GPUs, EFA devices, NCCL plugin, GDRCopy, memlock, huge pages and /dev/shm match the group. Its last
+    log line (the finding) stays in its status as the termination message (``FallbackToLogsOnError``),
+    where the burn-in's watcher reads whether the node is at fault (``nodes.watch.NODE_FAULTS``)."""
     return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
+            "terminationMessagePolicy": "FallbackToLogsOnError",
             "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g), *sglang_engine_args(m, g)],
             "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "resources": main["resources"], "securityContext": main["securityContext"],
