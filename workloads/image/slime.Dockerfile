@@ -66,11 +66,12 @@ print(f"ray {have} with its default extra")
 EOF
 
 # EFA userspace: the same installer step as workloads/image/Dockerfile (libfabric efa provider,
-# rdma-core, aws-ofi-nccl 1.21.1, which supports NCCL >= 2.17.1: aws-ofi-nccl v1.21.1 RELEASENOTES.md:12).
+# rdma-core, aws-ofi-nccl 1.21.1, which supports NCCL >= 2.17.1: aws-ofi-nccl v1.21.1 RELEASENOTES.md:12),
+# without its NGC branch (apt's libnccl2 2.28.3, held; why: workloads/image/Dockerfile).
 RUN apt-get update -y && cd /tmp \
  && curl -fsSLO "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" \
  && tar -xf "aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" \
- && cd aws-efa-installer && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify \
+ && cd aws-efa-installer && ./efa_installer.sh --disable-ngc -y --skip-kmod --skip-limit-conf --no-verify \
  && cd / && rm -rf /tmp/aws-efa-installer* /var/lib/apt/lists/* \
  && test -f /opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so \
  && EFA_LIB="$(ls -d /opt/amazon/efa/lib /opt/amazon/efa/lib64 2>/dev/null | head -1)" && test -n "${EFA_LIB}" \

@@ -96,8 +96,7 @@ def _dlopen(names: tuple[str, ...]) -> str | None:
     return None
 
 
-LOADED_NCCL = "/usr/local/lib/rl-platform/loaded_nccl.py"
-"""workloads/image/loaded_nccl.py as both image recipes install it."""
+LOADED_NCCL = "/usr/local/lib/rl-platform/loaded_nccl.py"  # workloads/image/loaded_nccl.py, in both images
 
 
 def loaded_nccl() -> str | None:
@@ -178,15 +177,14 @@ def check_nccl_network(sockets: bool = False, gin_type: str | None = None) -> st
 
 def check_nccl(want: str, have: str | None) -> str | None:
     if have is None:
-        return (f"NCCL: {LOADED_NCCL} could not read the loaded NCCL (no torch with NCCL, or an image built "
-                f"without it)")
+        return f"NCCL: {LOADED_NCCL} could not read the loaded NCCL (no torch with NCCL, or an older image)"
     need = parse_version(want)
-    return None if parse_version(have)[:len(need)] >= need else (
-        f"NCCL: the loaded library is {have}, {want} or newer needed")
+    return None if parse_version(have)[:len(need)] >= need else f"NCCL: the loaded library is {have}, {want} or newer needed"
 
 
-GIN_SYMBOLS = ("ncclGinPlugin_v14", "ncclGinPlugin_v13", "ncclGinPlugin_v11")
-"""aws-ofi-nccl 1.21.1's GIN interfaces (the EFA installer 1.50.0 plugin exports v11, v13 and v14)."""
+GIN_SYMBOL = "ncclGinPlugin_v14"
+"""aws-ofi-nccl 1.21.1's EFA-GDA GIN table; builds without EFA-GDA export v11/v13 only (AWS's gate: awslabs/
+awsome-distributed-ai@232e9b7 deepep-v2-benchmark/deepep.Dockerfile)."""
 
 
 def check_gdrdrv() -> str | None:
@@ -204,8 +202,7 @@ def check_gin_plugin() -> str | None:
         lib = ctypes.CDLL(name if os.path.isabs(name) else OFI_PLUGINS[0])
     except OSError:
         return "GIN: aws-ofi-nccl does not load"
-    return None if any(hasattr(lib, s) for s in GIN_SYMBOLS) else (
-        f"GIN: aws-ofi-nccl exports none of {', '.join(GIN_SYMBOLS)} (aws-ofi-nccl >= 1.21 needed)")
+    return None if hasattr(lib, GIN_SYMBOL) else f"GIN: aws-ofi-nccl exports no {GIN_SYMBOL} (>= 1.21.1 needed)"
 
 
 def check_gda(params: str | None = None) -> str | None:

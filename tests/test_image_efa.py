@@ -1,0 +1,76 @@
+"""What AWS's own DeepEP-V2-over-EFA builds needed, in both image recipes (issue 34 A4, A6):
+
+- the EFA installer without its NGC branch (``--disable-ngc``, as awslabs/awsome-distributed-ai@232e9b7
+  micro-benchmarks/expert-parallelism/deepep-v2-benchmark/deepep.Dockerfile runs it): otherwise it pulls
+  apt's libnccl2 2.28.3 and holds it, and ldconfig resolves ``libnccl.so.2`` to it for every process that
+  does not load torch's wheel by path (whn09/ep-benchmarks-efa@006b7bf deepep-v2-efa-official/README.md);
+- aws-ofi-nccl's ``ncclGinPlugin_v14`` interface (the same Dockerfile's gate: v11/v13 are exported by
+  builds without EFA-GDA, e.g. aws-ofi-nccl 1.20.0 in a 1.50.0-named installer);
+- a DeepEP tree with the EFA fixes (``workloads/image/Dockerfile``'s ``# contract: deepep-tree``), run
+  here on made-up trees and in the contract stage on the sgl-deep-ep 0.1.2 wheel's tree."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from software.recipe import snippets
+from workloads.pod import preflight as P
+
+RECIPE = ROOT / "workloads" / "image" / "Dockerfile"
+RECIPES = (RECIPE, ROOT / "workloads" / "image" / "slime.Dockerfile")
+UNORDERED = ("deep_ep/include/deep_ep/impls/hybrid_dispatch_unordered.cuh",
+             "deep_ep/include/deep_ep/impls/hybrid_combine_unordered.cuh")
+PROBE = "def _get_sysfs_rdma_gbs(nic_name: str) -> float:\n"
+
+
+def test_the_efa_installer_runs_without_its_ngc_branch():
+    for recipe in RECIPES:
+        calls = [line for line in recipe.read_text().splitlines() if "./efa_installer.sh" in line]
+        assert calls and all("--disable-ngc" in line for line in calls), recipe
+
+
+class _Plugin:
+    def __init__(self, *symbols: str):
+        for s in symbols:
+            setattr(self, s, object())
+
+
+def test_gin_needs_the_efa_gda_interface(monkeypatch):
+    monkeypatch.setattr(P.ctypes, "CDLL", lambda name: _Plugin("ncclGinPlugin_v11", "ncclGinPlugin_v13"))
+    assert P.check_gin_plugin() == "GIN: aws-ofi-nccl exports no ncclGinPlugin_v14 (>= 1.21.1 needed)"
+    monkeypatch.setattr(P.ctypes, "CDLL", lambda name: _Plugin("ncclGinPlugin_v13", "ncclGinPlugin_v14"))
+    assert P.check_gin_plugin() is None
+    last = RECIPE.read_text()
+    assert 'hasattr(plugin, "ncclGinPlugin_v14")' in last and "for v in (14, 13, 11)" not in last
+
+
+def _tree(root, files: dict[str, str]):
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _check(tree) -> subprocess.CompletedProcess:
+    code = snippets(RECIPE)["deepep-tree"].code
+    return subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("missing", [*UNORDERED, "deep_ep/utils/envs.py"])
+def test_a_deepep_tree_without_the_efa_fixes_fails_the_build(tmp_path, missing):
+    files = {**{u: "" for u in UNORDERED}, "deep_ep/utils/envs.py": PROBE}
+    files[missing] = "" if missing.endswith("envs.py") else None
+    done = _check(_tree(tmp_path, {k: v for k, v in files.items() if v is not None}))
+    assert done.returncode != 0 and missing.rsplit("/", 1)[-1].split(".")[0] in done.stderr, done.stderr
+    whole = _check(_tree(tmp_path / "fixed", {**{u: "" for u in UNORDERED}, "deep_ep/utils/envs.py": PROBE}))
+    assert whole.returncode == 0, whole.stderr
+
+
+def test_the_build_checks_its_deepep_tree_before_building_it():
+    text = RECIPE.read_text()
+    assert text.index("python3 /usr/local/lib/rl-platform/deepep_tree.py /opt/deepep") < text.index(
+        'cd /opt/deepep && EP_NCCL_ROOT_DIR="${NCCL_ROOT}" pip install')
