@@ -18,8 +18,9 @@ from pydantic import Field, ValidationError, model_validator
 from . import COMMIT, _Model
 
 DATA = Path(__file__).resolve().parent / "models.yaml"
-READ = ("--num-layers", "--hidden-size", "--moe-router-topk")
-"""Flags the platform reads from an architecture (the MoE layer pattern, DeepEP V2's buffer size)."""
+READ = ("--num-layers", "--hidden-size", "--moe-router-topk", "--moe-ffn-hidden-size")
+"""Flags the platform reads from an architecture (the MoE layer pattern, DeepEP V2's buffer size, the expert
+columns an engine without expert parallelism shards)."""
 SET_HERE = ("--moe-token-dispatcher-type", "--moe-layer-freq")
 """Flags the platform sets itself: the dispatcher per DeepEP mode, the layer pattern from ``--num-layers``."""
 

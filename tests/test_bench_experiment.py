@@ -77,12 +77,14 @@ def test_bad_files_fail_naming_file_and_field(change, message):
 
 def test_seed_ab_validates():
     exp = load_experiment(Path("experiments/seed-ab.yaml"))
-    assert [a.name for a in exp.arms] == ["slime", "miles-nccl", "miles-deepep-v2"]
+    assert [a.name for a in exp.arms] == ["slime", "miles-tp", "miles-nccl", "miles-deepep-v2"]
     runs = {a.name: arm_run(exp, a.name) for a in exp.arms}
     assert {r.model for r in runs.values()} == {"Qwen/Qwen3-30B-A3B-FP8"}
     assert len({(tuple(sorted(r.nodes.items())), r.grpo.rollout_max_response_len) for r in runs.values()}) == 1
     assert differences(exp, "miles-nccl", "miles-deepep-v2").keys() == {"deepep.version"}  # the link isolates DeepEP
     assert differences(exp, "slime", "miles-nccl").keys() == {"software", "rollout.nodesPerEngine"}  # both over EFA
+    assert differences(exp, "miles-tp", "miles-nccl").keys() == {  # the simplest alternative: TP alone, 2 GPUs
+        "rollout.nodesPerEngine", "rollout.gpusPerEngine", "rollout.expertParallel", "rollout.dpAttention"}
 
 
 def test_estimate_from_the_stack_prices(capsys):

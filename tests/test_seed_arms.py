@@ -72,15 +72,17 @@ def test_the_report_names_what_each_link_changes_as_rendered(tmp_path):
     from bench.__main__ import main
     from bench.simulate import ArmTruth, Truth, simulate
     truth = Truth(arms={a: ArmTruth(tokens_per_s=t, repeat_drift=0.0) for a, t in
-                        (("slime", 40000), ("miles-nccl", 45000), ("miles-deepep-v2", 60000))}, seed=1)
+                        (("slime", 40000), ("miles-tp", 47000), ("miles-nccl", 45000), ("miles-deepep-v2", 60000))},
+                  seed=1)
     simulate(SEED, truth, tmp_path / "d")
     assert main(["report", str(tmp_path / "d"), "--stack", "p5en-shared", "--no-plots"]) == 0
     links = {link["name"]: link["changes"] for link in
              json.loads((tmp_path / "d" / "report.json").read_text())["decomposition"]["links"]}
     assert links["deepep"]["argv.--sglang-moe-a2a-backend"] == [None, "deepep_v2"]
     assert "deepep.version" not in links["deepep"]  # a run-file field, not what runs
-    assert links["framework"]["engineSpanNodes"] == [1, 2]
     assert links["framework"]["entryPoint"] == ["/root/slime/train.py", "/root/miles/train.py"]
+    assert links["expert-parallel"]["argv.--sglang-ep-size"] == ["1", "16"]
+    assert links["expert-parallel"]["engineSpanNodes"] == [1, 2]
     # prices from another stack: the arms still render on the experiment's own (p5en-shared)
     assert main(["report", str(tmp_path / "d"), "--stack", "p5en-prod", "--no-plots"]) == 0
 
@@ -127,3 +129,22 @@ def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes():
     est = estimate(exp, seed)
     assert est.usd is None  # the stack's reservations carry no contract price: no dollar figure
     assert f"{est.node_hours:,.1f} node-hours" in " ".join(readme.split())  # the seed benchmark page's figure
+
+
+@pytest.mark.parametrize("path", [SEED, SEED_SHAPE])
+def test_the_simplest_alternative_is_an_arm_of_each_seed_experiment(path):
+    """AWS's SGLang-on-EFA A/B (awslabs/awsome-distributed-ai sglang/dsr1-deepep-efa, 2 p5en, TP16/EP16)
+    found pure tensor parallelism faster than both all-to-alls: each seed experiment has an arm whose
+    engines shard the experts by TP alone (no expert parallelism, so no all-to-all), with the same model,
+    image, expert GEMM and GPUs as the Miles arms, in the decomposition chain."""
+    exp = load_experiment(path)
+    cfg = stack_of(exp)
+    nccl = render_arm(exp, "miles-nccl", cfg)
+    tp = render_arm(exp, "miles-tp", cfg)
+    assert tp["argv.--sglang-ep-size"] == "1" and "argv.--sglang-moe-a2a-backend" not in tp
+    assert int(tp["argv.--rollout-num-gpus-per-engine"]) < int(nccl["argv.--rollout-num-gpus-per-engine"])
+    for key in ("image.rollout", "argv.--hf-checkpoint", "argv.--sglang-moe-runner-backend", "argv.--rollout-num-gpus",
+                "argv.--actor-num-nodes"):
+        assert tp[key] == nccl[key], key
+    assert [(link.from_, link.to) for link in exp.decomposition] == [
+        ("slime", "miles-tp"), ("miles-tp", "miles-nccl"), ("miles-nccl", "miles-deepep-v2")]

@@ -617,3 +617,23 @@ def test_gpu_pools_scaled_to_zero_keep_the_cluster_but_declare_no_run():
         M.rayjob(derive(cfg))
     with pytest.raises(StackConfigError, match=r"workloads.run.rayJob: pool 'train' has 0 desired nodes"):
         gate.load("dev", merge(merge(raw_stack("dev"), idle), RAYJOB))
+
+
+def test_engines_without_expert_parallelism_shard_the_experts_by_tp_where_the_fp8_blocks_allow():
+    """``rollout.expertParallel: false``: ``--sglang-ep-size 1``, no all-to-all, no DeepEP. SGLang shards each
+    expert over the engine's GPUs, and refuses at model load a blockwise-FP8 checkpoint whose expert
+    columns per GPU are not a multiple of the 128 block (sglang 0.5.19 model_executor/model_runner_components/
+    moe_ep_setup.py:106-148; contracts/tests/test_sglang_resolve.py runs it): Qwen3-30B-A3B's 768 over 8
+    GPUs is 96."""
+    tp = {"workloads": {"run": {"rollout": {"nodesPerEngine": 1, "gpusPerEngine": 2, "expertParallel": False,
+                                            "dpAttention": False}, "deepep": {"version": "off"}}}}
+    argv = flag_values(list(derive(variant("p5en-prod", tp)).argv))
+    assert argv["--sglang-ep-size"] == ["1"] and argv["--rollout-num-gpus-per-engine"] == ["2"]
+    assert "--sglang-moe-a2a-backend" not in argv and "--sglang-enable-dp-attention" not in argv
+    with pytest.raises(StackConfigError, match=r"workloads.run.rollout.gpusPerEngine: .*768 expert columns over 8 "
+                                               r"GPUs are 96 each, not a multiple of the FP8 block \(128\)"):
+        variant("p5en-prod", merge(tp, {"workloads": {"run": {"rollout": {"gpusPerEngine": 8}}}}))
+    with pytest.raises(StackConfigError, match=r"workloads.run.deepep.version: v2 .*expertParallel: false"):
+        variant("p5en-prod", merge(tp, {"workloads": {"run": {"deepep": {"version": "v2"}}}}))
+    with pytest.raises(StackConfigError, match=r"workloads.run.rollout.gpusPerEngine: 3 does not divide"):
+        variant("p5en-prod", merge(tp, {"workloads": {"run": {"rollout": {"gpusPerEngine": 3}}}}))

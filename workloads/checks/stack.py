@@ -12,7 +12,7 @@ from catalog import MissingFact, gda_families
 from software import models
 from stackconfig.stack import CapacityType, Role
 
-from workloads.derive.argv import miles_argv
+from workloads.derive.argv import engine_gpus, miles_argv, model_dim
 from workloads.derive import moe_backend as moe
 from workloads.checks.teams import validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, budget
@@ -105,6 +105,31 @@ def validate_pools(cfg: "ProgramConfig") -> None:
                              f"interfaces of {pool.instance_type}; allowed: 1..{pool.efa_devices}")
 
 
+FP8_BLOCK = 128
+"""The 128x128 blocks of a blockwise-FP8 checkpoint (``expertPrecision: fp8-blockwise``)."""
+
+
+def validate_engine(cfg: "ProgramConfig") -> None:
+    """An engine inside a node takes a divisor of its GPUs; an engine without expert parallelism shards each
+    expert over its GPUs, and SGLang refuses at model load a blockwise-FP8 checkpoint whose expert columns
+    per GPU are not whole blocks (sglang 0.5.19 model_executor/model_runner_components/moe_ep_setup.py:106-148,
+    ``check_quantized_moe_compatibility``, which the contract stage runs on every rendered engine)."""
+    node = cfg.pool(Role.ROLLOUT).instance.gpus
+    gpus = cfg.workloads.run.rollout.gpus_per_engine
+    if gpus is not None and node % gpus:
+        raise ValueError(f"workloads.run.rollout.gpusPerEngine: {gpus} does not divide the {node} GPUs of a rollout "
+                         f"node; allowed: {_divisors(node)}")
+    if cfg.workloads.run.rollout.expert_parallel or expert_precision(cfg) != "fp8-blockwise":
+        return
+    ffn, engine = model_dim(cfg, "--moe-ffn-hidden-size"), engine_gpus(cfg)
+    if ffn % engine or ffn // engine % FP8_BLOCK:
+        ok = [str(g) for g in range(1, node + 1) if node % g == 0 and ffn % g == 0 and ffn // g % FP8_BLOCK == 0]
+        raise ValueError(f"workloads.run.rollout.gpusPerEngine: without expert parallelism SGLang shards each expert "
+                         f"over the engine's GPUs, and {ffn} expert columns over {engine} GPUs are {ffn / engine:g} "
+                         f"each, not a multiple of the FP8 block ({FP8_BLOCK}): refused at model load; allowed: "
+                         f"{', '.join(ok) or 'none'}, or rollout.expertParallel: true")
+
+
 def validate_run(cfg: "ProgramConfig") -> None:
     """The checks of the run on the GPU pools as they are sized for it (a submitted run's own view
     of the stack goes through these alone: ``runs.config.run_config``)."""
@@ -156,6 +181,7 @@ def validate_run(cfg: "ProgramConfig") -> None:
     if rollout.nodes.desired % per_engine:
         raise ValueError(f"workloads.run.rollout.nodesPerEngine: {per_engine} does not divide the "
                          f"{rollout.nodes.desired} rollout nodes; allowed: {_divisors(rollout.nodes.desired)}")
+    validate_engine(cfg)
 
     # Checkpoints, model and data fit the file system.
     need = budget(cfg, expert_precision(cfg))

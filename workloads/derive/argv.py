@@ -62,13 +62,13 @@ def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
     if "v2" not in run_profile(cfg).a2a:
         return None
     run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
-    engine = run.rollout.nodes_per_engine * rollout.instance.gpus
+    engine = engine_gpus(cfg)
     return deepep_v2_budget(rollout.instance.gpu_memory_gib * 1024, engine, engine if run.rollout.dp_attention else 1,
-                            run.rollout.nodes_per_engine, _model_dim(cfg, "--hidden-size"),
-                            _model_dim(cfg, "--moe-router-topk"), run.rollout.mem_fraction_static)
+                            run.rollout.nodes_per_engine, model_dim(cfg, "--hidden-size"),
+                            model_dim(cfg, "--moe-router-topk"), run.rollout.mem_fraction_static)
 
 
-def _model_dim(cfg: "ProgramConfig", flag: str) -> int:
+def model_dim(cfg: "ProgramConfig", flag: str) -> int:
     """``flag``'s value in the run's model flags, else in its model's preset."""
     for flags in (model_args(cfg), preset(cfg.workloads.run.model)):
         if flag in flags:
@@ -81,10 +81,16 @@ def reward_url(cfg: "ProgramConfig") -> str:
     return f"http://{REWARD_SERVICE}.{cfg.checkpoints.namespace}.svc.cluster.local:{port}{REWARD_PATH}"
 
 
+def engine_gpus(cfg: "ProgramConfig") -> int:
+    """GPUs of one rollout engine: ``gpusPerEngine`` inside a node, else ``nodesPerEngine`` whole nodes."""
+    rollout = cfg.workloads.run.rollout
+    return rollout.gpus_per_engine or rollout.nodes_per_engine * cfg.pool(Role.ROLLOUT).instance.gpus
+
+
 def layout(cfg: "ProgramConfig") -> dict[str, int]:
     """The Ray layout Miles is told: derived from the desired node counts of the two GPU pools."""
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
-    per_engine = cfg.workloads.run.rollout.nodes_per_engine * rollout.instance.gpus
+    per_engine = engine_gpus(cfg)
     return {"actor_num_nodes": train.nodes.desired, "actor_num_gpus_per_node": train.instance.gpus,
             "num_gpus_per_node": rollout.instance.gpus,
             "rollout_num_gpus": rollout.nodes.desired * rollout.instance.gpus,
@@ -212,7 +218,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
         a.extend(budget.sglang_args())
     elif run.rollout.mem_fraction_static is not None:
         f("--sglang-mem-fraction-static", run.rollout.mem_fraction_static)
-    f("--sglang-ep-size", engine)
+    f("--sglang-ep-size", engine if run.rollout.expert_parallel else 1)
     if moe.moe_a2a_backend != "none":
         f("--sglang-moe-a2a-backend", moe.moe_a2a_backend)
     if moe.moe_runner_backend != "auto":

@@ -62,8 +62,9 @@ def moe_case(cfg: "ProgramConfig", version: DeepEPVersion) -> moe.Case:
 
 def default_deepep(cfg: "ProgramConfig") -> DeepEPVersion:
     """The first of v2, v1 that the run's profile has (``Profile.a2a``) and the rules accept, else off;
-    off with ``fabric: sockets`` (DeepEP needs RDMA between GPUs)."""
-    if cfg.workloads.run.fabric == "sockets":
+    off with ``fabric: sockets`` (DeepEP needs RDMA between GPUs) and for engines without expert parallelism
+    (no all-to-all)."""
+    if cfg.workloads.run.fabric == "sockets" or not cfg.workloads.run.rollout.expert_parallel:
         return DeepEPVersion.OFF
     for version in (DeepEPVersion.V2, DeepEPVersion.V1):
         if version.value not in run_profile(cfg).a2a:

@@ -63,11 +63,25 @@ class ParallelSettings(SchemaModel):
 class RolloutSettings(SchemaModel):
     nodes_per_engine: int = Field(1, ge=1)
     """Nodes one SGLang engine spans; its TP = EP = nodes x GPUs per rollout node."""
+    gpus_per_engine: int | None = Field(None, ge=1)
+    """GPUs of one engine inside a node (a divisor of the node's GPUs), with ``nodesPerEngine`` 1.
+    Default: ``nodesPerEngine`` whole nodes."""
+    expert_parallel: bool = True
+    """The engine shards its experts by expert parallelism (``--sglang-ep-size`` = its GPUs) and moves
+    tokens with the run's all-to-all; false: by tensor parallelism alone (``--sglang-ep-size 1``), no
+    all-to-all and so no DeepEP: the seed's simplest alternative."""
     dp_attention: bool = True
     """``--sglang-enable-dp-attention`` with DP = engine size (MoE with DeepEP)."""
     mem_fraction_static: float | None = Field(None, gt=0, lt=1)
     """SGLang's static memory fraction. Default: not passed, so SGLang sizes it itself (Miles leaves it
     unset too); 0.7 is the colocated value, wrong for the dedicated rollout GPUs here."""
+
+    @model_validator(mode="after")
+    def _one_engine_shape(self) -> "RolloutSettings":
+        if self.gpus_per_engine is not None and self.nodes_per_engine > 1:
+            raise ValueError(f"gpusPerEngine: {self.gpus_per_engine} sizes an engine inside one node and "
+                             f"nodesPerEngine is {self.nodes_per_engine}; allowed: one of the two")
+        return self
 
 
 class GrpoSettings(SchemaModel):
@@ -161,6 +175,9 @@ class RunBase(SchemaModel):
         if self.fabric == "sockets" and version not in (None, DeepEPVersion.OFF):
             raise ValueError(f"deepep.version: {version.value} needs RDMA between GPUs and fabric is sockets; "
                              f"allowed: off, or fabric: efa")
+        if not self.rollout.expert_parallel and version not in (None, DeepEPVersion.OFF):
+            raise ValueError(f"deepep.version: {version.value} is an expert all-to-all and the engines run without "
+                             f"expert parallelism (rollout.expertParallel: false); allowed: off")
         return self
 
     @field_validator("ref_model")
