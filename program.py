@@ -10,47 +10,71 @@ from __future__ import annotations
 import pulumi
 
 from components import Platform
-from components.registry import placeholder_digest
+from components.device_plugins import efa_plugin_values, gpu_taints, nvidia_plugin_values
+from components.registry import eks_addon_registry
 from components.reservations import Lookup, lookup, reservation_problems
 from nodes.burn_in import plans as burn_in_plans
 from nodes.component import BurnIn
+from nodes.render import burn_in_objects
+from stackconfig.chart_images import rendered
 from stackconfig.deploy import DeployPhase
+from stackconfig.images import Pull, localized, principals, problems, pulls
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.deploy.component import Workloads
+from workloads.derive.images import image_origins, stack_file
 from workloads.derive.model import WorkloadModel, derive
 from workloads.deploy.submit import run_objects
+from workloads.render import custom_resources, fsx_csi_values, k8s_objects, kuberay_values, volcano_values
 from workloads.render.teams import namespace_of
 from workloads.checks import gate
 from workloads.schema.stack import ProgramConfig
 
 
-def placeholder_images(cfg: ProgramConfig, model: WorkloadModel | None = None) -> list[str]:
-    """One line per image reference of the stack whose digest is a placeholder
-    (``components.registry.placeholder_digest``), naming the pools that pull it, or the software
-    profile it stands for when no pool of the default run pulls it."""
-    from workloads.render import pod_templates
-    model = model or derive(cfg)
-    pools: dict[str, list[str]] = {}
-    for _, pool, template, _ in pod_templates(model):
-        for c in template["spec"].get("initContainers", []) + template["spec"]["containers"]:
-            if placeholder_digest(c["image"]) and pool.name not in pools.setdefault(c["image"], []):
-                pools[c["image"]].append(pool.name)
-    profiles = {ref: name for name, ref in cfg.versions.software.images.items()}
-    for ref in profiles:
-        if placeholder_digest(ref):
-            pools.setdefault(ref, [])
-    return [f"{'pools ' + ', '.join(names) if names else 'profile ' + profiles[ref]}: image {ref} has a "
-            f"placeholder digest; allowed: the digest your push printed (docs/getting-started/first-deploy.md, Deploy; versions.software.images)"
-            for ref, names in pools.items()]
+def stack_objects(cfg: ProgramConfig, model: WorkloadModel) -> list[dict]:
+    """Every Kubernetes object of the stack that can name an image, rendered as the program registers
+    it (``tests/test_image_inventory.py`` holds the recorded graphs to exactly these)."""
+    return [*k8s_objects(model), *custom_resources(model), *(run_objects(cfg, r).rayjob for r in cfg.workloads.runs),
+            *burn_in_objects(model, burn_in_plans(model, cfg))]
+
+
+def chart_values(cfg: ProgramConfig, model: WorkloadModel) -> dict[str, tuple[str, dict]]:
+    """Helm release -> (its ``versions.charts`` field, the values the program gives it)."""
+    taints, charts = gpu_taints(cfg.pools), cfg.versions.charts
+    return {"kuberay-operator": ("kuberay_operator", kuberay_values(model)),
+            "volcano": ("volcano", volcano_values(model)),
+            "aws-fsx-csi-driver": ("fsx_csi_driver", fsx_csi_values(model)),
+            "nvidia-device-plugin": ("nvidia_device_plugin",
+                                     nvidia_plugin_values(taints, localized(charts.image("nvidia-device-plugin")))),
+            "aws-efa-k8s-device-plugin": ("efa_device_plugin", efa_plugin_values(taints, charts, cfg.region))}
+
+
+def stack_pulls(cfg: ProgramConfig, model: WorkloadModel) -> list[Pull]:
+    """The image inventory: every image an object of the stack's graph pulls, its charts' included
+    (as their templates render them from the values the program gives)."""
+    found = [p for obj in stack_objects(cfg, model) for p in pulls(obj)]
+    for release, (chart, values) in chart_values(cfg, model).items():
+        found += [Pull(localized(image), f"helm release {release}", pin) for pin, image in rendered(chart, values).items()]
+    return found
+
+
+def deploy_problems(cfg: ProgramConfig, model: WorkloadModel | None = None) -> list[str]:
+    """What a deploy refuses that needs no AWS call, one line each naming file, field and what to put
+    there: an image of the inventory a node could not pull as named (``stackconfig.images.problems``)
+    and a principal in the documentation's example account."""
+    model, eks = model or derive(cfg), eks_addon_registry(cfg.region)
+    found = problems(stack_pulls(cfg, model), image_origins(cfg, eks), cfg.registries.credentials, stack_file(cfg), [eks])
+    found += [f"{stack_file(cfg)}: {path}: {arn} is in the documentation's example account; allowed: the ARN in "
+              f"your own account" for path, arn in principals(cfg.model_dump(by_alias=True, exclude={"stack"}))]
+    return found
 
 
 def check_deploy(cfg: ProgramConfig, model: WorkloadModel, find: Lookup = lookup) -> None:
-    """What only a real deploy can refuse, before any resource is registered: a placeholder image
-    digest (nothing could pull it: the pods would sit in ImagePullBackOff) and a reservation AWS
-    does not know or holds in another zone or for another instance type (``components.reservations``)."""
-    problems = placeholder_images(cfg, model) + reservation_problems(cfg, find)
-    if problems:
-        raise StackConfigError(f"stack {cfg.stack!r}: cannot deploy\n" + "\n".join(f"  {p}" for p in problems))
+    """What only a real deploy can refuse, before any resource is registered: ``deploy_problems``
+    (nothing could pull the image, or the principal is not yours) and a reservation AWS does not know
+    or holds in another zone or for another instance type (``components.reservations``)."""
+    found = deploy_problems(cfg, model) + reservation_problems(cfg, find)
+    if found:
+        raise StackConfigError(f"stack {cfg.stack!r}: cannot deploy\n" + "\n".join(f"  {p}" for p in found))
 
 
 def build(cfg: StackConfig, deploy: bool = False, find: Lookup = lookup) -> Platform:

@@ -49,6 +49,7 @@ SECONDS: dict[str, int] = {
     # Image registry
     "aws:ecr/repository:Repository": 2,
     "aws:ecr/lifecyclePolicy:LifecyclePolicy": 1,
+    "aws:ecr/pullThroughCacheRule:PullThroughCacheRule": 1,
     # Nodes
     "aws:ec2/launchTemplate:LaunchTemplate": 2,
     "aws:ec2/placementGroup:PlacementGroup": 2,

@@ -155,7 +155,7 @@ def render_text(plan) -> str:
 def run_lines(cfg: StackConfig) -> list[str]:
     """The run as the workload model derives it: submission, MoE path, images, checkpoints, and
     where Miles puts its training actors."""
-    from stackconfig.versions import STACK_REPOSITORY
+    from stackconfig.images import STACK_REPOSITORY
     from workloads.derive.checkpoint_budget import GB, budget
     from workloads.derive.deepep import expert_precision, moe_backend
     from workloads.derive.model import derive

@@ -180,10 +180,11 @@ class Plan:
 
 
 def deploy_warnings(cfg: StackConfig) -> list[str]:
-    """Placeholder image digests (``pulumi up`` refuses them: ``program.check_deploy``) and every
-    reservation id (looked up at preview, never offline)."""
+    """What ``pulumi up`` refuses offline (``program.deploy_problems``: the image inventory's
+    placeholders and foreign registries, example principals) and every reservation id (looked up at
+    preview, never offline)."""
     import program
-    lines = program.placeholder_images(cfg)
+    lines = program.deploy_problems(cfg)
     lines += [f"pools[{p.name}].capacity.reservationId: {p.capacity.reservation_id} is not checked offline; "
               f"pulumi preview looks it up and refuses it unless AWS holds it in {cfg.availability_zone} "
               f"for {p.instance_type}" for p in cfg.pools if p.reserved]

@@ -22,9 +22,11 @@ import pulumi_kubernetes as k8s
 
 from catalog import EFA_TYPES
 from stackconfig.stack import Pool, Taint
-from stackconfig.versions import EFA_DEVICE_PLUGIN_IMAGE, Chart, Charts
+from stackconfig.chart_images import values as image_values
+from stackconfig.images import EKS_REGISTRY, localized
+from stackconfig.versions import Chart, Charts
 
-from .registry import eks_addon_registry
+from .registry import eks_addon_registry, filled
 
 from .gpu_node_setup import QUARANTINE_TAINT, registration_taints
 
@@ -45,10 +47,11 @@ def tolerations(taints: Sequence[Taint]) -> list[dict]:
     return [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in taints]
 
 
-def efa_plugin_values(taints: Sequence[Taint], region: str) -> dict:
-    """``image.repository`` in ``region``'s EKS registry; the tag stays the chart's (values.yaml ``image.tag``)."""
+def efa_plugin_values(taints: Sequence[Taint], charts: Charts, region: str) -> dict:
+    """The pinned image (``efa-device-plugin``) in ``region``'s EKS registry, by digest."""
+    pin = charts.image("efa-device-plugin").replace(EKS_REGISTRY, eks_addon_registry(region), 1)
     return {
-        "image": {"repository": f"{eks_addon_registry(region)}/{EFA_DEVICE_PLUGIN_IMAGE}"},
+        **image_values("efa_device_plugin", {"efa-device-plugin": pin}),
         "tolerations": tolerations(taints),
         "supportedInstanceLabels": {"keys": ["node.kubernetes.io/instance-type"],
                                     "values": list(EFA_TYPES)},
@@ -66,12 +69,14 @@ strategy (internal/plugin/server.go:339-341) and the toolkit applies it once dev
 (nvidia-container-toolkit v1.20.0 internal/modifier/gated.go:36-40)."""
 
 
-def nvidia_plugin_values(taints: Sequence[Taint]) -> dict:
+def nvidia_plugin_values(taints: Sequence[Taint], image: str) -> dict:
     """``mofedEnabled: false`` pinned: EFA is not Mellanox OFED, and the EKS EFA setup needs no MOFED
     (nvidia-device-plugin 0.20.0 values.yaml: ``mofedEnabled: null``, so off unless a default
     changes). ``gdrcopyEnabled`` only exposes /dev/gdrdrv to the containers; the gdrdrv kernel module
-    itself must be on the host. ``deviceListStrategy``: ``DEVICE_LIST_STRATEGY``."""
+    itself must be on the host. ``deviceListStrategy``: ``DEVICE_LIST_STRATEGY``. ``image``: the pin
+    ``nvidia-device-plugin``, localized (nvcr.io, which ECR cannot cache: the stack repository's copy)."""
     return {
+        **image_values("nvidia_device_plugin", {"nvidia-device-plugin": image}),
         "tolerations": tolerations(taints),
         "nodeSelector": {"nvidia.com/gpu.present": "true"},
         "gdrcopyEnabled": True,
@@ -92,11 +97,16 @@ class DevicePlugins(pulumi.ComponentResource):
     """Helm releases of the NVIDIA and EFA device plugins."""
 
     def __init__(self, name: str, taints: Sequence[Taint], charts: Charts, provider: k8s.Provider, region: str,
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
-        efa_values = efa_plugin_values(taints, region)  # an unknown region fails before anything is registered
+                 repository_url: pulumi.Input[str] | None = None, after: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None):
+        """``repository_url``: the ECR repository the NVIDIA device plugin's image was copied into
+        (docs/getting-started/first-deploy.md, Deploy); without one, its public name (nvcr.io)."""
+        efa_values = efa_plugin_values(taints, charts, region)  # an unknown region fails before anything is registered
         super().__init__("rlplatform:k8s:DevicePlugins", name, None, opts)
+        pin = charts.image("nvidia-device-plugin")
+        nvidia_values = nvidia_plugin_values(taints, pin if repository_url is None else localized(pin))
         self.nvidia = _release("nvidia-device-plugin", charts.nvidia_device_plugin,
-                               nvidia_plugin_values(taints), provider, self, after)
+                               filled(nvidia_values, repository_url), provider, self, after)
         self.efa = _release("aws-efa-k8s-device-plugin", charts.efa_device_plugin,
                             efa_values, provider, self, after)
         self.register_outputs({})

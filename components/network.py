@@ -6,10 +6,14 @@ Guarantees:
 - private subnets in two zones for the EKS control plane and the pools that may span zones;
 - nodes are private and reach out through a NAT gateway in the EFA zone;
 - S3 traffic (checkpoints) goes through a gateway endpoint, not the NAT; once the platform's
-  buckets exist (``limit_s3_endpoint``) the endpoint reaches only them, ECR's layer bucket (the
-  platform's repository and the EKS registry both serve layers from it), the Amazon Linux 2023
-  package repositories and registry.k8s.io's layer bucket of the region (read only), so a pod cannot copy data to another bucket of the
-  region through it (other regions' buckets are not routed through a gateway endpoint at all).
+  buckets exist (``limit_s3_endpoint``) the endpoint reaches only them and two AWS-owned buckets the
+  nodes read: ECR's layer bucket (the platform's repository, its pull-through caches and the EKS
+  registry all serve layers from it; every image a node pulls is in one of them,
+  ``stackconfig.images``) and the Amazon Linux 2023 package repositories, so a pod cannot copy data
+  to another bucket of the region through it (other regions' buckets are not routed through a
+  gateway endpoint at all). No public registry's bucket is needed: quay.io, for one, answers pulls
+  from AWS addresses with presigned URLs into its own S3 bucket (quay/quay ``storage/cloud.py``,
+  ``CloudFrontedS3Storage.get_direct_download_url``), which this policy would refuse.
 - no internet-facing load balancer lands in the public subnets unless the stack asks for one.
 """
 
@@ -39,18 +43,6 @@ AL2023_REPOSITORY_BUCKET = "al2023-repos-{region}-de612dc2"
 """The Amazon Linux 2023 package repositories nodes install from with dnf (GPU node setup's kernel
 headers): AL2023 user guide, "Amazon Linux 2023 ... repositories ... through a VPC endpoint"
 (the bucket ARN an S3 gateway endpoint policy must allow)."""
-
-
-KUBERNETES_REGISTRY_BUCKET = "prod-registry-k8s-io-{region}"
-KUBERNETES_REGISTRY_BUCKET_EXCEPTIONS = {"eu-west-2": "767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2"}
-"""registry.k8s.io redirects a client from AWS to the layer bucket of its region
-(kubernetes/registry.k8s.io ``cmd/archeio/internal/app/buckets.go`` awsRegionToHostURL:
-``prod-registry-k8s-io-<region>``, one other name in eu-west-2). An in-region bucket is reached
-through the S3 gateway endpoint, so its policy must allow it, or every image from registry.k8s.io
-fails on its first layer. A registry whose layers come from a CDN never meets the endpoint; one
-that redirects to another owner's bucket in this region (not verified offline for quay.io and
-nvcr.io) is refused by the policy: copy such an image into the stack's ECR repository (docs/getting-started/first-deploy.md,
-Deploy), which is what the platform does for DCGM."""
 
 
 def pods_per_node(pool: Pool) -> int:
@@ -235,10 +227,4 @@ def s3_endpoint_policy(region: str, bucket_arns: Sequence[str]) -> str:
          "Resource": f"arn:aws:s3:::{ECR_LAYER_BUCKET.format(region=region)}/*"},
         {"Sid": "AmazonLinuxRepositories", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
          "Resource": f"arn:aws:s3:::{AL2023_REPOSITORY_BUCKET.format(region=region)}/*"},
-        {"Sid": "KubernetesRegistryLayers", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
-         "Resource": f"arn:aws:s3:::{kubernetes_registry_bucket(region)}/*"},
     ]})
-
-
-def kubernetes_registry_bucket(region: str) -> str:
-    return KUBERNETES_REGISTRY_BUCKET_EXCEPTIONS.get(region) or KUBERNETES_REGISTRY_BUCKET.format(region=region)

@@ -2,8 +2,9 @@
 
 Network -> cluster (control plane, pre-node add-ons) -> EFA security group and node role -> one
 NodePool per pool -> add-ons that need nodes (CoreDNS, node monitoring, CloudWatch) and the device
-plugins; the checkpoint bucket and the image registry (ECR repository, ECR interface endpoints so
-image pulls skip the NAT, the node role's pulls scoped to the platform's repositories). Everything is derived
+plugins; the checkpoint bucket and the image registry (ECR repository, pull-through caches of the
+public registries, ECR interface endpoints so image pulls skip the NAT, the node role's pulls scoped
+to the platform's repositories). Everything is derived
 from one validated StackConfig; nothing is registered for a config that does not validate.
 """
 
@@ -48,13 +49,16 @@ class Platform(pulumi.ComponentResource):
         super().__init__("rlplatform:index:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.config = cfg
-        repository_name = f"{name.lower()}/workloads"  # ECR names are lowercase
+        namespace = name.lower()  # ECR names are lowercase
+        repository_name = f"{namespace}/workloads"
+        images = {"repository_name": repository_name, "cache_namespace": namespace,
+                  "credentials": cfg.registries.credentials}
         if cfg.checkpoints.retain_on_destroy and cfg.deploy.backup_opt_in:
             backup_opt_in(name, self)
         if cfg.deploy.phase is DeployPhase.BOOTSTRAP:
             # The repository alone (same name and parent as in the full phase: same URN), so the
             # images can be pushed before anything that pulls them exists (stackconfig.deploy).
-            self.registry = ImageRegistry(f"{name}-images", cfg.region, repository_name=repository_name, opts=child)
+            self.registry = ImageRegistry(f"{name}-images", cfg.region, **images, opts=child)
             self.register_outputs({})
             return
         self.network = Network(name, cfg, subnets, opts=child)
@@ -67,8 +71,7 @@ class Platform(pulumi.ComponentResource):
                           efa_security_group_id=efa_sg.id)
         self.registry = ImageRegistry(f"{name}-images", cfg.region, self.network.vpc.id,
                                       self.network.private_subnet_ids, self.cluster.security_group_id,
-                                      repository_name=repository_name,
-                                      puller_role_name=node_role.role.name, opts=child)
+                                      puller_role_name=node_role.role.name, **images, opts=child)
         after = [*self.cluster.node_addons, *node_role.attachments, self.registry.pull_policy,
                  *self.network.egress]
         setups = gpu_setups or {}
@@ -90,7 +93,8 @@ class Platform(pulumi.ComponentResource):
         system = self.pools[cfg.pool(Role.SYSTEM).name].node_group
         self.node_addons = self.cluster.add_node_addons(after=[system])
         self.device_plugins = DevicePlugins(f"{name}-device-plugins", gpu_taints(cfg.pools), cfg.versions.charts,
-                                            self.cluster.provider, cfg.region, after=[system], opts=child)
+                                            self.cluster.provider, cfg.region, self.registry.repository_url,
+                                            after=[system], opts=child)
         self.network.limit_s3_endpoint([self.checkpoints.arn])
         self.register_outputs({})
 

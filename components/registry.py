@@ -11,10 +11,19 @@ Guarantees:
   the third required piece; ``components.network.Network`` already creates it and it is assumed
   here. Both interface endpoints plus the S3 gateway endpoint are AWS's documented set:
   https://docs.aws.amazon.com/AmazonECR/latest/userguide/vpc-endpoints.html
-- the node role (``puller_role_name``) pulls from this repository and from the region's EKS
+- one pull-through cache rule per public upstream (``stackconfig.images.UPSTREAMS``) under the
+  stack's namespace (``cache_namespace``: ``<namespace>/<prefix>``, so two stacks of one account and
+  region never share a rule), the ones that need a credential only when the stack names it: a node
+  pulls a public image from the stack's registry, ECR fetching it from upstream on the first pull
+  (ECR user guide, "Sync an upstream registry with an Amazon ECR private registry");
+- the node role (``puller_role_name``) pulls from this repository, its caches and the region's EKS
   add-on registry (the EKS add-ons and the EFA device plugin come from it), and from no other
   repository, even with the ``AmazonEC2ContainerRegistryReadOnly`` EKS requires on it (an explicit
-  Deny, ``node_pull_policy``): a team pod cannot run a private image the platform does not own.
+  Deny, ``node_pull_policy``): a team pod cannot run a private image the platform does not own;
+- ``pulumi destroy`` deletes the repository with the images in it (``force_delete``): they are
+  rebuilt or copied again from their sources, and an ECR repository that holds images is not
+  deleted otherwise (DeleteRepository without ``force``). The caches' repositories are ECR's, made
+  on first pull: the teardown deletes them (docs/getting-started/first-deploy.md, Tear down).
 
 Nothing here calls a provider function (the offline mocks refuse them): the region is an argument
 and the registry id is read from the repository ARN.
@@ -24,12 +33,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 
 import pulumi
 import pulumi_aws as aws
+
+from stackconfig.images import UPSTREAMS, fill, localize, with_url
 
 HTTPS = 443
 ECR_SERVICES = ("ecr.api", "ecr.dkr")
@@ -64,28 +75,61 @@ def eks_addon_registry(region: str) -> str:
 PULL_ACTIONS = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
 """What the kubelet's ECR credential provider and containerd need per repository (the actions of
 AmazonEC2ContainerRegistryPullOnly less the pull-through cache import)."""
+CACHE_ACTIONS = ["ecr:BatchImportUpstreamImage", "ecr:CreateRepository"]
+"""What the puller of an image not yet cached needs besides a pull: ECR user guide, "IAM permissions
+required to sync an upstream registry with an Amazon ECR private registry" (the import, and the
+repository ECR creates for it on the first pull)."""
+CACHE_PREFIX = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
+"""An ECR repository prefix of a pull-through cache rule: 2-30 characters (ECR API reference,
+CreatePullThroughCacheRule ``ecrRepositoryPrefix``)."""
 
 
-def platform_pull_resources(repository_arn: str, region: str) -> list[str]:
-    """The repositories a node may pull from: the platform's and the region's EKS add-on registry."""
+def cache_prefixes(namespace: str, credentials: Mapping[str, str]) -> dict[str, str]:
+    """Upstream URL -> the repository prefix of its cache: every upstream that needs no credential,
+    and those the stack names one for. ValueError when the namespace makes a prefix ECR refuses."""
+    out = {}
+    for upstream in UPSTREAMS.values():
+        prefix = f"{namespace}/{upstream.prefix}"
+        if not (CACHE_PREFIX.match(prefix) and 2 <= len(prefix) <= 30):
+            raise ValueError(f"cache_namespace: {namespace!r} makes the pull-through cache prefix {prefix!r}, which "
+                             f"ECR refuses (2-30 characters, lowercase); allowed: a namespace of at most "
+                             f"{29 - max(len(u.prefix) for u in UPSTREAMS.values())} characters (the cluster name)")
+        if not upstream.credential or upstream.prefix in credentials:
+            out[upstream.url] = prefix
+    return out
+
+
+def platform_pull_resources(repository_arn: str, region: str, caches: Sequence[str] = ()) -> list[str]:
+    """The repositories a node may pull from: the platform's, its caches' and the region's EKS add-on registry."""
     partition = repository_arn.split(":")[1]
-    return [repository_arn, f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]
+    return [repository_arn, *cache_resources(repository_arn, caches),
+            f"arn:{partition}:ecr:{region}:{eks_addon_account(region)}:repository/*"]
 
 
-def node_pull_policy(repository_arn: str, region: str) -> str:
+def cache_resources(repository_arn: str, caches: Sequence[str]) -> list[str]:
+    """The repositories ECR makes under each cache prefix, in the platform repository's registry."""
+    registry = repository_arn.split(":repository/")[0]
+    return [f"{registry}:repository/{prefix}/*" for prefix in caches]
+
+
+def node_pull_policy(repository_arn: str, region: str, caches: Sequence[str] = ()) -> str:
     """The node role's ECR permissions beside ``AmazonEC2ContainerRegistryReadOnly`` (which EKS
     requires on a node role, ``platform.NODE_POLICIES``, and which allows every ECR read on ``*``):
     a token and pulls from the platform's repository and the region's EKS add-on registry (which
     also serves the EFA device plugin, ``device_plugins.efa_plugin_values``), and an explicit Deny of
     the pull actions on every other repository, which wins over the managed Allow (IAM user guide,
     "Policy evaluation logic": an explicit deny overrides any allow). ``ecr:GetAuthorizationToken``
-    is never denied: without a token no image can be pulled at all."""
-    allowed = platform_pull_resources(repository_arn, region)
-    return json.dumps({"Version": "2012-10-17", "Statement": [
+    is never denied: without a token no image can be pulled at all. ``caches``: the prefixes of the
+    stack's pull-through caches, where the first pull of an image imports it (``CACHE_ACTIONS``)."""
+    allowed = platform_pull_resources(repository_arn, region, caches)
+    statements = [
         {"Sid": "EcrToken", "Effect": "Allow", "Action": "ecr:GetAuthorizationToken", "Resource": "*"},
         {"Sid": "PullPlatformImages", "Effect": "Allow", "Action": PULL_ACTIONS, "Resource": allowed},
-        {"Sid": "DenyPullsElsewhere", "Effect": "Deny", "Action": PULL_ACTIONS, "NotResource": allowed},
-    ]})
+        {"Sid": "DenyPullsElsewhere", "Effect": "Deny", "Action": PULL_ACTIONS, "NotResource": allowed}]
+    if caches:
+        statements.insert(2, {"Sid": "ImportThroughCaches", "Effect": "Allow", "Action": CACHE_ACTIONS,
+                              "Resource": cache_resources(repository_arn, caches)})
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
 REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
@@ -95,15 +139,12 @@ TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DIGEST = re.compile(r"^(?:sha256:)?([0-9a-f]{64})$")
 
 
-PLACEHOLDER_BELOW = 16 ** 4
-"""A digest whose value is below this is a placeholder (the shipped stack files' ``sha256:000...0``,
-``...01``, ``...03``): a real sha256 is that small with probability 2**-240."""
-
-
-def placeholder_digest(image: str) -> str | None:
-    """``sha256:<hex>`` of ``image`` when its digest is a placeholder, else None."""
-    found = re.search(r"@sha256:([0-9a-f]{64})$", image) if isinstance(image, str) else None
-    return f"sha256:{found.group(1)}" if found and int(found.group(1), 16) < PLACEHOLDER_BELOW else None
+def filled(value, repository_url: pulumi.Input[str]):
+    """``value`` (a manifest, chart values) with every container image localized
+    (``stackconfig.images.localized``) and the stack repository's URL, an Output at deployment, in
+    place of ``{imageRepository}`` and ``{imageRegistry}``."""
+    url = pulumi.Output.from_input(repository_url)
+    return fill(localize(value), lambda image: url.apply(lambda u: with_url(image, u)))
 
 
 def _check_region(region: str) -> str:
@@ -150,6 +191,7 @@ class ImageRegistry(pulumi.ComponentResource):
                  subnet_ids: Sequence[pulumi.Input[str]] = (), node_security_group_id: pulumi.Input[str] | None = None,
                  repository_name: str | None = None, kms_key_arn: pulumi.Input[str] | None = None,
                  untagged_days: int = 14, puller_role_name: pulumi.Input[str] | None = None,
+                 cache_namespace: str | None = None, credentials: Mapping[str, str] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         """
         :param region: the cluster's region (the endpoints' service names; ECR is regional).
@@ -165,8 +207,12 @@ class ImageRegistry(pulumi.ComponentResource):
         :param untagged_days: untagged images are expired this many days after push.
         :param puller_role_name: role (the node role) granted ``node_pull_policy``; nothing is
             granted when None.
+        :param cache_namespace: the folder of the pull-through cache rules (``cache_prefixes``);
+            no rule when None. Made in the bootstrap phase too: the copy and pin steps go through them.
+        :param credentials: upstream prefix (``docker-hub``, ...) -> the ARN of its Secrets Manager secret.
         """
         _check_region(region)
+        caches = {} if cache_namespace is None else cache_prefixes(cache_namespace, credentials or {})
         if puller_role_name is not None:
             eks_addon_account(region)
         repository_name = repository_name or name
@@ -205,6 +251,10 @@ class ImageRegistry(pulumi.ComponentResource):
         self.registry_id: pulumi.Output[str] = arn_parts.apply(lambda p: p[4])
         self.repository_url: pulumi.Output[str] = pulumi.Output.all(self.registry_id, self.repository.name).apply(
             lambda a: f"{registry_host(a[0], region)}/{a[1]}")
+        self.cache_rules = [aws.ecr.PullThroughCacheRule(
+            f"{name}-cache-{prefix.rsplit('/', 1)[1]}", ecr_repository_prefix=prefix, upstream_registry_url=url,
+            credential_arn=(credentials or {}).get(prefix.rsplit("/", 1)[1]), opts=child)
+            for url, prefix in caches.items()]
 
         if vpc_id is None:
             self.endpoint_ids, self.pull_policy = {}, None
@@ -229,7 +279,8 @@ class ImageRegistry(pulumi.ComponentResource):
 
         self.pull_policy = None if puller_role_name is None else aws.iam.RolePolicy(
             f"{name}-node-pulls", role=puller_role_name,
-            policy=self.repository.arn.apply(lambda arn: node_pull_policy(arn, region)), opts=child)
+            policy=self.repository.arn.apply(lambda arn: node_pull_policy(arn, region, list(caches.values()))),
+            opts=child)
         """Nodes need it to pull any image: node groups wait for it."""
 
         self.register_outputs({"repositoryUrl": self.repository_url, "registryId": self.registry_id,

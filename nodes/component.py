@@ -2,8 +2,8 @@
 
 Guarantees: the objects of ``nodes.render`` go through the cluster's provider after the system
 pool's nodes and the device plugins (a GPU node's burn-in pod needs its GPUs and EFA devices
-advertised), the DaemonSets after their namespace, account, scripts and policies; image references
-to the stack repository are filled in with its URL. With ``burnIn.replaceFailed`` an EKS Pod Identity
+advertised), the DaemonSets after their namespace, account, scripts and policies; images are pulled
+through the stack's registry (``components.registry.filled``). With ``burnIn.replaceFailed`` an EKS Pod Identity
 role lets the replacement controller's service account (and no other: the burn-in pods hold no AWS
 credentials) call ``autoscaling:SetInstanceHealth``, and only on Auto Scaling groups tagged
 ``eks:cluster-name`` = this cluster (the tag EKS puts on a managed node group's Auto Scaling group;
@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 
 from components.iam import PodRole, policy_document
 from components.platform import Platform
-from stackconfig.versions import STACK_REPOSITORY, map_images
+from components.registry import filled
 from workloads.deploy.component import TYPED
 from workloads.derive.model import WorkloadModel
 
@@ -66,8 +66,7 @@ class BurnIn(pulumi.ComponentResource):
         self.register_outputs({})
 
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
-        obj = map_images(obj, lambda image: self._repository_url.apply(
-            lambda url: image.replace(STACK_REPOSITORY, url, 1)))
+        obj = filled(obj, self._repository_url)
         args = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         return KINDS[obj["kind"]](f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args,
                                   opts=pulumi.ResourceOptions(parent=self, provider=self._provider,

@@ -27,6 +27,7 @@ from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .deploy import DeploySettings
 from .labels import LABEL_PREFIX, POOL_LABEL, ROLE_LABEL
+from .registries import RegistrySettings
 from .versions import Versions
 
 CONFIG_KEY = "platform"
@@ -325,6 +326,7 @@ class StackConfig(SchemaModel):
     checkpoints: CheckpointSettings = CheckpointSettings()
     burn_in: BurnInSettings = BurnInSettings()
     deploy: DeploySettings = DeploySettings()
+    registries: RegistrySettings = RegistrySettings()
 
     @model_validator(mode="after")
     def _invariants(self) -> "StackConfig":
@@ -334,7 +336,7 @@ class StackConfig(SchemaModel):
                 raise ValueError(f"{to_camel(field)}: {zone!r} is not a zone of {self.region} (e.g. {self.region}a)")
         if self.availability_zone == self.secondary_availability_zone:
             raise ValueError("secondaryAvailabilityZone: must differ from availabilityZone")
-        problem = self.cluster.problem(self.stack)
+        problem = self.cluster.problem(self.stack) or self.registries.problem(self.region)
         if problem:
             raise ValueError(problem)
         names = [p.name for p in self.pools]

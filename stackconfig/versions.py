@@ -15,6 +15,7 @@ from pydantic import Field, field_validator
 from software import Profile, profile
 
 from .base import SchemaModel
+from .images import EKS_REGISTRY, REPOSITORY_OUTPUT, STACK_REPOSITORY, with_repository  # noqa: F401
 
 
 
@@ -43,16 +44,42 @@ class Chart(SchemaModel):
     repo: str
 
 
-EFA_DEVICE_PLUGIN_IMAGE = "eks/aws-efa-k8s-device-plugin"
-"""The EFA device plugin's repository inside a region's EKS add-on registry. Chart v0.5.30 (aws/eks-charts
-bfe91c4b, stable/aws-efa-k8s-device-plugin/values.yaml lines 1-4) defaults ``image.repository`` to
-this path in the us-west-2 registry, tag v0.5.20 (its appVersion); the program sets the registry
-of the stack's own region (``components.device_plugins.eks_addon_registry``) and keeps the tag."""
+PLACEHOLDER = "@sha256:" + "0" * 64
+"""A pin whose digest is not known here: a deploy refuses it until the stack names the digest
+(``versions.charts.images.<name>``; the plan's warning gives the command that prints it)."""
+
+CHART_IMAGES: dict[str, str] = {
+    "kuberay-operator": "quay.io/kuberay/operator:v1.7.0@sha256:"
+                        "4a779237ef1c5262a63840ccf42d0d67f0b74e911158fbcaee4478fb1560bce6",
+    "volcano-controller-manager": "docker.io/volcanosh/vc-controller-manager:v1.15.1@sha256:"
+                                  "555245dd5c73524dee627ad0c2e308c9dd95af234df791d11e6bcdfa2f33a4ef",
+    "volcano-scheduler": "docker.io/volcanosh/vc-scheduler:v1.15.1@sha256:"
+                         "e79dc85279b5fd2c5e431571b4683f819ff0dfeacdf230fca49e6ce1f4509ae1",
+    "volcano-webhook-manager": "docker.io/volcanosh/vc-webhook-manager:v1.15.1@sha256:"
+                               "569e3671b6d9619c175062e6d3e82bfe3bb4bc3628b36347406ccc07f10fe12c",
+    "nvidia-device-plugin": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:"
+                            "a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312",
+    "efa-device-plugin": f"{EKS_REGISTRY}/eks/aws-efa-k8s-device-plugin:v0.5.20{PLACEHOLDER}",
+    "fsx-csi-driver": f"public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver:v1.9.0{PLACEHOLDER}",
+    "fsx-csi-node-driver-registrar": f"public.ecr.aws/csi-components/csi-node-driver-registrar:v2.16.0-eksbuild.3{PLACEHOLDER}",
+    "fsx-csi-livenessprobe": f"public.ecr.aws/csi-components/livenessprobe:v2.18.0-eksbuild.3{PLACEHOLDER}",
+    "fsx-csi-provisioner": f"public.ecr.aws/csi-components/csi-provisioner:v6.2.0-eksbuild.2{PLACEHOLDER}",
+    "fsx-csi-resizer": f"public.ecr.aws/csi-components/csi-resizer:v2.1.0-eksbuild.3{PLACEHOLDER}",
+}
+"""Every image the pinned charts run (``stackconfig.chart_images.SLOTS``), by its public name, tag
+and digest; the program pulls each through the stack's registry (``stackconfig.images.localized``).
+Tags are the charts' own defaults (each chart's values.yaml at its pinned version). Digests, read,
+not pulled here (no registry is reachable offline): KubeRay v1.7.0 from a public project's pins of
+the operator it runs; Volcano v1.15.1 from a public deployment's record of the images it runs (amd64
+nodes); the NVIDIA device plugin v0.20.0 from two public manifests that agree (one a GPU Operator
+bundle). The EFA device plugin (the region's EKS registry) and the FSx CSI driver's five are not known
+here: ``PLACEHOLDER``. Check any of them with ``crane digest <reference without the digest>``."""
 
 
 class Charts(SchemaModel):
     efa_device_plugin: Chart = Chart(chart="aws-efa-k8s-device-plugin", version="v0.5.30",
                                      repo="https://aws.github.io/eks-charts")
+    """Its image is the EKS add-on registry's of the stack's region (the chart's default is us-west-2's)."""
     nvidia_device_plugin: Chart = Chart(chart="nvidia-device-plugin", version="0.20.0",
                                         repo="https://nvidia.github.io/k8s-device-plugin")
     kuberay_operator: Chart = Chart(chart="kuberay-operator", version="1.7.0",
@@ -63,6 +90,24 @@ class Charts(SchemaModel):
     fsx_csi_driver: Chart = Chart(chart="aws-fsx-csi-driver", version="1.17.0",
                                   repo="https://kubernetes-sigs.github.io/aws-fsx-csi-driver")
     """FSx for Lustre CSI driver 1.9.0, node plugin only: mounts the checkpoint file system (static PV)."""
+    images: dict[str, str] = {}
+    """Pin name -> image reference with tag and digest, in place of the default pin (``CHART_IMAGES``
+    in stackconfig/versions.py: ``efa-device-plugin``, ``fsx-csi-driver``, ...)."""
+
+    @field_validator("images")
+    @classmethod
+    def _pins(cls, images: dict[str, str]) -> dict[str, str]:
+        for name, ref in images.items():
+            if name not in CHART_IMAGES:
+                raise ValueError(f"{name}: not an image of the pinned charts; allowed: {', '.join(CHART_IMAGES)}")
+            if not re.fullmatch(r"\S+:[\w.-]+@sha256:[0-9a-f]{64}", ref):
+                raise ValueError(f"{name}: {ref!r} is not <repository>:<tag>@sha256:<64 hex digits>; the chart "
+                                 f"joins repository and tag, and every chart image is pinned by digest")
+        return images
+
+    def image(self, name: str) -> str:
+        """The pin ``name`` as this stack has it."""
+        return self.images.get(name) or CHART_IMAGES[name]
 
 
 class SoftwareStack(SchemaModel):
@@ -91,12 +136,6 @@ class SoftwareStack(SchemaModel):
         return images
 
 
-REPOSITORY_OUTPUT = "imageRepository"
-"""The stack output (``pulumi stack output``) that holds the URL of the stack's ECR repository."""
-STACK_REPOSITORY = "{" + REPOSITORY_OUTPUT + "}"
-"""Stands for the stack's ECR repository URL in image references until registration fills it in."""
-
-
 def dcgm_image(software: SoftwareStack) -> str:
     """The DCGM image the burn-in pulls: ``dcgm-<tag>`` in the stack repository."""
     return f"{STACK_REPOSITORY}:dcgm-{software.dcgm}"
@@ -113,30 +152,3 @@ class Versions(SchemaModel):
     addons: Addons = Addons()
     charts: Charts = Charts()
     software: SoftwareStack = SoftwareStack()
-
-
-def map_images(value: Any, fill: Callable[[str], Any]) -> Any:
-    """``value`` (a manifest, a list, an image) with ``fill(image)`` in place of every string that
-    names ``STACK_REPOSITORY``."""
-    if isinstance(value, dict):
-        return {k: map_images(v, fill) for k, v in value.items()}
-    if isinstance(value, list):
-        return [map_images(v, fill) for v in value]
-    if isinstance(value, str) and value.startswith(STACK_REPOSITORY):
-        return fill(value)
-    return value
-
-
-def with_repository(value: Any, repository: str, stack: str = "<stack>") -> Any:
-    """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY``; ValueError when it is
-    needed and not given, naming the flag and the stack output that holds the URL (it contains the AWS
-    account id, which no stack file holds) and the stack field that names another image instead. At
-    deployment the program fills in the repository's Output the same way (``map_images``)."""
-    def fill(image: str) -> str:
-        if not repository:
-            raise ValueError(f"image {image!r} is in stack {stack}'s own ECR repository, whose URL only the deployed "
-                             f"stack knows: pass --repository \"$(pulumi stack output {REPOSITORY_OUTPUT} --stack "
-                             f"{stack})\", or name a full image reference for the profile under "
-                             f"versions.software.images in the stack file")
-        return image.replace(STACK_REPOSITORY, repository, 1)
-    return map_images(value, fill)

@@ -1,5 +1,5 @@
 """AWS behaviour over time (issue 23 item 14): provider timeouts that fit the real operations, the
-backup plan ordered after its Vault Lock, the S3 endpoint and registries that redirect to S3, and
+backup plan ordered after its Vault Lock, the S3 endpoint that passes ECR's layers only, and
 the add-on pod roles trusted by cluster ARN, not only by name."""
 
 from __future__ import annotations
@@ -56,14 +56,15 @@ def test_the_backup_plan_waits_for_its_vault_lock(mode):
     assert lock.urn in plan.dependencies
 
 
-@pytest.mark.parametrize("region, bucket", [("us-east-1", "prod-registry-k8s-io-us-east-1"),
-                                            ("eu-west-2", "767373bbdcb8270361b96548387bf2a9ad0d48758c35-eu-west-2")])
-def test_registry_k8s_io_layers_pass_the_s3_endpoint_read_only(region, bucket):
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-2"])
+def test_ecr_layers_pass_the_s3_endpoint_read_only_and_no_public_registrys_bucket(region):
+    """Every image comes through ECR (stackconfig.images): registry.k8s.io's and quay.io's buckets,
+    which a pull straight from them would be redirected to, are not reachable."""
     policy = json.loads(s3_endpoint_policy(region, ["arn:aws:s3:::platform"]))
-    assert decide([policy], "s3:GetObject", f"arn:aws:s3:::{bucket}/containers/images/sha256:ab") == ALLOW
     assert decide([policy], "s3:GetObject", f"arn:aws:s3:::prod-{region}-starport-layer-bucket/x") == ALLOW
-    assert decide([policy], "s3:PutObject", f"arn:aws:s3:::{bucket}/x") is None
-    assert decide([policy], "s3:GetObject", "arn:aws:s3:::someone-elses-bucket/x") is None
+    assert decide([policy], "s3:PutObject", f"arn:aws:s3:::prod-{region}-starport-layer-bucket/x") is None
+    for bucket in (f"prod-registry-k8s-io-{region}", "quayio-production-s3", "someone-elses-bucket"):
+        assert decide([policy], "s3:GetObject", f"arn:aws:s3:::{bucket}/x") is None
 
 
 @pytest.mark.parametrize("role, namespace, account", [("vpc-cni", "kube-system", "aws-node"),

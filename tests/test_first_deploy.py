@@ -1,12 +1,12 @@
 """The first deploy on an empty account, offline: ``deploy.phase: bootstrap`` registers the image
-repository and the AWS Backup opt-in and nothing that pulls an image; ``full`` registers those same
+repository, its pull-through caches and the AWS Backup opt-in and nothing that pulls an image; ``full`` registers those same
 resources (same URNs) and the rest; the reward Deployment does not hold ``pulumi up`` for its image."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import graph_of
+from conftest import graph_of, load
 from test_workloads import one, variant, variant_graph
 
 from stackconfig.stack import StackConfigError, load_stack
@@ -14,11 +14,11 @@ from stackconfig.files import raw_stack
 
 BOOTSTRAP = {"deploy": {"phase": "bootstrap"}}
 FIRST = {"aws:ecr/repository:Repository", "aws:ecr/lifecyclePolicy:LifecyclePolicy",
-         "aws:backup/regionSettings:RegionSettings"}
+         "aws:ecr/pullThroughCacheRule:PullThroughCacheRule", "aws:backup/regionSettings:RegionSettings"}
 
 
 @pytest.mark.parametrize("stack", ["p5en-prod", "dev"])
-def test_bootstrap_registers_only_the_repository_and_the_backup_opt_in(stack):
+def test_bootstrap_registers_only_the_repository_its_caches_and_the_backup_opt_in(stack):
     graph = variant_graph(stack, BOOTSTRAP)
     custom = {r.type for r in graph.resources if r.custom}
     kept = variant(stack, {}).checkpoints.retain_on_destroy
@@ -60,9 +60,29 @@ def test_the_reward_deployment_does_not_hold_pulumi_up():
 # --- placeholders and reservations: the plan warns, a deploy refuses ------------------------------
 
 REAL = "a3" * 32
-PINNED = {"versions": {"software": {"images": {
-    "miles-deepep-v2": f"{{imageRepository}}:miles-sglang0.5.19-deepepv2-nccl2.31.2-efa1.50.0@sha256:{REAL}"}}}}
-"""p5en-prod with its image pinned by a digest that is not a placeholder."""
+
+
+def pinned_profiles(stack: str) -> dict:
+    """``stack`` with every image it pins given a digest that is not a placeholder, a Docker Hub
+    credential and principals outside the example account: what is left is what a test adds."""
+    from stackconfig.versions import CHART_IMAGES
+    cfg = load(stack)
+    images = {name: ref.split("@")[0] + f"@sha256:{REAL}" for name, ref in cfg.versions.software.images.items()}
+    charts = {name: ref.split("@")[0] + f"@sha256:{REAL}" for name, ref in CHART_IMAGES.items()}
+    override = {"versions": {"software": {"images": images}, "charts": {"images": charts}},
+                "cluster": {"adminRoleArns": ["arn:aws:iam::210987654321:role/platform-admin"]},
+                "registries": {"credentials": {"docker-hub": f"arn:aws:secretsmanager:{cfg.region}:210987654321:"
+                                                             f"secret:ecr-pullthroughcache/docker-hub"}}}
+    if cfg.workloads.teams:
+        override["workloads"] = {"teams": [{**t.model_dump(by_alias=True, exclude_defaults=True),
+                                            "members": [f"arn:aws:iam::210987654321:role/{t.name}"]}
+                                           for t in cfg.workloads.teams],
+                                 "images": {"checkpointTrigger": f"public.ecr.aws/docker/library/busybox:1.37.0@sha256:{REAL}"}}
+    return override
+
+
+PINNED = pinned_profiles("p5en-prod")
+"""p5en-prod with every digest and principal its deploy needs (none a placeholder)."""
 
 
 def _deploy(cfg, answer=None, graph=None):
@@ -116,16 +136,18 @@ def test_the_plan_warns_of_placeholders_instead_of_saying_nothing():
     from analysis.plan import plan_stack, render_text
     plan, _ = plan_stack("p5en-prod")
     text = render_text(plan)
-    assert "WARNING pools " in text and "placeholder digest" in text
+    assert ("WARNING stacks/Pulumi.p5en-prod.yaml: versions.software.images.miles-deepep-v2: image "
+            "{imageRepository}:miles-sglang0.5.19") in text and "placeholder digest" in text
     assert "WARNING pools[train].capacity.reservationId: cr-0a1b2c3d4e5f60001" in text
     assert text.index("Warnings") < text.index("Violations")
     assert plan.to_json()["warnings"] == plan.warnings
 
 
-def test_a_deploy_refuses_a_placeholder_digest_naming_pool_and_image():
+def test_a_deploy_refuses_a_placeholder_digest_naming_field_image_and_what_pulls_it():
     cfg = variant("p5en-prod", {})
-    with pytest.raises(StackConfigError, match=r"pools [a-z, ]*train[a-z, ]*: image \{imageRepository\}:miles-"
-                                               r"sglang0.5.19\S+@sha256:0{64} has a placeholder digest") as err:
+    with pytest.raises(StackConfigError, match=r"stacks/Pulumi.p5en-prod.yaml: versions.software.images.miles-deepep-v2: "
+                                               r"image \{imageRepository\}:miles-sglang0.5.19\S+@sha256:0{64} has a "
+                                               r"placeholder digest \(pulled by [^)]*RayCluster rl/miles") as err:
         _deploy(cfg, _aws())
     assert "cannot deploy" in str(err.value)
 

@@ -63,7 +63,7 @@ def visible(config: dict[str, str], env: dict[str, str], mounts: list[str], priv
 @pytest.mark.parametrize("stack", ["p5en-shared", "p6-b200"])
 def test_a_container_with_no_gpu_request_and_visible_devices_all_gets_no_gpu(stack):
     cfg = load(stack)
-    values = nvidia_plugin_values(gpu_taints(cfg.pools))
+    values = nvidia_plugin_values(gpu_taints(cfg.pools), cfg.versions.charts.image("nvidia-device-plugin"))
     for pool in (p for p in cfg.pools if p.instance.is_gpu):
         config = node_config(pool)
         env, mounts = allocated(values, 0)

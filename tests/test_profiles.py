@@ -15,7 +15,8 @@ from test_workloads import FP8_V2, MILES_01, merge, software_with, variant
 from software import profile, profiles, version_tuple
 from software.report import build_args, build_command
 from stackconfig.stack import StackConfigError
-from stackconfig.versions import STACK_REPOSITORY, SoftwareStack, workload_image
+from stackconfig.images import STACK_REPOSITORY
+from stackconfig.versions import SoftwareStack, workload_image
 from workloads.checks.flags import argv_pairs, argv_problems
 from workloads.checks.runs import load_run
 from workloads.cli.runs import main

@@ -202,8 +202,12 @@ def test_the_s3_endpoint_reaches_only_the_platform_bucket_and_what_nodes_need(g)
     assert g.named("aws:ec2/vpcEndpointPolicy:VpcEndpointPolicy", f"{NAME}-s3").inputs["vpcEndpointId"] == endpoint.outputs["id"]
 
 
-def test_no_pull_through_cache_rule_is_left(g):
-    assert g.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule") == []
+def test_pull_through_caches_only_for_anonymous_upstreams_under_the_stacks_namespace(g):
+    """The shared stack names no credential: no rule for Docker Hub, GHCR or GitLab, and every rule's
+    prefix under the stack's own namespace (two stacks of one account never share a rule)."""
+    rules = {r.inputs["upstreamRegistryUrl"]: r.inputs for r in g.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
+    assert sorted(rules) == ["public.ecr.aws", "quay.io", "registry.k8s.io"]
+    assert all(r["ecrRepositoryPrefix"].startswith(f"{NAME}/") and "credentialArn" not in r for r in rules.values())
 
 
 # --- the evaluator itself ----------------------------------------------------------------------

@@ -171,11 +171,12 @@ HOST_ACCESS_RELEASES = {
 """Releases whose charts run pods with host access, and why. Every other release gets no host access
 from its chart's defaults or from our values."""
 PLUGIN_VALUES = {
-    "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels", "image"},  # image: registry only
-    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled", "deviceListStrategy"},
-    "aws-fsx-csi-driver": {"nodeComponentOnly", "controller", "node"},
+    "aws-efa-k8s-device-plugin": {"tolerations", "supportedInstanceLabels", "image"},
+    "nvidia-device-plugin": {"tolerations", "nodeSelector", "gdrcopyEnabled", "mofedEnabled", "deviceListStrategy", "image"},
+    "aws-fsx-csi-driver": {"nodeComponentOnly", "controller", "node", "image", "sidecars"},
 }
-"""The only values we pass them: placement and device coverage. In particular nothing that widens
+"""The only values we pass them: placement, device coverage and the pinned images
+(``stackconfig.chart_images``). In particular nothing that widens
 their access (NVIDIA: compatWithCPUManager or a MIG strategy make it privileged / CAP_SYS_ADMIN;
 securityContext, hostNetwork or extra volumes on any of them)."""
 ESCALATING_KEYS = {"privileged", "hostNetwork", "hostPID", "hostIPC", "hostPath", "securityContext",
@@ -202,7 +203,9 @@ def test_only_the_device_plugins_and_the_csi_node_plugin_get_host_access(stack):
     for name, allowed in PLUGIN_VALUES.items():
         assert set(releases[name]) <= allowed, (name, set(releases[name]) - allowed)
     assert releases["aws-fsx-csi-driver"]["nodeComponentOnly"] is True
-    assert set(releases["aws-efa-k8s-device-plugin"]["image"]) == {"repository"}  # the chart's pinned tag stays
+    for name in ("aws-efa-k8s-device-plugin", "nvidia-device-plugin"):
+        assert set(releases[name]["image"]) == {"repository", "tag"}
+    assert all(set(v["image"]) == {"repository", "tag"} for v in releases["aws-fsx-csi-driver"]["sidecars"].values())
 
 
 # --- hardening of the CPU containers ----------------------------------------------------------------------
@@ -413,7 +416,8 @@ def test_fsx_csi_controller_runs_no_pod():
     """Chart 1.17.0 renders the controller Deployment even with nodeComponentOnly; with no replicas it
     runs nothing privileged and holds no credentials (its service account must stay: create false
     fails the install when the account does not exist)."""
+    from workloads.derive.model import derive
     from workloads.render import fsx_csi_values
-    values = fsx_csi_values()
+    values = fsx_csi_values(derive(load("p5en-prod")))
     assert values["controller"] == {"replicaCount": 0}
     assert values["nodeComponentOnly"] is True

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import yaml
 
 from stackconfig.files import STACKS_DIR
-from stackconfig.versions import REPOSITORY_OUTPUT
+from stackconfig.images import REPOSITORY_OUTPUT
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig

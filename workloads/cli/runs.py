@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 import yaml
 
 from software.report import record_image, report
-from stackconfig.versions import STACK_REPOSITORY, with_repository
+from stackconfig.images import STACK_REPOSITORY, with_repository
 
 from workloads.cli import kube
 from workloads.derive.checkpoint_budget import GB
@@ -41,7 +41,7 @@ from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient, attempt_of
 from workloads.checks.runs import load_run, run_pools
 from workloads.checks.run_plan import Planner
-from workloads.deploy.submit import run_objects
+from workloads.deploy.submit import run_objects, sendable
 from workloads.derive.topology import run_tiers
 
 
@@ -114,7 +114,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
         shown = with_repository(objs.rayjob, args.repository or STACK_REPOSITORY, args.stack)
         out(yaml.safe_dump(shown, sort_keys=False))
         return 0
-    with_repository(run_objects(cfg, run).rayjob, args.repository, args.stack)  # fail before touching the cluster
+    sendable(cfg, run_objects(cfg, run).rayjob, args.repository)  # fail before touching the cluster
     api = client()
     busy = api.unfinished(run.team, run.name)
     if busy:
@@ -125,7 +125,7 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     train, rollout = run_pools(cfg)
     sizes = api.tier_sizes((train.name, rollout.name))
     objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
-    created = api.submit(with_repository(objs.rayjob, args.repository, args.stack))
+    created = api.submit(sendable(cfg, objs.rayjob, args.repository))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")
     return 0

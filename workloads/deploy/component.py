@@ -22,7 +22,8 @@ import pulumi_kubernetes as k8s
 
 from components.fsx import CheckpointFileSystem
 from components.platform import Platform
-from stackconfig.versions import STACK_REPOSITORY, Chart, map_images
+from components.registry import filled
+from stackconfig.versions import Chart
 
 from workloads.derive import layout as L
 from workloads.derive.paths import CHECKPOINT_DIR
@@ -92,7 +93,7 @@ class Workloads(pulumi.ComponentResource):
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
-                                     M.fsx_csi_values(), after=[system], daemonset_only=True)
+                                     M.fsx_csi_values(m), after=[system], daemonset_only=True)
 
         ns = self._object(M.namespace(m), after=[system])
         self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(m)]
@@ -187,12 +188,8 @@ class Workloads(pulumi.ComponentResource):
         return k8s.helm.v3.Release(
             name, name=name, chart=chart.chart, version=chart.version, namespace=namespace,
             create_namespace=True, repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
-            values=values, atomic=not daemonset_only, skip_await=daemonset_only, opts=self._opts(after))
-
-    def _with_repository(self, value):
-        """``value`` with the stack repository's URL in place of ``STACK_REPOSITORY`` (image fields)."""
-        return map_images(value, lambda image: self._repository_url.apply(
-            lambda url: image.replace(STACK_REPOSITORY, url, 1)))
+            values=filled(values, self._repository_url), atomic=not daemonset_only, skip_await=daemonset_only,
+            opts=self._opts(after))
 
     @staticmethod
     def _object_name(obj: dict) -> str:
@@ -203,13 +200,13 @@ class Workloads(pulumi.ComponentResource):
 
     def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
         cls = TYPED[obj["kind"]]
-        obj = self._with_repository(obj)
+        obj = filled(obj, self._repository_url)
         # Top-level fields are keyword arguments in snake case (PriorityClass ``globalDefault``).
         args = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
         return cls(self._object_name(obj), **args, opts=self._opts(after))
 
     def _custom(self, obj: dict, after: Sequence[pulumi.Resource]) -> k8s.apiextensions.CustomResource:
-        obj = self._with_repository(obj)
+        obj = filled(obj, self._repository_url)
         return k8s.apiextensions.CustomResource(
             self._object_name(obj), api_version=obj["apiVersion"], kind=obj["kind"],
             metadata=obj["metadata"], spec=obj["spec"], opts=self._opts(after))

@@ -1,5 +1,5 @@
 """What submitting a run creates: its model, its network tiers and its RayJob, from the stack and
-(at submit) the tier sizes the cluster's HyperNodes show."""
+(at submit) the tier sizes the cluster's HyperNodes show; what is sent, once judged (``sendable``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from stackconfig.images import principals, problems, pulls, with_repository
+from workloads.derive.images import image_origins, stack_file
 from workloads.derive.model import WorkloadModel
 from workloads.render.runs import run_rayjob
 from workloads.schema.run import RunFile
@@ -37,3 +39,16 @@ def run_objects(cfg: "ProgramConfig", run: RunFile, tier_nodes: Mapping[int, int
     rayjob = run_rayjob(model, run, gang.tier if gang.constrained else None,
                         trainer.tier if trainer.constrained else None)
     return RunObjects(run, model, gang, trainer, rayjob)
+
+
+def sendable(cfg: "ProgramConfig", obj: dict, repository: str) -> dict:
+    """``obj`` as ``runs submit`` and ``bench run`` send it (images pulled through the stack's
+    registry, its URL filled in: ``stackconfig.images.with_repository``); ValueError, before anything
+    reaches the cluster, naming each image a node could not pull as named (a placeholder digest, a
+    registry outside the stack's: ``stackconfig.images.problems``) and each principal in the
+    documentation's example account, with the field and file that set it."""
+    found = problems(list(pulls(obj)), image_origins(cfg), stack_file=stack_file(cfg))
+    found += [f"{path}: {arn} is in the documentation's example account" for path, arn in principals(obj)]
+    if found:
+        raise ValueError(f"stack {cfg.stack!r}: cannot send {obj['kind']} {obj['metadata']['name']}: " + "; ".join(found))
+    return with_repository(obj, repository, cfg.stack)

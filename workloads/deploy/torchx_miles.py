@@ -26,7 +26,7 @@ from torchx.specs.overlays import JOIN, set_overlay
 
 from workloads.derive import layout as L
 from workloads.derive.argv import driver
-from stackconfig.versions import with_repository
+from stackconfig.images import with_repository
 
 from workloads.derive.model import WorkloadModel
 from workloads.render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,

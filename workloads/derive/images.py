@@ -1,10 +1,18 @@
-"""Every image reference the workloads run, by the stack field that sets it, and whether it is pinned."""
+"""Every image reference the workloads run, by the stack field that sets it, and whether it is
+pinned; where each image of a stack is set (``image_origins``: field and file, for the checks' messages)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stackconfig.versions import workload_image
+from pydantic import BaseModel
+from pydantic.alias_generators import to_snake
+
+from stackconfig.files import ROOT, STACKS_DIR
+from stackconfig.images import EKS_REGISTRY, Origin, localized
+from stackconfig.versions import CHART_IMAGES, dcgm_image, workload_image
 
 from workloads.derive.block_end import capacity_block_end
 from workloads.derive.layout import reward_enabled
@@ -27,3 +35,39 @@ def images(cfg: "ProgramConfig") -> dict[str, str]:
 
 def pinned_by_digest(image: str) -> bool:
     return IMAGE_DIGEST.search(image) is not None
+
+
+def stack_file(cfg: "ProgramConfig") -> str:
+    return str(STACKS_DIR / f"Pulumi.{cfg.stack}.yaml")
+
+
+def _set_in_file(cfg: "ProgramConfig", field: str) -> tuple[bool, type]:
+    """Whether the stack file sets ``field`` (camelCase, dotted; after a mapping field the rest of
+    the path is one key), and the model class that holds it."""
+    node, holder, parts = cfg, type(cfg), field.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(node, BaseModel):
+            return ".".join(parts[i:]) in node, holder
+        holder, name = type(node), to_snake(part)
+        if name not in node.model_fields_set:
+            return False, holder
+        node = getattr(node, name)
+    return True, holder
+
+
+def setting_file(cfg: "ProgramConfig", field: str) -> str:
+    """The file that sets ``field``: the stack file, or the module of its default."""
+    explicit, holder = _set_in_file(cfg, field)
+    if explicit:
+        return stack_file(cfg)
+    return Path(sys.modules[holder.__module__].__file__).relative_to(ROOT).as_posix()
+
+
+def image_origins(cfg: "ProgramConfig", eks_registry: str = EKS_REGISTRY) -> dict[str, Origin]:
+    """Localized image -> the field and file that name it: the workloads' (``images``), DCGM's and
+    every chart pin's (the EFA device plugin's in ``eks_registry``, the host of the region's)."""
+    charts = cfg.versions.charts
+    fields = {**images(cfg), "versions.software.dcgm": dcgm_image(cfg.versions.software),
+              **{f"versions.charts.images.{name}": charts.image(name).replace(EKS_REGISTRY, eks_registry, 1)
+                 for name in CHART_IMAGES}}
+    return {localized(ref): Origin(field, setting_file(cfg, field), stack_file(cfg)) for field, ref in fields.items()}

@@ -6,6 +6,8 @@ from typing import Any
 
 import yaml
 
+from stackconfig.chart_images import SLOTS, values as image_values
+from stackconfig.images import localized
 from workloads.derive.model import WorkloadModel
 from workloads.derive.topology import EKS_NETWORK_LAYERS
 from workloads.schema.settings import Submission
@@ -34,6 +36,12 @@ def system_placement(m: WorkloadModel) -> dict:
     return placement(m.system_pool)
 
 
+def chart_images(m: WorkloadModel, chart: str) -> dict:
+    """The values that point every image of ``chart`` (a ``versions.charts`` field) at its pin,
+    pulled through the stack's registry (``stackconfig.images.localized``), by digest."""
+    return image_values(chart, {s.pin: localized(m.charts.image(s.pin)) for s in SLOTS[chart]})
+
+
 def kuberay_values(m: WorkloadModel) -> dict:
     """System-pool placement, the platform's priority. With ``submit: runs``, gang scheduling through Volcano (chart 1.7.0
     ``batchScheduler.name`` -> ``--batch-scheduler=volcano``): every run's RayJob gets a PodGroup in
@@ -41,7 +49,8 @@ def kuberay_values(m: WorkloadModel) -> dict:
     Initializing under a batch scheduler (batchscheduler/volcano/volcano_scheduler.go:74-76)."""
     p = system_placement(m)
     values: dict[str, Any] = {"nodeSelector": p["nodeSelector"], "tolerations": p.get("tolerations", []),
-                              "priorityClassName": PLATFORM_PRIORITY_CLASS}  # chart 1.7.0 values.yaml:33-34
+                              "priorityClassName": PLATFORM_PRIORITY_CLASS,  # chart 1.7.0 values.yaml:33-34
+                              **chart_images(m, "kuberay_operator")}
     if m.settings.submit is Submission.RUNS:
         values["batchScheduler"] = {"name": "volcano"}
     return values
@@ -99,17 +108,18 @@ def volcano_values(m: WorkloadModel) -> dict:
                               "scheduler_config_override": yaml.safe_dump(scheduler_config(), sort_keys=False)}
     if p.get("tolerations"):
         custom["default_tolerations"] = p["tolerations"]
-    return {"custom": custom}
+    return {"custom": custom, **chart_images(m, "volcano")}
 
 
-def fsx_csi_values() -> dict:
+def fsx_csi_values(m: WorkloadModel) -> dict:
     """Node plugin only: static provisioning needs no controller (and so no AWS credentials). Chart
     1.17.0 renders the controller Deployment whatever ``nodeComponentOnly`` says (that value only
     drops its disruption budget), so its replicas go to 0. Its service account stays: with
     ``controller.serviceAccount.create: false`` the chart looks the account up and fails when it is
     missing (templates/controller-serviceaccount.yaml:12-16); without replicas it holds no credentials.
     The node DaemonSet tolerates every taint (chart default), so GPU and Spot nodes mount the volume."""
-    return {"nodeComponentOnly": True, "controller": {"replicaCount": 0}, "node": {"tolerateAllTaints": True}}
+    return {"nodeComponentOnly": True, "controller": {"replicaCount": 0}, "node": {"tolerateAllTaints": True},
+            **chart_images(m, "fsx_csi_driver")}
 
 
 def volcano_queue(m: WorkloadModel) -> dict:
