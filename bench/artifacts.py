@@ -1,6 +1,6 @@
 """The collected artifacts of an experiment, read offline: ``DIR/experiment.yaml`` and, per arm and
 attempt, ``DIR/<arm>/r<n>/`` with ``driver.log``, ``rayjob.json``, ``nodes.json`` and optionally
-``cloudwatch.json`` and ``faults.json``.
+``cloudwatch.json``, ``events.json`` and ``faults.json``.
 
 Guarantees: an attempt that does not add up (a file missing, no measured step, a RayJob of another
 run, step ids beyond the run's last step) raises ``ArtifactError`` with one line naming the attempt
@@ -64,6 +64,8 @@ class Collected:
     """The driver log as collected (its checkpoint and restart lines, ``bench.recovery``)."""
     serving: dict | None = None
     """``serving.json``: the serving benchmark's figures (``bench.serving``), or its error."""
+    events: list[dict] = field(default_factory=list)
+    """``events.json``: the run's Kubernetes Events as ``bench run`` read them (``bench.reaction``)."""
 
     @property
     def seconds(self) -> float:
@@ -144,7 +146,8 @@ def read_attempt(root: Path, exp: Experiment, attempt: Attempt) -> Collected:
     got = Collected(attempt, log, rayjobs, nodes, min(starts), max(ends),
                     _json(folder / "cloudwatch.json", where) if (folder / "cloudwatch.json").is_file() else None,
                     _json(folder / "faults.json", where) if (folder / "faults.json").is_file() else [], text,
-                    _json(folder / "serving.json", where) if (folder / "serving.json").is_file() else None)
+                    _json(folder / "serving.json", where) if (folder / "serving.json").is_file() else None,
+                    _items(_json(folder / "events.json", where)) if (folder / "events.json").is_file() else [])
     if not got.measured(exp.warmup_steps):
         raise ArtifactError(f"{where}: no measured step in driver.log (no perf line with perf/tokens_per_gpu_per_sec "
                             f"after the {exp.warmup_steps} warm-up steps; {len(log.malformed)} malformed perf lines)")

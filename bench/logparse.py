@@ -146,7 +146,8 @@ def _dict_text(rest: str) -> str:
     return rest[: end + 1] if end >= 0 else rest
 
 
-def _stamp(line: str) -> datetime | None:
+def stamp(line: str) -> datetime | None:
+    """The time of a line's logging prefix (``[YYYY-MM-DD HH:MM:SS[.mmm]``), as UTC."""
     m = STAMP.search(line)
     if not m:
         return None
@@ -197,5 +198,5 @@ def parse_log(text: str) -> ParsedLog:
             steps.append(current)
         current.metrics.update(metrics)
         if side_rollout or current.at is None:
-            current.at = _stamp(line) or current.at
+            current.at = stamp(line) or current.at
     return ParsedLog(steps, malformed, collapsed, train)

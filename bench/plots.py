@@ -156,20 +156,22 @@ def cost_svg(report: dict) -> Figure:
     return fig
 
 
-EVENTS = {"injectedAt": ("injected", "-"), "detectedAt": ("detected", "--")}
-"""The fault record's times that are drawn, with their legend name and line style."""
+EVENTS = {"killedAt": ("killed", "-"), "detectedAt": ("detected", "--")}
+"""The fault figures' times that are drawn (``bench.recovery``: the kill and the first reaction), with
+their legend name and line style."""
 
 
-def _fault_points(attempts: list[Collected]) -> tuple[list[tuple[float, float, int]], list[tuple[float, int, str, str]]]:
+def _fault_points(attempts: list[Collected], figures: dict[str, list[dict]]
+                  ) -> tuple[list[tuple[float, float, int]], list[tuple[float, int, str, str]]]:
     """(seconds since start, tokens/s, repeat) per step, and (seconds, repeat, fault kind, event) per
-    injection and detection."""
+    kill and detection (``figures``: the report's fault figures by attempt folder)."""
     pts, marks = [], []
     for c in attempts:
         t0, gpus, rep = c.start, c.rollout_gpus(), c.attempt.repeat
         pts += [((s.at - t0).total_seconds(), s.metrics[TOKENS] * gpus, rep)
                 for s in c.log.steps if s.at and TOKENS in s.metrics]
         marks += [((datetime.fromisoformat(f[key].replace("Z", "+00:00")) - t0).total_seconds(), rep, f["kind"], event)
-                  for f in c.faults for key, (event, _) in EVENTS.items() if f.get(key)]
+                  for f in figures.get(c.attempt.folder, []) for key, (event, _) in EVENTS.items() if f.get(key)]
     return pts, sorted(marks)
 
 
@@ -186,11 +188,11 @@ def _fault_labels(ax: Axes, marks: list[tuple[float, int, str, str]], span: floa
 
 
 @drawn
-def faults_svg(attempts: list[Collected]) -> Figure:
-    """Throughput per step against time per repeat (colour), and a vertical line per injection (solid)
-    and detection (dashed) in the repeat's colour."""
+def faults_svg(attempts: list[Collected], figures: dict[str, list[dict]]) -> Figure:
+    """Throughput per step against time per repeat (colour), and a vertical line per kill (solid) and
+    first reaction (dashed) in the repeat's colour."""
     from matplotlib.lines import Line2D
-    pts, marks = _fault_points(attempts)
+    pts, marks = _fault_points(attempts, figures)
     fig, ax = figure("Fault timeline: throughput per step", "seconds since the attempt's RayJob started",
                      "tokens/s")
     style = {event: dash for event, dash in EVENTS.values()}

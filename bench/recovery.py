@@ -1,10 +1,12 @@
-"""What each fault of a fault arm did, from the attempt's own signals, not from step arithmetic.
+"""What each fault of a fault arm did, from the attempt's own signals, timed from the fault's own
+timestamp, not from step arithmetic nor from when the runner last read the log.
 
+- The kill and the first reaction to it: ``bench.reaction`` (the kubelet's ``Killing`` Event or FIS'
+  action start; Miles' health check and recovery lines, the RayJob's end, KubeRay's Events); detection
+  is the time between the two, and the report names the reaction.
 - Outcome: the RayJob the fault hit (``faults.json`` ``rayjob``) and its final ``status.jobStatus``
   (KubeRay v1.7.0 ``rayjob_types.go``): ``SUCCEEDED`` means the job survived in place; ``FAILED`` (or
   ``STOPPED``) means it ended and the runner resubmitted it (``resumedAs``).
-- Detection: the first Kubernetes Event about the attempt after the fault, with its own time
-  (``bench.faults.detected``: KubeRay's ``CreatedWorkerPod``/``DeletedWorkerPod``, ...), as recorded.
 - Restart and resume, from the driver log's own lines:
   Megatron ``megatron/training/checkpointing.py`` (radixark/Megatron-LM 37f91617, the commit the Miles image builds, workloads/image/Dockerfile MEGATRON_COMMIT; the same text at 235952df :1062-1065 and :2543-2546):
   ``:742-745`` ``[<time>] successfully saved checkpoint from iteration <n> to <dir>`` once a save is
@@ -15,8 +17,11 @@
   (``miles/ray/rollout/server_group.py:209``).
   "Resumed from the last complete checkpoint" is: the iteration loaded after the fault equals the last
   iteration saved before it.
-- Back to steady: the first of ``STEADY_STEPS`` steps after the fault each at >= ``STEADY_FRACTION``
-  of the throughput before it, by the perf lines' own timestamps.
+- Before and after: a step is before the fault when its rollout line's own time is at or before the
+  kill, after it otherwise (the log's timestamps, whatever the runner had read when it injected).
+- Back to steady: from the kill to the first of ``STEADY_STEPS`` steps after it each at >=
+  ``STEADY_FRACTION`` of the median throughput of the steps before it (since the previous fault).
+- Steps lost: steps completed before the kill that are logged again after it; tokens lost, theirs.
 """
 
 from __future__ import annotations
@@ -27,26 +32,22 @@ from statistics import median
 
 from .artifacts import Collected
 from .experiment import Experiment
-from .logparse import ANSI
+from .logparse import ANSI, stamp
+from .reaction import RECOVERED, killed, reacted, when
 
 TOKENS = "perf/tokens_per_gpu_per_sec"
 STEADY_FRACTION = 0.9
 STEADY_STEPS = 3
 SAVED = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\] successfully saved checkpoint from iteration\s+(\d+)")
 LOADED = re.compile(r"successfully loaded checkpoint from \S+ .*at iteration (\d+)")
-RECOVERED = re.compile(r"Recovered (\d+) dead rollout engines")
 
 
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace(" ", "T")).replace(tzinfo=timezone.utc)
 
 
-def _iso(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def checkpoint_lines(text: str) -> dict[str, list]:
-    """Saves (time, iteration), loads (line number, iteration), engine recoveries (line number, count)."""
+    """Saves (time, iteration), loads (line number, iteration), engine recoveries (time, count)."""
     out: dict[str, list] = {"saved": [], "loaded": [], "recovered": []}
     for number, raw in enumerate(text.splitlines(), 1):
         line = ANSI.sub("", raw)
@@ -54,8 +55,8 @@ def checkpoint_lines(text: str) -> dict[str, list]:
             out["saved"].append((_time(m.group(1)), int(m.group(2))))
         elif m := LOADED.search(line):
             out["loaded"].append((number, int(m.group(1))))
-        elif m := RECOVERED.search(line):
-            out["recovered"].append((number, int(m.group(1))))
+        elif (m := RECOVERED.search(line)) and (at := stamp(line)) is not None:
+            out["recovered"].append((at, int(m.group(1))))
     return out
 
 
@@ -70,27 +71,32 @@ def _outcome(c: Collected, fault: dict) -> tuple[str, str]:
     return status, f"job ended (RayJob {fault.get('rayjob')} {status}){then}"
 
 
+def _timing(c: Collected, fault: dict) -> dict:
+    kill, by = killed(c, fault)
+    reaction = reacted(c, fault, kill)
+    return {"killedAt": kill.isoformat(), "killed_by": by,
+            "detectedAt": None if reaction is None else reaction[0].isoformat(),
+            "detected_by": None if reaction is None else reaction[1],
+            "detection_s": None if reaction is None else round((reaction[0] - kill).total_seconds(), 1)}
+
+
 def fault_figures(exp: Experiment, c: Collected) -> list[dict]:
     """One dict per fault of the attempt: its record plus outcome, detection, restart, resume and loss."""
     lines = checkpoint_lines(c.text)
-    gpus = c.rollout_gpus()
-    out, mark = [], 0
-    for f in c.faults:
-        injected = _iso(f["injectedAt"])
+    timings = [_timing(c, f) for f in c.faults]
+    kills = [when(t["killedAt"]) for t in timings]
+    out = []
+    for i, (f, timing, kill) in enumerate(zip(c.faults, timings, kills)):
+        since, until = (kills[i - 1] if i else None), (kills[i + 1] if i + 1 < len(kills) else None)
         status, outcome = _outcome(c, f)
-        # the fault's place in the log: the step the runner had seen logged when it injected (its first
-        # occurrence after the previous fault), so the log's own order splits before from after
-        mark = next((s.line for s in c.log.steps if s.rollout_id == f.get("loggedStep", f.get("step"))
-                     and s.line > mark), mark)
-        before = [s for s in c.log.steps if s.line <= mark and TOKENS in s.metrics]
-        after = [s for s in c.log.steps if s.line > mark and s.at is not None and TOKENS in s.metrics]
-        saved = [it for at, it in lines["saved"] if at <= injected]
+        before = [s for s in c.log.steps if s.at is not None and s.at <= kill and (since is None or s.at > since)
+                  and TOKENS in s.metrics]
+        after = [s for s in c.log.steps if s.at is not None and s.at > kill and TOKENS in s.metrics]
+        saved = [it for at, it in lines["saved"] if at <= kill]
         restarted = status != "SUCCEEDED" and bool(f.get("resumedAs"))
-        loaded = next((it for n, it in lines["loaded"] if n > mark), None) if restarted else None
-        recovered = [count for n, count in lines["recovered"] if n > mark]
-        fig = {**f, "outcome": outcome, "job_status": status,
-               "detection_s": round((_iso(f["detectedAt"]) - injected).total_seconds(), 1) if f.get("detectedAt")
-               else None,
+        loaded = next((it for n, it in lines["loaded"] if before and n > before[-1].line), None) if restarted else None
+        recovered = [n for at, n in lines["recovered"] if at >= kill and (until is None or at < until)]
+        fig = {**f, **timing, "outcome": outcome, "job_status": status,
                "last_saved_iteration": saved[-1] if saved else None, "loaded_iteration": loaded,
                "engines_recovered": sum(recovered)}
         if restarted:
@@ -103,15 +109,18 @@ def fault_figures(exp: Experiment, c: Collected) -> list[dict]:
         if not before or not after:
             out.append({**fig, "error": "no step logged before or after the fault"})
             continue
-        pre = median(s.metrics[TOKENS] for s in before)
-        steady = next((max(0.0, (after[i].at - injected).total_seconds()) for i in range(len(after) - STEADY_STEPS + 1)
-                       if all(s.metrics[TOKENS] >= STEADY_FRACTION * pre for s in after[i:i + STEADY_STEPS])), None)
-        last = max(s.rollout_id for s in before)
-        redone = sorted({s.rollout_id for s in after if s.rollout_id <= last})
-        firsts = c.log.first()
-        fig |= {"back_to_steady_s": None if steady is None else round(steady, 1), "last_step_before": last,
-                "resumed_at_step": after[0].rollout_id, "steps_lost": len(redone),
-                "tokens_lost": round(sum(firsts[i].metrics.get(TOKENS, 0.0) * gpus
-                                         * firsts[i].metrics.get("perf/rollout_time", 0.0) for i in redone))}
-        out.append(fig)
+        out.append(fig | _loss(c, before, after, kill, c.rollout_gpus()))
     return out
+
+
+def _loss(c: Collected, before: list, after: list, kill, gpus: int) -> dict:
+    pre = median(s.metrics[TOKENS] for s in before)
+    steady = next(((after[i].at - kill).total_seconds() for i in range(len(after) - STEADY_STEPS + 1)
+                   if all(s.metrics[TOKENS] >= STEADY_FRACTION * pre for s in after[i:i + STEADY_STEPS])), None)
+    done = {s.rollout_id for s in c.log.steps if s.at is not None and s.at <= kill and TOKENS in s.metrics}
+    redone = sorted({s.rollout_id for s in after} & done)
+    firsts = c.log.first()
+    return {"back_to_steady_s": None if steady is None else round(steady, 1), "last_step_before": before[-1].rollout_id,
+            "resumed_at_step": after[0].rollout_id, "steps_lost": len(redone),
+            "tokens_lost": round(sum(firsts[i].metrics.get(TOKENS, 0.0) * gpus
+                                     * firsts[i].metrics.get("perf/rollout_time", 0.0) for i in redone))}

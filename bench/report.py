@@ -58,5 +58,6 @@ def write_report(root: Path, stack: str | None = None, across_node_sets: bool = 
     (root / "cost.svg").write_text(cost_svg(report, simulated=label))
     faulted = [c for c in collected if c.faults]
     if faulted:
-        (root / "faults.svg").write_text(faults_svg(faulted, simulated=label))
+        figures = {folder: figs for arm in report["faults"].values() for folder, figs in arm.items()}
+        (root / "faults.svg").write_text(faults_svg(faulted, figures, simulated=label))
     return report

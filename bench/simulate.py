@@ -237,7 +237,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
     lines = _job_header(attempt, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
     first = rng.randint(0, truth.late_start) if truth.late_start else 0
-    jobs, fault_records, job_start, step, slow = [], [], start, first, 0
+    jobs, fault_records, events, job_start, step, slow = [], [], [], start, first, 0
     while step < exp.total_steps:
         tput = rate * noise.rate() * (0.6 if slow else 1.0)
         slow = max(0, slow - 1)
@@ -262,12 +262,19 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         if kind is None:
             step += 1
             continue
-        injected = t + timedelta(seconds=5)
-        detected = injected + timedelta(seconds=kind.simulated.detected_after_seconds)
-        fault_records.append({"kind": kind.name, "step": step, "target": "simulated",
+        injected, action, kill, detected = _fault_times(t, kind)
+        hit = f"{run.name}-{len(jobs) + 1}-{kind.group}-0"
+        fault_records.append({"kind": kind.name, "step": step, "loggedStep": step, "target": "simulated",
                               "rayjob": f"{run.name}-{len(jobs) + 1}", "injectedAt": injected.isoformat(),
-                              "detectedAt": detected.isoformat(), "detectedBy": "Event CreatedWorkerPod (simulated)"})
+                              "actionStartedAt": action.isoformat(), "hit": [hit],
+                              **({"tag": "simulated"} if kind.removes_node else {})})
+        if not kind.removes_node:
+            events.append(_event("Killing", "Pod", hit, kill))
+        events.append(_event("CreatedWorkerPod", "RayCluster", f"{run.name}-{len(jobs) + 1}-raycluster", detected
+                             + timedelta(seconds=5)))
         if kind.simulated.recovery == "in-place":  # the engine restarts (--use-fault-tolerance)
+            lines.append(_line(detected, "RolloutManager", 2211, "rollout_manager", "health_monitor.py:154",
+                               "Health check failed for rollout engine 0 (ray timeout or error). Killing actor."))
             t = detected + timedelta(seconds=120)
             lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "server_group.py:209",
                                "Recovered 1 dead rollout engines (worker_type=regular)"))
@@ -275,7 +282,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
             continue
         # resubmit: the job fails, the next attempt resumes at the last checkpoint boundary
         cut = str({"perf/rollout_time": 1.0, "perf/tokens_per_gpu_per_sec": 2.0})[:25]
-        lines.append(_line(injected, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
+        lines.append(_line(kill, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
         jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, detected, failed=True))
         job_start = detected + timedelta(seconds=30)
         lines += _job_header(attempt, len(jobs) + 1, job_start)
@@ -295,7 +302,27 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
     (folder / "cloudwatch.json").write_text(json.dumps(_cloudwatch(nodes, arm, start, t, rng)))
     if fault_records:
         (folder / "faults.json").write_text(json.dumps(fault_records, indent=1))
+        (folder / "events.json").write_text(json.dumps({"apiVersion": "v1", "kind": "EventList", "items": events}))
     return t + timedelta(seconds=120)
+
+
+FIS_START_S, POD_KILL_S = 10.0, 15.0
+"""As the simulator plays a fault: FIS starts its action this long after the runner's call, and its pod
+kills the target this long after that (a node's terminate acts at once)."""
+
+
+def _fault_times(t: datetime, kind) -> tuple[datetime, datetime, datetime, datetime]:
+    """(the runner's call, FIS' action start, the kill, the first reaction) of a fault after the step at ``t``."""
+    injected = t + timedelta(seconds=5)
+    action = injected + timedelta(seconds=FIS_START_S)
+    kill = action + timedelta(seconds=0 if kind.removes_node else POD_KILL_S)
+    return injected, action, kill, kill + timedelta(seconds=kind.simulated.detected_after_seconds)
+
+
+def _event(reason: str, kind: str, name: str, at: datetime) -> dict:
+    """A Kubernetes Event as ``bench run`` records it (``sanitize_for_serialization``: camelCase)."""
+    return {"metadata": {"name": f"{name}.{reason.lower()}"}, "reason": reason,
+            "involvedObject": {"kind": kind, "name": name}, "eventTime": at.isoformat()}
 
 
 def simulate(experiment: Path, truth: Truth, root: Path) -> Experiment:

@@ -201,3 +201,50 @@ def test_the_serving_figures_are_read_from_its_own_result_line():
     with pytest.raises(ValueError, match="p99_tpot_ms"):
         parse_result(json.dumps({k: v for k, v in line.items() if k != "p99_tpot_ms"}))
 
+
+
+def _health(at: datetime) -> str:
+    """Miles' health monitor failing an engine (radixark/miles@49cac7b5 miles/utils/health_monitor.py:154-156)."""
+    return (f"(RolloutManager pid=1, ip=10.0.3.1) [{at.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} rollout_manager] "
+            f"health_monitor.py:154 - Health check failed for rollout engine 0 (ray timeout or error). Killing actor. "
+            f"Exception: The actor is dead because its node has died.")
+
+
+def _killing(pod: str, at: datetime) -> dict:
+    return {"reason": "Killing", "involvedObject": {"kind": "Pod", "name": pod}, "eventTime": at.isoformat()}
+
+
+def test_detection_runs_from_the_kill_to_the_runs_first_reaction_and_names_it():
+    """FIS starts its action, its pod kills ours 40 s later (the kubelet's Killing Event), Miles' health
+    monitor fails the engine 15 s after that: detection is 15 s, by Miles' health check, not the 40 s of
+    FIS' own start-up that ended at the kubelet's Killing."""
+    action = T0 + timedelta(minutes=12, seconds=30)
+    lines = [_perf(i, T0 + timedelta(minutes=i)) for i in range(13)] + [_health(action + timedelta(seconds=55))]
+    lines += [_perf(i, T0 + timedelta(minutes=i, seconds=30)) for i in range(13, 20)]
+    fault = {"kind": "delete-rollout-pod", "step": 12, "loggedStep": 12, "rayjob": "r-1", "hit": ["r-1-rollout-0"],
+             "injectedAt": (action - timedelta(seconds=8)).isoformat(), "actionStartedAt": action.isoformat()}
+    c = _collected(lines, [_job("r-1", "SUCCEEDED")], [fault])
+    c.events = [_killing("r-1-rollout-0", action + timedelta(seconds=40)),
+                {"reason": "CreatedWorkerPod", "involvedObject": {"kind": "RayCluster", "name": "r-1-raycluster"},
+                 "eventTime": (action + timedelta(seconds=70)).isoformat()}]
+    fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), c)
+    assert fig["killed_by"] == "kubelet Event Killing (Pod r-1-rollout-0)"
+    assert fig["detection_s"] == 15.0 and fig["detected_by"].startswith("Miles health check failed")
+
+
+def test_recovery_is_timed_from_the_kill_not_from_the_runners_last_log_read():
+    """The runner last read the log at step 10; step 11 completed before the kill; the job came back 20
+    minutes later from the checkpoint of step 9. Split at the runner's read, step 11 counted as 'after':
+    back to steady 0 s and one lost step. From the kill: about 21 minutes back, steps 10 and 11 lost."""
+    kill = T0 + timedelta(minutes=11, seconds=20)
+    lines = [_perf(i, T0 + timedelta(minutes=i)) for i in range(12)]
+    lines += [_perf(i, kill + timedelta(minutes=20 + i - 9)) for i in range(10, 20)]  # resumed at step 10
+    fault = {"kind": "delete-trainer-pod", "step": 10, "loggedStep": 10, "rayjob": "r-1", "resumedAs": "r-2",
+             "hit": ["r-1-trainer-0"], "injectedAt": (kill - timedelta(seconds=50)).isoformat(),
+             "actionStartedAt": (kill - timedelta(seconds=40)).isoformat()}
+    c = _collected(lines, [_job("r-1", "FAILED"), _job("r-2", "SUCCEEDED")], [fault])
+    c.events = [_killing("r-1-trainer-0", kill)]
+    fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), c)
+    assert fig["killedAt"] == kill.isoformat() and fig["last_step_before"] == 11
+    assert fig["steps_lost"] == 2 and fig["resumed_at_step"] == 10
+    assert fig["back_to_steady_s"] == 21 * 60

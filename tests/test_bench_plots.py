@@ -76,15 +76,16 @@ def test_cost_bars_are_the_reported_figures(made: Path):
             assert f"{report['arms'][arm][key]:,.3f}" in texts(root)
 
 
-def test_faults_draw_each_injection_and_detection_per_repeat(made: Path):
+def test_faults_draw_each_kill_and_detection_per_repeat(made: Path):
     root = svg(made / "faults.svg")
-    faults = {r: json.loads((made / f"deepep-v1-faults/r{r}/faults.json").read_text()) for r in (1, 2, 3)}
+    report = json.loads((made / "report.json").read_text())["faults"]["deepep-v1-faults"]
+    faults = {r: report[f"deepep-v1-faults/r{r}"] for r in (1, 2, 3)}
     expected = {f"{FAULT}:{f['kind']}:r{r}:{event}" for r, fs in faults.items() for f in fs
-                for key, event in (("injectedAt", "injected"), ("detectedAt", "detected")) if f.get(key)}
+                for key, event in (("killedAt", "killed"), ("detectedAt", "detected")) if f.get(key)}
     assert len(expected) >= 4 and set(by_id(root, f"{FAULT}:")) == expected
     assert set(by_id(root, f"{SERIES}:")) == {f"{SERIES}:r{r}" for r in (1, 2, 3)}
     assert legend_beside_the_plot(root, "repeat") == ["repeat", "r1", "r2", "r3"]
-    assert legend_beside_the_plot(root, "fault") == ["fault", "injected", "detected"]
+    assert legend_beside_the_plot(root, "fault") == ["fault", "killed", "detected"]
     assert axis_labels(root) == ["seconds since the attempt's RayJob started", "tokens/s"]
     kinds = {f["kind"] for fs in faults.values() for f in fs}
     assert {texts(g)[0].strip() for g in by_id(root, f"{FAULT}-label:").values()} == kinds
@@ -94,10 +95,9 @@ def test_fault_labels_close_together_go_on_different_rows(made: Path):
     _, collected = read_experiment_dir(made)
     attempt = copy.deepcopy(next(c for c in collected if c.faults))
     first = datetime.fromisoformat(attempt.faults[0]["injectedAt"].replace("Z", "+00:00"))
-    for i, f in enumerate(attempt.faults):  # every fault within a small share of the span
-        f["injectedAt"] = (first + timedelta(seconds=10 * i)).isoformat()
-        f["kind"] = f"kind-{i}"
-    root = ET.fromstring(faults_svg([attempt]))
+    figures = {attempt.attempt.folder: [{"kind": f"kind-{i}", "killedAt": (first + timedelta(seconds=10 * i)).isoformat()}
+                                        for i in range(len(attempt.faults))]}  # every fault within a small share
+    root = ET.fromstring(faults_svg([attempt], figures))
     labels = by_id(root, f"{FAULT}-label:")
     assert len(labels) == len(attempt.faults) >= 2
     rows = {float(t.get("y")) for g in labels.values() for t in g.iter() if t.tag.endswith("text")}

@@ -2,6 +2,7 @@
 RayJobs, pods and driver logs the run command's client reads (submit, resume after a fault, collect)."""
 
 import json
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -42,7 +43,7 @@ def _pod(name: str, run: str, group: str, node: str | None, created: datetime, a
 
 
 class FakeClock:
-    """bench.deadlines.CLOCK in the tests: sleeping advances it, nothing waits."""
+    """bench.deadlines.CLOCK in the tests, and the fake cluster's time: sleeping advances it, nothing waits."""
 
     def __init__(self):
         self.t = 0.0
@@ -54,13 +55,21 @@ class FakeClock:
         self.t += seconds
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc)  # the fake cluster's logs and events carry the wall clock too
+        return datetime(2026, 12, 1, 8, 0, tzinfo=timezone.utc) + timedelta(seconds=self.t)
+
+
+TIME = FakeClock()
+
+
+def _now() -> datetime:
+    return TIME.now()
 
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> FakeClock:
     from bench.deadlines import CLOCK
     fake = FakeClock()
+    monkeypatch.setattr(sys.modules[__name__], "TIME", fake)
     for name in ("monotonic", "sleep", "now"):
         monkeypatch.setattr(CLOCK, name, getattr(fake, name))
     monkeypatch.setattr("time.sleep", fake.sleep)  # nothing in these tests waits for real
@@ -94,6 +103,16 @@ def _saved(step: int, at: datetime) -> str:
             f"checkpoint from iteration {step:7d} to /mnt/fsx/checkpoints/x [ t 1/4, p 1/1 ]")
 
 
+def _plain(obj):
+    """What the client's ``sanitize_for_serialization`` makes of an object: camelCase keys, ISO times."""
+    if isinstance(obj, SimpleNamespace):
+        obj = vars(obj)
+    if isinstance(obj, dict):
+        return {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): _plain(v) for k, v in obj.items()
+                if v is not None}
+    return obj.isoformat() if isinstance(obj, datetime) else obj
+
+
 def _api_error(status: int, reason: str):
     return ApiException(status=status, reason=reason)
 
@@ -105,7 +124,7 @@ class FakeCore:
 
     def __init__(self, cluster: "FakeRuns", admin: bool = False):
         self.cluster, self.admin = cluster, admin
-        self.api_client = SimpleNamespace(sanitize_for_serialization=lambda o: o)
+        self.api_client = SimpleNamespace(sanitize_for_serialization=_plain)
 
     def list_namespaced_pod(self, namespace, label_selector=""):
         want = dict(p.split("=") for p in label_selector.split(",") if "=" in p)
@@ -175,6 +194,7 @@ class FakeRuns(RunClient):
         self.stalled: set[str] = set()
         """RayJobs waiting for a rollout engine that cannot come back: no step advances."""
         self.polls, self.max_polls = 0, 3000
+        self.last_poll: datetime | None = None
 
     def tier_sizes(self, pools):
         return {}
@@ -198,7 +218,7 @@ class FakeRuns(RunClient):
         done = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run]
         last = max((self.next_step[n] for n in done), default=0)
         job = {**rayjob, "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
-                                    "jobId": f"raysubmit_{md['name']}", "startTime": datetime.now(timezone.utc).isoformat()}}
+                                    "jobId": f"raysubmit_{md['name']}", "startTime": _now().isoformat()}}
         self.jobs[md["name"]] = job
         resume = last // self.interval * self.interval  # resume after the last complete save
         self.logs[md["name"]] = [JOB_LINE.format(job_id=f"raysubmit_{md['name']}")] + (
@@ -209,13 +229,13 @@ class FakeRuns(RunClient):
         self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]
         groups = {g["groupName"]: g for g in rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
         self.allowed[md["name"]] = {g: _hostnames(spec) for g, spec in groups.items()}
-        self.pods.append(_pod(f"{md['name']}-head", run, "headgroup", "system-0", datetime.now(timezone.utc), attempt))
+        self.pods.append(_pod(f"{md['name']}-head", run, "headgroup", "system-0", _now(), attempt))
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
             labels = (groups.get(group) or {}).get("template", {}).get("metadata", {}).get("labels", {})
             extra = {k: v for k, v in labels.items() if k == FAULT_TARGET_LABEL}
             for i in range(len(self.nodes[pool])):
                 self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, self.place(md["name"], group, pool),
-                                      datetime.now(timezone.utc), attempt, extra))
+                                      _now(), attempt, extra))
         if run in self.unschedulable:
             for pod in self.pods:
                 if self._job_of(pod) == md["name"] and pod.metadata.labels[RAY_GROUP_LABEL] != "headgroup":
@@ -236,15 +256,15 @@ class FakeRuns(RunClient):
     def kill(self, pod, grace: int):
         """A pod gone: with a grace period its preStop asks for a checkpoint first (render.runs.SAVE_ON_STOP);
         a lost trainer fails the job, a lost rollout engine is recovered in place."""
-        name, now = self._job_of(pod), datetime.now(timezone.utc)
+        name, now = self._job_of(pod), _now()
         self.pods.remove(pod)
         if grace > 0:
             self.logs[name].append(_saved(self.next_step[name] - 1, now))
             self.next_step[name] = (self.next_step[name] // self.interval + 1) * self.interval  # a graceful save
-        self.events.append(SimpleNamespace(
-            metadata=SimpleNamespace(name=f"ev-{len(self.events)}"), reason="CreatedWorkerPod",
-            involved_object=SimpleNamespace(kind="RayCluster", name=f"{name}-raycluster-x"),
-            event_time=now + timedelta(seconds=2), last_timestamp=None, first_timestamp=None))
+        if grace == 0 and pod.spec.node_name not in self.gone:  # the kubelet stops the container (a node gone: none)
+            self.event("Killing", "Pod", pod.metadata.name, now)
+        self.event("CreatedWorkerPod", "RayCluster", f"{name}-raycluster-x", now + timedelta(seconds=2))
+        now += timedelta(seconds=1)  # what the run logs next comes after the kill
         group = pod.metadata.labels[RAY_GROUP_LABEL]
         if group == "trainer" or not self.engines_recover:
             self.fail(pod.metadata.labels[RUN_LABEL])
@@ -261,6 +281,12 @@ class FakeRuns(RunClient):
                                   now + timedelta(seconds=1), int(pod.metadata.labels[ATTEMPT_LABEL]),
                                   {k: v for k, v in pod.metadata.labels.items() if k == FAULT_TARGET_LABEL}))
 
+    def event(self, reason: str, kind: str, name: str, at: datetime) -> None:
+        self.events.append(SimpleNamespace(
+            metadata=SimpleNamespace(name=f"ev-{len(self.events)}"), reason=reason,
+            involved_object=SimpleNamespace(kind=kind, name=name), event_time=at, last_timestamp=None,
+            first_timestamp=None))
+
     def terminate(self, node: str):
         self.gone.add(node)
         self.nodes = {pool: [n + "-new" if n == node else n for n in names] for pool, names in self.nodes.items()}
@@ -271,7 +297,7 @@ class FakeRuns(RunClient):
         for name, job in self.jobs.items():
             if job["metadata"]["labels"][RUN_LABEL] == run and job["status"]["jobStatus"] == "RUNNING":
                 job["status"] |= {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED",
-                                  "endTime": datetime.now(timezone.utc).isoformat()}
+                                  "endTime": (_now() + timedelta(seconds=3)).isoformat()}  # Ray sees it fail
         self.pods = [p for p in self.pods if p.metadata.labels[RUN_LABEL] != run]  # the cluster is deleted
 
     def cancel(self, team, run, now=False):
@@ -287,21 +313,24 @@ class FakeRuns(RunClient):
         self.polls += 1
         if self.polls > self.max_polls:
             raise AssertionError(f"bench run polled the RayJobs {self.polls} times: a wait without a deadline")
+        now = _now()
+        since, self.last_poll = self.last_poll or now, now  # the steps of this poll ran since the last one
         for name, job in self.jobs.items():
             if job["status"]["jobStatus"] != "RUNNING" or name in self.stalled:
                 continue
             if self.next_step[name] > self.hangs_after.get(job["metadata"]["labels"][RUN_LABEL], self.total):
                 continue
-            for _ in range(STEPS_PER_POLL):
+            for i in range(STEPS_PER_POLL):
+                at = since + (now - since) * (i + 1) / STEPS_PER_POLL
                 if self.next_step[name] >= self.total:
                     job["status"] |= {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
-                                      "endTime": datetime.now(timezone.utc).isoformat()}
+                                      "endTime": at.isoformat()}
                     self.pods = [p for p in self.pods if self._job_of(p) != name]  # its Ray cluster is deleted
                     break
                 step = self.next_step[name]
-                self.logs[name] += _perf(step, datetime.now(timezone.utc))
+                self.logs[name] += _perf(step, at)
                 if (step + 1) % self.interval == 0:
-                    self.logs[name].append(_saved(step, datetime.now(timezone.utc)))
+                    self.logs[name].append(_saved(step, at))
                 self.next_step[name] += 1
         return sorted((j for j in self.jobs.values() if run is None or j["metadata"]["labels"][RUN_LABEL] == run),
                       key=lambda j: j["metadata"]["name"])
@@ -348,7 +377,7 @@ class FakeFIS:
             return {"experiment": {"id": exp}}
         self.started.append(experimentTemplateId)
         action, target = spec["actions"][0], spec["targets"][0]
-        now = datetime.now(timezone.utc)
+        now = _now()
         if action["action_id"] == "aws:eks:pod-delete":
             want = dict(kv.split("=") for kv in target["parameters"]["selectorValue"].split(","))
             pod = next(p for p in self.cluster.pods if all(p.metadata.labels.get(k) == v for k, v in want.items()))
@@ -743,7 +772,7 @@ def test_a_pod_fault_never_hits_a_teammates_run(tmp_path, capsys):
     fault is not injected (FIS could pick their pod), the attempt is INCOMPLETE, their pod untouched."""
     fake = FakeRuns(save_interval=10, total=33)
     clients, aws = _aws(fake)
-    theirs = _pod("their-run-1-rollout-0", "their-run", "rollout", "rollout-7", datetime.now(timezone.utc), 1,
+    theirs = _pod("their-run-1-rollout-0", "their-run", "rollout", "rollout-7", _now(), 1,
                   {FAULT_TARGET_LABEL: "rollout"})
     fake.pods.insert(0, theirs)
     fake.logs["their-run-1"], fake.next_step["their-run-1"] = [], 0
