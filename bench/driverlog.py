@@ -3,22 +3,29 @@
 team's bucket prefix).
 
 - While the attempt's head runs, the new bytes since ``offset`` are read through one exec in it
-  (``tail -c +<offset+1> <file> | head -c <CHUNK>``): bounded output, never the whole log again.
+  (``tail -c +<offset+1> <file> | head -c <CHUNK> | base64``): bounded output, never the whole log
+  again, and as base64, since the exec stream is text decoded frame by frame (the kubernetes client's
+  ``WSClient`` decodes each frame as UTF-8 with replacement), which would turn a character cut at a
+  chunk or frame boundary into U+FFFD and the byte offset after it into a guess.
 - A node that disappeared takes its pods, not the file: a head lost with its node ends the attempt
   (``render.runs``: no head restart), and the rest is read from the bucket.
 - Once no pod of the attempt is left (its cluster is deleted 60 s after the job ends), the rest is read
   from the exported copy in S3 (``s3`` = a boto3 S3 client, ``bucket``, ``key_of``: the object key of
   the file), with a ``Range`` request from the same offset.
 
-Guarantees: ``read`` returns only new bytes and advances the offset by exactly what it returned; a
-failed read raises ``LogUnavailable`` saying where and why (an exec that timed out or failed, no pod
-and no bucket to read from), never an empty string in place of a log.
+Guarantees: ``read`` returns only new text and advances the offset by exactly the bytes it read; a
+multi-byte character cut at the end of a read is held until the next (``pending``), never replaced; a
+failed read raises ``LogUnavailable`` saying where and why (an exec that timed out or failed or whose
+output is not base64, no pod and no bucket to read from), never an empty string in place of a log.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import codecs
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
@@ -45,6 +52,8 @@ class DriverLog:
     s3: object | None = None
     bucket: str | None = None
     key_of: Callable[[str], str] | None = None
+    pending: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+    """UTF-8 decoding across reads: the bytes of a character cut at the end of one read wait for the next."""
 
     def _pods(self, api: RunClient) -> list[str]:
         pods = api.core.list_namespaced_pod(namespace_of(self.team), label_selector=(
@@ -62,7 +71,7 @@ class DriverLog:
             raise LogUnavailable(f"{self.path} at byte {self.offset}: no running head of attempt {self.attempt} of run "
                                  f"{self.run} and no bucket to read the exported copy from (bench run --log-bucket)")
         self.offset += len(data)
-        return data.decode("utf-8", errors="replace")
+        return self.pending.decode(data)
 
     def read_all(self, api: RunClient) -> str:
         """Everything not read yet (several chunks when it is long)."""
@@ -72,13 +81,17 @@ class DriverLog:
         return "".join(parts)
 
     def _exec(self, api: RunClient, pod: str) -> bytes:
-        command = ["sh", "-c", f'tail -c +{self.offset + 1} "$1" 2>/dev/null | head -c {CHUNK}', "read-log", self.path]
+        command = ["sh", "-c", f'tail -c +{self.offset + 1} "$1" 2>/dev/null | head -c {CHUNK} | base64', "read-log",
+                   self.path]
         code, out = api._exec(self.team, pod, command)
         if code is None:
             raise LogUnavailable(f"{self.path} at byte {self.offset}: the exec in pod {pod} did not end in time")
         if code != 0:
             raise LogUnavailable(f"{self.path} at byte {self.offset}: the exec in pod {pod} exited {code}")
-        return out.encode() if isinstance(out, str) else out
+        try:
+            return base64.b64decode("".join(out.split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise LogUnavailable(f"{self.path} at byte {self.offset}: the exec in pod {pod} did not answer base64") from None
 
     def _s3(self) -> bytes:
         key = self.key_of(self.path)

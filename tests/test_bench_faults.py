@@ -4,6 +4,7 @@ the launcher and read incrementally."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import yaml
 from analysis import mocks
 from conftest import ROOT
 from bench.artifacts import Collected, Node
-from bench.driverlog import CHUNK, DriverLog, LogUnavailable
+from bench.driverlog import DriverLog, LogUnavailable
 from bench.experiment import load_experiment, schedule
 from bench.logparse import parse_log
 from bench.recovery import fault_figures
@@ -82,6 +83,15 @@ def test_resumed_from_the_last_complete_checkpoint_is_the_iteration_megatron_loa
     assert fig["steps_lost"] == 15  # steps 10-24 were run again
 
 
+def shell_read(data: bytes, script: str) -> str:
+    """What ``tail -c +N | head -c M [| base64]`` prints of ``data``, as the exec stream hands it over: text
+    decoded as UTF-8 with replacement (kubernetes ``stream.ws_client.WSClient``)."""
+    offset = int(script.split("tail -c +")[1].split()[0]) - 1
+    size = int(script.split("head -c ")[1].split()[0])
+    out = data[offset:offset + size]
+    return (base64.b64encode(out) if "| base64" in script else out).decode("utf-8", "replace")
+
+
 class _Head:
     """A head pod whose exec serves ``tail -c`` of one file, as the launcher's copy on FSx."""
 
@@ -94,8 +104,7 @@ class _Head:
 
     def _exec(self, team, pod, command):
         self.commands.append(command)
-        offset = int(command[2].split("tail -c +")[1].split()[0]) - 1
-        return self.code, self.data[offset:offset + CHUNK].decode()
+        return self.code, shell_read(self.data, command[2])
 
 
 def test_the_driver_log_is_read_from_where_it_stopped():
@@ -248,3 +257,14 @@ def test_recovery_is_timed_from_the_kill_not_from_the_runners_last_log_read():
     assert fig["killedAt"] == kill.isoformat() and fig["last_step_before"] == 11
     assert fig["steps_lost"] == 2 and fig["resumed_at_step"] == 10
     assert fig["back_to_steady_s"] == 21 * 60
+
+
+def test_a_character_cut_between_two_reads_is_read_whole_and_the_offset_stays_exact(monkeypatch):
+    """The exec stream is text (each frame decoded as UTF-8 with replacement): a character cut by
+    ``head -c`` came back as U+FFFD and the re-encoded length moved the offset, so the next read started
+    mid-character or skipped bytes."""
+    monkeypatch.setattr("bench.driverlog.CHUNK", 5)
+    data = "abcdé\nfgh€ ij\n".encode()
+    head = _Head(data)
+    log = DriverLog("alpha", "r", 1, "/mnt/fsx/checkpoints/r/driver-1.log")
+    assert log.read_all(head) == data.decode() and log.offset == len(data)

@@ -14,6 +14,7 @@ import yaml
 from kubernetes.client import ApiException
 
 from bench.__main__ import main
+from test_bench_faults import shell_read
 from components.faults import FAULT_TAG, FAULT_TARGET_LABEL, pod_delete_template, template_specs
 from workloads.pod.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
@@ -208,9 +209,7 @@ class FakeRuns(RunClient):
             return 0, ""
         owner = next(p for p in self.pods if p.metadata.name == pod)
         name = f"{owner.metadata.labels[RUN_LABEL]}-{owner.metadata.labels[ATTEMPT_LABEL]}"
-        offset = int(command[2].split("tail -c +")[1].split()[0]) - 1
-        text = ("\n".join(self.logs[name]) + "\n").encode()
-        return 0, text[offset:].decode()
+        return 0, shell_read(("\n".join(self.logs[name]) + "\n").encode(), command[2])
 
     def submit(self, rayjob):
         md = rayjob["metadata"]
