@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from conftest import ROOT
+from test_first_deploy import pinned_stack_dir
 from workloads.cli import base
 
 spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
@@ -98,6 +99,7 @@ def test_context_is_the_cluster_the_command_reaches(p, words, main, tmp_path, mo
                       "contexts: [{name: here, context: {cluster: c, user: u}}]\n")
     monkeypatch.setenv("KUBECONFIG", str(config))
     fill = {"context": ["elsewhere"], "repository": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/x"], "apply": [],
-            "out": [str(tmp_path / "out")], "log_bucket": ["b"]}
+            "out": [str(tmp_path / "out")], "log_bucket": ["b"],
+            "stack_dir": [str(pinned_stack_dir(tmp_path, STACK))]}  # digests a submission would take
     assert main(argv(p, words, fill, tmp_path)) == 1
     assert f"no context 'elsewhere' in {config}" in capsys.readouterr().err

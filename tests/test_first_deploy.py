@@ -81,6 +81,22 @@ def pinned_profiles(stack: str) -> dict:
     return override
 
 
+def pinned_stack_dir(tmp_path, stack: str = "p5en-shared"):
+    """A stack folder holding every shipped stack, ``stack`` with ``pinned_profiles`` merged in."""
+    import shutil
+
+    import yaml
+    from conftest import ROOT, raw_config
+    from test_workloads import merge
+    from stackconfig.files import PROJECT
+    folder = tmp_path / "stacks"
+    if not folder.exists():
+        shutil.copytree(ROOT / "stacks", folder)
+    raw = merge(raw_config(stack), pinned_profiles(stack))
+    (folder / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": {f"{PROJECT}:platform": raw}}))
+    return folder
+
+
 PINNED = pinned_profiles("p5en-prod")
 """p5en-prod with every digest and principal its deploy needs (none a placeholder)."""
 

@@ -10,6 +10,7 @@ from conftest import load
 from test_workloads import MILES_01, merge, variant, variant_graph
 from test_workloads_security import pod_specs, registered_objects, with_end_time
 
+from analysis import mocks
 from stackconfig.stack import StackConfigError
 from workloads.derive.images import images, pinned_by_digest
 
@@ -94,4 +95,5 @@ def test_with_digests_every_registered_container_is_pinned():
     assert cfg.workloads.images.require_digest and set(images(cfg).values()) == {MILES, REWARD, BUSYBOX}
     pulled = {c["image"] for obj in registered_objects(variant_graph("p5en-prod", override))
               for _, pod in pod_specs(obj) for c in pod["containers"]}
-    assert pulled == {MILES, REWARD, BUSYBOX}
+    cached = f"{mocks.ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-prod/ecr-public/docker/library/busybox:1.37.0@{DIGEST}"
+    assert pulled == {MILES, REWARD, cached}  # ECR Public's image through the stack's cache of it

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import ROOT, STACKS, graph_of, load
-from test_first_deploy import REAL, pinned_profiles
+from test_first_deploy import REAL, pinned_profiles, pinned_stack_dir
 from test_runs import REPO, SHARED, api  # noqa: F401  (api: the fake cluster fixture)
 from test_workloads import merge, variant
 
@@ -195,18 +195,6 @@ def test_bench_run_refuses_a_new_job_with_a_placeholder_before_submitting(monkey
                               lambda _: None, repository=REPO, stack_dir=stacks, s3=lambda region: None,
                               log_bucket="b")
     assert sent == []
-
-
-def pinned_stack_dir(tmp_path, stack: str):
-    """A stack folder holding ``stack`` with ``pinned_profiles`` merged in."""
-    import yaml
-    from conftest import raw_config
-    from stackconfig.files import PROJECT
-    folder = tmp_path / "stacks"
-    folder.mkdir(exist_ok=True)
-    raw = merge(raw_config(stack), pinned_profiles(stack))
-    (folder / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": {f"{PROJECT}:platform": raw}}))
-    return folder
 
 
 # --- principals ----------------------------------------------------------------------------------

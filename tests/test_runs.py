@@ -17,6 +17,7 @@ import yaml
 from conftest import ROOT
 from fake_kube import ApiServer
 from test_workloads import custom_objects, job_argv, k8s_version, validate_custom, variant, variant_graph
+from test_first_deploy import REAL, pinned_stack_dir
 from test_workloads_security import registered_objects
 
 from workloads.checks import gate
@@ -383,7 +384,8 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     lines = []
     assert main(["submit", SHARED, str(small)], client=client, out=lines.append) == 1  # the image needs its registry
     assert not fake.calls
-    assert main(["submit", SHARED, str(small), "--repository", REPO], client=client, out=lines.append) == 0
+    pinned = ["--stack-dir", str(pinned_stack_dir(tmp_path))]  # digests a deploy would take
+    assert main(["submit", SHARED, str(small), "--repository", REPO, *pinned], client=client, out=lines.append) == 0
     posts = [c for c in fake.calls if c[0] == "POST"]
     assert [c[1] for c in posts] == ["/apis/ray.io/v1/namespaces/team-beta/rayjobs"]  # no budget: the team's is the platform's
     body = posts[0][3]
@@ -392,17 +394,18 @@ def test_submit_sends_the_rayjob_to_the_team_namespace_with_tiers_from_the_hyper
     trainer = body["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     term = trainer["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "topology.k8s.aws/network-node-layer-3"  # 3 nodes fit one tier-1 node (4)
-    assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0@sha256:{'0' * 63}1"  # the stack's pin
+    assert trainer["containers"][0]["image"] == f"{REPO}:miles-49cac7b5-efa1.50.0@sha256:{REAL}"  # the stack's pin
     node_queries = [c[2]["labelSelector"] for c in fake.calls if c[1] == "/api/v1/nodes"]
     assert node_queries == ["rl.platform/pool=train", "rl.platform/pool=rollout", "rl.platform/pool=train"]
     assert "submitted team-beta/small-1" in lines[0] and "tier 1 (hard; pod affinity on topology.k8s.aws/network-node-layer-3)" in lines[0]
 
 
-def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
+def test_resume_submits_the_next_attempt_and_list_reads_every_team(api, tmp_path):
     attempts = [_job("grpo-qwen3-30b-1", "grpo-qwen3-30b", "alpha", "FAILED", "Failed"),
                 _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha", "RUNNING", "Running")]
     busy, busy_client = api({("GET", "/apis/ray.io/v1/namespaces/team-alpha/rayjobs"): {"items": attempts}})
-    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO],
+    pinned = ["--stack-dir", str(pinned_stack_dir(tmp_path))]
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO, *pinned],
                 client=busy_client, out=lambda _: None) == 1  # attempt 2 still holds the checkpoint directory
     assert not [c for c in busy.calls if c[0] == "POST"]
     attempts[1] = _job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha", "STOPPED", "Failed")
@@ -410,7 +413,7 @@ def test_resume_submits_the_next_attempt_and_list_reads_every_team(api):
         ("GET", "/apis/ray.io/v1/rayjobs"): {"items": [_job("grpo-qwen3-30b-2", "grpo-qwen3-30b", "alpha"),
                                                          _job("beta-lr-sweep-1", "beta-lr-sweep", "beta")]}})
     out = []
-    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO],
+    assert main(["submit", SHARED, str(ROOT / "runs" / "grpo-qwen3-30b.yaml"), "--resume", "--repository", REPO, *pinned],
                 client=client, out=out.append) == 0
     post = next(c for c in fake.calls if c[0] == "POST")
     assert post[3]["metadata"]["name"] == "grpo-qwen3-30b-3"
@@ -570,8 +573,8 @@ def test_a_team_member_may_run_the_run_command_in_the_teams_namespace_and_nowher
         assert main(argv, client=client, out=lambda _: None) == 0, argv
     job["status"] = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}
     fake.routes[("GET", "/api/v1/namespaces/team-beta/pods")] = {"items": []}
-    assert main(["submit", SHARED, str(small), "--resume", "--repository", REPO], client=client,
-                out=lambda _: None) == 0
+    assert main(["submit", SHARED, str(small), "--resume", "--repository", REPO,
+                 "--stack-dir", str(pinned_stack_dir(tmp_path))], client=client, out=lambda _: None) == 0
     requests = {_rbac_request(method, path) for method, path, _, _ in fake.calls}
     requests |= {("create", "", "pods/exec", "team-" + t) for t in execs} | {("get", "", "pods/exec", "team-beta")}
     assert {r[:3] for r in requests} >= {("create", "ray.io", "rayjobs"), ("patch", "ray.io", "rayjobs"),

@@ -47,8 +47,9 @@ def sendable(cfg: "ProgramConfig", obj: dict, repository: str) -> dict:
     reaches the cluster, naming each image a node could not pull as named (a placeholder digest, a
     registry outside the stack's: ``stackconfig.images.problems``) and each principal in the
     documentation's example account, with the field and file that set it."""
+    sent = with_repository(obj, repository, cfg.stack)  # first: the flag a submission cannot go without
     found = problems(list(pulls(obj)), image_origins(cfg), stack_file=stack_file(cfg))
     found += [f"{path}: {arn} is in the documentation's example account" for path, arn in principals(obj)]
     if found:
         raise ValueError(f"stack {cfg.stack!r}: cannot send {obj['kind']} {obj['metadata']['name']}: " + "; ".join(found))
-    return with_repository(obj, repository, cfg.stack)
+    return sent
