@@ -2,8 +2,8 @@
 attempt, ``DIR/<arm>/r<n>/`` with ``driver.log``, ``rayjob.json``, ``nodes.json`` and optionally
 ``cloudwatch.json``, ``events.json`` and ``faults.json``.
 
-Guarantees: an attempt that does not add up (a file missing, no measured step, a RayJob of another
-run, step ids beyond the run's last step) raises ``ArtifactError`` with one line naming the attempt
+Guarantees: an attempt that does not add up (marked ``INCOMPLETE``, a file missing, no measured step, a
+RayJob of another run, step ids beyond the run's last step) raises ``ArtifactError`` with one line naming the attempt
 and what is wrong; nothing downstream ever sees half an attempt.
 
 Times come from the RayJob status of KubeRay v1.7.0 (``workloads/schemas/crds/ray.io_rayjobs.json``:
@@ -32,6 +32,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 GPU_RESOURCE = "nvidia.com/gpu"
 EXPERIMENT_FILE = "experiment.yaml"
+INCOMPLETE = "INCOMPLETE"
+"""The file ``bench run`` leaves in an attempt's folder it did not finish; it holds the reason."""
 
 
 class ArtifactError(ValueError):
@@ -121,6 +123,9 @@ def read_attempt(root: Path, exp: Experiment, attempt: Attempt) -> Collected:
     folder = root / attempt.folder
     if not folder.is_dir():
         raise ArtifactError(f"{where}: no folder (arm {attempt.arm} repeat {attempt.repeat} was not collected)")
+    if (folder / INCOMPLETE).is_file():
+        raise ArtifactError(f"{where}: marked {INCOMPLETE} by bench run ({(folder / INCOMPLETE).read_text().strip()}); "
+                            f"run it again with bench run --only {attempt.folder}")
     log_path = folder / "driver.log"
     if not log_path.is_file():
         raise ArtifactError(f"{where}: driver.log missing")

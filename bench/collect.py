@@ -22,13 +22,10 @@ from workloads.render.runs import RUN_LABEL
 from workloads.render.teams import namespace_of
 from workloads.schema.stack import ProgramConfig
 
+from .artifacts import INCOMPLETE
 from .cloudwatch import collect as cw_collect, instance_id
 from .driverlog import DriverLog, LogUnavailable
 from .experiment import Attempt
-
-INCOMPLETE = "INCOMPLETE"
-"""The file that marks an attempt ``bench run`` did not finish; it holds the reason."""
-
 
 def _sanitize(api: RunClient, obj) -> dict:
     return api.core.api_client.sanitize_for_serialization(obj)

@@ -809,3 +809,25 @@ def test_a_fault_the_member_may_not_start_is_refused_before_anything_runs(tmp_pa
     err = capsys.readouterr().err
     assert code == 1 and fake.submitted == [] and clients["fis"].started == []
     assert "refused (" in err and "attach the stack output benchFaults.nodePolicy" in err
+
+
+def test_only_runs_one_incomplete_attempt_again_and_the_experiment_becomes_reportable(tmp_path, capsys):
+    """One attempt INCOMPLETE made the whole experiment unreportable; `--only <arm>/r<n>` runs it again
+    under a fresh attempt number into the same directory, and the report then reads every attempt."""
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if not a.get("faults")]
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    fake.unschedulable.add("example-ab-deepep-v1-r2")
+    assert _run(path, fake, aws, tmp_path / "o")[0] == 1
+    assert main(["report", str(tmp_path / "o"), "--no-plots"]) == 1
+    assert "deepep-v1/r2: marked INCOMPLETE by bench run" in capsys.readouterr().err
+    fake.unschedulable.clear()
+    code, text = _run(path, fake, aws, tmp_path / "o", "--only", "deepep-v1/r2")
+    assert code == 0 and "deepep-v1/r2: submitted example-ab-deepep-v1-r2 as attempt 2" in text
+    assert [j["metadata"]["name"] for j in fake.submitted][-1] == "example-ab-deepep-v1-r2-2" and len(fake.submitted) == 7
+    jobs = json.loads((tmp_path / "o" / "deepep-v1" / "r2" / "rayjob.json").read_text())["items"]
+    assert [j["metadata"]["name"] for j in jobs] == ["example-ab-deepep-v1-r2-2"]  # not the cancelled attempt 1
+    assert main(["report", str(tmp_path / "o"), "--no-plots"]) == 0
