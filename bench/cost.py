@@ -10,10 +10,12 @@ A node is priced by its capacity type (EKS ``eks.amazonaws.com/capacityType``: `
   ``Linux/UNIX``, the node's availability zone; each price holds from its timestamp to the next),
   collected by ``report --spot-prices`` into ``spot-prices.json`` so the report stays offline;
 - **On-demand**: the pool's ``capacity.hourlyPrice`` when the stack sets one, else the catalog's
-  on-demand price of the instance type.
+  on-demand price of the instance type, which is us-east-1's (``CATALOG_REGION``: the generated
+  catalog's ``on_demand_usd_per_hour_us_east_1``), so a node in another region has none from it.
 
-Guarantees: a price is never invented; each price names its source; a node with no price makes the
-cost None, never 0. ``estimate`` refuses what ``bench run`` refuses (each attempt's objects are made by
+Guarantees: a price is never invented; each price names its source and its region (a contract price
+the stack's region, the node's zone's region read from its ``topology.kubernetes.io/zone``); a node in
+another region than its price's has no price; a node with no price makes the cost None, never 0. ``estimate`` refuses what ``bench run`` refuses (each attempt's objects are made by
 ``workloads.deploy.submit.run_objects``, which raises for a stack or pool that cannot hold the run) and
 shows what a reserved pool costs whether the experiment uses all of it or not.
 """
@@ -37,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from stackconfig.stack import StackConfig
 
 RESERVED_TYPES = ("CAPACITY_BLOCK", "ODCR")
+CATALOG_REGION = "us-east-1"
+"""The region of the catalog's on-demand prices (``catalog/data/ec2-instance-types.json``)."""
 SPOT_FILE = "spot-prices.json"
 PRODUCT = "Linux/UNIX"
 
@@ -57,9 +61,18 @@ class Prices:
     basis: str
     spot: dict[str, dict] | None = None
     """``"<instance type> <zone>"`` -> {"usd": mean price, "source": ...} (``spot-prices.json``)."""
+    region: str | None = None
+    """The stack's region, where its pools' contract prices hold (None: no stack)."""
 
     def node(self, node: Node, zone: str = "") -> tuple[float | None, str]:
-        """The price of one node and where it came from."""
+        """The price of one node and where it came from; None where the price's region is not the node's."""
+        price, source, region = self._price(node, zone)
+        where = region_of(zone)
+        if price is not None and where and region and where != region:
+            return None, f"{source}: a {region} price, the node is in {where} (set capacity.hourlyPrice, report --stack)"
+        return price, source
+
+    def _price(self, node: Node, zone: str) -> tuple[float | None, str, str | None]:
         pool = self.pools.get(node.pool)
         if pool is not None and pool.instance_type != node.instance_type:
             pool = None
@@ -67,26 +80,32 @@ class Prices:
         if kind == "SPOT":
             got = (self.spot or {}).get(f"{node.instance_type} {zone}")
             if got is None:
-                return None, f"Spot {node.instance_type} {zone or '(no zone)'}: no Spot price (report --spot-prices)"
-            return got["usd"], got["source"]
+                return None, f"Spot {node.instance_type} {zone or '(no zone)'}: no Spot price (report --spot-prices)", None
+            return got["usd"], got["source"], region_of(zone)
         if kind in RESERVED_TYPES:
             if pool is None or pool.contract is None:
                 return None, (f"{kind} {node.instance_type}: no contract price (set capacity.hourlyPrice of pool "
-                              f"{node.pool or '?'} in the stack, and report --stack)")
-            return pool.contract, f"contract price of {kind} pool {node.pool} ({self.basis}, capacity.hourlyPrice)"
+                              f"{node.pool or '?'} in the stack, and report --stack)"), None
+            return pool.contract, (f"contract price of {kind} pool {node.pool} ({self.basis}, {self.region}, "
+                                   f"capacity.hourlyPrice)"), self.region
         if pool is not None and pool.contract is not None:
-            return pool.contract, f"pool {node.pool} of {self.basis} (capacity.hourlyPrice)"
+            return pool.contract, f"pool {node.pool} of {self.basis} ({self.region}, capacity.hourlyPrice)", self.region
         row = CATALOG.get(node.instance_type)
         if row is not None and row.on_demand_hourly_usd:
-            return row.on_demand_hourly_usd, f"catalog on-demand {node.instance_type}"
-        return None, f"no price for {node.instance_type or 'an unlabelled node'}"
+            return row.on_demand_hourly_usd, f"catalog on-demand {node.instance_type}, {CATALOG_REGION}", CATALOG_REGION
+        return None, f"no price for {node.instance_type or 'an unlabelled node'}", None
+
+
+def region_of(zone: str) -> str:
+    """The region of an Availability Zone name (``us-east-1a`` -> ``us-east-1``); "" for no zone."""
+    return zone[:-1] if zone[-1:].isalpha() else zone
 
 
 def stack_prices(stack: StackConfig | None, spot: dict | None = None) -> Prices:
     if stack is None:
         return Prices({}, "the catalog", spot)
     return Prices({p.name: PoolPrice(p.instance_type, p.capacity.type.value, p.capacity.hourly_price)
-                   for p in stack.pools}, f"stack {stack.stack}", spot)
+                   for p in stack.pools}, f"stack {stack.stack}", spot, stack.region)
 
 
 def read_stack_config(stack: str, stack_dir: Path = STACKS_DIR) -> StackConfig:

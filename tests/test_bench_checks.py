@@ -142,7 +142,7 @@ def test_evidence_rest_of_step_quality_and_price_basis_are_reported(d: Path):
     assert 0 < nccl["steady_usd_per_million_tokens"] < nccl["usd_per_million_tokens"]
     md = (d / "report.md").read_text()
     for text in ("## Per repeat", "### nccl", "## Evidence per arm", "moe_a2a_backend asked deepep, resolved deepep",
-                 "## Price basis", "catalog on-demand p5en.48xlarge", "Tokens: generated response tokens",
+                 "## Price basis", "catalog on-demand p5en.48xlarge, us-east-1", "Tokens: generated response tokens",
                  "weight sync s", "mean reward"):
         assert text in md
 

@@ -31,7 +31,20 @@ def test_reserved_nodes_cost_the_contract_price_or_nothing_never_on_demand():
     # with no stack, a Capacity Block node has no price (the catalog's on-demand price is not its price)
     assert Prices({}, "the catalog").node(node("train", "CAPACITY_BLOCK"))[0] is None
     assert Prices({}, "the catalog").node(node("x", "ON_DEMAND")) == (CATALOG[P5EN].on_demand_hourly_usd,
-                                                                      f"catalog on-demand {P5EN}")
+                                                                      f"catalog on-demand {P5EN}, us-east-1")
+
+
+def test_a_price_carries_its_region_and_prices_no_node_of_another():
+    """The catalog's on-demand prices are us-east-1's and a contract price holds in the stack's region: a
+    node in us-west-2 was priced at them anyway."""
+    catalog = Prices({}, "the catalog")
+    assert catalog.node(node("x", "ON_DEMAND"), "us-east-1b")[0] == CATALOG[P5EN].on_demand_hourly_usd
+    price, source = catalog.node(node("x", "ON_DEMAND"), "us-west-2a")
+    assert price is None and "a us-east-1 price, the node is in us-west-2" in source
+    stack = Prices({"train": PoolPrice(P5EN, "CAPACITY_BLOCK", 31.5)}, "stack s", region="us-west-2")
+    assert stack.node(node("train", "CAPACITY_BLOCK"), "us-west-2a") == (
+        31.5, "contract price of CAPACITY_BLOCK pool train (stack s, us-west-2, capacity.hourlyPrice)")
+    assert stack.node(node("train", "CAPACITY_BLOCK"), "eu-west-1a")[0] is None
 
 
 @mock_aws

@@ -37,7 +37,7 @@ def test_report_finds_the_configured_figures(simulated: Path):
     assert deepep["utilisation_measured_window"]["rollout"]["efa_gbps"] == pytest.approx(50, rel=0.03)
     assert nccl["mean_response_len"] == pytest.approx(3000, rel=0.02)
     # 4 on-demand p5en nodes held per attempt at the catalog's on-demand price
-    assert nccl["price_basis"] == ["catalog on-demand p5en.48xlarge"]
+    assert nccl["price_basis"] == ["catalog on-demand p5en.48xlarge, us-east-1"]
     assert nccl["cost_usd"] > 0 and nccl["usd_per_million_tokens"] > deepep["usd_per_million_tokens"]
     assert report["decomposition"]["links"][0]["share"] == pytest.approx(1.0)
     assert report["decomposition"]["links"][0]["changes"] == {"deepep.version": ["off", "v1"]}  # run-file fields
