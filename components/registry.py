@@ -231,7 +231,7 @@ class ImageRegistry(pulumi.ComponentResource):
         tags = {"Name": name}
 
         self.repository = aws.ecr.Repository(
-            name, name=repository_name, image_tag_mutability="IMMUTABLE",
+            name, name=repository_name, image_tag_mutability="IMMUTABLE", force_delete=True,
             image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
             encryption_configurations=[aws.ecr.RepositoryEncryptionConfigurationArgs(
                 encryption_type="KMS", kms_key=kms_key_arn) if kms_key_arn is not None else
