@@ -18,10 +18,10 @@ from nodes.component import BurnIn
 from nodes.render import burn_in_objects
 from stackconfig.chart_images import rendered
 from stackconfig.deploy import DeployPhase
-from stackconfig.images import Pull, localized, principals, problems, pulls
+from stackconfig.images import Pull, copy_command, localized, principals, problems, pulls, warm_command
 from stackconfig.stack import StackConfig, StackConfigError
 from workloads.deploy.component import Workloads
-from workloads.derive.images import image_origins, stack_file
+from workloads.derive.images import image_origins, image_refs, stack_file
 from workloads.derive.model import WorkloadModel, derive
 from workloads.deploy.submit import run_objects
 from workloads.render import custom_resources, fsx_csi_values, k8s_objects, kuberay_values, volcano_values
@@ -55,6 +55,15 @@ def stack_pulls(cfg: ProgramConfig, model: WorkloadModel) -> list[Pull]:
     for release, (chart, values) in chart_values(cfg, model).items():
         found += [Pull(localized(image), f"helm release {release}", pin) for pin, image in rendered(chart, values).items()]
     return found
+
+
+def image_steps(cfg: ProgramConfig) -> list[str]:
+    """The shell lines that put the stack's images where its nodes pull them, ``$REPO`` being the
+    stack's ``imageRepository`` output: a copy of each image ECR cannot cache
+    (``stackconfig.images.copy_command``) and a first pull through each cache (``warm_command``)."""
+    copies = [c for ref in image_refs(cfg, eks_addon_registry(cfg.region)).values() if (c := copy_command(ref))]
+    warms = [w for p in stack_pulls(cfg, derive(cfg)) if (w := warm_command(p.image))]
+    return list(dict.fromkeys(copies + warms))
 
 
 def deploy_problems(cfg: ProgramConfig, model: WorkloadModel | None = None) -> list[str]:

@@ -257,11 +257,29 @@ def parser() -> argparse.ArgumentParser:
                                 parents=[stack_parent()])
     p.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
     p.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
+    p.add_argument("--image-steps", action="store_true",
+                   help="print only the shell lines that copy and first-pull the stack's images into its registry "
+                        "($REPO: the imageRepository output)")
     return p
+
+
+def image_steps(stack: str, directory: Path) -> int:
+    """``program.image_steps`` of a stack that passes the gate, one line each."""
+    import program
+    from workloads.checks import gate
+    try:
+        cfg = gate.read(stack, directory)
+    except StackConfigError as err:
+        print(f"plan: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    sys.stdout.write("".join(f"{line}\n" for line in program.image_steps(cfg)))
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.image_steps:
+        return image_steps(args.stack, args.stack_dir)
     try:
         plan, graph = plan_stack(args.stack, args.stack_dir)
     except StackConfigError as err:

@@ -65,11 +65,23 @@ def build_args(p: Profile) -> dict[str, str]:
     return {**{k: v for k, v in typed.items() if v is not None and k in declared_here}, **p.image.args}
 
 
+def required_source(p: Profile, arg: str) -> str:
+    """Where a build argument given at build time comes from, as the unset variable's one-line refusal."""
+    if arg == p.framework_commit_arg:
+        found = f"{p.framework_source.repo} {p.framework_source.ref}"
+    elif arg == "SGLANG_COMMIT":
+        found = f"{p.sglang.source} branch {p.sglang.branch}"
+    else:
+        found = p.image.args.get(arg.replace("_COMMIT", "_REPO"), "workloads/image/README.md")
+    return f"set {arg} to the commit of {found}"
+
+
 def build_command(p: Profile) -> str:
     """``docker buildx build`` of the profile's image into ``$REPO`` (the stack's ``imageRepository``
-    output), the required build arguments taken from the environment of the same name."""
+    output), the required build arguments taken from the environment of the same name: unset, the
+    command stops before it runs, saying what to set and where it comes from (``required_source``)."""
     args = [f"--build-arg {k}={shlex.quote(v)}" for k, v in build_args(p).items()]
-    args += [f'--build-arg {k}="${{{k}:?required}}"' for k in p.image.required_args]
+    args += [f'--build-arg {k}="${{{k}:?{required_source(p, k)}}}"' for k in p.image.required_args]
     return " \\\n  ".join(["docker buildx build --platform linux/amd64 --push", f"-f {p.image.recipe}", *args,
                           f'-t "$REPO:{p.image.tag}" {BUILD_CONTEXT}'])
 

@@ -123,12 +123,25 @@ def copy_tag(path: str, suffix: str) -> str:
 
 
 def copy_command(ref: str) -> str | None:
-    """The copy step for an image of a registry in ``COPIED`` (None for any other)."""
+    """The copy step for an image of a registry in ``COPIED`` (None for any other): by its digest
+    where the pin has one (so the copy is what the stack pins), else by its tag. ``crane copy`` keeps
+    the manifest, digest included; ``$REPO`` is the stack's ``imageRepository`` output."""
     host, path, suffix = split(ref)
     if host not in COPIED:
         return None
-    source = f"{host}/{path}{suffix.partition('@')[0]}"
-    return f'crane copy {source} "$REPO:{copy_tag(path, suffix).partition("@")[0]}"'
+    tag, _, digest = suffix.partition("@")
+    source = f"{host}/{path}{'@' + digest if digest and not placeholder_digest(ref) else tag}"
+    return f'crane copy {source} "$REPO:{copy_tag(path, tag)}"'
+
+
+def warm_command(image: str) -> str | None:
+    """The first pull of a localized cache image, from outside the VPC (None for any other image):
+    ECR fetches it from upstream then, which needs a NAT route when it happens through the VPC's
+    interface endpoints (ECR user guide, "Amazon ECR interface VPC endpoints", considerations: the
+    first pull through a pull through cache rule), and every later pull is served by the cache."""
+    if upstream_cache(image) is None or placeholder_digest(image):
+        return None
+    return f'docker pull "${{REPO%/*}}{image[len(STACK_REGISTRY):]}"'
 
 
 def upstream_cache(image: str) -> Upstream | None:

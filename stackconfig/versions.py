@@ -136,9 +136,13 @@ class SoftwareStack(SchemaModel):
         return images
 
 
+DCGM_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm"
+
+
 def dcgm_image(software: SoftwareStack) -> str:
-    """The DCGM image the burn-in pulls: ``dcgm-<tag>`` in the stack repository."""
-    return f"{STACK_REPOSITORY}:dcgm-{software.dcgm}"
+    """The DCGM image the burn-in pulls, by its public name: nvcr.io, which ECR cannot cache, so the
+    copy ``dcgm-<tag>`` in the stack repository (``stackconfig.images.localized``)."""
+    return f"{DCGM_IMAGE}:{software.dcgm}"
 
 
 def workload_image(software: SoftwareStack, p: Profile) -> str:

@@ -63,11 +63,17 @@ def setting_file(cfg: "ProgramConfig", field: str) -> str:
     return Path(sys.modules[holder.__module__].__file__).relative_to(ROOT).as_posix()
 
 
-def image_origins(cfg: "ProgramConfig", eks_registry: str = EKS_REGISTRY) -> dict[str, Origin]:
-    """Localized image -> the field and file that name it: the workloads' (``images``), DCGM's and
-    every chart pin's (the EFA device plugin's in ``eks_registry``, the host of the region's)."""
+def image_refs(cfg: "ProgramConfig", eks_registry: str = EKS_REGISTRY) -> dict[str, str]:
+    """Field -> image reference as written, of every image a stack can pull: the workloads'
+    (``images``), DCGM's and every chart pin's (the EFA device plugin's in ``eks_registry``, the host
+    of the region's)."""
     charts = cfg.versions.charts
-    fields = {**images(cfg), "versions.software.dcgm": dcgm_image(cfg.versions.software),
-              **{f"versions.charts.images.{name}": charts.image(name).replace(EKS_REGISTRY, eks_registry, 1)
-                 for name in CHART_IMAGES}}
-    return {localized(ref): Origin(field, setting_file(cfg, field), stack_file(cfg)) for field, ref in fields.items()}
+    return {**images(cfg), "versions.software.dcgm": dcgm_image(cfg.versions.software),
+            **{f"versions.charts.images.{name}": charts.image(name).replace(EKS_REGISTRY, eks_registry, 1)
+               for name in CHART_IMAGES}}
+
+
+def image_origins(cfg: "ProgramConfig", eks_registry: str = EKS_REGISTRY) -> dict[str, Origin]:
+    """Localized image -> the field and file that name it (``image_refs``)."""
+    return {localized(ref): Origin(field, setting_file(cfg, field), stack_file(cfg))
+            for field, ref in image_refs(cfg, eks_registry).items()}
