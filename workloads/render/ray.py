@@ -135,8 +135,12 @@ def cluster_spec(m: WorkloadModel, workers: tuple[L.Group, ...]) -> dict:
 
 
 def raycluster(m: WorkloadModel) -> dict:
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta(m, L.RAY_CLUSTER, "ray"),
-            "spec": cluster_spec(m, m.workers)}
+    """``workloads.run.suspend``: ``spec.suspend``, on which KubeRay v1.7.0 deletes every pod of the
+    cluster (raycluster_controller.go:943-955), so no disruption budget holds a node's drain."""
+    spec = cluster_spec(m, m.workers)
+    if m.settings.run.suspend:
+        spec["suspend"] = True
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta(m, L.RAY_CLUSTER, "ray"), "spec": spec}
 
 
 def runtime_env_yaml(env_vars: dict[str, str]) -> str:

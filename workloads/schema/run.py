@@ -202,6 +202,9 @@ class RunSpec(RunBase):
 
     ray_job: bool = False
     """Opt-in: declare the run as a KubeRay RayJob on the stack's RayCluster (else submit with TorchX)."""
+    suspend: bool = False
+    """The stack's RayCluster without pods (``spec.suspend``: KubeRay deletes them), so the nodes of a
+    reserved pool can be drained for an upgrade (docs/operations/failures.md, "Upgrade a reserved pool")."""
 
 
 class TopologyMode(StrEnum):
