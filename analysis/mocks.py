@@ -54,6 +54,8 @@ class Registered:
     """URN of the explicit provider the resource was registered with ("" for the default)."""
     custom_timeouts: dict = field(default_factory=dict)
     """``customTimeouts`` of the RegisterResource request (create/update/delete, as Go durations)."""
+    ignore_changes: list = field(default_factory=list)
+    """``ignoreChanges`` of the RegisterResource request (input property paths)."""
 
 
 @dataclass
@@ -164,7 +166,8 @@ class _RecordingMonitor(_mocks.MockMonitor):
                     retain_on_delete=bool(request.retainOnDelete), protect=bool(request.protect),
                     provider=request.provider.rsplit("::", 1)[0] if request.provider else "",
                     custom_timeouts={k: v for k in ("create", "update", "delete")
-                                     if (v := getattr(request.customTimeouts, k, ""))}))
+                                     if (v := getattr(request.customTimeouts, k, ""))},
+                    ignore_changes=list(request.ignoreChanges)))
         return response
 
     def _reference_child(self, name: str, response, output: str, child_type: str) -> None:

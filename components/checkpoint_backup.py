@@ -64,11 +64,18 @@ DAILY = "cron(0 3 * * ? *)"
 """Daily at 03:00 UTC (AWS Backup schedule expressions are EventBridge cron, UTC by default)."""
 
 
+BACKUP_PREFERENCES = ["resourceTypeOptInPreference", "resourceTypeManagementPreference"]
+"""Read back whole: DescribeRegionSettings answers every resource type of the region (pulumi-aws
+7.51.1's ``RegionSettings`` example lists them all), so a map naming S3 alone would show a diff on
+every ``pulumi up``. Set at creation, then left alone."""
+
+
 def backup_opt_in(name: str, parent: pulumi.Resource) -> aws.backup.RegionSettings:
     """The region's AWS Backup opt-in for S3 (UpdateRegionSettings with S3 alone: the other services'
     preferences stay as they are). Kept on destroy: opting the account out is not this stack's call."""
     return aws.backup.RegionSettings(f"{name}-backup-opt-in", resource_type_opt_in_preference={"S3": True},
-                                     opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True))
+                                     opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True,
+                                                                 ignore_changes=BACKUP_PREFERENCES))
 
 
 def retention_days(settings: CheckpointSettings) -> dict[str, int]:

@@ -82,3 +82,12 @@ def test_add_on_pod_roles_trust_the_cluster_by_arn(role, namespace, account):
     assert decide([trust], "sts:AssumeRole", "*", session(cluster["arn"]), pod) == ALLOW
     elsewhere = cluster["arn"].replace("123456789012", "999999999999")  # same name, another account
     assert decide([trust], "sts:AssumeRole", "*", session(elsewhere), pod) is None
+
+
+def test_the_backup_opt_in_shows_no_diff_on_the_next_up():
+    """DescribeRegionSettings answers every resource type of the region (pulumi-aws 7.51.1's
+    RegionSettings example names all of them), the program sets S3 alone: without ignoring the
+    maps, every ``pulumi up`` would plan to drop the other types from them."""
+    opt_in = graph_of("p5en-prod").named("aws:backup/regionSettings:RegionSettings", "rl-p5en-prod-backup-opt-in")
+    assert opt_in.inputs["resourceTypeOptInPreference"] == {"S3": True}
+    assert set(opt_in.ignore_changes) == {"resourceTypeOptInPreference", "resourceTypeManagementPreference"}
