@@ -71,7 +71,17 @@ class Collected:
 
     @property
     def seconds(self) -> float:
+        """Job completion time: KubeRay's ``status.startTime`` (the RayJob taken up, before its gang is
+        scheduled) to ``status.endTime`` of the last RayJob: gang wait and start-up included."""
         return (self.end - self.start).total_seconds()
+
+    @property
+    def startup_seconds(self) -> float | None:
+        """Of ``seconds``, the first RayJob's wait before its Ray job began (``status.startTime`` to
+        ``status.rayJobInfo.startTime``): gang wait, pods and Ray cluster start; None when not recorded."""
+        status = (self.rayjobs[0].get("status") or {}) if self.rayjobs else {}
+        began = _time((status.get("rayJobInfo") or {}).get("startTime"))
+        return None if began is None else (began - _time(status.get("startTime"))).total_seconds()
 
     def rollout_gpus(self) -> int:
         """``--rollout-num-gpus`` of the attempt's argv (``argv.rollout_num_gpus``), not the nodes touched."""

@@ -95,7 +95,8 @@ def arm_figures(exp: Experiment, name: str, attempts: list[Collected], rows: lis
         "end_to_end_tokens_per_s": _med(rows, "end_to_end", "tokens_per_s"),
         "end_to_end_samples_per_s": _med(rows, "end_to_end", "samples_per_s"),
         "quality": {k: _med(rows, "quality", k) for k in rows[0]["quality"]},
-        "jct_s": {"median": _med(rows, "jct_s"), "per_repeat": [r["jct_s"] for r in rows]},
+        "jct_s": {"median": _med(rows, "jct_s"), "per_repeat": [r["jct_s"] for r in rows],
+                  "startup_median": _med(rows, "startup_s")},
         "gpu_hours": round(fmean(r["gpu_hours"] for r in rows), 3),
         "node_hours": round(fmean(r["node_hours"] for r in rows), 3),
         "cost_usd": None if None in usd else round(fmean(usd), 2),
@@ -184,6 +185,9 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices, root: P
     return {"experiment": exp.name, "baseline": exp.baseline, "warmup_steps": exp.warmup_steps,
             "measured_steps": exp.steps, "min_measured_steps": exp.min_measured_steps, "repeats": exp.repeats,
             "order": exp.order, "schedule": [c.attempt.folder for c in collected],
+            "jct_definition": "KubeRay's status.startTime to status.endTime of the attempt's RayJobs: gang wait and "
+                              "start-up included (startup_s: before the Ray job began); cost is the nodes over the "
+                              "same time, so it includes them too; the steady-state cost does not",
             "token_definition": "generated response tokens: perf/tokens_per_gpu_per_sec x --rollout-num-gpus x "
                                 "perf/rollout_time per step, the sum of the step's response lengths (Miles "
                                 "miles/ray/rollout/metrics.py:142-149); prompt tokens not counted",

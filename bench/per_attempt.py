@@ -20,8 +20,11 @@ x ``perf/rollout_time``, which is the sum of the step's sample response lengths 
   ``miles/utils/arguments.py``), mean ``rollout/truncated_ratio`` (``metrics.py:106``);
 - utilisation per role over the measured window only (Container Insights, ``cloudwatch``): GPU %,
   EFA rx + tx, RDMA read and write, Gbit/s per node;
-- money: the attempt's nodes x its RayJob time x each node's price (``cost.Prices``) per whole-attempt
-  token, and the steady-state figure: the nodes' price per second / end-to-end tokens per second.
+- time: job completion time from KubeRay's ``status.startTime`` to ``status.endTime`` (gang wait and
+  start-up included), and of it the start-up before the Ray job began (``Collected.startup_seconds``);
+- money: the attempt's nodes x its RayJob time (gang wait and start-up included: the nodes are held)
+  x each node's price (``cost.Prices``) per whole-attempt token, and the steady-state figure: the
+  nodes' price per second / end-to-end tokens per second (no gang wait in it).
 """
 
 from __future__ import annotations
@@ -150,7 +153,8 @@ def attempt_figures(exp: Experiment, c: Collected, prices: Prices, nodes: dict, 
         "first_step": min(s.rollout_id for s in steps), "measured_steps": len(steps),
         "rollout_tokens_per_s": round(generated / rollout_s, 2), "step_rate_median": round(median(rates), 2),
         "end_to_end": e2e, "step_parts_s": parts, "quality": quality,
-        "jct_s": round(c.seconds, 1), "node_hours": round(len(c.nodes) * c.seconds / 3600, 3),
+        "jct_s": round(c.seconds, 1), "startup_s": None if c.startup_seconds is None else round(c.startup_seconds, 1),
+        "node_hours": round(len(c.nodes) * c.seconds / 3600, 3),
         "gpu_hours": round(sum(n.gpus for n in c.nodes) * c.seconds / 3600, 3),
         "cost_usd": _r(usd, 2), "price_basis": sources, "tokens_generated": round(tokens),
         "usd_per_million_tokens": _r(usd / tokens * 1e6) if usd is not None and tokens else None,

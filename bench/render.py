@@ -46,15 +46,15 @@ def _repeat_rows(rows: list[dict]) -> list[list[str]]:
         out.append([str(r["block"]), r["attempt"], f"{r['measured_steps']} (from step {r['first_step']})",
                     f"{r['rollout_tokens_per_s']:,.0f}", f"{r['step_rate_median']:,.0f}",
                     _num(e2e.get("tokens_per_s"), ",.0f"),
-                    _num(parts["step"]), _num(parts["update_weights"]), f"{r['jct_s']:,.0f}",
+                    _num(parts["step"]), _num(parts["update_weights"]), f"{r['jct_s']:,.0f}", _num(r["startup_s"], ",.0f"),
                     _num(r["cost_usd"], ",.2f"), _num(r["usd_per_million_tokens"], ",.3f"),
                     _num(r["steady_usd_per_million_tokens"], ",.3f"), r["mode"]])
     return out
 
 
 REPEAT_HEAD = ["block", "attempt", "measured steps", "rollout tokens/s (Σtokens/Σtime)", "median step tokens/s",
-               "end-to-end tokens/s", "step s",
-               "weight sync s", "JCT s", "$", "$ / M tokens (attempt)", "$ / M tokens (steady)", "mode"]
+               "end-to-end tokens/s", "step s", "weight sync s", "JCT s (gang wait incl.)", "of it start-up s", "$",
+               "$ / M tokens (attempt)", "$ / M tokens (steady)", "mode"]
 
 
 def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
@@ -84,11 +84,12 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
     out += _table(["arm", "mode", "rollout tokens/s (Σtokens/Σtime)", "per-step tokens/s (median, IQR)",
                    "end-to-end tokens/s", "samples/s", "step s",
                    "train wait s", "train s", "weight sync s", "mean reward", "KL", "truncated", "response len",
-                   "JCT s", "$ / attempt", "$ / M tokens (attempt)", "$ / M tokens (steady)"], rows)
+                   "JCT s (gang wait incl.)", "$ / attempt", "$ / M tokens (attempt)", "$ / M tokens (steady)"], rows)
     out += ["", "Rollout tokens/s: the sum of the measured steps' generated tokens over the sum of their "
                 "perf/rollout_time (the whole rollout pool; the comparison's figure); per step: "
                 "perf/tokens_per_gpu_per_sec x --rollout-num-gpus, descriptive only (a median of rates is not a "
-                "throughput). End to end: tokens and samples trained per wall-clock second over the measured steps. $ / M tokens "
+                f"throughput). JCT: {report['jct_definition']}. End to end: tokens and samples trained per wall-clock second "
+                f"over the measured steps. $ / M tokens "
                 "(attempt): the whole attempt's node time (start-up included) per generated token; (steady): the "
                 "nodes' price x their number / end-to-end tokens per second.", "", "## Per repeat", ""]
     for name, a in report["arms"].items():
