@@ -17,17 +17,31 @@ DescribeDataRepositoryAssociations with the ``file-system-id`` filter (FSx API r
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from typing import Any, Sequence
 
 HEALTHY = "AVAILABLE"
 EXIT_OK, EXIT_NOT_HEALTHY, EXIT_NO_ANSWER = 0, 1, 2
-REMEDY = {
-    "MISCONFIGURED": "automatic import and export are stopped: restore the bucket's event notification "
-                     "(remove any other notification configuration of the bucket, then update the "
-                     "association, e.g. `pulumi up` after `pulumi refresh`), FSx re-creates it",
-    "FAILED": "the association could not be created or updated: see the message, fix, `pulumi up`",
-}
+
+
+def remedy(association: dict, region: str) -> str | None:
+    """What to do about a state other than AVAILABLE. MISCONFIGURED: remove what overlaps FSx's event
+    types on the bucket, then UpdateDataRepositoryAssociation with the association's own S3 policy,
+    on which FSx checks it again at once instead of within 15 minutes (FSx for Lustre user guide,
+    "Data repository association lifecycle state"); `pulumi up` would change nothing, the
+    association's inputs being what they were."""
+    state = association.get("Lifecycle")
+    if state == "MISCONFIGURED":
+        s3 = json.dumps(association.get("S3") or {}, separators=(",", ":"))
+        return ("automatic import and export are stopped: remove any other event notification of the bucket "
+                "(aws s3api get-bucket-notification-configuration), then "
+                f"`aws fsx update-data-repository-association --association-id {association.get('AssociationId')} "
+                f"--region {region} --s3 {shlex.quote(s3)}`")
+    if state == "FAILED":
+        return "the association could not be created or updated: see the message, fix, `pulumi up`"
+    return None
 
 
 def associations(client: Any, file_system_id: str) -> list[dict]:
@@ -44,7 +58,7 @@ def associations(client: Any, file_system_id: str) -> list[dict]:
             return found
 
 
-def report(found: Sequence[dict], file_system_id: str) -> tuple[int, list[str]]:
+def report(found: Sequence[dict], file_system_id: str, region: str) -> tuple[int, list[str]]:
     """(exit code, lines) for the associations of one file system."""
     if not found:
         return EXIT_NOT_HEALTHY, [f"{file_system_id}: no data repository association: checkpoints do not reach S3"]
@@ -55,7 +69,7 @@ def report(found: Sequence[dict], file_system_id: str) -> tuple[int, list[str]]:
         if state != HEALTHY:
             code = EXIT_NOT_HEALTHY
             message = (a.get("FailureDetails") or {}).get("Message")
-            line += "".join(f"; {m}" for m in (message, REMEDY.get(state)) if m)
+            line += "".join(f"; {m}" for m in (message, remedy(a, region)) if m)
         lines.append(line)
     return code, lines
 
@@ -73,7 +87,7 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
     except (BotoCoreError, ClientError) as err:
         print(f"{args.file_system_id}: FSx DescribeDataRepositoryAssociations failed: {err}", file=sys.stderr)
         return EXIT_NO_ANSWER
-    code, lines = report(found, args.file_system_id)
+    code, lines = report(found, args.file_system_id, args.region)
     print("\n".join(lines), file=sys.stdout if code == EXIT_OK else sys.stderr)
     return code
 

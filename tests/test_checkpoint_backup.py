@@ -103,3 +103,19 @@ def test_status_shows_a_misconfigured_association_and_exits_non_zero(capsys):
 def test_status_without_an_association_exits_non_zero(capsys):
     code, text = _status(capsys, [])
     assert code == 1 and "no data repository association" in text
+
+
+def test_the_misconfigured_remedy_is_a_command_that_acts_on_the_association(capsys):
+    """FSx re-checks a MISCONFIGURED association at once on UpdateDataRepositoryAssociation (FSx for
+    Lustre user guide, "Data repository association lifecycle state"); `pulumi refresh` and `pulumi up`
+    see no change in the association's inputs and do nothing. The command re-sends its own S3 policy."""
+    import json
+    import shlex
+    code, text = _status(capsys, [_association("MISCONFIGURED", "notification modified")])
+    assert code == 1 and "pulumi refresh" not in text
+    command = text[text.index("aws fsx update-data-repository-association"):].splitlines()[0].rstrip("`")
+    words = shlex.split(command)
+    assert words[:3] == ["aws", "fsx", "update-data-repository-association"]
+    assert words[words.index("--association-id") + 1] == "dra-0123456789abcdef0"
+    assert words[words.index("--region") + 1] == "us-east-1"
+    assert json.loads(words[words.index("--s3") + 1]) == _association("AVAILABLE")["S3"]
