@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench.__main__ import main
 from bench.simulate import ArmTruth, Truth, simulate
@@ -155,3 +156,28 @@ def test_jct_and_cost_say_the_gang_wait_is_in_them(simulated: Path):
     assert "gang wait and start-up included" in report["jct_definition"]
     md = (simulated / "report.md").read_text()
     assert "JCT s (gang wait incl.)" in md and "of it start-up s" in md and "so it includes them too" in md
+
+
+def test_a_link_that_changes_more_than_one_thing_gets_no_share(tmp_path: Path):
+    """A link whose arms differ in two run-file fields: its share is theirs together, which no pair of arms
+    isolates (as EFA's against DeepEP's when no arm varies the fabric alone); it is withheld, saying which
+    arm an isolating pair would start from, while a one-field link keeps its share."""
+    exp = yaml.safe_load(EXPERIMENT.read_text())
+    exp["arms"] = [a for a in exp["arms"] if not a.get("faults")] + [
+        {"name": "two", "set": {"deepep": {"version": "v1"}, "grpo": {"rolloutMaxResponseLen": 4096},
+                                "extraArgs": ["--seed", "7"]}}]
+    exp["arms"][1]["set"] = {"deepep": {"version": "v1"}, "grpo": {"rolloutMaxResponseLen": 4096}}  # two fields
+    exp["decomposition"] = [{"name": "deepep", "from": "nccl", "to": "deepep-v1"},
+                            {"name": "seed", "from": "deepep-v1", "to": "two"}]
+    (tmp_path / "e.yaml").write_text(yaml.safe_dump(exp))
+    truth = Truth(arms={"nccl": ArmTruth(tokens_per_s=40000, repeat_drift=0.0),
+                        "deepep-v1": ArmTruth(tokens_per_s=50000, repeat_drift=0.0),
+                        "two": ArmTruth(tokens_per_s=60000, repeat_drift=0.0)}, seed=2)
+    simulate(tmp_path / "e.yaml", truth, tmp_path / "d")
+    assert main(["report", str(tmp_path / "d"), "--no-plots"]) == 0
+    d = json.loads((tmp_path / "d" / "report.json").read_text())["decomposition"]
+    both, one = d["links"]
+    assert d["shares_withheld_because"] is None and one["share"] is not None and one["share_withheld_because"] is None
+    assert both["share"] is None and both["share_withheld_because"].startswith("it changes 2 run-file fields")
+    assert "an arm equal to `nccl` but for one of them" in both["share_withheld_because"]
+    assert "share withheld: it changes" in (tmp_path / "d" / "report.md").read_text()
