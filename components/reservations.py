@@ -13,6 +13,12 @@ the reservation's), minutes into ``pulumi up``. ``reservation_problems`` asks at
   ``AvailabilityZone`` and ``InstanceType``, CloudFormation resource reference);
 - an ODCR resource-group ARN names several reservations: not looked up.
 
+Besides zone and type, its state and size: one that is expired, cancelled or failed never launches
+an instance (``REFUSED_STATES``: the states pulumi-aws 7.51.1 documents for a Capacity Block's
+``state``, and EC2's for an ODCR), and one that holds fewer instances than the pool runs
+(``nodes.desired``) leaves the rest unlaunched. Its free count is shown, not judged: on a later
+``pulumi up`` the pool's own nodes take it.
+
 Both are data-source invokes: they run at ``pulumi preview`` and ``pulumi up`` (and need
 ``ec2:DescribeCapacityReservations`` and, for ODCRs, ``cloudformation:GetResource``).
 """
@@ -29,9 +35,15 @@ from stackconfig.stack import CapacityType, Pool, StackConfig
 CLOUDCONTROL_TYPE = "AWS::EC2::CapacityReservation"
 
 
+REFUSED_STATES = frozenset({"expired", "cancelled", "failed", "payment-failed"})
+
+
 class Reservation(NamedTuple):
     zone: str
     instance_type: str
+    state: str | None = None
+    total: int | None = None
+    free: int | None = None
 
 
 Lookup = Callable[[Pool], Reservation | None]
@@ -45,9 +57,11 @@ def lookup(pool: Pool) -> Reservation | None:
         return None
     if pool.capacity.type is CapacityType.CAPACITY_BLOCK:
         found = aws.ec2.get_capacity_block_reservation(id=rid)
-        return Reservation(found.availability_zone, found.instance_type)
+        return Reservation(found.availability_zone, found.instance_type, found.state, found.instance_count,
+                           found.available_instance_count)
     props = json.loads(aws.cloudcontrol.get_resource(type_name=CLOUDCONTROL_TYPE, identifier=rid).properties)
-    return Reservation(props["AvailabilityZone"], props["InstanceType"])
+    return Reservation(props["AvailabilityZone"], props["InstanceType"], props.get("State"),
+                       props.get("TotalInstanceCount", props.get("InstanceCount")), props.get("AvailableInstanceCount"))
 
 
 def reservation_problems(cfg: StackConfig, find: Lookup = lookup) -> list[str]:
@@ -71,4 +85,17 @@ def reservation_problems(cfg: StackConfig, find: Lookup = lookup) -> list[str]:
         if found.instance_type != pool.instance_type:
             problems.append(f"{where}: {rid} reserves {found.instance_type}, not the pool's instanceType "
                             f"{pool.instance_type}; allowed: a reservation of {pool.instance_type}")
+        problems += _held(where, rid, found, pool)
     return problems
+
+
+def _held(where: str, rid: str, found: Reservation, pool: Pool) -> list[str]:
+    """A state that launches nothing, and fewer instances than the pool runs."""
+    out = []
+    if found.state in REFUSED_STATES:
+        out.append(f"{where}: {rid} is {found.state}; allowed: an active or scheduled reservation")
+    if found.total is not None and found.total < pool.nodes.desired:
+        free = f" ({found.free} free)" if found.free is not None else ""
+        out.append(f"{where}: {rid} holds {found.total} instances{free}, the pool runs {pool.nodes.desired} "
+                   f"(nodes.desired); allowed: a reservation of at least {pool.nodes.desired}, or fewer nodes")
+    return out

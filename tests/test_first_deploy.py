@@ -128,7 +128,8 @@ class NotFound(grpc.RpcError):
         return "InvalidCapacityReservationId.NotFound: The capacity reservation ID does not exist"
 
 
-def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True):
+def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True, block_state="scheduled", block_count=16,
+         odcr_state="active", odcr_count=32, odcr_free=32):
     """What AWS answers for the stack's reservations: the Capacity Block invoke and the Cloud
     Control read of an ODCR, in the shapes pulumi-aws 7.51.1 deserialises."""
     import json
@@ -138,12 +139,15 @@ def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True):
             raise NotFound()
         if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
             return {"id": args["id"], "availabilityZone": zone, "instanceType": instance_type,
-                    "reservationType": "capacity-block", "state": "scheduled"}
+                    "reservationType": "capacity-block", "state": block_state, "instanceCount": block_count,
+                    "availableInstanceCount": block_count}
         if token == "aws:cloudcontrol/getResource:getResource":
             assert args["typeName"] == "AWS::EC2::CapacityReservation"
             return {"id": args["identifier"], "identifier": args["identifier"], "typeName": args["typeName"],
                     "properties": json.dumps({"Id": args["identifier"], "AvailabilityZone": zone,
-                                              "InstanceType": instance_type, "InstanceCount": 16})}
+                                              "InstanceType": instance_type, "InstanceCount": odcr_count,
+                                              "TotalInstanceCount": odcr_count, "AvailableInstanceCount": odcr_free,
+                                              "State": odcr_state})}
         raise NotImplementedError(token)
     return answer
 
@@ -182,7 +186,14 @@ def test_a_deploy_with_pinned_images_and_matching_reservations_goes_through():
     (_aws(instance_type="p5.48xlarge"), r"pools\[rollout\]\.capacity\.reservationId: \S+ reserves p5.48xlarge"),
     (_aws(known=False), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 \(CAPACITY_BLOCK\) is not a "
                         r"reservation AWS knows in us-east-1"),
-], ids=["block-zone", "odcr-zone", "block-type", "odcr-type", "unknown"])
+    (_aws(block_state="expired"), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 is expired; "
+                                  r"allowed: an active or scheduled reservation"),
+    (_aws(odcr_state="cancelled"), r"pools\[rollout\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60002 is cancelled"),
+    (_aws(odcr_count=24, odcr_free=24), r"pools\[rollout\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60002 holds 24 "
+                                        r"instances \(24 free\), the pool runs 32"),
+    (_aws(block_count=8), r"pools\[train\]\.capacity\.reservationId: cr-0a1b2c3d4e5f60001 holds 8 instances"),
+], ids=["block-zone", "odcr-zone", "block-type", "odcr-type", "unknown", "block-expired", "odcr-cancelled",
+        "odcr-small", "block-small"])
 def test_a_deploy_refuses_a_reservation_elsewhere_naming_the_pool(aws, expect):
     from analysis import mocks
     graph = mocks.Graph()
