@@ -10,6 +10,7 @@ from __future__ import annotations
 import pulumi
 
 from components import Platform
+from components.cluster import control_plane_problems
 from components.device_plugins import efa_plugin_values, gpu_taints, nvidia_plugin_values
 from components.registry import eks_addon_registry
 from components.reservations import Lookup, lookup, reservation_problems
@@ -79,9 +80,11 @@ def deploy_problems(cfg: ProgramConfig, model: WorkloadModel | None = None) -> l
 
 def check_deploy(cfg: ProgramConfig, model: WorkloadModel, find: Lookup = lookup) -> None:
     """What only a real deploy can refuse, before any resource is registered: ``deploy_problems``
-    (nothing could pull the image, or the principal is not yours) and a reservation AWS does not know
-    or holds in another zone or for another instance type (``components.reservations``)."""
-    found = deploy_problems(cfg, model) + reservation_problems(cfg, find)
+    (nothing could pull the image, or the principal is not yours), a reservation AWS does not know,
+    holds elsewhere, for another instance type, in a state or at a size that launches nothing
+    (``components.reservations``), and a control plane EKS upgraded past the stack's version
+    (``components.cluster.control_plane_problems``)."""
+    found = deploy_problems(cfg, model) + reservation_problems(cfg, find) + control_plane_problems(cfg)
     if found:
         raise StackConfigError(f"stack {cfg.stack!r}: cannot deploy\n" + "\n".join(f"  {p}" for p in found))
 

@@ -39,7 +39,7 @@ from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
 from workloads.cli.runs_client import FINISHED, RunClient, attempt_of
 from workloads.checks.runs import run_pools
-from workloads.deploy.submit import run_objects
+from workloads.deploy.submit import run_objects, sendable
 from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
 
@@ -113,8 +113,8 @@ class AttemptRun:
 
     def submit(self, run) -> None:
         pins = existing(self.api, self.pins, lambda text: self.out(f"{self.attempt.folder}: {text}"))
-        job = without_dedup(with_repository(pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
-                                            self.repository, self.cfg.stack))
+        job = without_dedup(sendable(self.cfg, pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
+                                     self.repository))
         self.api.submit(with_fault_target(job) if self.faults else job)
         self.submitted.append(job["metadata"]["name"])
         self.watch.submitted()
@@ -256,7 +256,7 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
         raise ValueError("run: --log-bucket BUCKET (pulumi stack output checkpointBucket) is needed: the end of a "
                          "driver log is read from the bucket once its head is gone")
     for a in attempts:  # refuse before submitting anything
-        with_repository(run_objects(cfg, a.run).rayjob, repository, cfg.stack)
+        sendable(cfg, run_objects(cfg, a.run).rayjob, repository)
     api = client()
     faulted = [a for a in attempts if exp.arm(a.arm).faults]
     engine = injector(cfg.region, cfg.cluster_name) if injector and faulted else None

@@ -18,7 +18,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -63,6 +63,30 @@ def platform_pods_policy(namespace: str) -> dict:
                          "annotations": {"rl.platform/allows": "all traffic of the platform's pods in this "
                                                                "namespace, as before strict mode"}},
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]}}
+
+
+def running_version(name: str) -> str | None:
+    """The Kubernetes version EKS runs cluster ``name`` at (``aws.eks.get_cluster``, at preview), None
+    when there is no such cluster yet (a first deploy); any other error of the invoke is raised."""
+    try:
+        return aws.eks.get_cluster(name=name).version
+    except Exception as err:  # the invoke's error: "invoke of aws:eks/getCluster:getCluster failed: ..."
+        if "ResourceNotFoundException" in str(err):
+            return None
+        raise
+
+
+def control_plane_problems(cfg: StackConfig, running: Callable[[str], str | None] = running_version) -> list[str]:
+    """A cluster EKS runs at a newer minor than ``versions.kubernetes``: with supportType STANDARD EKS
+    upgrades the control plane itself at the end of standard support (EKS user guide, "Learn about
+    Kubernetes version lifecycle on EKS"), and a stack still pinned below would plan a downgrade EKS
+    refuses (UpdateClusterVersion takes only the next minor up), minutes into ``pulumi up``."""
+    found = running(cfg.cluster_name)
+    if found is None or tuple(map(int, found.split("."))) <= tuple(map(int, cfg.versions.kubernetes.split("."))):
+        return []
+    return [f"versions.kubernetes: {cfg.versions.kubernetes}, but EKS runs cluster {cfg.cluster_name} at {found} (it "
+            f"upgrades a cluster at the end of standard support) and cannot downgrade it; allowed: {found}, with "
+            f"add-on versions for it (versions.addons)"]
 
 
 def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],

@@ -24,6 +24,14 @@ from workloads.cli.runs_client import RunClient
 EXAMPLE = Path("experiments/example-ab.yaml")
 STEPS_PER_POLL = 8
 REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-p5en-shared"
+
+
+def pinned(out: Path) -> list[str]:
+    """``--stack-dir`` of a folder beside ``out`` whose p5en-shared has real-looking digests: what a
+    submission sends may not carry a placeholder (``workloads.deploy.submit.sendable``)."""
+    from test_first_deploy import pinned_stack_dir
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return ["--stack-dir", str(pinned_stack_dir(out.parent))]
 CLUSTER = "rl-p5en-shared"
 
 
@@ -481,7 +489,7 @@ def test_run_submits_injects_resumes_and_collects(tmp_path, monkeypatch):
     clients, aws = _aws(fake)
     lines: list[str] = []
     out = tmp_path / "out"
-    assert main(["run", str(EXAMPLE), "--out", str(out), "--repository", REPOSITORY, "--log-bucket", "b"],
+    assert main(["run", str(EXAMPLE), "--out", str(out), "--repository", REPOSITORY, "--log-bucket", "b", *pinned(out)],
                 client=lambda: fake, out=lines.append, aws=aws) == 0
     assert [j["metadata"]["name"] for j in fake.submitted][:4] == [
         "example-ab-nccl-r1-1", "example-ab-deepep-v1-r1-1", "example-ab-deepep-v1-faults-r1-1",
@@ -526,7 +534,7 @@ def test_faults_never_use_kubernetes_calls_a_team_member_lacks(tmp_path, monkeyp
     path.write_text(yaml.safe_dump(exp))
     fake = FakeRuns(save_interval=10, total=33)
     clients, aws = _aws(fake)
-    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY], client=lambda: fake, out=print, aws=aws) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY, *pinned(tmp_path / "o")], client=lambda: fake, out=print, aws=aws) == 0
     # one terminate per repeat of the fault arm, each on a node the group had then (a lost node is replaced)
     gone = ["rollout-0", "rollout-0-new", "rollout-0-new-new"]
     assert clients["fis"].started == ["EXT-terminate-gpu-node"] * 3 and fake.gone == set(gone)
@@ -564,7 +572,7 @@ def test_a_pod_fault_is_a_crash_without_the_save_on_stop_checkpoint(tmp_path, mo
     assert {p["key"]: p["value"] for p in spec["actions"][0]["parameters"]}["gracePeriodSeconds"] == "0"
     fake = FakeRuns(save_interval=10, total=33)
     _, aws = _aws(fake)
-    assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY], client=lambda: fake, out=print, aws=aws) == 0
+    assert main(["run", str(EXAMPLE), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY, *pinned(tmp_path / "o")], client=lambda: fake, out=print, aws=aws) == 0
     log = (tmp_path / "o" / "deepep-v1-faults" / "r1" / "driver.log").read_text()
     saved = [int(line.split("iteration")[1].split()[0]) for line in log.splitlines() if "successfully saved" in line]
     assert all((i + 1) % 10 == 0 for i in saved)  # only the periodic saves: none at the fault
@@ -606,7 +614,7 @@ def test_a_failure_at_any_step_leaves_the_cluster_as_found(tmp_path, monkeypatch
         broken(fake.core, where)
     lines: list[str] = []
     try:  # a FaultError is one line and exit 1; anything else goes on as itself, after the clean-up
-        assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY],
+        assert main(["run", str(path), "--out", str(tmp_path / "o"), "--log-bucket", "b", "--repository", REPOSITORY, *pinned(tmp_path / "o")],
                     client=lambda: fake, out=lines.append, aws=aws) == 1
     except RuntimeError as err:
         assert str(err) == f"{where} broke"
@@ -633,7 +641,7 @@ def test_a_serving_arm_runs_sglang_bench_serving_against_its_router_and_reports_
     fake.serving_result = {k: 10.0 + i for i, k in enumerate(keys)}
     _, aws = _aws(fake)
     out = tmp_path / "o"
-    assert main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY],
+    assert main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY, *pinned(out)],
                 client=lambda: fake, out=print, aws=aws) == 0
     job = next(j for j in fake.submitted if j["metadata"]["name"].startswith("example-ab-deepep-v1-r1"))
     argv = json.loads(yaml.safe_load(job["spec"]["runtimeEnvYAML"])["env_vars"]["MILES_ARGV"])
@@ -693,7 +701,7 @@ def _experiment(tmp_path: Path, faults: list[dict], **extra) -> Path:
 
 def _run(path: Path, fake: "FakeRuns", aws, out: Path, *extra: str) -> tuple[int, str]:
     lines: list[str] = []
-    code = main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY, *extra],
+    code = main(["run", str(path), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY, *pinned(out), *extra],
                 client=lambda: fake, out=lines.append, aws=aws)
     return code, "\n".join(lines)
 

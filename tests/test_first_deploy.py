@@ -128,13 +128,25 @@ class NotFound(grpc.RpcError):
         return "InvalidCapacityReservationId.NotFound: The capacity reservation ID does not exist"
 
 
+class NoCluster(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self):
+        return "ResourceNotFoundException: No cluster found for name: rl-p5en-prod."
+
+
 def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True, block_state="scheduled", block_count=16,
-         odcr_state="active", odcr_count=32, odcr_free=32):
+         odcr_state="active", odcr_count=32, odcr_free=32, running=None):
     """What AWS answers for the stack's reservations: the Capacity Block invoke and the Cloud
     Control read of an ODCR, in the shapes pulumi-aws 7.51.1 deserialises."""
     import json
 
     def answer(token, args):
+        if token == "aws:eks/getCluster:getCluster":  # the cluster as EKS runs it; none on a first deploy
+            if running is None:
+                raise NoCluster()
+            return {"id": args["name"], "name": args["name"], "version": running}
         if not known:  # how the engine reports a data source's error: a gRPC error of the Invoke call
             raise NotFound()
         if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
@@ -205,3 +217,22 @@ def test_a_deploy_refuses_a_reservation_elsewhere_naming_the_pool(aws, expect):
 def test_the_bootstrap_phase_pushes_first_so_placeholders_do_not_block_it():
     graph = _deploy(variant("p5en-prod", BOOTSTRAP), _aws(known=False))
     assert graph.of_type("aws:ecr/repository:Repository")
+
+
+@pytest.mark.parametrize("running, refused", [(None, False), ("1.35", False), ("1.34", False), ("1.36", True)])
+def test_a_control_plane_eks_upgraded_is_refused_before_a_downgrade_is_asked(running, refused):
+    """With supportType STANDARD, EKS upgrades the control plane itself at the end of standard support
+    (EKS user guide, "Learn about Kubernetes version lifecycle"); a stack still pinned to the older
+    minor would then plan a downgrade, which EKS refuses only after the update starts."""
+    from analysis import mocks
+    graph = mocks.Graph()
+    cfg = variant("p5en-prod", PINNED)
+    if not refused:
+        assert _deploy(cfg, _aws(running=running), graph).of_type("aws:eks/cluster:Cluster")
+        return
+    with pytest.raises(StackConfigError) as err:
+        _deploy(cfg, _aws(running=running), graph)
+    assert graph.resources == []
+    assert str(err.value).splitlines()[1:] == [
+        "  versions.kubernetes: 1.35, but EKS runs cluster rl-p5en-prod at 1.36 (it upgrades a cluster at the end "
+        "of standard support) and cannot downgrade it; allowed: 1.36, with add-on versions for it (versions.addons)"]
