@@ -77,11 +77,18 @@ def running_version(name: str) -> str | None:
 
 
 def control_plane_problems(cfg: StackConfig, running: Callable[[str], str | None] = running_version) -> list[str]:
-    """A cluster EKS runs at a newer minor than ``versions.kubernetes``: with supportType STANDARD EKS
+    """A first deploy (no cluster yet) with the private endpoint alone, which the deploying machine,
+    outside the VPC the deploy creates, cannot reach; a cluster EKS runs at a newer minor than
+    ``versions.kubernetes``: with supportType STANDARD EKS
     upgrades the control plane itself at the end of standard support (EKS user guide, "Learn about
     Kubernetes version lifecycle on EKS"), and a stack still pinned below would plan a downgrade EKS
     refuses (UpdateClusterVersion takes only the next minor up), minutes into ``pulumi up``."""
     found = running(cfg.cluster_name)
+    if found is None and not cfg.cluster.endpoint_public_access:
+        return ["cluster.endpointPublicAccess: false on a first deploy: the program creates the Kubernetes objects "
+                "through the private endpoint, reachable only from inside the VPC this deploy creates; allowed: true "
+                "with publicAccessCidrs naming the deploying network for the first deploy, then false from a machine "
+                "in the VPC or connected to it (VPN, Direct Connect, peering)"]
     if found is None or tuple(map(int, found.split("."))) <= tuple(map(int, cfg.versions.kubernetes.split("."))):
         return []
     return [f"versions.kubernetes: {cfg.versions.kubernetes}, but EKS runs cluster {cfg.cluster_name} at {found} (it "

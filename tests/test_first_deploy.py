@@ -7,7 +7,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from conftest import graph_of, load
-from test_workloads import one, variant, variant_graph
+from test_workloads import merge, one, variant, variant_graph
 
 from stackconfig.stack import StackConfigError, load_stack
 from stackconfig.files import raw_stack
@@ -236,3 +236,20 @@ def test_a_control_plane_eks_upgraded_is_refused_before_a_downgrade_is_asked(run
     assert str(err.value).splitlines()[1:] == [
         "  versions.kubernetes: 1.35, but EKS runs cluster rl-p5en-prod at 1.36 (it upgrades a cluster at the end "
         "of standard support) and cannot downgrade it; allowed: 1.36, with add-on versions for it (versions.addons)"]
+
+
+def test_a_first_deploy_with_a_private_endpoint_only_says_how_the_deployer_reaches_the_api():
+    """The Kubernetes objects are created through the API endpoint; with endpointPublicAccess false
+    that is the private one, reachable only from the VPC the first deploy is about to create."""
+    from analysis import mocks
+    private = merge(PINNED, {"cluster": {"endpointPublicAccess": False, "publicAccessCidrs": []}})
+    graph = mocks.Graph()
+    with pytest.raises(StackConfigError) as err:
+        _deploy(variant("p5en-prod", private), _aws(running=None), graph)
+    assert graph.resources == []
+    assert str(err.value).splitlines()[1:] == [
+        "  cluster.endpointPublicAccess: false on a first deploy: the program creates the Kubernetes objects through "
+        "the private endpoint, reachable only from inside the VPC this deploy creates; allowed: true with "
+        "publicAccessCidrs naming the deploying network for the first deploy, then false from a machine in the "
+        "VPC or connected to it (VPN, Direct Connect, peering)"]
+    assert _deploy(variant("p5en-prod", private), _aws(running="1.35")).of_type("aws:eks/cluster:Cluster")
