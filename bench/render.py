@@ -120,8 +120,7 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
         if a["mode_vs_baseline"]:
             out.append(f"  Different mode: {a['mode_vs_baseline']}.")
     out += ["", f"Interval: {next(iter(a['ratio_vs_baseline']['method'] for a in report['arms'].values() if 'ratio_vs_baseline' in a), '')} "
-                f"(one value per repeat: its Σtokens/Σtime over its measured steps; BENCHMARKS.md measures its "
-                f"coverage under hostile noise)."]
+                f"(BENCHMARKS.md measures its coverage under hostile noise)."]
     d = report["decomposition"]
     if d:
         out += ["", "## Where the gain comes from", "",
@@ -136,18 +135,20 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
             out.append(f"\nShares withheld: {d['shares_withheld_because']}.")
         out.append(f"\nMethod: {d['method']}.")
     if report["faults"]:
-        out += ["", "## Faults", "", "| arm | attempt | fault | at step | detection s | back to steady s | "
+        out += ["", "## Faults", "", "Timed from the kill (the kubelet's Killing Event of the pod FIS hit, or FIS' start of "
+                "a terminate); detection runs to the run's first reaction, named.", "",
+                "| arm | attempt | fault | at step | detection s | detected by | back to steady s | "
                 "steps lost | tokens lost | outcome (RayJob status) | resumed from |",
-                "|---|---|---|---:|---:|---:|---:|---:|---|---|"]
+                "|---|---|---|---:|---:|---|---:|---:|---:|---|---|"]
         for arm, attempts in report["faults"].items():
             for folder, faults in attempts.items():
                 for f in faults:
                     if "error" in f:
-                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} |||| "
+                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} ||||| "
                                    f"{f.get('outcome', '')} | {f.get('resumed_from', '')} |")
                         continue
                     out.append(f"| {arm} | {folder} | {f['kind']} | {f['step']} | {_num(f['detection_s'])} | "
-                               f"{_num(f['back_to_steady_s'])} | {f['steps_lost']} | {f['tokens_lost']:,} | "
+                               f"{f['detected_by'] or 'nothing reacted'} | {_num(f['back_to_steady_s'])} | {f['steps_lost']} | {f['tokens_lost']:,} | "
                                f"{f['outcome']} | {f['resumed_from']} (step {f['resumed_at_step']}) |")
         out += ["", "Fault attempts, per repeat:", ""] + _table(REPEAT_HEAD, _repeat_rows(
             list(report["fault_attempts"].values())))
