@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
-from typing import Protocol
 
 FLOOR = 0.05
 """The slowest a step runs, as a share of the arm's rate."""
@@ -31,8 +30,9 @@ CALIBRATION_STEPS = 100_000
 CALIBRATION_SEED = 20261205
 
 
-class StepNoise(Protocol):
-    """What an arm's truth says about its noise (``bench.simulate.ArmTruth``)."""
+@dataclass(frozen=True)
+class StepNoise:
+    """What shapes an arm's steps: the fields of ``bench.simulate.ArmTruth`` this module reads."""
 
     noise: float
     tail_df: float | None
@@ -40,6 +40,10 @@ class StepNoise(Protocol):
     stall_slowdown: tuple[float, float]
     response_len: float
     response_len_cv: float
+
+    @classmethod
+    def of(cls, arm) -> "StepNoise":
+        return cls(*(getattr(arm, f.name) for f in fields(cls)))
 
 
 def shock(rng: random.Random, arm: StepNoise) -> float:
@@ -73,25 +77,14 @@ class Steps:
         return max(50.0, self.rng.gauss(self.arm.response_len, self.arm.response_len * self.arm.response_len_cv))
 
 
-@dataclass(frozen=True)
-class _Noise:
-    noise: float
-    tail_df: float | None
-    stall_share: float
-    stall_slowdown: tuple[float, float]
-    response_len: float
-    response_len_cv: float
-
-
-def calibration(arm: StepNoise, autocorrelation: float = 0.0) -> float:
+def calibration(arm, autocorrelation: float = 0.0) -> float:
     """The base rate, per unit of ``tokens_per_s``, at which the arm's long-run throughput (Σtokens/Σtime
     over ``CALIBRATION_STEPS`` steps of its noise, on a normal node) is its ``tokens_per_s``."""
-    return _calibration(_Noise(arm.noise, arm.tail_df, arm.stall_share, tuple(arm.stall_slowdown), arm.response_len,
-                               arm.response_len_cv), autocorrelation)
+    return _calibration(StepNoise.of(arm), autocorrelation)
 
 
 @cache
-def _calibration(arm: _Noise, autocorrelation: float) -> float:
+def _calibration(arm: StepNoise, autocorrelation: float) -> float:
     steps = Steps(random.Random(CALIBRATION_SEED), arm, autocorrelation)
     tokens = seconds = 0.0
     for _ in range(CALIBRATION_STEPS):
