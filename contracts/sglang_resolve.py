@@ -7,8 +7,8 @@ Then the pod's environment is set, the node's GPU memory (instance catalog, MiB)
 ``get_device_memory_capacity`` where the wheel's resolution calls it (0.5.19
 ``sglang/srt/arg_groups/pipeline.py:23,223``; 0.5.9/0.5.16 ``sglang/srt/server_args.py``
 ``__post_init__``), and resolution runs: ``resolve_once()`` where the wheel has it (0.5.19
-``server_args.py:3673``), else the constructor's ``__post_init__``. ``device="cuda"`` stands for what
-``get_device()`` finds in the pod (no CUDA here)."""
+``server_args.py:3673``), else the constructor's ``__post_init__``, then the model runner's quantized-MoE
+check (``check_model_load``). ``device="cuda"`` stands for what ``get_device()`` finds in the pod (no CUDA here)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,20 @@ def decode_max_bs(a) -> int | None:
     return getattr(decode, "max_bs", None) if decode is not None else getattr(a, "cuda_graph_max_bs", None)
 
 
+def check_model_load(a) -> None:
+    """The model runner's own check of a blockwise-quantized MoE checkpoint against the engine's TP, EP and MoE
+    DP sizes (0.5.19 model_executor/model_runner_components/moe_ep_setup.py:106-148, called at model load,
+    model_runner.py:460; the runner's sizes are the server args'): it reads only the model's config.json.
+    Wheels without it (0.5.9, 0.5.16) check at weight creation, which needs a GPU."""
+    try:
+        from sglang.srt.model_executor.model_runner_components.moe_ep_setup import check_quantized_moe_compatibility
+    except ImportError:
+        return
+    from sglang.srt.configs.model_config import ModelConfig
+    check_quantized_moe_compatibility(model_config=ModelConfig.from_server_args(a), tp_size=a.tp_size,
+                                      moe_ep_size=a.ep_size, moe_dp_size=a.moe_dp_size)
+
+
 def resolve(engine: dict) -> dict:
     base = dict(os.environ)
     os.environ.update(engine["env"])
@@ -48,6 +62,7 @@ def resolve(engine: dict) -> dict:
         if hasattr(a, "resolve_once"):
             from sglang.srt.arg_groups.model_override_base import resolved_view
             a = resolved_view(a)  # 0.5.19 keeps the fields raw; the view overlays what resolution declared
+        check_model_load(a)
         return {"ok": True, "chunked_prefill_size": a.chunked_prefill_size,
                 "mem_fraction_static": a.mem_fraction_static, "max_running_requests": a.max_running_requests,
                 "decode_max_bs": decode_max_bs(a), "moe_a2a_backend": a.moe_a2a_backend}

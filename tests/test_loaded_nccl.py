@@ -44,3 +44,17 @@ def test_the_preflight_asks_the_mapped_library_in_a_child_with_torch(monkeypatch
     assert P.check_nccl("2.31.2", "2.31.2") is None
     assert P.check_nccl("2.31.2", "2.30.7") == "NCCL: the loaded library is 2.30.7, 2.31.2 or newer needed"
     assert P.check_nccl("2.31.2", None).startswith(f"NCCL: {P.LOADED_NCCL} could not read the loaded NCCL")
+
+
+def test_the_gpu_host_check_reads_nccls_own_version_line_and_starts_engines_as_miles_would():
+    """scripts/gpu_host_checks.py (run on one H200: loaded_nccl.py 2.28.9 = NCCL's INFO line 2.28.9 = torch's
+    (2, 28, 9) with torch 2.11.0's own nvidia-nccl-cu13 wheel)."""
+    ns = runpy.run_path(str(ROOT / "scripts" / "gpu_host_checks.py"))
+    log = (ROOT / "tests" / "data" / "nccl" / "info-socket-h200.log").read_text()
+    assert ns["VERSION_LINE"].search(log).group(1) == "2.28.9"
+    engine = {"name": "e", "model_path": "/m", "gpus_per_engine": 2, "env": {},
+              "argv": ["--rollout-num-gpus-per-engine", "2", "--sglang-ep-size", "1", "--sglang-moe-runner-backend",
+                       "deep_gemm"]}
+    argv = ns["launch_argv"](engine, 30000)
+    assert argv[argv.index("--tp-size") + 1] == "2" and "--load-format" in argv
+    assert argv[-4:] == ["--ep-size", "1", "--moe-runner-backend", "deep_gemm"]

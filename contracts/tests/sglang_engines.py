@@ -6,6 +6,7 @@ rollout node's GPU memory from the instance catalog and the model's config.json 
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -44,13 +45,18 @@ def engine(name: str, m: WorkloadModel) -> Engine:
     _, flags = entry_and_flags(m.run_argv())
     rollout = m.worker("rollout")
     env = {**rollout.env, **m.runtime_env}
+    trainer = m.worker("trainer").pool
     return Engine(name, m.profile.sglang.version, {
         "name": name, "argv": flags, "env": env, "model_path": str(MODELS / m.settings.run.model),
         "gpus_per_engine": _flag(flags, "--rollout-num-gpus-per-engine"),
         "gpus_per_node": _flag(flags, "--num-gpus-per-node"),
-        "gpu_memory_mib": rollout.pool.instance.gpu_memory_gib * 1024})
+        "gpu_memory_mib": rollout.pool.instance.gpu_memory_gib * 1024,
+        "profile": m.profile.name, "trainer_sm": trainer.instance.gpu.sm,
+        "trainer_gpus": _flag(flags, "--actor-num-nodes") * _flag(flags, "--actor-num-gpus-per-node"),
+        "models": {m.paths.model: str(MODELS / m.settings.run.model), m.paths.ref_model: str(MODELS / m.ref_model)}})
 
 
+@functools.cache
 def engines() -> list[Engine]:
     out: list[Engine] = []
     for stack in stack_names():
@@ -81,3 +87,7 @@ def resolve(batch: list[Engine]) -> list[dict]:
     if done.returncode != 0:
         raise RuntimeError(f"resolver failed ({done.returncode}): {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # the engines as JSON, for scripts/gpu_host_checks.py engines (PYTHONPATH=. from the root)
+    json.dump([e.spec for e in engines()], sys.stdout, indent=1)

@@ -32,12 +32,23 @@ def _deepep_v2(name: str) -> bool:
     return "deepep_v2" in BY_NAME[name].spec["argv"]
 
 
+WHOLE_NODE = " [its experts split over the whole node]"
+"""An engine without expert parallelism inside a node, once more over all of the node's GPUs."""
+
+
+def _tp_inside_a_node(name: str) -> bool:
+    argv, spec = BY_NAME[name].spec["argv"], BY_NAME[name].spec
+    return argv[argv.index("--sglang-ep-size") + 1] == "1" and spec["gpus_per_engine"] < spec["gpus_per_node"]
+
+
 @functools.cache
 def results(version: str) -> dict[str, dict]:
     """One child per SGLang version resolves its engines and the DeepEP V2 engines' own-fraction twins."""
     batch = [e for e in ENGINES if e.sglang == version]
     batch += [Engine(e.name + OWN, e.sglang, dict(e.spec, argv=_without(e.spec["argv"], "--sglang-mem-fraction-static")))
               for e in batch if _deepep_v2(e.name)]
+    batch += [Engine(e.name + WHOLE_NODE, e.sglang, dict(e.spec, gpus_per_engine=e.spec["gpus_per_node"]))
+              for e in batch if e.name in BY_NAME and _tp_inside_a_node(e.name)]
     return {e.name: r for e, r in zip(batch, resolve(batch))}
 
 
@@ -69,3 +80,13 @@ def test_deepep_v2_buffer_fits_outside_the_static_memory(name):
                                     ranks=e.spec["gpus_per_engine"], nodes=nodes)
     assert (1 - ours["mem_fraction_static"]) * gpu >= (1 - default["mem_fraction_static"]) * gpu + buffer
 
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BY_NAME if _tp_inside_a_node(n) and BY_NAME[n].sglang == "0.5.19"))
+def test_sglang_refuses_fp8_experts_split_below_their_blocks(name):
+    """The seed's tensor-parallel arm runs its engines on 2 GPUs: over the whole node, SGLang's model runner
+    refuses Qwen3-30B-A3B-FP8's experts (768 columns / 8 = 96, not whole 128 blocks; moe_ep_setup.py:106-148),
+    as the stack's own check does offline (workloads.checks.stack.validate_engine)."""
+    assert result(name)["ok"]
+    whole = results(BY_NAME[name].sglang)[name + WHOLE_NODE]
+    assert not whole["ok"] and "For quantized MoE models" in whole["error"], whole

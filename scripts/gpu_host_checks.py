@@ -1,0 +1,118 @@
+"""The GPU-only checks the contract stage cannot run on a CPU, for one GPU host (eight GPUs for DeepEP's
+intranode test and the expert-parallel engines), run from a checkout inside the workload image:
+
+    python3 scripts/gpu_host_checks.py nccl              # one GPU: the NCCL torch maps, three ways
+    python3 scripts/gpu_host_checks.py deepep            # DeepEP V2's intranode test on the host's GPUs
+    python3 scripts/gpu_host_checks.py engines FILE      # SGLang starts each engine with dummy weights
+
+- ``nccl``: ``workloads/image/loaded_nccl.py`` (``ncclGetVersion`` of the mapped library), NCCL's own
+  ``NCCL version X.Y.Z+cuda`` INFO line from a one-rank communicator on the GPU, and torch's compile-time
+  ``torch.cuda.nccl.version()``; exit 1 unless the first two agree.
+- ``deepep``: ``tests/elastic/test_ep.py`` of the image's DeepEP checkout (``/opt/deepep``) over the host's
+  GPUs, as the fabric acceptance job runs it within a node (``workloads.render.acceptance``).
+- ``engines``: FILE is a JSON list of rendered engines (``PYTHONPATH=. python contracts/tests/sglang_engines.py``
+  writes every engine the product renders, with the model's config.json folder; those that fit the host run). Each starts as Miles would start
+  it (``--sglang-*`` flags, TP/EP/DP sizes, the rollout pod's environment) with ``--load-format dummy``
+  on the model's config.json (contracts/data/models), answers one request, and stops.
+
+Standard library, plus torch for ``nccl``; exit 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from workloads.pod.preflight import NCCL_PROBE, sglang_tokens  # noqa: E402 - the pods' own code
+
+LOADED = ROOT / "workloads" / "image" / "loaded_nccl.py"
+VERSION_LINE = re.compile(r"NCCL INFO NCCL version (\d+\.\d+\.\d+)")
+"""NVIDIA/nccl src/init.cc ``showVersion``: ``NCCL version %s`` at communicator init (NCCL_DEBUG=INFO)."""
+
+
+def python(code_or_path: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *code_or_path], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})
+
+
+def check_nccl() -> bool:
+    loaded = python([str(LOADED)])
+    probe = python(["-c", NCCL_PROBE], {"NCCL_DEBUG": "INFO", "PREFLIGHT_PORT": "29555"})
+    line = VERSION_LINE.search(probe.stdout + probe.stderr)
+    torch_says = python(["-c", "import torch; print(torch.cuda.nccl.version())"])
+    print(f"loaded_nccl.py: {loaded.stdout.strip() or loaded.stderr.strip()}")
+    print(f"NCCL's INFO line: {line.group(1) if line else 'none (exit %d)' % probe.returncode}")
+    print(f"torch.cuda.nccl.version(): {torch_says.stdout.strip() or torch_says.stderr.strip()}")
+    return bool(line) and loaded.returncode == 0 and loaded.stdout.strip() == line.group(1)
+
+
+def gpus() -> int:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+    return len(re.findall(r"^GPU \d+:", out, re.M))
+
+
+def check_deepep(tree: Path = Path("/opt/deepep")) -> bool:
+    done = subprocess.run([sys.executable, "tests/elastic/test_ep.py", "--num-processes", str(gpus())],
+                          cwd=tree, timeout=1800)
+    return done.returncode == 0
+
+
+def launch_argv(engine: dict, port: int) -> list[str]:
+    """SGLang's server with the engine's flags and Miles' sizes (``preflight.sglang_server_args``)."""
+    tokens = sglang_tokens(engine["argv"])
+    return [sys.executable, "-m", "sglang.launch_server", "--model-path", engine["model_path"],
+            "--load-format", "dummy", "--skip-tokenizer-init", "--tp-size", str(engine["gpus_per_engine"]),
+            "--port", str(port), *tokens]
+
+
+def serve_once(engine: dict, port: int = 30000, wait_s: int = 1200) -> bool:
+    server = subprocess.Popen(launch_argv(engine, port), env={**os.environ, **engine["env"]})
+    try:
+        deadline = time.time() + wait_s
+        while time.time() < deadline and server.poll() is None:
+            try:
+                body = json.dumps({"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 8}}).encode()
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", body,
+                                             {"Content-Type": "application/json"})
+                answer = json.loads(urllib.request.urlopen(req, timeout=60).read())
+                print(f"{engine['name']}: answered {len(answer.get('output_ids', []))} tokens")
+                return True
+            except OSError:
+                time.sleep(10)
+        print(f"{engine['name']}: no answer (server exit {server.poll()})")
+        return False
+    finally:
+        server.terminate()
+        server.wait(timeout=120)
+
+
+def check_engines(path: Path) -> bool:
+    here = gpus()
+    fit = [e for e in json.loads(path.read_text()) if e["gpus_per_engine"] <= here]
+    print(f"{len(fit)} engines fit {here} GPUs")
+    return all([serve_once(e) for e in fit])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="check", required=True)
+    sub.add_parser("nccl")
+    sub.add_parser("deepep")
+    sub.add_parser("engines").add_argument("file", type=Path)
+    args = p.parse_args()
+    ok = {"nccl": check_nccl, "deepep": check_deepep, "engines": lambda: check_engines(args.file)}[args.check]()
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
