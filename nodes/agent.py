@@ -12,7 +12,9 @@ nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eat
 3. NCCL: ``fabric_bench`` on this node's GPUs (all-reduce and all-to-all), each collective's peak
    busbw against the acceptance's floor (a derived floor only warns, as in the acceptance report);
    wrong results fail;
-4. EFA: the devices the pod holds, then a loopback between them (``nodes.efa``).
+4. EFA: the devices the pod holds, then a loopback between them (``nodes.efa``);
+5. with a neighbour, once the node passed 1-4: a two-node all-reduce and an EFA ping-pong with another
+   new node of the pool that the controller pairs it with (``nodes.pairs``); its failures are ``network``.
 
 Guarantees: the decision is kept in the pod's results folder before it is written, and written once;
 a container that starts again after a start without a decision (it died, or the kubelet's liveness
@@ -45,9 +47,10 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import fabric_bench
     import incluster
     import marks
+    import pairs
     import preflight
 except ImportError:
-    from nodes import dcgm, efa, incluster, marks
+    from nodes import dcgm, efa, incluster, marks, pairs
     from workloads.pod import fabric_bench, preflight
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -202,7 +205,19 @@ def _run_steps(plan: dict, results: Path, started: float, clock: Callable[[], fl
             "reason": "; ".join(problems) or None}
 
 
-def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) -> dict:
+def _with_neighbour(plan: dict, results: Path, verdict: dict, left: float, pairing: Callable[[float], Found]) -> dict:
+    """The verdict after the check with a neighbour (``nodes.pairs``): its failures are ``network``."""
+    _save(results / "progress.json", {"step": "neighbours", "figures": verdict["figures"]})
+    problems, figures, _ = pairing(left)
+    warnings = [*verdict["figures"].get("warnings", []), *figures.pop("warnings", [])]
+    verdict["figures"].update(figures, **({"warnings": warnings} if warnings else {}))
+    if problems:
+        verdict.update(result=marks.FAILED, network=problems, reason="; ".join(problems))
+    return verdict
+
+
+def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time,
+           pairing: Callable[[float], Found] | None = None) -> dict:
     """The verdict ({result, reason, figures}), kept in ``results``: decided once per pod and boot."""
     verdict_file, progress_file = results / "verdict.json", results / "progress.json"
     if (results / "written").exists():
@@ -215,6 +230,10 @@ def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time) ->
                                clock() - started >= plan["budgetSeconds"])
     else:
         verdict = _run_steps(plan, results, started, clock)
+        left = started + plan["budgetSeconds"] - clock()
+        if verdict["result"] == marks.PASSED and pairing and plan["steps"].get("neighbours") and left > 0:
+            verdict = _with_neighbour(plan, results, verdict, left, pairing)
+            verdict["figures"]["seconds"] = round(clock() - started)
     if reboots:
         verdict["figures"]["reboots"] = reboots
     _save(verdict_file, verdict)
@@ -230,20 +249,19 @@ def capability_labels(plan: dict, figures: dict) -> dict[str, str]:
     return {label: "false" if failed & set(checks) else "true" for label, checks in plan.get("capabilities", {}).items()}
 
 
+def fault_of(verdict: dict) -> str:
+    return marks.HARDWARE if verdict.get("hardware") else marks.NETWORK if verdict.get("network") else marks.SOFTWARE
+
+
 def report(api: incluster.Api, node_name: str, namespace: str, plan: dict, verdict: dict,
            now: datetime, attempts: int = 5) -> None:
-    """Write the verdict on the node (retried on a 409 conflict), then its Event."""
-    fault = marks.HARDWARE if verdict.get("hardware") else marks.SOFTWARE
-    for attempt in range(attempts):
-        node = api.node(node_name)
-        try:
-            api.patch_node(node_name, marks.result_patch(
-                node, plan["taint"], plan["quarantine"], verdict["result"], verdict["figures"], verdict["reason"],
-                now, fault=fault, capabilities=capability_labels(plan, verdict["figures"])))
-            break
-        except incluster.ApiError as e:
-            if e.status != 409 or attempt == attempts - 1:
-                raise
+    """Write the verdict on the node (made again from a fresh read on a 409 conflict), then its Event."""
+    fault = fault_of(verdict)
+    node = api.record(api.node(node_name), lambda n: marks.result_patch(
+        n, plan["taint"], plan["quarantine"], verdict["result"], verdict["figures"], verdict["reason"], now,
+        fault=fault, capabilities=capability_labels(plan, verdict["figures"])), attempts)
+    if node is None:
+        return
     passed = verdict["result"] == marks.PASSED
     message = (f"burn-in passed in {verdict['figures'].get('seconds', '?')} s" if passed
                else f"burn-in failed ({fault}): {verdict['reason']}")
@@ -255,12 +273,12 @@ def main(argv: list[str] | None = None, api: incluster.Api | None = None) -> int
     p.add_argument("--plan", required=True, help="the pool's plan, JSON (nodes.burn_in.PoolBurnIn.agent_plan)")
     p.add_argument("--results", default="/results")
     args = p.parse_args(argv)
-    plan, results = json.loads(args.plan), Path(args.results)
-    verdict = decide(plan, results)
+    plan, results, api, node = json.loads(args.plan), Path(args.results), api or incluster.Api(), os.environ["NODE_NAME"]
+    verdict = decide(plan, results, pairing=lambda left: pairs.step(plan, left, results, api, node,
+                                                                     os.environ.get("POD_IP", "")))
     print(f"burn-in {verdict['result']}: {verdict['reason'] or ''} {json.dumps(verdict['figures'])}", flush=True)
     if not (results / "written").exists():
-        report(api or incluster.Api(), os.environ["NODE_NAME"], os.environ["POD_NAMESPACE"], plan, verdict,
-               datetime.now(timezone.utc))
+        report(api, node, os.environ["POD_NAMESPACE"], plan, verdict, datetime.now(timezone.utc))
         (results / "written").write_text("1")
     return 0
 

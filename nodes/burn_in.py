@@ -8,7 +8,8 @@ pods use, and that pod's resources), the NCCL floors are the acceptance's (``exp
 (``InstanceType.efa_loopback_floor_mbs``), and so is the NCCL bench's allowance (``burn_in_nccl_seconds``
 of the pool's family: a family the catalog has no entry for is refused, never given a default). Time: the DCGM diagnostic has its own allowance (its
 init container's ``timeout``), the image pulls theirs, and the agent's budget (its clock starts when
-the agent container starts) is the sum of the allowances of the steps it runs. A
+the agent container starts) is the sum of the allowances of the steps it runs, the check with a
+neighbour (``nodes.pairs``: its wait, the two-node all-reduce, a ping-pong per EFA device) included. A
 ``burnIn.dcgmLevels`` key that is not a GPU pool is refused here, before any resource is registered.
 """
 
@@ -42,6 +43,9 @@ PREFLIGHT_SECONDS = 420
 LOOPBACK_SECONDS_PER_DEVICE = 20
 """One ``fi_pingpong`` exchange per EFA device (each is a server once and a client once); two per
 device: the data check (``-c``) and the bandwidth run (``nodes.agent``)."""
+PAIR_BENCH_SECONDS = 300
+"""The two-node all-reduce with a neighbour (``nodes.pairs``: 64 MiB to 1 GiB) with the torch rendezvous
+and NCCL's start: an allowance, not a measurement."""
 BENCH_SIZES = ("64M", "4G")
 """Range of the intra-node bench: the families' figures are peaks at 2-16 GiB payloads (``expected.py``)."""
 
@@ -79,6 +83,8 @@ class PoolBurnIn:
     """Where a measured floor comes from (``burnIn.efaLoopbackFloors``); empty: derived, below it only warns."""
     capabilities: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Capability label -> the preflight checks that prove it, for the labels the pool's pods select."""
+    pair_wait_seconds: int = 0
+    """How long a node that passed its own checks waits for a neighbour (``nodes.pairs``); 0: no such check."""
 
     @property
     def node_seconds(self) -> int:
@@ -98,6 +104,8 @@ class PoolBurnIn:
                 "nodeSeconds": self.node_seconds,
                 "loopbackFloorMBs": self.loopback_floor_mbs, "loopbackFloorAdvisory": not self.loopback_floor_source,
                 "capabilities": {k: list(v) for k, v in self.capabilities.items()},
+                "pairWaitSeconds": self.pair_wait_seconds,
+                "pairCheckSeconds": self.steps["neighbours"] - self.pair_wait_seconds,
                 "quarantine": {"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value,
                                "effect": QUARANTINE_TAINT.effect},
                 "floors": [{"op": f.op, "busbw": f.busbw, "advisory": f.advisory} for f in self.floors],
@@ -129,7 +137,7 @@ def floors(pool: Pool, g: L.Group) -> tuple[Floor, ...]:
     return tuple(out)
 
 
-AGENT_STEPS = ("preflight", "nccl", "efa")
+AGENT_STEPS = ("preflight", "nccl", "efa", "neighbours")
 """The steps the agent runs itself, on its own clock (it only reads the DCGM container's result)."""
 
 
@@ -143,18 +151,26 @@ def capabilities(m: WorkloadModel, pool: Pool, args: list[str]) -> dict[str, tup
             if k in CAPABILITY_CHECKS and set(CAPABILITY_CHECKS[k]) <= ran}
 
 
+def pair_wait(pool: Pool, wait_minutes: int) -> int:
+    """Seconds a node of ``pool`` waits for a neighbour: none for a pool that never has two nodes or no EFA."""
+    return wait_minutes * 60 if pool.nodes.max > 1 and pool.efa_devices else 0
+
+
 def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False,
-         breaker: BreakerSettings = BreakerSettings(), measured: MeasuredFloor | None = None) -> PoolBurnIn:
+         breaker: BreakerSettings = BreakerSettings(), measured: MeasuredFloor | None = None,
+         pair_wait_minutes: int = 0) -> PoolBurnIn:
     g, args = _group(m, pool)
+    wait = pair_wait(pool, pair_wait_minutes)
     steps = {"pull": PULL_SECONDS, "dcgm": DCGM_SECONDS[level], "preflight": PREFLIGHT_SECONDS,
              "nccl": pool.instance.burn_in_nccl_seconds if g.gpus > 1 else 0,
-             "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0}
+             "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0,
+             "neighbours": wait + PAIR_BENCH_SECONDS + LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if wait else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
                       efa_devices=pool.efa_devices, budget_seconds=sum(steps[s] for s in AGENT_STEPS), steps=steps,
                       replace=replace, breaker=breaker,
                       loopback_floor_mbs=measured.mbs if measured else pool.instance.efa_loopback_floor_mbs,
                       loopback_floor_source=measured.source if measured else "",
-                      capabilities=capabilities(m, pool, args))
+                      capabilities=capabilities(m, pool, args), pair_wait_seconds=wait)
 
 
 def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
@@ -167,7 +183,8 @@ def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
     if not settings.enabled:
         return []
     return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed,
-                 settings.breaker, settings.efa_loopback_floors.get(p.instance_type)) for p in gpu]
+                 settings.breaker, settings.efa_loopback_floors.get(p.instance_type), settings.pair_wait_minutes)
+            for p in gpu]
 
 
 def _refuse_unknown(cfg, field: str, given: dict, allowed: list[str], what: str) -> None:

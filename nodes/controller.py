@@ -3,7 +3,8 @@
 
 Runs as a one-replica Deployment (``nodes.render``) in the workload image with the standard library
 only. Every ``PERIOD_SECONDS`` it lists the GPU nodes of the burn-in's pools; on a node asked to re-test
-it evicts the pods that hold its GPUs and EFA devices (``nodes.retest``); in the pools with
+it evicts the pods that hold its GPUs and EFA devices (``nodes.retest``); it pairs the new nodes waiting
+for the check with a neighbour (``nodes.pairs``); in the pools with
 ``burnIn.replaceFailed`` it replaces (``nodes.replace.mark_unhealthy``, instance id from ``spec.providerID``) only a node that is
 labelled ``failed`` with fault ``hardware`` AND carries the quarantine taint; the burn-in agent only
 labels. Per pool a circuit breaker (``nodes.breaker``) trips instead of a replacement; a trip is kept in
@@ -32,10 +33,11 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import breaker
     import incluster
     import marks
+    import pairs
     import replace
     import retest
 except ImportError:
-    from nodes import breaker, incluster, marks, replace, retest
+    from nodes import breaker, incluster, marks, pairs, replace, retest
 
 PERIOD_SECONDS = 60
 RETRY_SECONDS = 600
@@ -57,21 +59,6 @@ def due(node: Mapping[str, Any], now: datetime) -> bool:
         return True
     at = marks.parse_stamp(last.get("at", ""))
     return last.get("state") == "refused" and (at is None or (now - at).total_seconds() >= RETRY_SECONDS)
-
-
-def _record(api: incluster.Api, node: Mapping[str, Any], patch_of: Callable[[Mapping[str, Any]], dict]) -> None:
-    """``patch_of(node)`` written on the node; on a 409 (written by another since it was read) again
-    on a fresh read; nothing on a node that is gone (404)."""
-    name = node["metadata"]["name"]
-    for attempt in range(TRIES):
-        try:
-            api.patch_node(name, patch_of(api.node(name) if attempt else node))
-            return
-        except incluster.ApiError as e:
-            if e.status == 404:
-                return
-            if e.status != 409 or attempt == TRIES - 1:
-                raise
 
 
 def _save(api: incluster.Api, ns: str, state: dict[str, dict], cm: Mapping[str, Any] | None,
@@ -128,7 +115,7 @@ def _hold(api: incluster.Api, nodes: list[Mapping[str, Any]], why: str, now: dat
     for node in nodes:
         if marks.replacement(node).get("state") != breaker.HELD:
             attempts = marks.replacement(node).get("attempts", 0)
-            _record(api, node, lambda n: marks.replacement_patch(n, breaker.HELD, now, attempts, why))
+            api.record(node, lambda n: marks.replacement_patch(n, breaker.HELD, now, attempts, why))
 
 
 def reconcile_pool(api: incluster.Api, run: Pass, pool: str, mine: list[Mapping[str, Any]], limits: Mapping[str, Any],
@@ -156,13 +143,14 @@ def reconcile_pool(api: incluster.Api, run: Pass, pool: str, mine: list[Mapping[
 
 def reconcile(api: incluster.Api, plan: Mapping[str, Any], now: datetime,
               mark: Callable[[Mapping[str, Any]], None] = replace.mark_unhealthy) -> list[str]:
-    """One pass over the burn-in's pools: free the nodes asked to re-test, replace in the replace-enabled
-    pools; returns what it did, one line each."""
+    """One pass over the burn-in's pools: free the nodes asked to re-test, pair the nodes waiting for a
+    neighbour, replace in the replace-enabled pools; returns what it did, one line each."""
     run, done = Pass(api, plan["namespace"]), []
     nodes = api.nodes(f"{plan['poolLabel']} in ({','.join(sorted(plan['pools']))})")
     try:
         for node in (n for n in nodes if retest.retesting(n, plan["taint"])):
             done += retest.release(api, node, plan["namespace"], now, PERIOD_SECONDS)
+        done += pairs.pair(api, nodes, plan["poolLabel"], now)
         for pool, limits in sorted(plan["pools"].items()):
             mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]
             done += reconcile_pool(api, run, pool, mine, limits, plan, now, mark) if limits["replace"] else []
@@ -179,12 +167,12 @@ def _replace(api: incluster.Api, node: Mapping[str, Any], ns: str, now: datetime
         mark(node)
     except Exception as e:  # noqa: BLE001 - any refusal is recorded and tried again later
         refusal, why = str(e), f"{type(e).__name__}: {e}"
-        _record(api, node, lambda n: marks.replacement_patch(n, "refused", now, attempts, why))
+        api.record(node, lambda n: marks.replacement_patch(n, "refused", now, attempts, why))
         api.create_event(marks.event(node, ns, marks.FAILED, f"replacement refused ({attempts}): {refusal}", now,
                                      reason="ReplacementRefused", warning=True, component=COMPONENT))
         return f"{name}: replacement refused: {refusal}"
     counted()
-    _record(api, node, lambda n: marks.replacement_patch(n, "requested", now, attempts))
+    api.record(node, lambda n: marks.replacement_patch(n, "requested", now, attempts))
     api.create_event(marks.event(node, ns, marks.FAILED, "instance marked unhealthy: the node group replaces it",
                                  now, reason="ReplacementRequested", warning=False, component=COMPONENT))
     return f"{name}: replacement requested"

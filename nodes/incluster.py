@@ -16,7 +16,7 @@ import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -60,6 +60,21 @@ class Api:
 
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict:
         return self._call("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
+
+    def record(self, node: Mapping[str, Any], patch_of: Callable[[Mapping[str, Any]], dict], tries: int = 3) -> dict | None:
+        """``patch_of(node)`` merge-patched on the node (the patch carries the ``resourceVersion`` it was
+        made from); on a 409 (written by another since it was read) made again from a fresh read; None
+        when the node is gone (404)."""
+        name = node["metadata"]["name"]
+        for attempt in range(tries):
+            try:
+                return self.patch_node(name, patch_of(self.node(name) if attempt else node))
+            except ApiError as e:
+                if e.status == 404:
+                    return None
+                if e.status != 409 or attempt == tries - 1:
+                    raise
+        return None
 
     def create_event(self, event: Mapping[str, Any]) -> dict:
         return self._call("POST", f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event)

@@ -26,7 +26,8 @@ TIME_LABEL = "rl.platform/burn-in-time"
 """When the result was written, UTC, ``YYYYmmddTHHMMSSZ`` (a label value has no colons)."""
 FAULT_LABEL = "rl.platform/burn-in-fault"
 """On a failed node: ``hardware`` (a DCGM test failed with a hardware error, an EFA device missing
-or corrupting data) or ``software`` (everything else); only ``hardware`` is ever replaced."""
+or corrupting data), ``network`` (the check with a neighbour failed: ``nodes.pairs``) or ``software``
+(everything else); only ``hardware`` is ever replaced."""
 FIGURES_ANNOTATION = "rl.platform/burn-in-figures"
 """JSON: the measured figures of the last burn-in (NCCL busbw, EFA loopback, DCGM, seconds)."""
 REASON_ANNOTATION = "rl.platform/burn-in-reason"
@@ -34,11 +35,16 @@ REASON_ANNOTATION = "rl.platform/burn-in-reason"
 BOOT_ANNOTATION = "rl.platform/burn-in-boot-id"
 """``status.nodeInfo.bootID`` when the node passed: another boot id means it rebooted since."""
 REPLACEMENT_ANNOTATION = "rl.platform/replacement"
-"""JSON {state: requested|refused, at, attempts, reason}: the replacement controller's last try."""
+"""JSON {state: requested|refused|held, at, attempts, reason}: the replacement controller's last try."""
+WAITING_ANNOTATION = "rl.platform/burn-in-waiting"
+"""JSON {address, until}: the node passed its own checks and its agent waits for a neighbour
+(``nodes.pairs``) until then, reachable at that pod address."""
+PEER_ANNOTATION = "rl.platform/burn-in-peer"
+"""JSON {node, address, rank}: the neighbour the controller paired the node with."""
 LABELS = (RESULT_LABEL, TIME_LABEL, FAULT_LABEL)
-ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION, BOOT_ANNOTATION)
+ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION, BOOT_ANNOTATION, WAITING_ANNOTATION, PEER_ANNOTATION)
 PASSED, FAILED, RETEST = "passed", "failed", "retest"
-HARDWARE, SOFTWARE = "hardware", "software"
+HARDWARE, SOFTWARE, NETWORK = "hardware", "software", "network"
 DONE = (PASSED, FAILED)
 """Results that take the burn-in pod off the node (its DaemonSet's node affinity excludes them)."""
 EVENT_REASON = {PASSED: "BurnInPassed", FAILED: "BurnInFailed", RETEST: "BurnInRetest"}
@@ -89,7 +95,8 @@ def result_patch(node: Mapping[str, Any], burn_in: Mapping[str, str], quarantine
                                     FAULT_LABEL: None if passed else (fault or SOFTWARE), **(capabilities or {})},
                          "annotations": {FIGURES_ANNOTATION: json.dumps(dict(figures), sort_keys=True),
                                          REASON_ANNOTATION: None if passed else reason,
-                                         BOOT_ANNOTATION: boot_id(node) or None if passed else None}},
+                                         BOOT_ANNOTATION: boot_id(node) or None if passed else None,
+                                         WAITING_ANNOTATION: None, PEER_ANNOTATION: None}},
             "spec": {"taints": taints}}
 
 
@@ -108,12 +115,17 @@ def replacement_patch(node: Mapping[str, Any], state: str, now: datetime, attemp
                          "annotations": {REPLACEMENT_ANNOTATION: json.dumps(doc, sort_keys=True)}}}
 
 
-def replacement(node: Mapping[str, Any]) -> dict:
-    text = ((node.get("metadata") or {}).get("annotations") or {}).get(REPLACEMENT_ANNOTATION)
+def annotation(node: Mapping[str, Any], key: str) -> dict:
+    """A JSON annotation of the node; empty when absent or unreadable."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(key)
     try:
         return json.loads(text) if text else {}
     except ValueError:
         return {}
+
+
+def replacement(node: Mapping[str, Any]) -> dict:
+    return annotation(node, REPLACEMENT_ANNOTATION)
 
 
 def event(node: Mapping[str, Any], namespace: str, result: str, message: str, now: datetime,

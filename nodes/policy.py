@@ -11,8 +11,8 @@ the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Den
 The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
 only set the result label to ``retest``, with the burn-in taint in place. The replacement
 controller's account (``nodes.controller``, on the system pool, so no own node) may change only the
-replacement annotation of a node, and evict no pod in kube-system (its re-test evictions,
-``nodes.retest``).
+replacement and neighbour annotations of a node (``nodes.pairs``), and evict no pod in kube-system (its
+re-test evictions, ``nodes.retest``).
 
 The node name reaches the request from the pod's bound service-account token: the API server puts
 the pod's node in the token and the authenticator copies it into the user's extra
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 
-from .marks import ANNOTATIONS, LABELS, REPLACEMENT_ANNOTATION, RESULT_LABEL, RETEST
+from .marks import ANNOTATIONS, LABELS, PEER_ANNOTATION, REPLACEMENT_ANNOTATION, RESULT_LABEL, RETEST
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 BURN_IN_PREFIX = "rl-burn-in"
@@ -127,6 +127,6 @@ def burn_in_policies(namespace: str, service_account: str, watch_account: str, r
             *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), (burn_in_key,), (RESULT_LABEL,), (),
                                retest_rules(burn_in_key)),
             *_policy(f"{REPLACE_PREFIX}-nodes", account(namespace, replace_account), ["UPDATE"], "nodes",
-                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION,))),
+                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION))),
             *_policy(f"{REPLACE_PREFIX}-evictions", account(namespace, replace_account), ["CREATE"], "pods/eviction",
                      [], EVICTION_RULES)]

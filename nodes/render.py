@@ -39,7 +39,7 @@ from pathlib import Path
 from stackconfig.stack import POOL_LABEL
 from stackconfig.versions import dcgm_image
 from workloads.derive.model import WorkloadModel
-from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _tcp, baseline, policy
+from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _tcp, baseline, policy
 from workloads.render.common import (container_resources, env_list, labels, pod_security_context, security_context,
                                      shm_volume, tolerations, SHM_VOLUME)
 
@@ -55,13 +55,16 @@ WATCH = "burn-in-watch"
 REPLACE_ACCOUNT = "burn-in-replace"
 REPLACE = "burn-in-replace"
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+AGENT_LABEL = {"app.kubernetes.io/component": "burn-in-agent"}
+"""On every pool's burn-in pod: the pods that check each other in pairs (``nodes.pairs``)."""
 SCRIPTS = "burn-in-scripts"
 SCRIPTS_DIR = "/opt/burn-in"
 RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
-                   ("agent", "dcgm", "efa", "marks", "incluster", "replace", "watch", "controller", "breaker", "retest")},
+                   ("agent", "dcgm", "efa", "pairs", "marks", "incluster", "replace", "watch", "controller", "breaker",
+                    "retest")},
                 "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
@@ -119,10 +122,15 @@ def base_objects() -> list[dict]:
 def network_policies() -> list[dict]:
     """Default deny and DNS (strict mode isolates a pod no policy selects), then what the pods reach:
     the API server on 443 (all), the Auto Scaling API on 443 and the Pod Identity agent for the
-    replacement role's credentials (the controller only). Nothing reaches them."""
+    replacement role's credentials (the controller only), and the burn-in pods of two nodes checked as
+    a pair each other over TCP (the torch rendezvous, NCCL's bootstrap sockets, fi_pingpong's control
+    connection; the EFA traffic itself does not go through the pod's IP stack). Nothing else reaches them."""
+    peers = [{"podSelector": {"matchLabels": dict(AGENT_LABEL)}}]
     return [*baseline(_meta), policy(
         _meta("allow-api"), None, "burn-in pods -> API server 443/TCP",
         egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}]), policy(
+        _meta("allow-pairs"), AGENT_LABEL, "burn-in pods <-> burn-in pods, all TCP (the check with a neighbour)",
+        ingress=[{"from": peers, "ports": _all_tcp()}], egress=[{"to": peers, "ports": _all_tcp()}]), policy(
         _meta("allow-pod-identity"), labels(REPLACE),
         "replacement controller -> Pod Identity agent 80/TCP",
         egress=[{"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}])]
@@ -188,7 +196,8 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
                          "--results", RESULTS_DIR],
              "env": [*env_list(env),
                      {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
              "resources": container_resources(g), "securityContext": security_context(g),
              "livenessProbe": {"exec": {"command": liveness_command(b)}, "periodSeconds": 60, "failureThreshold": 1,
                                "timeoutSeconds": 10},
@@ -202,7 +211,7 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
     pod_labels = labels(b.name)
     return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": _meta(b.name, skip_await=True),
             "spec": {"selector": {"matchLabels": pod_labels},
-                     "template": {"metadata": {"labels": pod_labels},
+                     "template": {"metadata": {"labels": {**pod_labels, **AGENT_LABEL}},
                                   "spec": {"serviceAccountName": SERVICE_ACCOUNT,
                                            "securityContext": pod_security_context(),
                                            "affinity": affinity,

@@ -61,6 +61,11 @@ class BurnInSettings(SchemaModel):
     unhealthy in its Auto Scaling group (``autoscaling:SetInstanceHealth``), so the node group replaces
     it from its Capacity Block or ODCR; within ``breaker``."""
     breaker: BreakerSettings = BreakerSettings()
+    pair_wait_minutes: int = Field(10, ge=0, le=60)
+    """How long a new node that passed its own checks waits for another new node of its pool to run a
+    two-node all-reduce and an EFA ping-pong with (``nodes.pairs``: security group and placement faults show
+    only between nodes); a node with none in that time passes with a warning. 0: no check with a neighbour.
+    An allowance, not a measurement: the nodes of one scale-up register within minutes of each other."""
     efa_loopback_floors: dict[str, MeasuredFloor] = {}
     """Per EC2 instance type of a GPU pool, a measured EFA loopback floor with its source. Without one, the
     floor is derived (half a device's line rate, ``catalog.EFA_LOOPBACK_FLOOR_SHARE``), no public

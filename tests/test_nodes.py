@@ -391,3 +391,16 @@ def test_the_controller_may_evict_run_pods_but_nothing_in_kube_system(policies):
         "the burn-in controller evicts only the pods of runs, never in kube-system"]
     assert evaluate(evictions, {**request_from(None, "system:serviceaccount:x:y"), "namespace": "kube-system"},
                     eviction, None) is None
+
+
+def test_the_agent_offers_its_own_node_and_only_the_controller_pairs_nodes(policies):
+    waiting = {marks.WAITING_ANNOTATION: json.dumps({"address": "10.0.1.5", "until": "20261201T151000Z"})}
+    peer = {marks.PEER_ANNOTATION: json.dumps({"node": "ip-10-0-9-9.ec2.internal", "address": "10.0.9.9", "rank": 0})}
+    old = new_node(NODE)
+    offered = merge(old, {"metadata": {"annotations": waiting}})
+    assert evaluate(policies["rl-burn-in-own-node"], request_from(NODE), offered, old) == []
+    assert evaluate(policies["rl-burn-in-own-node"], request_from("ip-10-0-9-9.ec2.internal"), offered, old)
+    controller_user = f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"
+    paired = merge(offered, {"metadata": {"annotations": peer}})
+    assert evaluate(policies["rl-burn-in-replace-nodes"], request_from(None, controller_user), paired, offered) == []
+    assert evaluate(policies["rl-burn-in-replace-nodes"], request_from(None, controller_user), offered, old)

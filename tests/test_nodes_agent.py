@@ -114,7 +114,9 @@ def train_floor() -> float:
 def train_plan():
     cfg = load("p5en-prod")
     b = next(p for p in plans(derive(cfg), cfg) if p.pool.name == "train")
-    return {**b.agent_plan, "preflight": ["--gpus", "8", "--efa", "2"], "efaDevices": 2}
+    # the node's own checks (the check with a neighbour: tests/test_nodes_pairs.py)
+    return {**b.agent_plan, "preflight": ["--gpus", "8", "--efa", "2"], "efaDevices": 2,
+            "steps": {**b.agent_plan["steps"], "neighbours": 0}}
 
 
 @pytest.fixture
@@ -136,10 +138,10 @@ def node_env(tmp_path, monkeypatch):
     # fi_pingpong as libfabric v2.6.0 util/pingpong.c prints: show_perf's header and line; with -c a
     # mismatch prints "Error at iteration=..." and exits 1. The server may print much (FAKE_SERVER_SPAM).
     _tool(bin_dir, "fi_pingpong", "#!/bin/sh\necho \"$*\" >> \"$FAKE_CALLS\"\n"
-                                  "case \"$*\" in *127.0.0.1*) ;; *) head -c ${FAKE_SERVER_SPAM:-0} /dev/zero | tr '\\0' x;; esac\n"
+                                  "case \"$*\" in *' -P '*) ;; *) head -c ${FAKE_SERVER_SPAM:-0} /dev/zero | tr '\\0' x;; esac\n"
                                   "case \"$*\" in *-c*) if [ -n \"$FAKE_CORRUPT\" ]; then "
                                   "echo 'Error at iteration=3 size=4194304 byte=17'; exit 1; fi;; esac\n"
-                                  "case \"$*\" in *127.0.0.1*) printf 'bytes   #sent   #ack     total       time     MB/sec    "
+                                  "case \"$*\" in *' -P '*) printf 'bytes   #sent   #ack     total       time     MB/sec    "
                                   "usec/xfer   Mxfers/sec\\n4m      100     =100     800m        0.07s %s 335.00 0.00\\n' "
                                   "\"$FAKE_MBS\";; esac\n"
                                   "exit ${FAKE_PINGPONG_RC:-0}\n")
@@ -151,7 +153,8 @@ def node_env(tmp_path, monkeypatch):
     (results / "dcgm.rc").write_text("0\n")
     (results / "dcgm.json").write_text(json.dumps(diagnostic("v4.5.2", {"memory": [("Pass", [])], "pcie": [("Pass", [])]})))
 
-    def run(plan, node=None, conflicts=0):
+    def run(plan, node=None, conflicts=0, cluster=None):
+        """The agent on ``node`` against a fake API server (or ``cluster``'s, which it returns)."""
         bench = results.parent / "bench.json"
         bench.write_text(json.dumps(knobs["bench"]))
         monkeypatch.setenv("FAKE_BENCH", str(bench))
@@ -163,6 +166,9 @@ def node_env(tmp_path, monkeypatch):
         monkeypatch.setenv("FAKE_CALLS", str(knobs["calls"]))
         monkeypatch.setenv("NODE_NAME", (node or new_node())["metadata"]["name"])
         monkeypatch.setenv("POD_NAMESPACE", "rl-burn-in")
+        if cluster is not None:
+            assert agent.main(["--plan", json.dumps(plan), "--results", str(results)], api=cluster.api) == 0
+            return cluster
         server = FakeApiServer(node or new_node(), conflicts)
         try:
             assert agent.main(["--plan", json.dumps(plan), "--results", str(results)], api=server.api) == 0
@@ -384,7 +390,8 @@ def test_an_efa_rate_under_a_measured_floor_fails_as_software(node_env):
     b = next(p for p in plans(derive(cfg), cfg) if p.pool.name == "train")
     assert (b.loopback_floor_mbs, b.agent_plan["loopbackFloorAdvisory"]) == (9000, False)
     node_env["pingpong_mbs"] = 8000
-    plan = {**b.agent_plan, "preflight": ["--gpus", "8", "--efa", "2"], "efaDevices": 2}
+    plan = {**b.agent_plan, "preflight": ["--gpus", "8", "--efa", "2"], "efaDevices": 2,
+            "steps": {**b.agent_plan["steps"], "neighbours": 0}}
     node = node_env["run"](plan).node
     assert "8000 MB/s < floor 9000" in node["metadata"]["annotations"][marks.REASON_ANNOTATION]
     assert node["metadata"]["labels"][marks.FAULT_LABEL] == "software"

@@ -1,0 +1,214 @@
+"""Each new node with a neighbour: after its own checks, a two-node all-reduce and an EFA ping-pong with
+another new node of the pool (standard library only: it ships to the node beside ``agent.py``).
+
+Why: the common EKS EFA failures (a security group that does not admit the group's own EFA traffic, a
+node outside the placement group's fabric) show only between nodes, and without this check they show
+first in a run; SageMaker HyperPod's deep health checks likewise run multi-node NCCL tests.
+
+How (no object besides the two nodes): the agent that passed its single-node checks offers itself on its
+node (``marks.WAITING_ANNOTATION``: its pod address, and until when it waits); the controller pairs two
+offers of the same pool that have at least ``MARGIN_SECONDS`` left (``pair``) and writes each node's
+neighbour on it (``marks.PEER_ANNOTATION``: node, address, rank); each agent starts once the pairing is
+mutual (its neighbour's node names it). Rank 0 hosts the torch rendezvous and the ping-pong servers:
+``torchrun --nnodes 2`` runs ``fabric_bench`` (``--scope world``, all-reduce, wrong elements fail) across
+the two nodes' GPUs, and ``fi_pingpong -c`` (``nodes.efa``) runs from each EFA device of rank 1 to the
+same device of rank 0, the control connection over the pod network, the bytes over EFA. A failure is
+the fault class ``network`` (quarantined, never replaced: it may be either node, the security group or
+the placement). An agent that finds no neighbour within its wait withdraws its offer (a write refused
+because the controller paired it meanwhile, 409, is read again and the pairing kept) and passes with a
+warning: a lone node, or a pool of one, has no neighbour to prove it with.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+try:  # in the pod: the ConfigMap puts them beside this file
+    import efa
+    import fabric_bench
+    import incluster
+    import marks
+except ImportError:
+    from nodes import efa, incluster, marks
+    from workloads.pod import fabric_bench
+
+RDZV_PORT = 29511
+"""The torch rendezvous on rank 0 (``torchrun --master-port``)."""
+PINGPONG_PORT = 47600
+"""fi_pingpong's control port for device i is this + i (one server per device on rank 0)."""
+POLL_SECONDS = 10
+MARGIN_SECONDS = 120
+"""The controller pairs only offers with at least this long left, so the agent sees its neighbour
+(polling every ``POLL_SECONDS``) before it gives up."""
+CONNECT_ERROR = "failed to connect"
+"""What fi_pingpong's client prints when the server's control port does not answer yet
+(libfabric v2.6.0 util/pingpong.c ``pp_ctrl_init_client``): tried again until the deadline."""
+SIZES = ("64M", "1G")
+"""The two-node all-reduce: a small range, it proves the path, not the fabric's bandwidth."""
+Found = tuple[list[str], dict, list[str]]
+
+
+# --- the controller: pair the offers ------------------------------------------------------------------
+
+def offer(node: Mapping[str, Any], now: datetime) -> dict | None:
+    """The node's offer if it is unpaired with at least ``MARGIN_SECONDS`` left."""
+    waiting = marks.annotation(node, marks.WAITING_ANNOTATION)
+    until = marks.parse_stamp(waiting.get("until", ""))
+    if not waiting or marks.annotation(node, marks.PEER_ANNOTATION) or until is None:
+        return None
+    return waiting if until - now >= timedelta(seconds=MARGIN_SECONDS) else None
+
+
+def _peer_patch(peer: Mapping[str, Any] | None, rank: int) -> Callable[[Mapping[str, Any]], dict]:
+    doc = None if peer is None else json.dumps({"node": peer["node"], "address": peer["address"], "rank": rank})
+    return lambda n: {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"],
+                                   "annotations": {marks.PEER_ANNOTATION: doc}}}
+
+
+def pair(api: incluster.Api, nodes: list[Mapping[str, Any]], pool_label: str, now: datetime) -> list[str]:
+    """Pair the offers of each pool two by two (by name); one line per pair."""
+    done, pools = [], {}
+    for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        if (o := offer(n, now)) is not None:
+            pools.setdefault((n["metadata"].get("labels") or {}).get(pool_label), []).append((n, o))
+    for offers in pools.values():
+        for (a, wa), (b, wb) in zip(offers[::2], offers[1::2]):
+            na, nb = a["metadata"]["name"], b["metadata"]["name"]
+            if api.record(a, _peer_patch({"node": nb, "address": wb["address"]}, 0)) is None:
+                continue
+            if api.record(b, _peer_patch({"node": na, "address": wa["address"]}, 1)) is None:
+                api.record(api.node(na), _peer_patch(None, 0))  # b is gone: a waits on
+                continue
+            done.append(f"{na} and {nb}: paired for the check with a neighbour")
+    return done
+
+
+# --- the agent: offer, wait, check ---------------------------------------------------------------------
+
+def _offer_patch(address: str | None, until: float) -> Callable[[Mapping[str, Any]], dict]:
+    doc = None if address is None else json.dumps({"address": address, "until": marks.stamp(
+        datetime.fromtimestamp(until, timezone.utc))})
+    return lambda n: {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"],
+                                   "annotations": {marks.WAITING_ANNOTATION: doc}}}
+
+
+def _mutual(api: incluster.Api, me: str, peer: Mapping[str, Any]) -> bool:
+    try:
+        theirs = marks.annotation(api.node(peer["node"]), marks.PEER_ANNOTATION)
+    except incluster.ApiError:
+        return False
+    return theirs.get("node") == me
+
+
+def await_peer(api: incluster.Api, me: str, address: str, wait: float,
+               clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> dict | None:
+    """Offer this node for ``wait`` seconds; the neighbour the controller paired it with, or None."""
+    clock, sleep = clock or time.time, sleep or time.sleep
+    until = clock() + wait
+    node = api.record(api.node(me), _offer_patch(address, until))
+    while node is not None and clock() < until:
+        peer = marks.annotation(node, marks.PEER_ANNOTATION)
+        if peer and _mutual(api, me, peer):
+            return peer
+        sleep(POLL_SECONDS)
+        node = api.node(me)
+    while node is not None:  # withdraw, unless paired: a 409 means the controller wrote since the read
+        if marks.annotation(node, marks.PEER_ANNOTATION):
+            return marks.annotation(node, marks.PEER_ANNOTATION)
+        try:
+            api.patch_node(me, _offer_patch(None, until)(node))
+            return None
+        except incluster.ApiError as e:
+            if e.status != 409:
+                raise
+        node = api.node(me)
+    return None
+
+
+def bench(plan: dict, peer: Mapping[str, Any], master: str, left: float, results: Path) -> Found:
+    """The all-reduce over both nodes' GPUs (rank 0 keeps the document)."""
+    out = results / "pair.json"
+    low, high = SIZES
+    cmd = ["torchrun", "--nnodes=2", f"--node-rank={peer['rank']}", f"--nproc-per-node={plan['gpus']}",
+           f"--master-addr={master}", f"--master-port={RDZV_PORT}", fabric_bench.__file__, "--scope", "world",
+           "--ops", "all_reduce", "--min-bytes", low, "--max-bytes", high, "--out", str(out)]
+    with_peer = f"with {peer['node']}"
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, left))
+    except subprocess.TimeoutExpired:
+        return [f"neighbour: the all-reduce {with_peer} did not finish within {left:.0f} s"], {}, []
+    except FileNotFoundError:
+        return ["neighbour: torchrun not found in the image"], {}, []
+    if done.returncode:
+        return [f"neighbour: the all-reduce {with_peer} failed (exit {done.returncode}): {done.stderr[-300:]}"], {}, []
+    if peer["rank"] or not out.exists():
+        return [], {}, []
+    sizes = [s for series in json.loads(out.read_text()).get("results", []) for s in series["sizes"]]
+    wrong = sum(s.get("wrong", 0) for s in sizes)
+    figures = {"pairAllReduceGBs": round(max((s["busbw"] for s in sizes), default=0.0), 1)}
+    return ([f"neighbour: the all-reduce {with_peer} gave {wrong} wrong elements"] if wrong else []), figures, []
+
+
+def _serve_all(devices: list[str], extra: list[str], deadline: float, peer: str) -> list[str]:
+    try:
+        servers = [efa.serve(d, extra, PINGPONG_PORT + i) for i, d in enumerate(devices)]
+    except FileNotFoundError:
+        return ["neighbour: fi_pingpong not found in the image"]
+    problems = []
+    for d, server in zip(devices, servers):
+        try:
+            served, _ = server.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+            problems.append(f"neighbour: EFA {d} <- {peer}: no answer")
+            continue
+        problems += [p for p in [efa.judge(f"neighbour: EFA {d} <- {peer}", "", served, (0, server.returncode))[0]] if p]
+    return problems
+
+
+def _connect(device: str, i: int, address: str, extra: list[str], deadline: float, peer: str) -> str | None:
+    while True:
+        try:
+            client = efa.connect(device, address, extra, max(1.0, deadline - time.monotonic()), PINGPONG_PORT + i)
+        except subprocess.TimeoutExpired:
+            return f"neighbour: EFA {device} -> {peer}: no answer"
+        said = client.stdout + client.stderr
+        if CONNECT_ERROR in said and time.monotonic() < deadline:
+            time.sleep(1)
+            continue
+        return efa.judge(f"neighbour: EFA {device} -> {peer}", said, "", (client.returncode, 0))[0]
+
+
+def pingpong(peer: Mapping[str, Any], left: float) -> Found:
+    """fi_pingpong -c from each device of rank 1 to the same device of rank 0, over EFA."""
+    devices, problem, _ = efa.census(0)
+    if problem:
+        return [f"neighbour: {problem}"], {}, []
+    extra, deadline = dict(efa.RUNS)["check"], time.monotonic() + left
+    if peer["rank"] == 0:
+        problems = _serve_all(devices, extra, deadline, peer["node"])
+    else:
+        problems = [p for i, d in enumerate(devices) if (p := _connect(d, i, peer["address"], extra, deadline,
+                                                                       peer["node"]))]
+    return problems, {"pairEfaDevices": len(devices)}, []
+
+
+def step(plan: dict, left: float, results: Path, api: incluster.Api, me: str, address: str) -> Found:
+    """Wait for a neighbour, then check the pair; no neighbour within the wait is a warning."""
+    wait = max(0.0, min(plan["pairWaitSeconds"], left - plan["pairCheckSeconds"]))
+    peer = await_peer(api, me, address, wait)
+    if peer is None:
+        return [], {"neighbour": "none", "warnings": [f"no neighbour to check with within {wait:.0f} s"]}, []
+    master = address if peer["rank"] == 0 else peer["address"]
+    deadline = time.monotonic() + left - wait
+    problems, figures, _ = bench(plan, peer, master, deadline - time.monotonic(), results)
+    if not problems:
+        more, figs, _ = pingpong(peer, deadline - time.monotonic())
+        problems, figures = more, {**figures, **figs}
+    return problems, {"neighbour": peer["node"], **figures}, []
