@@ -45,6 +45,10 @@ def status_table(rows: Sequence[NodeRow]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(x, widths)) + "  " + x[-1] for x in [head, *body]]
 
 
+def _floor_origin(b) -> str:
+    return f" (measured: {b.loopback_floor_source})" if b.loopback_floor_source else " (derived: below it warns)"
+
+
 def plan_table(stack: str, stack_dir: Path) -> list[str]:
     from workloads.derive.model import derive
     from workloads.checks import gate
@@ -60,7 +64,7 @@ def plan_table(stack: str, stack_dir: Path) -> list[str]:
         floors = ", ".join(f"{f.op} >= {f.busbw:g} GB/s{' (advisory)' if f.advisory else ''}" for f in b.floors)
         lines.append(f"  {b.pool.name}: {b.pool.instance_type} x {b.pool.nodes.desired}, DCGM level {b.dcgm_level}, "
                      f"up to {b.node_seconds // 60} min per node ({steps}); floors: {floors or 'none for this family'}"
-                     f"{f'; EFA loopback >= {b.loopback_floor_mbs:g} MB/s' if b.steps['efa'] else ''}"
+                     f"{f'; EFA loopback >= {b.loopback_floor_mbs:g} MB/s{_floor_origin(b)}' if b.steps['efa'] else ''}"
                      f"{'; nodes failed for a hardware reason replaced' if b.replace else ''}")
     return lines
 

@@ -6,7 +6,7 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
-cp "$root"/nodes/{agent,marks,incluster,replace,watch}.py "$root"/workloads/{preflight,fabric_bench}.py "$work"/
+cp "$root"/nodes/{agent,dcgm,efa,pairs,marks,incluster,replace,watch}.py "$root"/workloads/pod/{preflight,fabric_bench}.py "$work"/
 cd "$work"
 nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"
 plan='{"pool": "h200", "gpus": 1, "efaDevices": 0, "preflight": ["--gpus", "1", "--shm-gib", "1"],
