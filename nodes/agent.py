@@ -25,8 +25,9 @@ the burn-in taint goes (and a quarantine), result and time labels, the boot id, 
 the capability labels from the preflight's checks, an Event. Fail: the quarantine taint, the reason
 annotation, the fault label (``hardware`` only for a DCGM test failed with a hardware error category
 (``nodes.dcgm``), an EFA device mounted into the pod that libfabric does not list, or EFA data corrupted
-(``nodes.efa``); preflight, image, tooling, timeout and floor failures are ``software``), a Warning Event. The agent never replaces a node: the replacement controller
-(``nodes.controller``) does, for ``hardware`` only.
+(``nodes.efa``); ``network`` for a failed check with a neighbour (``nodes.pairs``); preflight, image,
+tooling, timeout and floor failures are ``software``), a Warning Event. The agent never replaces a
+node: the controller (``nodes.controller``) does, for ``hardware`` only.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 try:  # in the pod: the ConfigMap puts them beside this file
+    import collectives
     import dcgm
     import efa
     import fabric_bench
@@ -50,7 +51,7 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import pairs
     import preflight
 except ImportError:
-    from nodes import dcgm, efa, incluster, marks, pairs
+    from nodes import collectives, dcgm, efa, incluster, marks, pairs
     from workloads.pod import fabric_bench, preflight
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -124,15 +125,11 @@ def judge_bench(doc: dict, floors: list[dict]) -> tuple[list[str], dict]:
 def step_nccl(plan: dict, left: float, results: Path) -> Found:
     out = results / "fabric.json"
     low, high = plan["benchSizes"]
-    cmd = ["torchrun", "--standalone", f"--nproc-per-node={plan['gpus']}", fabric_bench.__file__,
-           "--scope", "node", "--ops", ",".join(fabric_bench.OPS), "--min-bytes", low, "--max-bytes", high,
-           "--out", str(out)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, left))
-    except subprocess.TimeoutExpired:
-        return [f"NCCL: the intra-node bench did not finish within {left:.0f} s"], {}, []
-    except FileNotFoundError:
-        return ["NCCL: torchrun not found in the image"], {}, []
+    done, why = collectives.torchrun(["--standalone", f"--nproc-per-node={plan['gpus']}"],
+                               ["--scope", "node", "--ops", ",".join(fabric_bench.OPS), "--min-bytes", low,
+                                "--max-bytes", high, "--out", str(out)], left, "the intra-node bench")
+    if done is None:
+        return [f"NCCL: {why}"], {}, []
     if not out.exists():
         return [f"NCCL: the intra-node bench failed (exit {done.returncode}): {done.stderr[-300:]}"], {}, []
     return (*judge_bench(json.loads(out.read_text()), plan["floors"]), [])

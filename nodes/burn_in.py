@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from components.gpu_node_setup import BURN_IN_TAINT, LABEL_EFA_GDA, LABEL_GDRCOPY, QUARANTINE_TAINT
 from stackconfig.burn_in import BreakerSettings, MeasuredFloor
-from stackconfig.stack import LABEL_PREFIX, Pool, StackConfigError, Taint
+from stackconfig.stack import Pool, StackConfigError
 from workloads.derive import layout as L
 from workloads.acceptance.compare import floor_of
 from workloads.acceptance.expected import expected, family_of
@@ -179,7 +179,8 @@ def plans(m: WorkloadModel, cfg) -> list[PoolBurnIn]:
     gpu = [p for p in cfg.pools if p.instance.is_gpu]
     _refuse_unknown(cfg, "dcgmLevels", settings.dcgm_levels, [p.name for p in gpu], "a GPU pool")
     _refuse_unknown(cfg, "efaLoopbackFloors", settings.efa_loopback_floors,
-                    [p.instance_type for p in gpu if p.efa_devices > 1], "the instance type of a GPU pool with two EFA devices or more")
+                    [p.instance_type for p in gpu if p.efa_devices > 1],
+                    "the instance type of a GPU pool with two EFA devices or more")
     if not settings.enabled:
         return []
     return [plan(m, p, settings.dcgm_levels.get(p.name, settings.dcgm_level), settings.replace_failed,

@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 try:  # in the pod: the ConfigMap puts them beside this file
+    import collectives
     import efa
-    import fabric_bench
     import incluster
     import marks
 except ImportError:
-    from nodes import efa, incluster, marks
-    from workloads.pod import fabric_bench
+    from nodes import collectives, efa, incluster, marks
 
 RDZV_PORT = 29511
 """The torch rendezvous on rank 0 (``torchrun --master-port``)."""
@@ -130,20 +129,15 @@ def await_peer(api: incluster.Api, me: str, address: str, wait: float,
     return None
 
 
-def bench(plan: dict, peer: Mapping[str, Any], master: str, left: float, results: Path) -> Found:
+def all_reduce(plan: dict, peer: Mapping[str, Any], master: str, left: float, results: Path) -> Found:
     """The all-reduce over both nodes' GPUs (rank 0 keeps the document)."""
-    out = results / "pair.json"
-    low, high = SIZES
-    cmd = ["torchrun", "--nnodes=2", f"--node-rank={peer['rank']}", f"--nproc-per-node={plan['gpus']}",
-           f"--master-addr={master}", f"--master-port={RDZV_PORT}", fabric_bench.__file__, "--scope", "world",
-           "--ops", "all_reduce", "--min-bytes", low, "--max-bytes", high, "--out", str(out)]
-    with_peer = f"with {peer['node']}"
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, left))
-    except subprocess.TimeoutExpired:
-        return [f"neighbour: the all-reduce {with_peer} did not finish within {left:.0f} s"], {}, []
-    except FileNotFoundError:
-        return ["neighbour: torchrun not found in the image"], {}, []
+    out, (low, high), with_peer = results / "pair.json", SIZES, f"with {peer['node']}"
+    done, why = collectives.torchrun(["--nnodes=2", f"--node-rank={peer['rank']}", f"--nproc-per-node={plan['gpus']}",
+                                f"--master-addr={master}", f"--master-port={RDZV_PORT}"],
+                               ["--scope", "world", "--ops", "all_reduce", "--min-bytes", low, "--max-bytes", high,
+                                "--out", str(out)], left, f"the all-reduce {with_peer}")
+    if done is None:
+        return [f"neighbour: {why}"], {}, []
     if done.returncode:
         return [f"neighbour: the all-reduce {with_peer} failed (exit {done.returncode}): {done.stderr[-300:]}"], {}, []
     if peer["rank"] or not out.exists():
@@ -207,7 +201,7 @@ def step(plan: dict, left: float, results: Path, api: incluster.Api, me: str, ad
         return [], {"neighbour": "none", "warnings": [f"no neighbour to check with within {wait:.0f} s"]}, []
     master = address if peer["rank"] == 0 else peer["address"]
     deadline = time.monotonic() + left - wait
-    problems, figures, _ = bench(plan, peer, master, deadline - time.monotonic(), results)
+    problems, figures, _ = all_reduce(plan, peer, master, deadline - time.monotonic(), results)
     if not problems:
         more, figs, _ = pingpong(peer, deadline - time.monotonic())
         problems, figures = more, {**figures, **figs}

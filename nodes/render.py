@@ -63,8 +63,8 @@ RESULTS_DIR = "/results"
 PROBE_GRACE_SECONDS = 60
 HERE = Path(__file__).resolve().parent
 SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
-                   ("agent", "dcgm", "efa", "pairs", "marks", "incluster", "replace", "watch", "controller", "breaker",
-                    "retest")},
+                   ("agent", "collectives", "dcgm", "efa", "pairs", "marks", "incluster", "replace", "watch",
+                    "controller", "breaker", "retest")},
                 "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 from test_nodes_agent import QUARANTINE, _tool, new_node, node_env, train_plan  # noqa: F401 - fixtures
-from test_nodes_controller import NOW, PLAN, Cluster
+from test_nodes_controller import NOW, PLAN, cluster  # noqa: F401 - fixture
 
 from nodes import controller, marks, pairs
 
@@ -19,18 +19,6 @@ def _waiting(name, until, address, pool="train"):
     n = new_node(name, pool)
     n["metadata"]["annotations"][marks.WAITING_ANNOTATION] = json.dumps({"address": address, "until": marks.stamp(until)})
     return n
-
-
-@pytest.fixture
-def cluster():
-    made = []
-
-    def make(nodes):
-        made.append(Cluster(nodes))
-        return made[-1]
-    yield make
-    for c in made:
-        c.close()
 
 
 def test_the_controller_pairs_the_waiting_nodes_of_a_pool_two_by_two(cluster):
