@@ -53,7 +53,7 @@ def test_an_unknown_phase_is_refused_by_name():
 def test_the_reward_deployment_does_not_hold_pulumi_up():
     """pulumi-kubernetes awaits a Deployment's rollout (provider/pkg/await/deployment.go, 10 min):
     its image is the stack's own repository, empty or still being pulled on a first deploy."""
-    deployment = one(graph_of("p5en-prod"), "Deployment")
+    deployment = one(graph_of("p5en-prod"), "Deployment", load("p5en-prod").checkpoints.namespace)
     assert deployment["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
 
 

@@ -107,8 +107,10 @@ def objects(graph: mocks.Graph, kind: str) -> list[dict]:
     return [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind]
 
 
-def one(graph: mocks.Graph, kind: str) -> dict:
-    found = [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind]
+def one(graph: mocks.Graph, kind: str, namespace: str | None = None) -> dict:
+    """The one object of ``kind`` (in ``namespace`` when given)."""
+    found = [obj_of(r) for r in graph.resources if r.type.startswith("kubernetes:") and r.inputs.get("kind") == kind
+             and namespace in (None, (r.inputs.get("metadata") or {}).get("namespace"))]
     assert len(found) == 1, (kind, len(found))
     return found[0]
 
@@ -310,7 +312,7 @@ def test_every_pod_sits_on_its_pool_with_exactly_its_taints(stack):
     templates = {n: grp["template"] for n, grp in g.items()}
     if L.reward_group(cfg):
         pools["reward"] = L.reward_group(cfg).pool
-        templates["reward"] = one(graph, "Deployment")["spec"]["template"]
+        templates["reward"] = one(graph, "Deployment", cfg.checkpoints.namespace)["spec"]["template"]
     if not runs:
         pools["stage"] = L.preprocess_job(cfg).pool
         templates["stage"] = one(graph, "Job")["spec"]["template"]
@@ -544,7 +546,7 @@ def test_reward_service_is_on_demand_and_is_what_miles_calls():
     """On-demand in the reference stack: Miles' remote reward call is one POST without retry
     (rollout/rm_hub), so a reclaimed reward node would fail rollouts."""
     cfg, graph = variant("p5en-prod", RAYJOB), variant_graph("p5en-prod", RAYJOB)
-    dep, svc = one(graph, "Deployment"), one(graph, "Service")
+    dep, svc = one(graph, "Deployment", cfg.checkpoints.namespace), one(graph, "Service")
     (pdb,) = [obj_of(r) for r in graph.resources if r.inputs.get("kind") == "PodDisruptionBudget"
               and r.inputs["metadata"]["name"] == "reward"]
     reward = cfg.pool(Role.REWARD)
