@@ -28,6 +28,8 @@ def _figures(f: dict) -> str:
         parts.append(f"AR {f.get('all_reduceGBs', '-')} / A2A {f.get('all_to_allGBs', '-')} GB/s")
     if "efaLoopbackMBsMin" in f:
         parts.append(f"EFA >= {f['efaLoopbackMBsMin']:g} MB/s")
+    if "neighbour" in f:
+        parts.append(f"with {f['neighbour']}")
     if "seconds" in f:
         parts.append(f"{f['seconds']} s")
     return ", ".join(parts) or "-"

@@ -64,7 +64,8 @@ def fake(monkeypatch):
 
 def test_status_lists_every_gpu_node_with_its_result_and_why_it_is_not_tested(fake):
     nodes = [node("n-passed", "passed", tainted=False, figures={"all_reduceGBs": 420.0, "all_to_allGBs": 300.0,
-                                                                 "efaLoopbackMBsMin": 11800.5, "seconds": 1300}),
+                                                                 "efaLoopbackMBsMin": 11800.5, "seconds": 1300,
+                                                                 "neighbour": "n-other"}),
              node("n-failed", "failed", reason="DCGM: dcgmi diag -r 2 failed (exit 226): pcie"),
              node("n-nopod"), node("n-pull"), node("n-testing"), node("n-hung"),
              {**node("cpu-1"), "status": {"capacity": {}}, "spec": {}}]
@@ -85,7 +86,8 @@ def test_status_lists_every_gpu_node_with_its_result_and_why_it_is_not_tested(fa
     lines: list[str] = []
     assert main(["status"], client=client, out=lines.append) == 1  # not every node passed
     assert lines[0].split()[:3] == ["NODE", "POOL", "BURN-IN"]
-    assert any("n-passed" in ln and "AR 420.0 / A2A 300.0 GB/s, EFA >= 11800.5 MB/s, 1300 s" in ln for ln in lines)
+    assert any("n-passed" in ln and "AR 420.0 / A2A 300.0 GB/s, EFA >= 11800.5 MB/s, with n-other, 1300 s" in ln
+               for ln in lines)
     calls = [(m, p, q) for m, p, q, _ in api.calls]
     assert ("GET", "/api/v1/nodes", {"labelSelector": "rl.platform/pool"}) in calls
 
