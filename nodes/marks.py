@@ -40,7 +40,8 @@ WAITING_ANNOTATION = "rl.platform/burn-in-waiting"
 """JSON {address, until}: the node passed its own checks and its agent waits for a neighbour
 (``nodes.pairs``) until then, reachable at that pod address."""
 PEER_ANNOTATION = "rl.platform/burn-in-peer"
-"""JSON {node, address, rank}: the neighbour the controller paired the node with."""
+"""JSON {node, address, rank}: the neighbour the controller paired the node with (its name and pod
+address) and this node's rank in the pair (0 hosts the rendezvous and the ping-pong servers)."""
 LABELS = (RESULT_LABEL, TIME_LABEL, FAULT_LABEL)
 ANNOTATIONS = (FIGURES_ANNOTATION, REASON_ANNOTATION, BOOT_ANNOTATION, WAITING_ANNOTATION, PEER_ANNOTATION)
 PASSED, FAILED, RETEST = "passed", "failed", "retest"

@@ -162,7 +162,8 @@ def _serve_all(devices: list[str], extra: list[str], deadline: float, peer: str)
             server.communicate()
             problems.append(f"neighbour: EFA {d} <- {peer}: no answer")
             continue
-        problems += [p for p in [efa.judge(f"neighbour: EFA {d} <- {peer}", "", served, (0, server.returncode))[0]] if p]
+        problem, _ = efa.judge(f"neighbour: EFA {d} <- {peer}", "", served, (0, server.returncode))
+        problems += [problem] if problem else []
     return problems
 
 
@@ -195,12 +196,12 @@ def pingpong(peer: Mapping[str, Any], left: float) -> Found:
 
 def step(plan: dict, left: float, results: Path, api: incluster.Api, me: str, address: str) -> Found:
     """Wait for a neighbour, then check the pair; no neighbour within the wait is a warning."""
+    deadline = time.monotonic() + left
     wait = max(0.0, min(plan["pairWaitSeconds"], left - plan["pairCheckSeconds"]))
     peer = await_peer(api, me, address, wait)
     if peer is None:
         return [], {"neighbour": "none", "warnings": [f"no neighbour to check with within {wait:.0f} s"]}, []
     master = address if peer["rank"] == 0 else peer["address"]
-    deadline = time.monotonic() + left - wait
     problems, figures, _ = all_reduce(plan, peer, master, deadline - time.monotonic(), results)
     if not problems:
         more, figs, _ = pingpong(peer, deadline - time.monotonic())
