@@ -126,15 +126,15 @@ def test_the_team_directories_job_placeholder_is_refused_at_deploy_naming_field_
 
 def test_a_new_job_with_a_placeholder_is_refused_by_the_plan_and_the_deploy(monkeypatch):
     import program
-    from analysis.plan import plan_stack
+    from analysis.planning import deploy_warnings
     from test_first_deploy import _aws, _deploy
     image = f"quay.io/example/fetch:1@sha256:{PLACEHOLDER}"
     listed = program.stack_objects
     monkeypatch.setattr(program, "stack_objects", lambda cfg, m: [*listed(cfg, m), placeholder_job(image)])
-    plan, _ = plan_stack("p5en-prod")
+    warnings = deploy_warnings(load("p5en-prod"))  # what the plan prints as its WARNING lines
     expected = (f"image {{imageRegistry}}/quay/example/fetch:1@sha256:{PLACEHOLDER} has a placeholder digest "
                 f"(pulled by Job rl/new-job)")
-    assert any(expected in w for w in plan.warnings)
+    assert any(expected in w for w in warnings)
     with pytest.raises(program.StackConfigError, match="cannot deploy") as err:
         _deploy(variant("p5en-prod", pinned_profiles("p5en-prod")), _aws())
     assert [li for li in str(err.value).splitlines()[1:]] == [f"  {expected}; allowed: the digest "
@@ -159,9 +159,6 @@ def test_runs_submit_refuses_a_new_job_with_a_placeholder_before_the_cluster(api
     from workloads.cli.runs import main
     stacks = pinned_stack_dir(tmp_path, SHARED)
     run = ROOT / "runs" / "grpo-qwen3-30b.yaml"
-    fake, client = api({})
-    assert main(["submit", SHARED, str(run), "--repository", REPO, "--stack-dir", str(stacks)],
-                client=client, out=lambda _: None) == 0  # pinned: it goes through
     _with_new_job(monkeypatch, "workloads.cli.runs", f"quay.io/example/fetch:1@sha256:{PLACEHOLDER}")
     fake, client = api({})
     assert main(["submit", SHARED, str(run), "--repository", REPO, "--stack-dir", str(stacks)],
@@ -202,12 +199,11 @@ def test_bench_run_refuses_a_new_job_with_a_placeholder_before_submitting(monkey
 
 def test_example_account_principals_are_refused_at_deploy_and_warned_by_the_plan():
     import program
-    from analysis.plan import plan_stack
+    from analysis.planning import deploy_warnings
     from test_first_deploy import _aws, _deploy
-    plan, _ = plan_stack(SHARED)
     assert any(w.startswith("stacks/Pulumi.p5en-shared.yaml: workloads.teams[alpha].members[0]: "
                             "arn:aws:iam::123456789012:role/team-alpha-runs is in the documentation's example account")
-               for w in plan.warnings)
+               for w in deploy_warnings(load(SHARED)))
     override = pinned_profiles("p5en-prod")
     override["cluster"] = {"adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admin"]}
     with pytest.raises(program.StackConfigError) as err:
@@ -229,7 +225,8 @@ def test_docker_hub_images_need_the_stacks_credential_and_get_a_rule_with_it():
     (line,) = str(err.value).splitlines()[1:]
     assert line.startswith("  stacks/Pulumi.p5en-prod.yaml: registries.credentials.docker-hub: ECR needs a credential "
                            "to cache registry-1.docker.io for docker.io/volcanosh/vc-controller-manager:v1.15.1")
-    graph = _deploy(variant("p5en-prod", merge(override, {"registries": {"credentials": {"docker-hub": arn}}})), _aws())
+    from test_registry import build
+    graph, _ = build(cache_namespace="rl-p5en-prod", credentials={"docker-hub": arn})
     rules = {r.inputs["upstreamRegistryUrl"]: r.inputs for r in graph.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")}
     assert rules["registry-1.docker.io"] == {"ecrRepositoryPrefix": "rl-p5en-prod/docker-hub",
                                              "upstreamRegistryUrl": "registry-1.docker.io", "credentialArn": arn}
