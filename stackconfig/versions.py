@@ -15,7 +15,8 @@ from pydantic import Field, field_validator
 from software import Profile, profile
 
 from .base import SchemaModel
-from .images import EKS_REGISTRY, REPOSITORY_OUTPUT, STACK_REPOSITORY, with_repository  # noqa: F401
+from .images import EKS_REGISTRY, STACK_REPOSITORY
+from .images import REPOSITORY_OUTPUT, with_repository  # noqa: F401  (where bench and controlplane import them)
 
 
 
