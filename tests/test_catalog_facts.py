@@ -131,7 +131,8 @@ def test_a_family_added_only_to_the_catalogs_data_gets_its_facts_from_its_entry(
     trainer = next(g for g in m.workers if g.gpus and g.pool.name == "train")
     assert trainer.pool.instance.gpu_model == "X300"
     assert trainer.env["NCCL_NVLS_ENABLE"] == "0" and m.runtime_env["NCCL_NVLS_ENABLE"] == "0"  # X300: no NVLS
-    assert trainer.env["NCCL_GIN_TYPE"] == "5" and m.node_setups["train"].gpu_initiated  # gin_gda
+    rollout = next(g for g in m.workers if g.gpus and g.pool.name == "rollout")
+    assert rollout.env["NCCL_GIN_TYPE"] == "5" and m.node_setups["train"].gpu_initiated  # gin_gda
     burn_in = {b.pool.name: b for b in plans(m, cfg)}
     assert burn_in["train"].steps["nccl"] == 333
     fam = family_of(trainer.pool)

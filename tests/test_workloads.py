@@ -25,6 +25,7 @@ from workloads.derive.model import derive
 from workloads.deploy.submit import run_objects
 from workloads.schema.run import RunFile
 from workloads.checks import gate
+from workloads.checks.queues import cluster_gpus, queue_shares
 from workloads.derive import layout as L
 from workloads.derive.deepep import resolve_deepep
 from workloads.derive.paths import CHECKPOINT_DIR, paths
@@ -149,10 +150,14 @@ def job_argv(rayjob: dict) -> list[str]:
 
 
 def full_run(cfg) -> RunFile:
-    """A run of a runs-mode stack that takes every node of both GPU pools (its first team's)."""
+    """The largest run of a runs-mode stack's first team: every training node, and as many rollout nodes as
+    its queue may hold beside them (a run above the queue's limit never starts: check_queue_limit)."""
     train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
-    return RunFile(name="all-nodes", team=cfg.workloads.teams[0].name,
-                   nodes={train.name: train.nodes.desired, rollout.name: rollout.nodes.desired})
+    team = cfg.workloads.teams[0].name
+    room = queue_shares(cfg.workloads.teams, cluster_gpus(cfg))[team].limit - train.nodes.desired * train.instance.gpus
+    return RunFile(name="all-nodes", team=team,
+                   nodes={train.name: train.nodes.desired, rollout.name: min(rollout.nodes.desired,
+                                                                             room // rollout.instance.gpus)})
 
 
 def ray_cluster(cfg, graph: mocks.Graph) -> dict:

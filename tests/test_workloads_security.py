@@ -40,15 +40,20 @@ EVERYTHING = with_end_time(extra=RAYJOB)
 GRAPHS = [*STACKS, "p5en-prod+rayJob+endTime"]
 
 
-SHARED_WITH_A_RUN = {"workloads": {"runs": [{"name": "probe", "team": "beta", "priority": "low",
-                                             "nodes": {"train": 2, "rollout": 2}}]}}
+def with_a_run(team: str) -> dict:
+    """A declared run of ``team`` on a runs-mode stack."""
+    return {"workloads": {"runs": [{"name": "probe", "team": team, "priority": "low",
+                                    "nodes": {"train": 2, "rollout": 2}}]}}
 
 
 def graph_for(name: str) -> mocks.Graph:
-    """Every stack's graph; the runs-mode stack with a declared run, so its run's pods are checked too."""
+    """Every stack's graph; a runs-mode stack with a declared run of its last team, so its run's pods are
+    checked too."""
     if name == GRAPHS[-1]:
         return variant_graph("p5en-prod", EVERYTHING)
-    return variant_graph(name, SHARED_WITH_A_RUN) if load(name).workloads.submit.value == "runs" else graph_of(name)
+    cfg = load(name)
+    return variant_graph(name, with_a_run(cfg.workloads.teams[-1].name)) if cfg.workloads.submit.value == "runs" \
+        else graph_of(name)
 
 
 # --- pod specs of every registered object ------------------------------------------------------------
