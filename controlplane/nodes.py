@@ -9,13 +9,15 @@ Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for
   network-topology labels (``EKS_NETWORK_LAYERS``; simulated: one layer-1 and layer-2 node above the zone's
   GPU nodes, one layer-3 node per ``NODES_PER_LAYER3``);
 - taints: those the node registers with (``components.gpu_node_setup.registration_taints``: the pool's, and
-  the burn-in taint on GPU nodes while the stack's burn-in is on), unless the test says the burn-in passed.
+  the burn-in taint on GPU nodes while the stack's burn-in is on), unless the test says the burn-in passed:
+  then the pool's taints and the burn-in's ``passed`` result label.
 """
 
 from __future__ import annotations
 
 from stackconfig.stack import CapacityType, Pool
 from components.gpu_node_setup import registration_taints
+from nodes.marks import PASSED, RESULT_LABEL
 from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU, HUGEPAGES, allocatable
 from workloads.derive.topology import EKS_NETWORK_LAYERS
@@ -63,6 +65,8 @@ def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True)
     if pool.instance.is_gpu:
         layer1, layer2, layer3 = EKS_NETWORK_LAYERS
         labels |= {layer1: f"nn-{where}-1", layer2: f"nn-{where}-2", layer3: f"nn-{pool.name}-{index // NODES_PER_LAYER3}"}
+    if proven and cfg.burn_in.enabled and pool.instance.is_gpu:
+        labels[RESULT_LABEL] = PASSED  # what the burn-in agent writes with the taint lifted (nodes.marks)
     taints = pool.taints if proven else registration_taints(pool, cfg.burn_in.enabled)
     resources = quantities(pool, model)
     return {"apiVersion": "v1", "kind": "Node",
@@ -72,7 +76,24 @@ def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True)
             "status": {"capacity": resources, "allocatable": resources}}
 
 
-def stack_nodes(cfg, model: WorkloadModel, counts: dict[str, int] | None = None, proven: bool = True) -> list[dict]:
-    """Every node of the stack's pools at their desired size (or ``counts[pool]``)."""
-    return [node(cfg, model, pool, i, proven) for pool in cfg.pools
-            for i in range((counts or {}).get(pool.name, pool.nodes.desired))]
+def csi_node(node_name: str, drivers: list[str]) -> dict:
+    """What the kubelet registers when a CSI driver's node plugin starts on the node: a CSINode naming the
+    driver, with no attach limit (the FSx CSI node plugin reports none). Volcano's scheduler counts each
+    CSI volume a pod mounts as ``attachable-volumes-csi-<driver>`` and gives a node that much only from its
+    CSINode (volcano pkg/scheduler/cache/event_handlers.go, ``setCSIResourceOnNode``): without it no pod
+    with a file-system claim is ever allocatable."""
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node_name},
+            "spec": {"drivers": [{"name": d, "nodeID": node_name, "topologyKeys": None} for d in drivers]}}
+
+
+def stack_nodes(cfg, model: WorkloadModel, counts: dict[str, int] | None = None, proven: bool = True,
+                csi_drivers: list[str] = ()) -> list[dict]:
+    """Every node of the stack's pools at their desired size (or ``counts[pool]``), each followed by its
+    CSINode when the stack runs CSI node plugins on every node (``csi_drivers``)."""
+    out = []
+    for pool in cfg.pools:
+        for i in range((counts or {}).get(pool.name, pool.nodes.desired)):
+            out.append(node(cfg, model, pool, i, proven))
+            if csi_drivers:
+                out.append(csi_node(node_name(pool, i), list(csi_drivers)))
+    return out

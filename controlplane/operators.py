@@ -40,6 +40,10 @@ KUBERAY_GATES_1_7_0 = {"RayClusterStatusConditions": True, "RayJobDeletionPolicy
 """Chart 1.7.0 values.yaml ``featureGates`` (ray-project/kuberay v1.7.0, helm-chart/kuberay-operator/values.yaml,
 blob 174a651b, lines 149-165), rendered as one ``--feature-gates`` (templates/_helpers.tpl ``kuberay.featureGates``)."""
 KUBERAY_SERVICE_ACCOUNT = "kuberay-operator"
+KUBERAY_VOLCANO_RULE = {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
+                        "verbs": ["create", "delete", "get", "list", "update", "watch"]}
+"""What chart 1.7.0 adds to the operator's ClusterRole when ``batchScheduler.name`` is ``volcano``
+(templates/_helpers.tpl, blob cd6443ec, lines 421-433); the module's ``config/rbac/role.yaml`` has no such rule."""
 
 
 def load_all(text: str) -> list[dict]:
@@ -144,7 +148,7 @@ class Volcano:
             for mount_path, local in mounts.items():
                 arg = arg.replace(mount_path, local)
             args.append(arg)
-        token = self.cp.service_account_token(self.namespace, pod["serviceAccountName"])
+        token = self.cp.service_account_token(self.namespace, pod.get("serviceAccountName") or pod["serviceAccount"])
         args += ["--kubeconfig", str(self.cp.kubeconfig(f"{self.namespace}:{name}", token)),
                  f"--healthz-address=127.0.0.1:{free_port()}"]
         if name == "volcano-admission":
@@ -207,8 +211,11 @@ def install_kuberay(cp: ControlPlane, kube: Kube, release: dict) -> Process:
     wait_established(kube, crds)
     rbac = module / "config/rbac"
     subject = [{"kind": "ServiceAccount", "name": KUBERAY_SERVICE_ACCOUNT, "namespace": namespace}]
+    values = release.get("values") or {}
     for name in ("role.yaml", "leader_election_role.yaml", "role_binding.yaml", "leader_election_role_binding.yaml"):
         for obj in load_all((rbac / name).read_text()):
+            if obj["kind"] == "ClusterRole" and (values.get("batchScheduler") or {}).get("name") == "volcano":
+                obj["rules"].append(KUBERAY_VOLCANO_RULE)
             if obj["kind"] in ("Role", "RoleBinding"):
                 obj["metadata"]["namespace"] = namespace
             if "subjects" in obj:
@@ -217,6 +224,6 @@ def install_kuberay(cp: ControlPlane, kube: Kube, release: dict) -> Process:
     token = cp.service_account_token(namespace, KUBERAY_SERVICE_ACCOUNT)
     kubeconfig = cp.kubeconfig(f"{namespace}:{KUBERAY_SERVICE_ACCOUNT}", token)
     return cp.run("kuberay-operator", [
-        *kuberay_args(release.get("values") or {}, known_gates(module)), f"--kubeconfig={kubeconfig}",
+        *kuberay_args(values, known_gates(module)), f"--kubeconfig={kubeconfig}",
         f"--leader-election-namespace={namespace}", f"--metrics-addr=127.0.0.1:{free_port()}",
         f"--health-probe-bind-address=127.0.0.1:{free_port()}", "--log-stdout-encoder=console"])

@@ -68,14 +68,23 @@ def apply_graph(kube: Kube, objs: list[dict]) -> None:
         raise AssertionError("the API server refused objects of the graph:\n" + "\n".join(refused))
 
 
+def quota_counted(quota) -> bool:
+    """The quota controller has counted every resource the quota limits. Until it has, the API server refuses
+    every create the quota covers ("status unknown for quota"): for a count of a custom resource this lasts
+    until the controller's discovery resync finds the CRD (kube-controller-manager's resource-quota
+    controller, up to 30 s after the CRD appears), on EKS as here."""
+    return set(quota.spec.hard or {}) <= set((quota.status and quota.status.used) or {})
+
+
 def deploy(cfg, graph: Graph, proven: bool = True, counts: dict[str, int] | None = None) -> Platform:
     """The stack on a new control plane, its nodes Ready (``proven``: the burn-in taint already lifted)."""
     cp = ControlPlane(stack.users(graph)).start([*stack.admin_bindings(graph), *kwok_rbac()])
     try:
         model = derive(cfg)
         admin = Kube(cp.client("admin"))
-        nodes = stack_nodes(cfg, model, counts, proven)
-        admin.apply_all(nodes)
+        objs = stack_nodes(cfg, model, counts, proven, stack.csi_drivers(graph))
+        admin.apply_all(objs)
+        nodes = [o for o in objs if o["kind"] == "Node"]
         core = client.CoreV1Api(cp.client())
         eventually("every node Ready", lambda: sum(
             any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
@@ -84,6 +93,7 @@ def deploy(cfg, graph: Graph, proven: bool = True, counts: dict[str, int] | None
         volcano.install(admin)
         install_kuberay(cp, admin, stack.release(graph, "kuberay-operator"))
         apply_graph(admin, stack.objects(graph))
+        eventually("every ResourceQuota counted", lambda: all(quota_counted(q) for q in core.list_resource_quota_for_all_namespaces().items), 90)
         return Platform(cp, cfg, graph, model, volcano)
     except BaseException:
         cp.stop()

@@ -14,6 +14,7 @@ from workloads.render.teams import namespace_of
 
 from controlplane.kube import Kube, eventually
 from controlplane.platform import Platform
+from controlplane.session import STACK_DIR
 
 REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rl-platform"
 """What ``pulumi stack output imageRepository`` gives (a stack's ECR repository URL); kwok pulls nothing."""
@@ -35,7 +36,7 @@ def submit(platform: Platform, run_file: Path, as_principal: str, *extra: str) -
     os.environ["KUBECONFIG"] = str(kubeconfig)
     try:
         status = runs_cli.main(["submit", platform.cfg.stack, str(run_file), "--repository", REPOSITORY,
-                                "--context", as_principal, *extra], out=printed.append)
+                                "--stack-dir", str(STACK_DIR), "--context", as_principal, *extra], out=printed.append)
     finally:
         if old is None:
             os.environ.pop("KUBECONFIG", None)

@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import atexit
 import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from analysis.mocks import Graph
 
 from controlplane.kube import Kube, eventually
 from controlplane.platform import Platform, deploy
+from controlplane.stacks import built
 
+STACK_DIR = Path(tempfile.mkdtemp(prefix="moe-rl-stacks-"))
+"""The session's built stack files (``controlplane.stacks``): what the platforms deploy and the commands read."""
 _PLATFORMS: dict[tuple, Platform] = {}
 
 
-def platform_of(cfg, graph, proven: bool = True, counts: dict[str, int] | None = None) -> Platform:
-    """``cfg``'s stack deployed on a control plane of its own, shared by the session's tests."""
-    key = (cfg.stack, cfg.model_dump_json(), proven, tuple(sorted((counts or {}).items())))
+def platform_of(stack: str, record: Callable[[object], Graph], proven: bool = True,
+                counts: dict[str, int] | None = None) -> Platform:
+    """The built ``stack`` deployed on a control plane of its own (its graph from ``record(cfg)``), shared by
+    the session's tests."""
+    key = (stack, proven, tuple(sorted((counts or {}).items())))
     if key not in _PLATFORMS:
-        _PLATFORMS[key] = deploy(cfg, graph, proven, counts)
+        cfg = built(stack, STACK_DIR)
+        _PLATFORMS[key] = deploy(cfg, record(cfg), proven, counts)
     return _PLATFORMS[key]
 
 

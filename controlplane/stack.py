@@ -72,6 +72,13 @@ def objects(graph: Graph) -> list[dict]:
             if r.type.startswith("kubernetes:") and r.type != HELM_RELEASE and "kind" in r.inputs]
 
 
+def csi_drivers(graph: Graph) -> list[str]:
+    """The CSI drivers of the graph's PersistentVolumes (the FSx CSI driver's node plugin runs on every node:
+    ``workloads.render.operators.fsx_csi_values``)."""
+    return sorted({o["spec"]["csi"]["driver"] for o in objects(graph) if o["kind"] == "PersistentVolume"
+                   and "csi" in o["spec"]})
+
+
 def release(graph: Graph, chart: str) -> dict:
     """The inputs of the Helm release of ``chart`` (values, namespace, version)."""
     found = [r.inputs for r in graph.of_type(HELM_RELEASE) if r.inputs["chart"] == chart]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import ROOT, load, recorded
+from conftest import ROOT, recorded
 from kubernetes import client
 
 from workloads.checks.runs import load_run
@@ -20,8 +20,7 @@ pytestmark = pytest.mark.controlplane
 
 
 def _shared():
-    cfg = load("p5en-shared")
-    return platform_of(cfg, recorded(cfg))
+    return platform_of("p5en-shared", recorded)
 
 
 def _expected_pods(run) -> Counter:
@@ -30,8 +29,7 @@ def _expected_pods(run) -> Counter:
 
 
 def test_the_reference_raycluster_of_p5en_prod_runs_on_its_pools():
-    cfg = load("p5en-prod")
-    platform = platform_of(cfg, recorded(cfg))
+    platform = platform_of("p5en-prod", recorded)
     cluster = next(o for o in platform.admin.list("ray.io/v1", "RayCluster"))
     ns, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
     groups = {g["groupName"]: g for g in cluster["spec"]["workerGroupSpecs"]}
