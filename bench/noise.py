@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 
 FLOOR = 0.05
 """The slowest a step runs, as a share of the arm's rate."""
 CALIBRATION_STEPS = 100_000
+REFERENCE_LEN = 3000.0
 CALIBRATION_SEED = 20261205
 
 
@@ -80,7 +81,8 @@ class Steps:
 def calibration(arm, autocorrelation: float = 0.0) -> float:
     """The base rate, per unit of ``tokens_per_s``, at which the arm's long-run throughput (Σtokens/Σtime
     over ``CALIBRATION_STEPS`` steps of its noise, on a normal node) is its ``tokens_per_s``."""
-    return _calibration(StepNoise.of(arm), autocorrelation)
+    # Σtokens/Σtime does not change when every length scales: one calibration per shape of the noise
+    return _calibration(replace(StepNoise.of(arm), response_len=REFERENCE_LEN), autocorrelation)
 
 
 @cache
