@@ -31,7 +31,7 @@ from pathlib import Path
 from statistics import fmean, median
 
 from .artifacts import ArtifactError, Collected
-from .checks import TOKENS, check_complete, check_finite, check_own_log, check_same_nodes, node_set
+from .checks import check_complete, check_finite, check_own_log, check_same_nodes, node_set
 from .cost import Prices
 from .evidence import contradictions, read_evidence
 from .experiment import Experiment, differences

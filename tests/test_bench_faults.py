@@ -4,7 +4,6 @@ the launcher and read incrementally."""
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from analysis import mocks
 from conftest import ROOT
 from bench.artifacts import Collected, Node
 from bench.driverlog import DriverLog, LogUnavailable
+from bench_fakes import shell_read
 from bench.experiment import load_experiment, schedule
 from bench.logparse import parse_log
 from bench.recovery import fault_figures
@@ -81,15 +81,6 @@ def test_resumed_from_the_last_complete_checkpoint_is_the_iteration_megatron_loa
     assert (fig["last_saved_iteration"], fig["loaded_iteration"]) == (19, 9)
     assert fig["resumed_from"] == "checkpoint iteration 9" and fig["resumed_from_last_checkpoint"] is False
     assert fig["steps_lost"] == 15  # steps 10-24 were run again
-
-
-def shell_read(data: bytes, script: str) -> str:
-    """What ``tail -c +N | head -c M [| base64]`` prints of ``data``, as the exec stream hands it over: text
-    decoded as UTF-8 with replacement (kubernetes ``stream.ws_client.WSClient``)."""
-    offset = int(script.split("tail -c +")[1].split()[0]) - 1
-    size = int(script.split("head -c ")[1].split()[0])
-    out = data[offset:offset + size]
-    return (base64.b64encode(out) if "| base64" in script else out).decode("utf-8", "replace")
 
 
 class _Head:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import copy
 import importlib.util
-import json
 import inspect
 import re
 from pathlib import Path
