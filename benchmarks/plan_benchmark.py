@@ -228,9 +228,10 @@ def main() -> None:
     print(text)
     if args.write:
         from bench import benchmark, coverage  # noqa: PLC0415  (their sections are written by them)
+        from controlplane import benchmark as controlplane  # noqa: PLC0415
         target = ROOT / "BENCHMARKS.md"
         old = target.read_text() if target.exists() else ""
-        kept = [old[old.index(m.BEGIN):old.index(m.END) + len(m.END)] for m in (benchmark, coverage)
+        kept = [old[old.index(m.BEGIN):old.index(m.END) + len(m.END)] for m in (benchmark, coverage, controlplane)
                 if m.BEGIN in old and m.END in old]
         target.write_text("\n\n".join([text.rstrip("\n"), *kept]) + "\n")
 

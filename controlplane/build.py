@@ -95,6 +95,10 @@ def gomod(component: Component) -> str:
     return "\n".join(lines + [")", ""])
 
 
+BUILD_SECONDS = "BUILD_SECONDS"
+"""Beside a component's binaries: the wall seconds its cold build took (module downloads included)."""
+
+
 def bin_dir(component: Component) -> Path:
     return CACHE / "bin" / f"{component.name}-{component.version}"
 
@@ -104,6 +108,7 @@ def build(component: Component) -> Path:
     target = bin_dir(component)
     if all((target / name).is_file() for name in component.binaries):
         return target
+    start = time.monotonic()
     work = CACHE / "src" / f"{component.name}-{component.version}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -115,6 +120,7 @@ def build(component: Component) -> Path:
     staging.mkdir()
     for name, package in component.binaries.items():
         go("build", "-trimpath", "-ldflags", component.ldflags, "-o", str(staging / name), package, cwd=work)
+    (staging / BUILD_SECONDS).write_text(f"{time.monotonic() - start:.0f}\n")
     shutil.rmtree(target, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging.rename(target)

@@ -77,6 +77,24 @@ def rayjobs(kube: Kube, team: str) -> list[dict]:
     return kube.list(*RAYJOB, namespace=namespace_of(team))
 
 
+def delete_run(platform: Platform, team: str, rayjob: str, timeout: float = 120) -> None:
+    """Delete the RayJob and, once KubeRay has deleted its pods, let their grace period elapse (kwok ends a
+    deleted pod at a random moment before its deletion time, up to the run's ``checkpointMinutes``): the
+    pods are then gone, as after a kubelet's graceful stop."""
+    ns, core = namespace_of(team), client.CoreV1Api(platform.cp.client())
+    cluster = rayjob_cluster(platform, team, rayjob)
+    platform.admin.delete(*RAYJOB, rayjob, ns)
+    eventually(f"RayJob {ns}/{rayjob} gone", lambda: platform.admin.get(*RAYJOB, rayjob, ns) is None, timeout)
+
+    def terminating():
+        pods = core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster={cluster}").items if cluster else []
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:
+                core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+        return not pods
+    eventually(f"the pods of {ns}/{rayjob} gone", terminating, timeout)
+
+
 def node_pool(platform: Platform, node_name: str) -> str:
     node = client.CoreV1Api(platform.cp.client()).read_node(node_name)
     return node.metadata.labels["rl.platform/pool"]

@@ -12,7 +12,6 @@ from typing import Callable
 
 from analysis.mocks import Graph
 
-from controlplane.kube import Kube, eventually
 from controlplane.platform import Platform, deploy
 from controlplane.stacks import built
 
@@ -39,8 +38,3 @@ def _stop_all() -> None:
         if os.environ.get("MOE_RL_CONTROLPLANE_KEEP"):
             print(f"control plane files kept at {platform.cp.root}")
 
-
-def delete_and_wait(kube: Kube, api_version: str, kind: str, name: str, namespace: str, timeout: float = 90) -> None:
-    """Delete an object in the foreground (its dependents first) and wait until it is gone."""
-    kube.delete(api_version, kind, name, namespace, propagationPolicy="Foreground")
-    eventually(f"{kind} {namespace}/{name} gone", lambda: kube.get(api_version, kind, name, namespace) is None, timeout)

@@ -92,8 +92,21 @@ replaces ``volcano.sh/apis`` with its own ``staging/src/volcano.sh/apis``, a nes
 out of ``volcano.sh/volcano``'s zip, so it must come from the proxy as ``volcano.sh/apis`` itself, which
 serves v1.14.0 (and v1.13.0, v1.12.x) but neither v1.15.x nor a pseudo-version of volcano-sh/apis's
 v1.15.0 commit (f8d9adfa). Volcano v1.14.1 is the newest release whose API types are served: apis v1.14.0
-and v1.14.1 are the same tree (volcano-sh/apis, no change between the tags). README.md ("Tests") says
-which scheduler behaviours the tier relies on and that they are the same in v1.15.1."""
+and v1.14.1 are the same tree (volcano-sh/apis, no change between the tags). Its chart (1.14.1) renders the
+stack's values as 1.15.1's does (scheduler and controller ConfigMaps, flags, webhooks with
+``failurePolicy: Fail``).
+
+Read against v1.15.1 (volcano-sh/volcano v1.14.1..v1.15.1): the capacity plugin's realCapability, deserved,
+queue order, allocate/enqueue checks and reclaim's guarantee check, the gang, priority, conformance, drf
+plugins, eviction with the pod's own grace period (``defaultEvictor.Evict``), the PodGroup controller and
+HyperNode discovery are the same. Different: (1) v1.14.1's preempt action visits queues in random order and
+pops tasks of other queues' waiting jobs (actions/preempt/preempt.go:161, 229-276; v1.15.1 orders queues and
+stays in the current one, 150-158, 236-286), so with another team's run waiting, a preemption can take another
+victim or none; (2) v1.14.1 counts an Inqueue PodGroup's whole minResources though its pods are bound
+(capacity.go:467-471; v1.15.1 subtracts them, 1110-1120), so a queue's next run is admitted one session later.
+The tier's tests avoid both: no scenario expects a preemption while another queue has a run waiting, and
+each run is submitted after the previous one's gang settled. The queue webhook's messages differ; tests
+match refusals, not their text."""
 
 
 def volcano(pinned: str) -> Component:

@@ -131,13 +131,16 @@ def test_readmes_set_up_is_what_ci_runs():
     assert ".venv/bin/python scripts/run_doc_blocks.py" in ci
 
 
-def test_the_tests_the_main_suite_leaves_out_run_in_the_contract_stage():
-    """The README's command deselects ``contract`` tests (pyproject's addopts); ``.ci/run`` calls the
-    contract stage, which selects exactly them (a later ``-m`` replaces the addopts' one)."""
+def test_the_tests_the_main_suite_leaves_out_run_in_their_own_stages():
+    """The README's command deselects ``contract`` and ``controlplane`` tests (pyproject's addopts); ``.ci/run``
+    calls the contract and control-plane stages, which select exactly them (a later ``-m`` replaces the
+    addopts' one)."""
     import tomllib
     addopts = shlex.split(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"])
-    assert addopts[addopts.index("-m") + 1] == "not contract"
-    assert "bash contracts/run" in (ROOT / ".ci" / "run").read_text().split("\n")
+    assert addopts[addopts.index("-m") + 1] == "not contract and not controlplane"
+    ci = (ROOT / ".ci" / "run").read_text().split("\n")
+    assert "bash contracts/run" in ci and "bash controlplane/run" in ci
+    assert "-m controlplane tests/controlplane" in (ROOT / "controlplane" / "run").read_text()
 
 
 @pytest.mark.parametrize("stage_fails", [False, True], ids=["passes", "fails"])

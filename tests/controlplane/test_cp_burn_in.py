@@ -21,7 +21,7 @@ from workloads.render.teams import namespace_of
 
 from controlplane import runs
 from controlplane.kube import eventually
-from controlplane.session import delete_and_wait, platform_of
+from controlplane.session import platform_of
 
 pytestmark = pytest.mark.controlplane
 RUN = ROOT / "runs" / "grpo-qwen3-30b.yaml"
@@ -33,10 +33,15 @@ def _taint(t) -> dict:
     return {"key": t.key, "value": t.value, "effect": t.effect}
 
 
-def _api(platform, account: str) -> incluster.Api:
-    """``nodes.incluster.Api`` as the pod of ``account`` has it: its token file and the cluster's CA."""
-    token = platform.cp.root / f"{account}.token"
-    token.write_text(platform.cp.service_account_token(NAMESPACE, account))
+def _api(platform, account: str, node: str) -> incluster.Api:
+    """``nodes.incluster.Api`` as ``account``'s pod on ``node`` has it: a token bound to that pod (the kubelet's
+    projected token) and the cluster's CA."""
+    core = client.CoreV1Api(platform.cp.client())
+    pod = eventually(f"a pod of {account} on {node}", lambda: next(
+        (p for p in core.list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}").items
+         if p.spec.service_account_name == account and p.status.phase == "Running"), None), 60)
+    token = platform.cp.root / f"{account}-{node}.token"
+    token.write_text(platform.cp.service_account_token(NAMESPACE, account, pod))
     return incluster.Api(platform.cp.url, str(token), str(platform.cp.pki.ca))
 
 
@@ -65,16 +70,17 @@ def test_untested_nodes_hold_runs_off_until_the_agent_passes_them_and_a_reboot_s
         bound = [p.metadata.name for p in runs.run_pods(platform, run.team, name) if p.spec.node_name]
         assert bound == [], f"run pods bound to untested nodes: {bound}"
 
-        agent = _api(platform, SERVICE_ACCOUNT)
         now = datetime.now(timezone.utc)
         for n in gpu_nodes:
+            agent = _api(platform, SERVICE_ACCOUNT, n.metadata.name)
             node = agent.node(n.metadata.name)
             agent.patch_node(n.metadata.name, marks.result_patch(node, _taint(BURN_IN_TAINT), _taint(QUARANTINE_TAINT),
                                                                  marks.PASSED, {"seconds": 1}, None, now))
             agent.create_event(marks.event(node, NAMESPACE, marks.PASSED, "passed", now))
         runs.all_running(platform, run.team, name, 1 + sum(run.nodes.values()), 180)
 
-        watcher, rebooted = _api(platform, WATCH_ACCOUNT), gpu_nodes[0].metadata.name
+        rebooted = gpu_nodes[0].metadata.name
+        watcher = _api(platform, WATCH_ACCOUNT, rebooted)
         assert watch.check(watcher, rebooted, NAMESPACE, _taint(BURN_IN_TAINT)) is None  # passed, same boot
         core.patch_node_status(rebooted, {"status": {"nodeInfo": {"bootID": "after-a-reboot"}}})
         assert watch.check(watcher, rebooted, NAMESPACE, _taint(BURN_IN_TAINT))
@@ -82,4 +88,4 @@ def test_untested_nodes_hold_runs_off_until_the_agent_passes_them_and_a_reboot_s
         assert node.metadata.labels[marks.RESULT_LABEL] == marks.RETEST
         assert any(t.key == BURN_IN_TAINT.key for t in node.spec.taints)
     finally:
-        delete_and_wait(platform.admin, *runs.RAYJOB, name, ns, 120)
+        runs.delete_run(platform, run.team, name)

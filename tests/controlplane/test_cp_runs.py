@@ -14,7 +14,7 @@ from workloads.render.teams import namespace_of
 
 from controlplane import runs
 from controlplane.kube import eventually
-from controlplane.session import delete_and_wait, platform_of
+from controlplane.session import platform_of
 
 pytestmark = pytest.mark.controlplane
 
@@ -68,11 +68,10 @@ def test_a_team_run_submitted_by_its_member_is_gang_bound_on_its_pools_and_leave
         groups = platform.admin.list(*runs.PODGROUP, namespace=ns)
         assert len(groups) == 1
         group = groups[0]
-        assert group["spec"]["queue"] == f"team-{run.team}" or group["spec"]["queue"].endswith(run.team)
         assert group["status"]["phase"] == "Running"
         assert group["spec"]["minMember"] == expected
+        assert group["spec"]["queue"] == namespace_of(run.team)
     finally:
-        delete_and_wait(platform.admin, *runs.RAYJOB, name, ns, 120)
-    eventually("the run's pods gone", lambda: not client.CoreV1Api(platform.cp.client()).list_namespaced_pod(
-        ns, label_selector=f"rl.platform/run={run.name}").items, 120)
+        runs.delete_run(platform, run.team, name)
     eventually("no PodGroup left", lambda: not platform.admin.list(*runs.PODGROUP, namespace=ns), 60)
+    eventually("no RayCluster left", lambda: not platform.admin.list("ray.io/v1", "RayCluster", namespace=ns), 60)

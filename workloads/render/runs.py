@@ -173,19 +173,26 @@ def run_cluster_spec(m: WorkloadModel, run: RunFile, gang_tier: int | None = Non
                      trainer_tier: int | None = None) -> dict:
     """The run's own Ray cluster: head and the GPU groups at the run's node counts, every pod
     labelled with team, run and attempt, writing checkpoints to the team's exported directory and
-    checkpointing before it stops; the GPU pods held to their network tiers."""
+    checkpointing before it stops; the GPU pods held to their network tiers. Every pod names the run's
+    PriorityClass, the one its PodGroup carries (KubeRay copies ``ray.io/priority-class-name`` to the
+    PodGroup, volcano_scheduler.go:253-258): Volcano orders and preempts by the PodGroup's, the kubelet's
+    node-pressure eviction reads the pod's own ``spec.priority``."""
     spec = cluster_spec(m, tuple(g for g in m.workers if g.gpus))
     head = _save_on_stop(m, run, spec["headGroupSpec"]["template"])
     _stage_first(m, head)
     _team_checkpoints(m, head)
     spec["headGroupSpec"]["template"] = head
+    templates = [head]
     for group in spec["workerGroupSpecs"]:
         group["template"] = _save_on_stop(m, run, group["template"])
         _team_checkpoints(m, group["template"])
+        templates.append(group["template"])
         affinity = network_affinity(run, group["groupName"], gang_tier, trainer_tier)
         if affinity:
             group["template"]["spec"]["affinity"] = affinity
             group["template"]["metadata"].setdefault("annotations", {})[TASK_PRIORITY] = TASK_ORDER[group["groupName"]]
+    for template in templates:  # the pod's own priority is its PodGroup's: the kubelet evicts under node
+        template["spec"]["priorityClassName"] = priority_class_name(run.priority)  # pressure by the pod's
     return spec
 
 
