@@ -72,8 +72,8 @@ def without_dedup(rayjob: dict) -> dict:
 def _objects(api: RunClient, cfg: ProgramConfig, run):
     """The run's objects with the cluster's network tiers, as ``runs submit`` makes them."""
     train, rollout = run_pools(cfg)
-    return run_objects(cfg, run, api.tier_sizes((train.name, rollout.name)) or None,
-                       api.tier_sizes((train.name,)) or None)
+    sizes, trainers = api.run_tier_sizes(run, train.name, rollout.name)
+    return run_objects(cfg, run, sizes or None, trainers or None)
 
 
 def with_fault_target(rayjob: dict) -> dict:

@@ -250,7 +250,7 @@ def fault_of(verdict: dict) -> str:
     return marks.HARDWARE if verdict.get("hardware") else marks.NETWORK if verdict.get("network") else marks.SOFTWARE
 
 
-def report(api: incluster.Api, node_name: str, namespace: str, plan: dict, verdict: dict,
+def report(api: incluster.Api, node_name: str, plan: dict, verdict: dict,
            now: datetime, attempts: int = 5) -> None:
     """Write the verdict on the node (made again from a fresh read on a 409 conflict), then its Event."""
     fault = fault_of(verdict)
@@ -262,7 +262,7 @@ def report(api: incluster.Api, node_name: str, namespace: str, plan: dict, verdi
     passed = verdict["result"] == marks.PASSED
     message = (f"burn-in passed in {verdict['figures'].get('seconds', '?')} s" if passed
                else f"burn-in failed ({fault}): {verdict['reason']}")
-    api.create_event(marks.event(node, namespace, verdict["result"], message, now))
+    api.create_event(marks.event(node, verdict["result"], message, now))
 
 
 def main(argv: list[str] | None = None, api: incluster.Api | None = None) -> int:
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None, api: incluster.Api | None = None) -> int
                                                                      os.environ.get("POD_IP", "")))
     print(f"burn-in {verdict['result']}: {verdict['reason'] or ''} {json.dumps(verdict['figures'])}", flush=True)
     if not (results / "written").exists():
-        report(api, node, os.environ["POD_NAMESPACE"], plan, verdict, datetime.now(timezone.utc))
+        report(api, node, plan, verdict, datetime.now(timezone.utc))
         (results / "written").write_text("1")
     return 0
 

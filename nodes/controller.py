@@ -168,12 +168,12 @@ def _replace(api: incluster.Api, node: Mapping[str, Any], ns: str, now: datetime
     except Exception as e:  # noqa: BLE001 - any refusal is recorded and tried again later
         refusal, why = str(e), f"{type(e).__name__}: {e}"
         api.record(node, lambda n: marks.replacement_patch(n, "refused", now, attempts, why))
-        api.create_event(marks.event(node, ns, marks.FAILED, f"replacement refused ({attempts}): {refusal}", now,
+        api.create_event(marks.event(node, marks.FAILED, f"replacement refused ({attempts}): {refusal}", now,
                                      reason="ReplacementRefused", warning=True, component=COMPONENT))
         return f"{name}: replacement refused: {refusal}"
     counted()
     api.record(node, lambda n: marks.replacement_patch(n, "requested", now, attempts))
-    api.create_event(marks.event(node, ns, marks.FAILED, "instance marked unhealthy: the node group replaces it",
+    api.create_event(marks.event(node, marks.FAILED, "instance marked unhealthy: the node group replaces it",
                                  now, reason="ReplacementRequested", warning=False, component=COMPONENT))
     return f"{name}: replacement requested"
 

@@ -129,13 +129,20 @@ def replacement(node: Mapping[str, Any]) -> dict:
     return annotation(node, REPLACEMENT_ANNOTATION)
 
 
-def event(node: Mapping[str, Any], namespace: str, result: str, message: str, now: datetime,
+NODE_EVENTS_NAMESPACE = "default"
+"""Where an Event about a Node goes: a core/v1 Event without ``eventTime`` whose involved object has no
+namespace must be in ``default`` (kubernetes v1.35.3 pkg/apis/core/validation/events.go:146-150; the API
+server refuses it in any other namespace, as the control-plane tier showed), which is also where the
+kubelet and the node controllers write theirs."""
+
+
+def event(node: Mapping[str, Any], result: str, message: str, now: datetime,
           reason: str | None = None, warning: bool | None = None, component: str = "rl-burn-in") -> dict:
     """A core/v1 Event about the node (``kubectl describe node`` lists events whose involvedObject is it)."""
     md = node["metadata"]
     when = now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{md['name']}.burn-in.", "namespace": namespace},
+            "metadata": {"generateName": f"{md['name']}.burn-in.", "namespace": NODE_EVENTS_NAMESPACE},
             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": md["name"], "uid": md.get("uid", "")},
             "reason": reason or EVENT_REASON[result], "message": message[:1024],
             "type": "Warning" if (result == FAILED if warning is None else warning) else "Normal",

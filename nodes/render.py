@@ -45,7 +45,7 @@ from workloads.render.common import (container_resources, env_list, labels, pod_
 
 from .burn_in import QUARANTINE_TAINT, PoolBurnIn
 from .breaker import BREAKER
-from .marks import DONE, PASSED, RESULT_LABEL
+from .marks import DONE, NODE_EVENTS_NAMESPACE, PASSED, RESULT_LABEL
 from .policy import burn_in_policies
 
 NAMESPACE = "rl-burn-in"
@@ -68,6 +68,10 @@ SCRIPT_FILES = {**{f"{name}.py": HERE / f"{name}.py" for name in
                 "preflight.py": HERE.parent / "workloads" / "pod" / "preflight.py",
                 "fabric_bench.py": HERE.parent / "workloads" / "pod" / "fabric_bench.py"}
 """What the agent imports, flat in one folder: the preflight and the bench are the workloads' own files."""
+
+
+NODE_EVENTS = "rl-burn-in-node-events"
+"""The Role that lets the burn-in's accounts write Events about nodes (``marks.NODE_EVENTS_NAMESPACE``)."""
 
 
 def _meta(name: str, namespace: str | None = NAMESPACE, skip_await: bool = False) -> dict:
@@ -102,6 +106,9 @@ def base_objects() -> list[dict]:
         {"apiVersion": rbac, "kind": "Role", "metadata": _meta("burn-in-events"),
          "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
         _binding("Role", "burn-in-events", [SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT], NAMESPACE),
+        {"apiVersion": rbac, "kind": "Role", "metadata": _meta(NODE_EVENTS, NODE_EVENTS_NAMESPACE),
+         "rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]},
+        _binding("Role", NODE_EVENTS, [SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT], NODE_EVENTS_NAMESPACE),
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(REPLACE_ACCOUNT)},
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(f"{NAMESPACE}-replace", None),
          "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},

@@ -72,6 +72,6 @@ def release(api: incluster.Api, node: Mapping[str, Any], namespace: str, now: da
             done.append(f"{name}: eviction of {ref} refused (its disruption budget): tried again in {period} s")
             continue
         done.append(f"{name}: evicted {ref} to re-test the node")
-        api.create_event(marks.event(node, namespace, marks.RETEST, f"evicted {ref} to re-test the node", now,
+        api.create_event(marks.event(node, marks.RETEST, f"evicted {ref} to re-test the node", now,
                                      reason="BurnInRetestEviction", warning=False, component="rl-burn-in-controller"))
     return done

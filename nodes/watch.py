@@ -91,7 +91,7 @@ def rebooted(node: Mapping[str, Any]) -> str | None:
     return f"the node rebooted since its burn-in (boot id {then} -> {now})" if then and now and then != now else None
 
 
-def check(api: incluster.Api, node_name: str, namespace: str, taint: Mapping[str, str]) -> str | None:
+def check(api: incluster.Api, node_name: str, taint: Mapping[str, str]) -> str | None:
     """One look at the node: re-test it when it rebooted since its pass or a run's preflight refused
     it; returns why."""
     node = api.node(node_name)
@@ -104,7 +104,7 @@ def check(api: incluster.Api, node_name: str, namespace: str, taint: Mapping[str
     if why is None:
         return None
     api.patch_node(node_name, marks.retest_patch(node, taint))
-    api.create_event(marks.event(node, namespace, marks.RETEST, f"{why}: burn-in again", datetime.now(timezone.utc)))
+    api.create_event(marks.event(node, marks.RETEST, f"{why}: burn-in again", datetime.now(timezone.utc)))
     return why
 
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     api, taint = incluster.Api(), json.loads(args.taint)
     while True:
         try:
-            why = check(api, os.environ["NODE_NAME"], os.environ["POD_NAMESPACE"], taint)
+            why = check(api, os.environ["NODE_NAME"], taint)
             if why:
                 print(f"re-test asked: {why}", flush=True)
         except (incluster.ApiError, OSError) as e:  # a conflict or a blip: look again next period

@@ -187,8 +187,8 @@ class FakeRuns(RunClient):
         self.polls, self.max_polls = 0, 3000
         self.last_poll: datetime | None = None
 
-    def tier_sizes(self, pools):
-        return {}
+    def run_tier_sizes(self, run, train, rollout):
+        return {}, {}
 
     def _exec(self, team, pod, command):
         self.execs.append(command)

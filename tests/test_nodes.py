@@ -230,7 +230,7 @@ def test_the_burn_in_may_write_its_own_result_and_only_on_its_own_node(policies)
 def test_the_burn_in_may_report_events_only_about_its_own_node(policies):
     event_policy = policies["rl-burn-in-own-events"]
     node = new_node(NODE)
-    own = marks.event(node, NAMESPACE, "failed", "burn-in failed: x", NOW)
+    own = marks.event(node, "failed", "burn-in failed: x", NOW)
     assert evaluate(event_policy, request_from(NODE), own, None) == []
     other = {**own, "involvedObject": {**own["involvedObject"], "name": "ip-10-0-9-9.ec2.internal"}}
     assert evaluate(event_policy, request_from(NODE), other, None) == [

@@ -299,10 +299,10 @@ def test_the_watcher_taints_its_node_again_when_a_runs_preflight_refused_it_afte
     server = FakeApiServer(node)
     try:
         server.pods = [run_pod(1, "2026-12-01T14:00:00Z"), run_pod(0, "2026-12-01T16:00:00Z")]
-        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # refused before
+        assert watch.check(server.api, node["metadata"]["name"], BURN_IN) is None  # refused before
         assert [r[0] for r in server.requests] == ["GET", "GET"]
         server.pods.append(run_pod(1, "2026-12-01T16:00:00Z", last=True))
-        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) == \
+        assert watch.check(server.api, node["metadata"]["name"], BURN_IN) == \
             "the preflight of pod team-a/miles-worker-trainer-x failed on this node"
     finally:
         server.close()
@@ -323,7 +323,7 @@ def test_the_watcher_leaves_a_node_whose_run_failed_its_own_configuration(proble
     server = FakeApiServer(node)
     try:
         server.pods = [run_pod(1, "2026-12-01T16:00:00Z", message=f"preflight FAILED on {NODE_NAME}: {problem}\n")]
-        assert watch.check(server.api, NODE_NAME, "rl-burn-in", BURN_IN) is None
+        assert watch.check(server.api, NODE_NAME, BURN_IN) is None
     finally:
         server.close()
     assert server.node["metadata"]["labels"][marks.RESULT_LABEL] == "passed" and not server.events
@@ -336,9 +336,9 @@ def test_the_watcher_retests_a_node_that_rebooted_since_its_pass():
                               "spec": {"taints": [GPU_TAINT]}})
     server = FakeApiServer(node)
     try:
-        assert watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN) is None  # same boot
+        assert watch.check(server.api, node["metadata"]["name"], BURN_IN) is None  # same boot
         server.node = merge(server.node, {"status": {"nodeInfo": {"bootID": "boot-2"}}})  # EKS auto-repair rebooted it
-        assert "rebooted" in watch.check(server.api, node["metadata"]["name"], "rl-burn-in", BURN_IN)
+        assert "rebooted" in watch.check(server.api, node["metadata"]["name"], BURN_IN)
     finally:
         server.close()
     assert taint_keys(server.node) == ["nvidia.com/gpu", "rl.platform/burn-in"]

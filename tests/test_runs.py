@@ -494,14 +494,17 @@ def test_dry_run_prints_the_objects_without_a_cluster_and_plan_exits_non_zero_on
     assert main(["plan", SHARED, str(too_big)], out=out.append) == 1
 
 
-def test_tier_sizes_count_only_the_pools_nodes():
+def test_tier_sizes_count_only_the_pools_nodes_and_each_pool_up_to_the_gangs_need():
     hns = [{"metadata": {"name": "a"}, "spec": {"tier": 1, "members": [
                {"type": "Node", "selector": {"exactMatch": {"name": n}}} for n in ("n1", "n2", "cpu1")]}},
            {"metadata": {"name": "b"}, "spec": {"tier": 1, "members": [
                {"type": "Node", "selector": {"exactMatch": {"name": "n3"}}}]}},
            {"metadata": {"name": "top"}, "spec": {"tier": 2, "members": [
                {"type": "HyperNode", "selector": {"exactMatch": {"name": h}}} for h in ("a", "b")]}}]
-    assert tier_sizes_from_hypernodes(hns, {"n1", "n2", "n3"}) == {1: 2, 2: 3}
+    assert tier_sizes_from_hypernodes(hns, [({"n1", "n2", "n3"}, 3)]) == {1: 2, 2: 3}
+    # train nodes n1, n2 under "a", a rollout node n3 under "b": a gang of 1 train and 1 rollout node
+    # fits no tier-1 HyperNode (1 of its 2 nodes in either), only "top"
+    assert tier_sizes_from_hypernodes(hns, [({"n1", "n2"}, 1), ({"n3"}, 1)]) == {1: 1, 2: 2}
     from workloads.checks.crds import crd_schema, validate
     schema = crd_schema("topology.volcano.sh/v1alpha1", "HyperNode")  # what label discovery creates
     for h in hns:

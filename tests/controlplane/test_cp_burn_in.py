@@ -76,14 +76,14 @@ def test_untested_nodes_hold_runs_off_until_the_agent_passes_them_and_a_reboot_s
             node = agent.node(n.metadata.name)
             agent.patch_node(n.metadata.name, marks.result_patch(node, _taint(BURN_IN_TAINT), _taint(QUARANTINE_TAINT),
                                                                  marks.PASSED, {"seconds": 1}, None, now))
-            agent.create_event(marks.event(node, NAMESPACE, marks.PASSED, "passed", now))
+            agent.create_event(marks.event(node, marks.PASSED, "passed", now))
         runs.all_running(platform, run.team, name, 1 + sum(run.nodes.values()), 180)
 
         rebooted = gpu_nodes[0].metadata.name
         watcher = _api(platform, WATCH_ACCOUNT, rebooted)
-        assert watch.check(watcher, rebooted, NAMESPACE, _taint(BURN_IN_TAINT)) is None  # passed, same boot
+        assert watch.check(watcher, rebooted, _taint(BURN_IN_TAINT)) is None  # passed, same boot
         core.patch_node_status(rebooted, {"status": {"nodeInfo": {"bootID": "after-a-reboot"}}})
-        assert watch.check(watcher, rebooted, NAMESPACE, _taint(BURN_IN_TAINT))
+        assert watch.check(watcher, rebooted, _taint(BURN_IN_TAINT))
         node = core.read_node(rebooted)
         assert node.metadata.labels[marks.RESULT_LABEL] == marks.RETEST
         assert any(t.key == BURN_IN_TAINT.key for t in node.spec.taints)

@@ -123,8 +123,8 @@ def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Calla
     if args.resume:
         run = attempt_of(run, api.next_attempt(run))
     train, rollout = run_pools(cfg)
-    sizes = api.tier_sizes((train.name, rollout.name))
-    objs = run_objects(cfg, run, sizes or None, api.tier_sizes((train.name,)) or None)
+    sizes, trainers = api.run_tier_sizes(run, train.name, rollout.name)
+    objs = run_objects(cfg, run, sizes or None, trainers or None)
     created = api.submit(sendable(cfg, objs.rayjob, args.repository))
     out(f"submitted {created['metadata']['namespace']}/{created['metadata']['name']} "
         f"({objs.gang.describe()}; {objs.trainer.describe()})")

@@ -127,12 +127,18 @@ class RunClient:
         return {"attempts": [_status(j) for j in jobs], "podGroup": podgroup,
                 "pods": {p.metadata.name: p.status.phase for p in pods}}
 
-    def tier_sizes(self, pools: tuple[str, ...]) -> dict[int, int]:
-        """Per tier, the most nodes of ``pools`` one HyperNode holds (``topology.tier_sizes_from_hypernodes``)."""
+    def tier_sizes(self, needs: dict[str, int]) -> dict[int, int]:
+        """Per tier, the most nodes of a gang taking ``needs[pool]`` nodes of each pool one HyperNode holds
+        (``topology.tier_sizes_from_hypernodes``)."""
         hypernodes = self.custom.list_cluster_custom_object(*HYPERNODE)["items"]
-        names = {n.metadata.name for pool in pools
-                 for n in self.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items}
-        return tier_sizes_from_hypernodes(hypernodes, names)
+        pools = [({n.metadata.name for n in self.core.list_node(label_selector=f"{POOL_LABEL}={pool}").items}, need)
+                 for pool, need in needs.items() if need]
+        return tier_sizes_from_hypernodes(hypernodes, pools)
+
+    def run_tier_sizes(self, run: RunFile, train: str, rollout: str) -> tuple[dict[int, int], dict[int, int]]:
+        """(the run's gang, its trainers): per tier, the most of their nodes one HyperNode holds."""
+        gang = {pool: run.nodes.get(pool, 0) for pool in (train, rollout)}
+        return self.tier_sizes(gang), self.tier_sizes({train: gang[train]})
 
     # --- writes --------------------------------------------------------------------------------
 

@@ -96,10 +96,14 @@ def unplaceable(run: RunFile, choices: Iterable[TierChoice], tier_nodes: Mapping
     return None
 
 
-def tier_sizes_from_hypernodes(hypernodes: Iterable[Mapping], pool_nodes: set[str]) -> dict[int, int]:
-    """Per tier, the most nodes of ``pool_nodes`` one HyperNode holds, from ``topology.volcano.sh``
-    HyperNode objects (tier-1 members are Nodes by exact name, higher tiers' are HyperNodes)."""
-    by_name = {h["metadata"]["name"]: h for h in hypernodes}
+def tier_sizes_from_hypernodes(hypernodes: Iterable[Mapping], needs: Iterable[tuple[set[str], int]]) -> dict[int, int]:
+    """Per tier, the most nodes of a gang one HyperNode holds, from ``topology.volcano.sh`` HyperNode objects
+    (tier-1 members are Nodes by exact name, higher tiers' are HyperNodes). ``needs`` pairs each pool's node
+    names with the nodes the gang takes there: a HyperNode holds, per pool, at most what the gang needs, so a
+    gang of train and rollout nodes counts as fitting a tier only where one HyperNode has enough of both
+    (a HyperNode of 16 train nodes holds 1 of a gang of 1 train and 2 rollout nodes, not 3: the gang's hard
+    pod affinity at that tier could never be met, as the control-plane tier showed)."""
+    by_name, needs = {h["metadata"]["name"]: h for h in hypernodes}, list(needs)
 
     def members(name: str) -> set[str]:
         spec = by_name[name]["spec"]
@@ -114,6 +118,6 @@ def tier_sizes_from_hypernodes(hypernodes: Iterable[Mapping], pool_nodes: set[st
 
     sizes: dict[int, int] = {}
     for name, h in by_name.items():
-        tier = int(h["spec"]["tier"])
-        sizes[tier] = max(sizes.get(tier, 0), len(members(name) & pool_nodes))
+        tier, held = int(h["spec"]["tier"]), members(name)
+        sizes[tier] = max(sizes.get(tier, 0), sum(min(len(held & nodes), need) for nodes, need in needs))
     return {t: n for t, n in sizes.items() if n}
