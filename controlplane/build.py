@@ -88,7 +88,7 @@ def gomod(component: Component) -> str:
     lines += [")", "", "replace ("]
     for old, new in replaces(upstream):
         if new.startswith((".", "/")):
-            if "FORBIDDEN" in new:
+            if "FORBIDDEN" in new:  # etcd's guard against importing a module it must not (./FORBIDDEN_DEPENDENCY)
                 continue
             new = f"{old} {staging_version(old, component)}"
         lines.append(f"\t{old} => {new}")

@@ -13,8 +13,8 @@ What makes it EKS-like where our objects meet it:
   bootstrap RBAC), so Jobs, DaemonSets, Deployments, garbage collection and PDB status are upstream's.
 
 Nodes are kwok's: Node objects the stack's pools describe (``controlplane.nodes``), heart-beaten and their
-bound pods moved through kwok's own "general" pod stages (created, running, completed, deleted at their
-deletion time, so a pod's grace period is honoured).
+bound pods moved through kwok's own "general" pod stages (created, running, completed, and a deleted pod
+gone at a random moment before its deletion time: a pod ends within its grace period, never after it).
 """
 
 from __future__ import annotations
@@ -168,9 +168,6 @@ class ControlPlane:
                           "--node-lease-duration-seconds=40"])  # 0 without a KwokConfiguration: no Lease, nodes go Unknown
 
     # --- clients -----------------------------------------------------------------------------------
-
-    def token(self, user: str) -> str:
-        return self.tokens[user]
 
     def kubeconfig(self, user: str, token: str | None = None) -> Path:
         """A kubeconfig file acting as ``user`` (a key of ``users``, or any name with ``token``)."""

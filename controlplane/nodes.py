@@ -15,6 +15,8 @@ Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for
 
 from __future__ import annotations
 
+import hashlib
+
 from stackconfig.stack import CapacityType, Pool
 from components.gpu_node_setup import registration_taints
 from nodes.marks import PASSED, RESULT_LABEL
@@ -72,7 +74,7 @@ def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": {KWOK_ANNOTATION: "fake"}},
             "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints],
-                     "providerID": f"aws:///{where}/i-{abs(hash(name)) % 16 ** 17:017x}"},
+                     "providerID": f"aws:///{where}/i-{hashlib.sha256(name.encode()).hexdigest()[:17]}"},
             "status": {"capacity": resources, "allocatable": resources}}
 
 

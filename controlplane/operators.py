@@ -6,7 +6,9 @@ Every rendered object is applied except what only makes sense inside a cluster w
 Deployments run here as processes with their rendered arguments (ConfigMap and Secret mounts become files,
 the listen addresses move to free ports on 127.0.0.1, the service-account token comes from the TokenRequest
 API); the admission-init Job (it makes the webhook's certificate) is replaced by the test CA; the webhook
-configurations keep their rules and ``failurePolicy`` and point at the webhook process by URL.
+configurations keep their rules and ``failurePolicy`` and point at the webhook process by URL. The chart is
+the built version's (1.14.1, ``controlplane.versions.VOLCANO_SERVED``): it renders the stack's scheduler and
+controller configuration as 1.15.1's does; 1.15.1 adds sharding flags the 1.14.1 binaries do not know.
 
 KubeRay: the chart is not in the operator's Go module, so its rendering is restated here for the values the
 stack sets (chart 1.7.0 templates/deployment.yaml, ``args``: ``batchScheduler.name`` -> ``--batch-scheduler``,
@@ -158,10 +160,6 @@ class Volcano:
         else:
             args.append(f"--listen-address=127.0.0.1:{free_port()}")
         return self.cp.run(name, [a for a in args if a != "2>&1"], VOLCANO_BINARIES[name])
-
-    def scheduler_conf(self) -> dict:
-        cm = next(c for c in self.of_kind("ConfigMap") if c["metadata"]["name"].endswith("scheduler-configmap"))
-        return yaml.safe_load(cm["data"]["volcano-scheduler.conf"])
 
 
 # --- KubeRay -----------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ first cluster admin). Every refusal is collected and raised together, naming the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from kubernetes import client
 
@@ -37,9 +36,6 @@ class Platform:
     def member(self, principal_arn: str) -> Kube:
         """A client acting as the IAM principal's session (its access entry's groups)."""
         return Kube(self.cp.client(principal_arn))
-
-    def kubeconfig(self, key: str) -> Path:
-        return self.cp.kubeconfig(key)
 
     def stop(self) -> None:
         self.cp.stop()
@@ -70,9 +66,9 @@ def apply_graph(kube: Kube, objs: list[dict]) -> None:
 
 def quota_counted(quota) -> bool:
     """The quota controller has counted every resource the quota limits. Until it has, the API server refuses
-    every create the quota covers ("status unknown for quota"): for a count of a custom resource this lasts
-    until the controller's discovery resync finds the CRD (kube-controller-manager's resource-quota
-    controller, up to 30 s after the CRD appears), on EKS as here."""
+    every create the quota covers ("status unknown for quota"): a quota created before the controller's
+    discovery found its CRD (up to 30 s after the CRD appears) lacks that count until the next full resync
+    (``controlplane.cluster.QUOTA_SYNC``)."""
     return set(quota.spec.hard or {}) <= set((quota.status and quota.status.used) or {})
 
 

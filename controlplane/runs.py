@@ -4,7 +4,6 @@ kubeconfig acting as the member's IAM session, and what KubeRay and Volcano then
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes import client
@@ -46,13 +45,6 @@ def submit(platform: Platform, run_file: Path, as_principal: str, *extra: str) -
     return printed
 
 
-@dataclass(frozen=True)
-class Placed:
-    pods: dict[str, str]
-    """Pod name -> node name (empty while unbound)."""
-    phases: dict[str, str]
-
-
 def run_pods(platform: Platform, team: str, rayjob: str) -> list[client.V1Pod]:
     core = client.CoreV1Api(platform.cp.client())
     cluster = rayjob_cluster(platform, team, rayjob)
@@ -83,11 +75,12 @@ def delete_run(platform: Platform, team: str, rayjob: str, timeout: float = 120)
     pods are then gone, as after a kubelet's graceful stop."""
     ns, core = namespace_of(team), client.CoreV1Api(platform.cp.client())
     cluster = rayjob_cluster(platform, team, rayjob)
+    assert cluster, f"RayJob {ns}/{rayjob} has no cluster yet"
     platform.admin.delete(*RAYJOB, rayjob, ns)
     eventually(f"RayJob {ns}/{rayjob} gone", lambda: platform.admin.get(*RAYJOB, rayjob, ns) is None, timeout)
 
     def terminating():
-        pods = core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster={cluster}").items if cluster else []
+        pods = core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster={cluster}").items
         for pod in pods:
             if pod.metadata.deletion_timestamp:
                 core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)

@@ -71,6 +71,8 @@ def test_untested_nodes_hold_runs_off_until_the_agent_passes_them_and_a_reboot_s
         assert bound == [], f"run pods bound to untested nodes: {bound}"
 
         now = datetime.now(timezone.utc)
+        for n in gpu_nodes:  # the boot id a kubelet reports (kwok's nodes have none)
+            core.patch_node_status(n.metadata.name, {"status": {"nodeInfo": {"bootID": f"{n.metadata.name}-boot-1"}}})
         for n in gpu_nodes:
             agent = _api(platform, SERVICE_ACCOUNT, n.metadata.name)
             node = agent.node(n.metadata.name)

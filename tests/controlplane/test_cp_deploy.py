@@ -20,10 +20,6 @@ def _platform(stack: str):
     return platform_of(stack, recorded)
 
 
-def _pods(platform, namespace: str, selector: str = "") -> list:
-    return client.CoreV1Api(platform.cp.client()).list_namespaced_pod(namespace, label_selector=selector).items
-
-
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_object_of_the_graph_is_admitted_and_every_daemonset_is_ready(stack):
     platform = _platform(stack)  # deploy raises, naming each refused object

@@ -23,11 +23,6 @@ def _shared():
     return platform_of("p5en-shared", recorded)
 
 
-def _expected_pods(run) -> Counter:
-    """Pods per pool the run file asks for: its nodes per pool, plus the head on the head's pool."""
-    return Counter({**run.nodes})
-
-
 def test_the_reference_raycluster_of_p5en_prod_runs_on_its_pools():
     platform = platform_of("p5en-prod", recorded)
     cluster = next(o for o in platform.admin.list("ray.io/v1", "RayCluster"))
