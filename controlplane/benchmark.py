@@ -29,7 +29,7 @@ def section(warm_s: float, result: str) -> str:
     return "\n".join([
         BEGIN, "## Control-plane stage (`bash controlplane/run`)", "",
         f"Measured {datetime.date.today()} on this machine (2 cores). Cold: `go build` of each component from an "
-        "empty module and build cache, module downloads included (sequential, one component after another). "
+        "empty module and build cache, module downloads included (sequential, one component after another; the builds recorded here ran while other work loaded the machine, load average 4-12). "
         "Warm: the whole stage with every binary cached, `time.perf_counter` around `bash controlplane/run`.", "",
         "| component | module | binaries | cold build s |", "|---|---|---|---:|", *rows,
         f"| **all** | | | **{cold}** |", "",

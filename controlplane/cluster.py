@@ -183,16 +183,19 @@ class ControlPlane:
         configuration.api_key = {"authorization": f"Bearer {token or self.tokens[user]}"}
         return client.ApiClient(configuration)
 
-    def service_account_token(self, namespace: str, name: str, pod: client.V1Pod | None = None) -> str:
-        """A real token of ``namespace/name`` from the TokenRequest API (the account is made if missing);
-        bound to ``pod`` as the kubelet's projected token is, so the API server adds the pod's node name to
-        the user's extra (``authentication.kubernetes.io/node-name``)."""
-        core = client.CoreV1Api(self.client())
-        try:
-            core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
+    def service_account_token(self, namespace: str, name: str, pod: client.V1Pod | None = None,
+                              create: bool = False) -> str:
+        """A real token of ``namespace/name`` from the TokenRequest API; bound to ``pod`` as the kubelet's
+        projected token is, so the API server adds the pod's node name to the user's extra
+        (``authentication.kubernetes.io/node-name``). ``create``: the account is the harness's own (an
+        operator's, which its chart would make); otherwise a missing account is the stack's defect and fails."""
+        core = client.CoreV1Api(self.client(BOOTSTRAP))
+        if create:
+            try:
+                core.create_namespaced_service_account(namespace, {"metadata": {"name": name}})
+            except client.ApiException as e:
+                if e.status != 409:
+                    raise
         request = {"spec": {"expirationSeconds": 86400, "audiences": [SERVICE_ACCOUNT_ISSUER]}}
         if pod is not None:
             request["spec"]["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,

@@ -42,6 +42,9 @@ KUBERAY_GATES_1_7_0 = {"RayClusterStatusConditions": True, "RayJobDeletionPolicy
 """Chart 1.7.0 values.yaml ``featureGates`` (ray-project/kuberay v1.7.0, helm-chart/kuberay-operator/values.yaml,
 blob 174a651b, lines 149-165), rendered as one ``--feature-gates`` (templates/_helpers.tpl ``kuberay.featureGates``)."""
 KUBERAY_SERVICE_ACCOUNT = "kuberay-operator"
+KUBERAY_VALUES_FOLLOWED = {"batchScheduler", "nodeSelector", "tolerations", "priorityClassName"}
+"""The chart values the stack sets: ``batchScheduler`` becomes a flag; the others place the operator's pod,
+which runs here as a process."""
 KUBERAY_VOLCANO_RULE = {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
                         "verbs": ["create", "delete", "get", "list", "update", "watch"]}
 """What chart 1.7.0 adds to the operator's ClusterRole when ``batchScheduler.name`` is ``volcano``
@@ -150,7 +153,8 @@ class Volcano:
             for mount_path, local in mounts.items():
                 arg = arg.replace(mount_path, local)
             args.append(arg)
-        token = self.cp.service_account_token(self.namespace, pod.get("serviceAccountName") or pod["serviceAccount"])
+        token = self.cp.service_account_token(self.namespace, pod.get("serviceAccountName") or pod["serviceAccount"],
+                                              create=True)
         args += ["--kubeconfig", str(self.cp.kubeconfig(f"{self.namespace}:{name}", token)),
                  f"--healthz-address=127.0.0.1:{free_port()}"]
         if name == "volcano-admission":
@@ -167,7 +171,11 @@ class Volcano:
 
 def kuberay_args(values: dict, known_gates: set[str]) -> list[str]:
     """What chart 1.7.0's deployment template renders from ``values`` over the chart's defaults. Gates the
-    built operator does not know are left out when the chart turns them off (they are off either way)."""
+    built operator does not know are left out when the chart turns them off (they are off either way). A value
+    this restatement does not follow is refused, so a new stack value cannot pass here unrendered."""
+    unknown = set(values) - KUBERAY_VALUES_FOLLOWED
+    if unknown:
+        raise ValueError(f"kuberay-operator values not restated for the test operator: {sorted(unknown)}")
     args = []
     if (values.get("batchScheduler") or {}).get("name"):
         args.append(f"--batch-scheduler={values['batchScheduler']['name']}")
@@ -219,7 +227,7 @@ def install_kuberay(cp: ControlPlane, kube: Kube, release: dict) -> Process:
             if "subjects" in obj:
                 obj["subjects"] = subject
             kube.apply(obj)
-    token = cp.service_account_token(namespace, KUBERAY_SERVICE_ACCOUNT)
+    token = cp.service_account_token(namespace, KUBERAY_SERVICE_ACCOUNT, create=True)
     kubeconfig = cp.kubeconfig(f"{namespace}:{KUBERAY_SERVICE_ACCOUNT}", token)
     return cp.run("kuberay-operator", [
         *kuberay_args(values, known_gates(module)), f"--kubeconfig={kubeconfig}",

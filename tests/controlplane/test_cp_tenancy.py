@@ -39,7 +39,7 @@ def beta(shared) -> Kube:
 def operator(shared) -> Kube:
     """The KubeRay operator's identity: it creates every Ray pod of every team."""
     ns = stack.release(shared.graph, "kuberay-operator")["namespace"]
-    return Kube(shared.cp.client(token=shared.cp.service_account_token(ns, KUBERAY_SERVICE_ACCOUNT)))
+    return Kube(shared.cp.client(token=shared.cp.service_account_token(ns, KUBERAY_SERVICE_ACCOUNT)))  # made at install
 
 
 @pytest.fixture(scope="module")
