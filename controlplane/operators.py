@@ -42,9 +42,9 @@ KUBERAY_GATES_1_7_0 = {"RayClusterStatusConditions": True, "RayJobDeletionPolicy
 """Chart 1.7.0 values.yaml ``featureGates`` (ray-project/kuberay v1.7.0, helm-chart/kuberay-operator/values.yaml,
 blob 174a651b, lines 149-165), rendered as one ``--feature-gates`` (templates/_helpers.tpl ``kuberay.featureGates``)."""
 KUBERAY_SERVICE_ACCOUNT = "kuberay-operator"
-KUBERAY_VALUES_FOLLOWED = {"batchScheduler", "nodeSelector", "tolerations", "priorityClassName"}
-"""The chart values the stack sets: ``batchScheduler`` becomes a flag; the others place the operator's pod,
-which runs here as a process."""
+KUBERAY_VALUES_FOLLOWED = {"batchScheduler", "nodeSelector", "tolerations", "priorityClassName", "image"}
+"""The chart values the stack sets: ``batchScheduler`` becomes a flag; the others place the operator's pod
+and name its image, which runs here as a process built from the module."""
 KUBERAY_VOLCANO_RULE = {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
                         "verbs": ["create", "delete", "get", "list", "update", "watch"]}
 """What chart 1.7.0 adds to the operator's ClusterRole when ``batchScheduler.name`` is ``volcano``
