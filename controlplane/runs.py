@@ -58,11 +58,21 @@ def rayjob_cluster(platform: Platform, team: str, rayjob: str) -> str | None:
     return ((job or {}).get("status") or {}).get("rayClusterName")
 
 
-def all_running(platform: Platform, team: str, rayjob: str, expected: int, timeout: float = 120) -> list[client.V1Pod]:
+def cluster_running(platform: Platform, namespace: str, cluster: str, expected: int,
+                    timeout: float = 120) -> list[client.V1Pod]:
+    """The ``expected`` pods of Ray cluster ``namespace/cluster``, once all of them are Running."""
+    core = client.CoreV1Api(platform.cp.client())
+
     def running():
-        pods = run_pods(platform, team, rayjob)
+        pods = core.list_namespaced_pod(namespace, label_selector=f"ray.io/cluster={cluster}").items
         return pods if len(pods) == expected and all(p.status.phase == "Running" for p in pods) else None
-    return eventually(f"{team}/{rayjob}: {expected} pods Running", running, timeout)
+    return eventually(f"Ray cluster {namespace}/{cluster}: {expected} pods Running", running, timeout)
+
+
+def all_running(platform: Platform, team: str, rayjob: str, expected: int, timeout: float = 120) -> list[client.V1Pod]:
+    """The pods of the RayJob's cluster, once all ``expected`` of them are Running."""
+    cluster = eventually(f"{team}/{rayjob}'s cluster", lambda: rayjob_cluster(platform, team, rayjob), timeout)
+    return cluster_running(platform, namespace_of(team), cluster, expected, timeout)
 
 
 def rayjobs(kube: Kube, team: str) -> list[dict]:

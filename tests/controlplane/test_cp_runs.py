@@ -7,12 +7,11 @@ from collections import Counter
 
 import pytest
 from conftest import ROOT, recorded
-from kubernetes import client
 
 from workloads.checks.runs import load_run
 from workloads.render.teams import namespace_of
 
-from controlplane import runs
+from controlplane import runs, stack
 from controlplane.kube import eventually
 from controlplane.session import platform_of
 
@@ -25,16 +24,12 @@ def _shared():
 
 def test_the_reference_raycluster_of_p5en_prod_runs_on_its_pools():
     platform = platform_of("p5en-prod", recorded)
-    cluster = next(o for o in platform.admin.list("ray.io/v1", "RayCluster"))
-    ns, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
-    groups = {g["groupName"]: g for g in cluster["spec"]["workerGroupSpecs"]}
-    expected = 1 + sum(g["replicas"] for g in groups.values())
-    core = client.CoreV1Api(platform.cp.client())
-
-    def running():
-        pods = core.list_namespaced_pod(ns, label_selector=f"ray.io/cluster={name}").items
-        return pods if len(pods) == expected and all(p.status.phase == "Running" for p in pods) else None
-    pods = eventually(f"RayCluster {ns}/{name}: {expected} pods Running", running, 180)
+    rendered = [o for o in stack.objects(platform.graph) if o["kind"] == "RayCluster"]
+    assert len(rendered) == 1, "p5en-prod renders one reference RayCluster"
+    ns, name = rendered[0]["metadata"]["namespace"], rendered[0]["metadata"]["name"]
+    cluster = platform.admin.get("ray.io/v1", "RayCluster", name, ns)
+    expected = 1 + sum(g["replicas"] for g in cluster["spec"]["workerGroupSpecs"])
+    pods = runs.cluster_running(platform, ns, name, expected, 180)
     for pod in pods:
         wanted = pod.spec.node_selector["rl.platform/pool"]
         assert runs.node_pool(platform, pod.spec.node_name) == wanted, pod.metadata.name
