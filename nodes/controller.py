@@ -149,7 +149,10 @@ def reconcile(api: incluster.Api, plan: Mapping[str, Any], now: datetime,
     nodes = api.nodes(f"{plan['poolLabel']} in ({','.join(sorted(plan['pools']))})")
     try:
         for node in (n for n in nodes if retest.retesting(n, plan["taint"])):
-            done += retest.release(api, node, plan["namespace"], now, PERIOD_SECONDS)
+            try:  # one node's refusal never stops the pass: pairing and replacement go on
+                done += retest.release(api, node, plan["namespace"], now, PERIOD_SECONDS)
+            except incluster.ApiError as e:
+                done.append(f"{node['metadata']['name']}: re-test not freed ({e}): tried again in {PERIOD_SECONDS} s")
         done += pairs.pair(api, nodes, plan["poolLabel"], now)
         for pool, limits in sorted(plan["pools"].items()):
             mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]

@@ -14,7 +14,9 @@ server ignores the budget for a pod that is Pending (a preflight that keeps fail
 in its init container), Succeeded, Failed or already terminating (kubernetes/kubernetes
 pkg/registry/core/pod/storage/eviction.go ``canIgnorePDB``, read at 01aa0f3f), so the crash-looping worker
 goes at once; a healthy run pod whose budget allows no disruption (the runs' ``maxUnavailable: 0``) is
-refused 429 and asked again next pass, until its run ends. Not ``NoExecute``: the taint manager would
+refused 429 and asked again next pass, until its run ends. Any other refusal (a pod under two budgets,
+500; an admission policy, 403) is reported for that pod and asked again next pass, so it never stops the
+controller's pass (pairing and replacement in every pool go on). Not ``NoExecute``: the taint manager would
 evict every pod that does not tolerate the taint, the device plugins included, and ignore the budgets.
 """
 
@@ -67,9 +69,8 @@ def release(api: incluster.Api, node: Mapping[str, Any], namespace: str, now: da
         except incluster.ApiError as e:
             if e.status == 404:
                 continue
-            if e.status != REFUSED:
-                raise
-            done.append(f"{name}: eviction of {ref} refused (its disruption budget): tried again in {period} s")
+            why = "its disruption budget" if e.status == REFUSED else str(e)
+            done.append(f"{name}: eviction of {ref} refused ({why}): tried again in {period} s")
             continue
         done.append(f"{name}: evicted {ref} to re-test the node")
         api.create_event(marks.event(node, marks.RETEST, f"evicted {ref} to re-test the node", now,

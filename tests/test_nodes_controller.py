@@ -34,7 +34,7 @@ class Cluster(ApiServer):
 
     def __init__(self, nodes):
         super().__init__([(NODES, n) for n in nodes])
-        self.events, self.requests, self.guarded = [], [], set()
+        self.events, self.requests, self.guarded, self.refusing = [], [], set(), {}
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -66,6 +66,8 @@ class Cluster(ApiServer):
 
     def evict(self, pod: str, body: dict) -> tuple[int, dict]:
         assert (body["apiVersion"], body["kind"], body["metadata"]["name"]) == ("policy/v1", "Eviction", pod.rsplit("/", 1)[-1])
+        if pod in self.refusing:
+            return self.refusing[pod], status(self.refusing[pod], "InternalError", "refused")
         if pod in self.guarded:
             return 429, status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
         return self.answer("DELETE", pod)
@@ -302,9 +304,10 @@ def test_deleting_the_breaker_configmap_does_not_reset_it(cluster):
 
 # --- a re-test evicts what holds the node ---------------------------------------------------------------
 
-def _pod(name, node, ns="team-a", gpus=8, phase="Running", owner=None, ready=True):
+def _pod(name, node, ns="team-a", gpus=8, phase="Running", owner=None, ready=True, ending=False):
     pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": ns, **({"ownerReferences": [{"kind": owner, "name": "x"}]} if owner else {})},
+           "metadata": {"name": name, "namespace": ns, **({"ownerReferences": [{"kind": owner, "name": "x"}]} if owner else {}),
+                        **({"deletionTimestamp": "2026-12-01T14:59:00Z"} if ending else {})},
            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": (
                {"nvidia.com/gpu": str(gpus), "vpc.amazonaws.com/efa": "16"} if gpus else {"cpu": "1"})}}]},
            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
@@ -320,13 +323,15 @@ def _retest_node(i):
 def held_node(cluster):
     """A node asked to re-test that a run still holds: its crash-looping worker (Pending: the preflight
     init container fails, KubeRay v1.7.0 leaves the pod in place) and a healthy one guarded by the run's
-    budget, beside the device plugin and the burn-in pod (DaemonSets) and a CPU pod."""
+    budget, beside the device plugin and the burn-in pod (DaemonSets), a GPU DaemonSet pod of another
+    namespace, a run pod already ending (its grace period runs) and a CPU pod."""
     retest, other = _retest_node(1), gpu_node(2, "passed")
     c = cluster([retest, other])
     name = retest["metadata"]["name"]
     pods = [_pod("miles-worker-crashing", name, phase="Pending", ready=False), _pod("miles-worker-healthy", name),
             _pod("nvidia-device-plugin-x", name, ns="kube-system", gpus=0, owner="DaemonSet"),
             _pod("burn-in-train-x", name, ns="rl-burn-in", owner="DaemonSet"), _pod("cpu-only", name, gpus=0),
+            _pod("gpu-exporter-x", name, ns="monitoring", owner="DaemonSet"), _pod("miles-worker-ending", name, ending=True),
             _pod("miles-worker-elsewhere", other["metadata"]["name"])]
     for p in pods:
         c.put(f"/api/v1/namespaces/{p['metadata']['namespace']}/pods", p)
@@ -342,11 +347,38 @@ def test_a_retest_evicts_the_run_pods_that_hold_the_node_through_the_eviction_ap
                     f"{name}: eviction of team-a/miles-worker-healthy refused (its disruption budget): tried again "
                     f"in {controller.PERIOD_SECONDS} s"]
     assert {p.rsplit("/", 1)[-1] for p in c.pods} == {"miles-worker-healthy", "nvidia-device-plugin-x", "burn-in-train-x",
-                                                      "cpu-only", "miles-worker-elsewhere"}
+                                                      "cpu-only", "miles-worker-elsewhere", "gpu-exporter-x",
+                                                      "miles-worker-ending"}
     assert [e["reason"] for e in c.events] == ["BurnInRetestEviction"]
     c.guarded.clear()  # the run saved and stopped: its budget no longer holds the pod
     assert controller.reconcile(c.api, plan, NOW + timedelta(minutes=1), mark=lambda n: None) == [
         f"{name}: evicted team-a/miles-worker-healthy to re-test the node"]
+
+
+@pytest.mark.parametrize("answer", [500, 403])
+def test_an_eviction_refused_otherwise_is_reported_and_the_pass_goes_on_to_replacement(held_node, answer):
+    """A pod under two budgets (500) or an admission policy's denial (403) is that pod's problem: the
+    other pods are evicted and every pool's replacement still runs."""
+    c, name = held_node
+    c.refusing["/api/v1/namespaces/team-a/pods/miles-worker-crashing"] = answer
+    c.guarded.clear()
+    c.put(NODES, gpu_node(3, "failed", "hardware"))
+    marked = []
+    done = controller.reconcile(c.api, PLAN, NOW, mark=marked.append)
+    assert done[0].startswith(f"{name}: eviction of team-a/miles-worker-crashing refused (HTTP {answer}: ")
+    assert done[1:] == [f"{name}: evicted team-a/miles-worker-healthy to re-test the node",
+                        "ip-10-0-1-3.ec2.internal: replacement requested"]
+    assert [n["metadata"]["name"] for n in marked] == ["ip-10-0-1-3.ec2.internal"]
+
+
+def test_a_node_whose_pods_cannot_be_listed_does_not_stop_the_pass(held_node):
+    c, name = held_node
+    c.put(NODES, gpu_node(3, "failed", "hardware"))
+    real = c.respond
+    c.respond = lambda m, p, q, b: (403, status(403, "Forbidden", "no")) if p == "/api/v1/pods" else real(m, p, q, b)
+    done = controller.reconcile(c.api, PLAN, NOW, mark=lambda n: None)
+    assert done[0].startswith(f"{name}: re-test not freed (HTTP 403: ")
+    assert done[1:] == ["ip-10-0-1-3.ec2.internal: replacement requested"]
 
 
 def test_every_call_of_the_controller_is_allowed_by_the_rbac_the_stack_renders(held_node):
