@@ -775,6 +775,77 @@ def extract_sglang(wheel: Path) -> dict:
             "choices": dict(sorted(parsed.choices.items()))}
 
 
+# ------------------------------------------------------------------------------- trusting a result
+
+FLOOR_SHARE = 0.5
+"""A release with fewer flags than this share of the fewest any other profile's release has is a parse
+that missed where the release declares its flags (SGLang 0.5.23 moved the ``ServerArgs`` fields to
+``sglang/srt/arg_groups/fields/``: 9 flags read), not a release that dropped them. Half: the profiles'
+releases hold 341 (0.5.9) to 516 (0.5.19) flags, and the oldest passes against the newer ones."""
+
+
+def known_sglang(but: str) -> dict[str, dict[str, str]]:
+    """The vendored flag list of each software profile's SGLang release other than ``but``, by version."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from software import profiles
+    from workloads.checks.flags import SCHEMAS
+    return {p.sglang.version: json.loads((SCHEMAS / p.sglang.flags).read_text())["flags"]
+            for p in profiles().values() if p.sglang.version != but}
+
+
+def sglang_flags_in_use() -> set[str]:
+    """The ``ServerArgs`` flags the platform passes: the ``--sglang-*`` flags (prefix removed) of the
+    command line of every stack's own run, and of every run file under ``runs/`` on each stack that
+    admits it. A stack or run the gate refuses (one naming the release being extracted) is left out."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from stackconfig.files import STACKS_DIR, stack_names
+    from workloads.checks import gate
+    from workloads.checks.flags import argv_pairs, profile_flags
+    from workloads.checks.runs import load_run, run_config
+    from workloads.derive.argv import miles_argv
+    from workloads.schema.settings import Submission
+    runs = sorted((STACKS_DIR.parent / "runs").glob("*.yaml"))
+    used: set[str] = set()
+    for stack in stack_names():
+        try:
+            cfg = gate.read(stack)
+        except ValueError as err:
+            print(f"stack {stack} left out of the flags in use: {err}", file=sys.stderr)
+            continue
+        seen = [cfg]
+        if cfg.workloads.submit is Submission.RUNS:
+            seen = []
+            for path in runs:
+                try:
+                    seen.append(run_config(cfg, load_run(path)))
+                except ValueError:
+                    continue  # another stack's team, or a run this stack never places
+        for c in seen:
+            prefix = profile_flags(c.workloads.run.software).sglang_prefix
+            used |= {"--" + f[len(prefix):] for f, _ in argv_pairs(miles_argv(c)) if f.startswith(prefix)}
+    return used
+
+
+def sglang_trust_problems(version: str, flags: dict[str, str], known: dict[str, dict[str, str]],
+                          in_use: set[str]) -> list[str]:
+    """Why SGLang ``version``'s extracted ``flags`` cannot be trusted, judged against the ``known``
+    releases' lists: fewer flags than ``FLOOR_SHARE`` of the fewest any of them has, or a flag the
+    platform passes (``in_use``) that every known release has and this one lacks."""
+    out = []
+    if known:
+        fewest = min(known, key=lambda v: len(known[v]))
+        floor = int(len(known[fewest]) * FLOOR_SHARE)
+        if len(flags) < floor:
+            out.append(f"SGLang {version}: {len(flags)} flags read, fewer than {floor} ({FLOOR_SHARE:.0%} of "
+                       f"{fewest}'s {len(known[fewest])}): the release declares its flags where "
+                       f"workloads/checks/flags.py parse_server_args does not read; extend it")
+    lacking = sorted(f for f in in_use if f not in flags and all(f in k for k in known.values()))
+    if lacking:
+        out.append(f"SGLang {version}: no {', '.join(lacking)}, which the platform passes and "
+                   f"{', '.join(sorted(known, key=lambda v: tuple(map(int, v.split('.')))))} all have; read the release's server_args before trusting this")
+    return out
+
+
 # -------------------------------------------------------------------------------------------- CLI
 
 def write(doc: dict, out: Path | None) -> None:
@@ -815,7 +886,12 @@ def main(argv: list[str] | None = None) -> None:
                                 "Megatron flags Miles' examples use; without it that list is empty")
     args = parser.parse_args(argv)
     if args.what == "sglang":
-        write(extract_sglang(args.wheel), args.out)
+        doc = extract_sglang(args.wheel)
+        version = doc["origin"]["version"]
+        problems = sglang_trust_problems(version, doc["flags"], known_sglang(but=version), sglang_flags_in_use())
+        if problems:
+            raise SystemExit("refused, nothing written: " + "; ".join(problems))
+        write(doc, args.out)
         return
     tree = tree_from(args)
     if args.what == "megatron":
