@@ -47,7 +47,8 @@ Regenerate the vendored files::
 
 Slime (``slime`` command) has Miles' parser layout under ``slime/``; its output has the same
 structure (the framework's own flags under ``miles_flags``). SGLang (``sglang`` command): the
-``ServerArgs`` flags of a release wheel, with the wheel's sha256.
+``ServerArgs`` flags of a release wheel, with the wheel's sha256; a list it cannot trust is refused and
+nothing written (``sglang_trust_problems``).
 """
 
 from __future__ import annotations
