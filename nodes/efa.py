@@ -49,6 +49,10 @@ DATA_ERROR = "Error at iteration="
 Found = tuple[list[str], dict, list[str]]
 
 
+FI_INFO_SECONDS = 60
+"""How long ``fi_info`` may take to list the providers; past it the census lists none (software)."""
+
+
 def mounted() -> list[str]:
     """The uverbs devices the device plugin put into the pod."""
     return sorted(p.name for p in DEVICE_DIR.glob("uverbs*")) if DEVICE_DIR.is_dir() else []
@@ -59,7 +63,11 @@ def listed() -> tuple[list[str] | None, str]:
     listed none: ``fi_getinfo: -61 (No data available)`` and exit 61, util/info.c ``run``)."""
     if shutil.which("fi_info") is None:
         return None, ""
-    done = subprocess.run(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"], capture_output=True, text=True, timeout=60)
+    try:
+        done = subprocess.run(["fi_info", "-p", "efa", "-t", "FI_EP_RDM"], capture_output=True, text=True,
+                              timeout=FI_INFO_SECONDS)
+    except subprocess.TimeoutExpired:
+        return [], f"fi_info gave no answer within {FI_INFO_SECONDS} s"
     if done.returncode:
         return [], (done.stderr or done.stdout).strip()[-200:]
     return sorted(preflight.efa_domains(done.stdout)), ""

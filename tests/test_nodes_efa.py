@@ -37,6 +37,15 @@ def test_no_efa_provider_in_libfabric_is_software(node_env, train_plan):
     assert "libfabric lists no efa provider" in reason and "2 EFA devices mounted" in reason
 
 
+def test_fi_info_that_never_answers_is_software_not_a_crash(node_env, train_plan, monkeypatch):
+    from nodes import efa
+    monkeypatch.setattr(efa, "FI_INFO_SECONDS", 0.5)
+    _tool(node_env["results"].parent / "bin", "fi_info", "#!/bin/sh\nsleep 5\n")
+    result, fault, reason = _verdict(node_env["run"](_efa_only(train_plan)).node)
+    assert (result, fault) == ("failed", "software")
+    assert "fi_info gave no answer within 0.5 s" in reason
+
+
 def test_a_mounted_device_libfabric_does_not_list_is_hardware(node_env, train_plan):
     (node_env["devices"] / "uverbs2").write_text("")  # the device plugin mounted three
     result, fault, reason = _verdict(node_env["run"]({**_efa_only(train_plan), "efaDevices": 3}).node)
