@@ -12,7 +12,9 @@ GPU) and, in DCGM 4, a ``test_summary``; each result or summary has a ``status``
 the document holds only ``runtime_error`` (``Diag::HelperDisplayFailureMessage``).
 
 Judged here: a test failed when any of its results (or its summary) is "Fail"; it is the node's hardware
-when such a failed entry carries a hardware error category; a test the level runs and the burn-in
+when such a failed entry carries a hardware error category, or DCGM's severity ISOLATE ("Cannot perform
+workload. GPU should be isolated", ``dcgmErrorSeverity_enum``) outside the two software categories that
+name something off the GPU (``ISOLATE_ELSEWHERE``); a test the level runs and the burn-in
 requires (``REQUIRED``) that is skipped or absent is not a pass.
 """
 
@@ -28,6 +30,17 @@ HARDWARE_CATEGORIES = frozenset(range(9, 16))
 v3.3.9 ``dcgmlib/dcgm_errors.h`` (held to the vendored enum by ``tests/test_nodes_dcgm.py``). A plugin's Fail
 also covers "could not complete because of a setup or execution error" (DCGM docs, Diagnostic Plugins,
 "Interpreting results"): only a Fail with a hardware category is the node's hardware."""
+ISOLATE = 2
+"""``DCGM_ERROR_ISOLATE`` (v4.5.2 and v3.3.9 ``dcgmlib/dcgm_errors.h``). DCGM files some GPU faults that
+cannot be contained under a category that is not "hardware", with this severity (v4.5.2
+``dcgmlib/src/dcgm_errors.c`` ``dcgmErrorMeta``): ``DCGM_FR_UNCONTAINED_ERROR`` (Xid 95) and
+``DCGM_FR_SXID_ERROR`` (a fatal NVSwitch SXID) under SOFTWARE_XID, the field thresholds under
+PERF_THRESHOLD and PERF_VIOLATION, ``DCGM_FR_EUD_TEST_FAILED`` under SOFTWARE_EUD: the node's hardware.
+A TRIAGE performance shortfall (``DCGM_FR_MEMORY_BANDWIDTH``, ``DCGM_FR_STRESS_LEVEL``) is not: the node is
+quarantined for a person, as DCGM asks."""
+ISOLATE_ELSEWHERE = frozenset({4, 8})
+"""SOFTWARE_LIBRARY (``DCGM_FR_NVML_LIB_BAD``: the image's libnvidia-ml) and SOFTWARE_OTHER
+(``DCGM_FR_IMEX_UNHEALTHY``: the host's IMEX daemon): ISOLATE there is not the GPU's fault."""
 REQUIRED = {2: ("memory", "pcie"),
             3: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"),
             4: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth",
@@ -77,9 +90,17 @@ def _entries(test: dict) -> list[dict]:
     return [r for r in [*(test.get("results") or []), test.get("test_summary")] if isinstance(r, dict)]
 
 
+def hardware_error(warning: Any) -> bool:
+    """One of DCGM's errors (``warnings[]``) is the node's hardware: by its category, or by its severity."""
+    if not isinstance(warning, dict):
+        return False
+    category = warning.get("error_category")
+    return category in HARDWARE_CATEGORIES or (warning.get("error_severity") == ISOLATE
+                                               and category not in ISOLATE_ELSEWHERE)
+
+
 def _hardware(entry: dict) -> bool:
-    return any(isinstance(w, dict) and w.get("error_category") in HARDWARE_CATEGORIES
-               for w in entry.get("warnings") or [])
+    return any(hardware_error(w) for w in entry.get("warnings") or [])
 
 
 def diagnostic_of(doc: Any) -> dict:

@@ -4,7 +4,7 @@ Every key is looked up in DCGM's ``testing/python3/dcgm_diag_schema.json`` of th
 schema does not have raises), and every document is validated against that schema, so a test
 document has DCGM's shape, not one invented here. The schema gives the keys; the values follow what
 ``dcgmi`` writes: statuses "Pass", "Skip", "Fail" (``Diag::HelperDisplayDiagResult``, DCGM v4.5.2 and
-v3.3.9 ``dcgmi/Diag.cpp``), integer error categories (``dcgmErrorCategory_enum``, ``dcgm_errors.h``),
+v3.3.9 ``dcgmi/Diag.cpp``), each error's code, category and severity as DCGM's own error table gives them (``dcgmErrorMeta``),
 in DCGM 4 one result per entity plus a ``test_summary`` (``HelperJsonBuildOutput``), in DCGM 3 one
 result per GPU with ``gpu_id`` (``HelperJsonAddResult``).
 """
@@ -20,8 +20,8 @@ import jsonschema
 
 DATA = Path(__file__).resolve().parent / "data" / "dcgm"
 VERSIONS = ("v4.5.2", "v3.3.9")
-Result = tuple[str, list[int]]
-"""(status, error categories of its warnings) of one GPU's result."""
+Result = tuple[str, list[str]]
+"""(status, DCGM error codes of its warnings, e.g. ``DCGM_FR_VOLATILE_DBE_DETECTED``) of one GPU's result."""
 
 
 @cache
@@ -32,6 +32,12 @@ def schema(version: str) -> dict:
 @cache
 def categories(version: str) -> dict[str, int]:
     return json.loads((DATA / f"error_categories-{version}.json").read_text())
+
+
+@cache
+def error_table(version: str) -> dict[str, dict]:
+    """Each DCGM error code's number, severity and category (``dcgmErrorMeta``, ``dcgmlib/src/dcgm_errors.c``)."""
+    return json.loads((DATA / f"error_table-{version}.json").read_text())
 
 
 def validate(doc: dict, version: str) -> None:
@@ -74,13 +80,16 @@ class Keys:
             return False
 
 
-def _warnings(k: Keys, cats: list[int]) -> list[dict]:
-    w = ("test_categories", "tests", "results", "warnings")
-    return [{k(*w, "warning"): f"error {c}", k(*w, "error_id"): 100 + c, k(*w, "error_category"): c,
-             k(*w, "error_severity"): 2} for c in cats]
+def _warnings(k: Keys, version: str, codes: list[str]) -> list[dict]:
+    """Each error as dcgmi writes it: its message, code, category and severity (v4.5.2 ``Diag.cpp``
+    ``HelperJsonAddResult``; v3.3.9 the same four keys), the last three from DCGM's own error table."""
+    w, table = ("test_categories", "tests", "results", "warnings"), error_table(version)
+    return [{k(*w, "warning"): code, k(*w, "error_id"): table[code]["code"],
+             k(*w, "error_category"): table[code]["categoryValue"],
+             k(*w, "error_severity"): table[code]["severityValue"]} for code in codes]
 
 
-def _result(k: Keys, gpu: int, status: str, cats: list[int]) -> dict:
+def _result(k: Keys, version: str, gpu: int, status: str, cats: list[str]) -> dict:
     r = ("test_categories", "tests", "results")
     out: dict[str, Any] = {k(*r, "status"): status}
     if k.has(*r, "entity_id"):  # DCGM 4: one result per entity
@@ -88,11 +97,11 @@ def _result(k: Keys, gpu: int, status: str, cats: list[int]) -> dict:
     else:  # DCGM 3: per GPU, its index as a string
         out[k(*r, "gpu_id")] = str(gpu)
     if cats:
-        out[k(*r, "warnings")] = _warnings(k, cats)
+        out[k(*r, "warnings")] = _warnings(k, version, cats)
     return out
 
 
-def _summary(k: Keys, results: list[Result]) -> dict:
+def _summary(k: Keys, version: str, results: list[Result]) -> dict:
     """A DCGM 4 test's overall result: its status with every error of the test (``includeAllErrors``)."""
     statuses = {s for s, _ in results}
     status = "Fail" if "Fail" in statuses else "Pass" if "Pass" in statuses else "Skip"
@@ -101,15 +110,15 @@ def _summary(k: Keys, results: list[Result]) -> dict:
     cats = [c for _, cs in results for c in cs]
     if cats:
         # the schema names the summary's status only; dcgmi writes its warnings as a result's (same function)
-        summary[k("test_categories", "tests", "results", "warnings")] = _warnings(k, cats)
+        summary[k("test_categories", "tests", "results", "warnings")] = _warnings(k, version, cats)
     return summary
 
 
-def _test(k: Keys, name: str, results: list[Result]) -> dict:
+def _test(k: Keys, version: str, name: str, results: list[Result]) -> dict:
     t = ("test_categories", "tests")
-    test = {k(*t, "name"): name, k(*t, "results"): [_result(k, i, s, c) for i, (s, c) in enumerate(results)]}
+    test = {k(*t, "name"): name, k(*t, "results"): [_result(k, version, i, s, c) for i, (s, c) in enumerate(results)]}
     if k.has(*t, "test_summary"):  # DCGM 4 adds each test's overall result
-        test[k(*t, "test_summary")] = _summary(k, results)
+        test[k(*t, "test_summary")] = _summary(k, version, results)
     return test
 
 
@@ -119,7 +128,7 @@ def diagnostic(version: str, tests: dict[str, list[Result]], category: str = "Ha
     k = Keys(version)
     c = ("test_categories",)
     doc: dict[str, Any] = {k.top: {k(*c): [{k(*c, "category"): category,
-                                              k(*c, "tests"): [_test(k, n, r) for n, r in tests.items()]}]}}
+                                              k(*c, "tests"): [_test(k, version, n, r) for n, r in tests.items()]}]}}
     root = schema(version)["properties"]
     if "metadata" in root:
         doc["metadata"] = {"version": version.lstrip("v")}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from dcgm_docs import VERSIONS, categories, category, diagnostic, runtime_error
+from dcgm_docs import VERSIONS, categories, diagnostic, error_table, runtime_error
 from test_nodes_agent import node_env, train_plan  # noqa: F401 - fixtures
 
 from nodes import dcgm, marks
@@ -32,8 +32,7 @@ def _verdict(node):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_dcgm_failure_with_a_hardware_category_is_hardware(node_env, train_plan, version):
-    hw = category(version, "DCGM_FR_EC_HARDWARE_MEMORY")
-    _write(node_env["results"], _level2(version, [("Pass", []), ("Fail", [hw])]), rc=226)
+    _write(node_env["results"], _level2(version, [("Pass", []), ("Fail", ["DCGM_FR_VOLATILE_DBE_DETECTED"])]), rc=226)
     result, fault, reason = _verdict(node_env["run"](train_plan).node)
     assert (result, fault) == ("failed", "hardware")
     assert f"DCGM: dcgmi diag -r 2 failed (exit 226): {MEMORY[version]}" in reason
@@ -41,9 +40,42 @@ def test_a_dcgm_failure_with_a_hardware_category_is_hardware(node_env, train_pla
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_dcgm_failure_with_a_software_category_is_software(node_env, train_plan, version):
-    sw = category(version, "DCGM_FR_EC_SOFTWARE_CONFIG")
-    _write(node_env["results"], _level2(version, [("Fail", [sw])]), rc=226)
+    _write(node_env["results"], _level2(version, [("Fail", ["DCGM_FR_DENYLISTED_DRIVER"])]), rc=226)
     assert _verdict(node_env["run"](train_plan).node)[:2] == ("failed", "software")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("code", ["DCGM_FR_UNCONTAINED_ERROR", "DCGM_FR_SXID_ERROR", "DCGM_FR_FIELD_THRESHOLD_TS"])
+def test_a_failure_dcgm_says_to_isolate_is_hardware_whatever_its_category(node_env, train_plan, version, code):
+    """Xid 95 and a fatal NVSwitch SXID are filed under SOFTWARE_XID, a field threshold under PERF_THRESHOLD,
+    all with severity ISOLATE (v4.5.2 dcgmlib/src/dcgm_errors.c:105,133,62)."""
+    _write(node_env["results"], _level2(version, [("Pass", []), ("Fail", [code])]), rc=226)
+    assert _verdict(node_env["run"](train_plan).node)[:2] == ("failed", "hardware")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("code", ["DCGM_FR_NVML_LIB_BAD", "DCGM_FR_MEMORY_BANDWIDTH", "DCGM_FR_XID_ERROR"])
+def test_an_image_library_or_a_shortfall_to_triage_is_not_hardware(node_env, train_plan, version, code):
+    _write(node_env["results"], _level2(version, [("Fail", [code])]), rc=226)
+    assert _verdict(node_env["run"](train_plan).node)[:2] == ("failed", "software")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_outside_the_hardware_categories_only_these_errors_are_the_nodes_hardware(version):
+    """Every code of DCGM's table, as dcgmi writes it, through the judgement: the codes outside the hardware
+    categories that it calls hardware are exactly DCGM's ISOLATE ones that name the GPU."""
+    table = error_table(version)
+    assert {e["severityValue"] for e in table.values() if e["severity"] == "DCGM_ERROR_ISOLATE"} == {dcgm.ISOLATE}
+    called = {code for code, e in table.items() if not e["category"].startswith("DCGM_FR_EC_HARDWARE_")
+              and dcgm.hardware_error({"error_id": e["code"], "error_category": e["categoryValue"],
+                                       "error_severity": e["severityValue"]})}
+    assert called == {"DCGM_FR_FIELD_VIOLATION_DBL", "DCGM_FR_FIELD_THRESHOLD_DBL", "DCGM_FR_FIELD_THRESHOLD_TS",
+                      "DCGM_FR_FIELD_THRESHOLD_TS_DBL", "DCGM_FR_UNCONTAINED_ERROR", "DCGM_FR_EUD_TEST_FAILED",
+                      "DCGM_FR_SXID_ERROR"}
+    assert all(dcgm.hardware_error({"error_category": e["categoryValue"], "error_severity": e["severityValue"]})
+               for e in table.values() if e["category"].startswith("DCGM_FR_EC_HARDWARE_"))
+    assert {n: v for n, v in categories(version).items() if v in dcgm.ISOLATE_ELSEWHERE} == {
+        "DCGM_FR_EC_SOFTWARE_LIBRARY": 4, "DCGM_FR_EC_SOFTWARE_OTHER": 8}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
