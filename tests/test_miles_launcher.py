@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 from workloads.pod.miles_launcher import ARGV_ENV, SAVE_TRIGGER, layout
@@ -182,9 +183,16 @@ def test_a_fresh_run_is_not_given_its_checkpoint_dir_as_load(tmp_path):
     assert "--load" not in seen and seen[seen.index("--save") + 1] == str(ckpt)
 
 
+def _megatron_save(save):
+    """What Megatron's torch_dist save leaves: ``metadata.json`` as ``save_config`` writes it
+    (``json.dump(asdict(CheckpointingConfig))``, megatron/core/dist_checkpointing/core.py@235952df)."""
+    save.mkdir(parents=True)
+    (save / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
+
+
 def test_a_run_with_a_complete_megatron_save_resumes_from_it(tmp_path):
     ckpt = tmp_path / "ckpt"
-    (ckpt / "iter_0000020").mkdir(parents=True)
+    _megatron_save(ckpt / "iter_0000020")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("20")
     seen = _argv_seen(tmp_path, ckpt)
     assert seen[seen.index("--load") + 1] == str(ckpt)
@@ -203,8 +211,45 @@ def test_a_tracker_naming_a_missing_save_stops_the_launcher_instead_of_restartin
     (ckpt / "latest_checkpointed_iteration.txt").write_text("40\n")  # iter_0000040 absent
     with pytest.raises(SystemExit, match="iter_0000040"):
         resume_flags(["--load", str(ckpt)])
-    (ckpt / "iter_0000040").mkdir()
+    _megatron_save(ckpt / "iter_0000040")
     assert resume_flags(["--load", str(ckpt)]) == ["--load", str(ckpt)]
+
+
+def test_an_empty_or_unreadable_tracker_stops_the_launcher(tmp_path):
+    """Megatron's read_metadata exits on a tracker that is neither an iteration nor ``release``
+    (megatron/training/checkpointing.py:362-378@235952df): the launcher says so before Miles starts."""
+    from workloads.pod.miles_launcher import resume_flags
+    ckpt = tmp_path / "ckpt"
+    _megatron_save(ckpt / "iter_0000000")
+    for text, why in (("", "empty"), ("\n", "empty"), ("iter_40", "'iter_40' is neither")):
+        (ckpt / "latest_checkpointed_iteration.txt").write_text(text)
+        with pytest.raises(SystemExit, match=why):
+            resume_flags(["--load", str(ckpt)])
+
+
+@pytest.mark.parametrize("kept", ["metadata.json", "mp_rank_00", ".metadata", None, "bad-json", "no-backend"])
+def test_a_save_without_megatrons_metadata_stops_the_launcher(tmp_path, kept):
+    """A save Megatron recognises by none of its formats' metadata (``_get_checkpoint_format``:
+    metadata.json, mp_rank_0*, .metadata; else "unknown checkpoint format") is refused."""
+    from workloads.pod.miles_launcher import resume_flags
+    ckpt, save = tmp_path / "ckpt", tmp_path / "ckpt" / "release"
+    save.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("release")
+    (save / "common.pt").write_text("")
+    if kept == "metadata.json":
+        _megatron_save(save / "x")
+        (save / "x" / "metadata.json").rename(save / "metadata.json")
+    elif kept == "bad-json":
+        (save / "metadata.json").write_text("{")
+    elif kept == "no-backend":  # CheckpointingConfig(**{}) raises: sharded_backend has no default
+        (save / "metadata.json").write_text("{}")
+    elif kept:
+        (save / kept).mkdir()
+    if kept in (None, "bad-json", "no-backend"):
+        with pytest.raises(SystemExit, match="holds no metadata.json, mp_rank_0"):
+            resume_flags(["--load", str(ckpt)])
+    else:
+        assert resume_flags(["--load", str(ckpt)]) == ["--load", str(ckpt)]
 
 
 def test_the_teed_driver_log_names_its_ray_job_and_passes_the_ownership_check(tmp_path):

@@ -38,7 +38,10 @@ left from an earlier attempt is removed before Miles starts.
 fresh run (its directory holds only the lease) would crash. The launcher passes ``--load`` only when
 ``latest_checkpointed_iteration.txt`` names a save that is there; without it both Slime and Miles
 49cac7b5 (miles/utils/arguments.py:3035-3045, which already falls back the same way) start from
-``--ref-load``. A tracker naming a missing save stops the launcher: neither resume nor start over.
+``--ref-load``. A damaged checkpoint stops the launcher (neither resume nor start over): a tracker that
+is empty or names no iteration (Megatron would exit, ``read_metadata``), one naming a missing save, or a
+save that holds none of the metadata by which Megatron recognises a checkpoint format (it would raise
+"unknown checkpoint format", ``_get_checkpoint_format``).
 """
 
 from __future__ import annotations
@@ -145,13 +148,39 @@ megatron/training/checkpointing.py:349-352 ``get_checkpoint_tracker_filename``, 
 ``read_metadata``: an iteration number or ``release``; the save is ``iter_<7 digits>`` or ``release``, :216-220)."""
 
 
+DIST_CONFIG = "metadata.json"
+"""What Megatron recognises a save by (radixark/Megatron-LM@235952df megatron/training/checkpointing.py:1624-1646
+``_get_checkpoint_format``): ``metadata.json`` naming its ``sharded_backend`` (torch_dist:
+megatron/core/dist_checkpointing/core.py:13,37-70, written by ``save_config``), else an ``mp_rank_0*``
+entry (torch), else ``.metadata`` (torch_dcp)."""
+
+
+def _damaged(load: Path, why: str) -> SystemExit:
+    return SystemExit(f"miles_launcher: {load}/{TRACKER}: {why}: the checkpoint is damaged; restore it "
+                      f"(or remove the tracker to start over)")
+
+
 def _save_dir(load: Path) -> Path | None:
-    """The save ``load``'s tracker names, or None when there is no tracker."""
+    """The save ``load``'s tracker names, or None when there is no tracker; a tracker Megatron would
+    refuse (empty, or neither an iteration number nor ``release``: ``read_metadata``) stops the launcher."""
     try:
         text = (load / TRACKER).read_text().strip()
     except OSError:
         return None
-    return load / ("release" if text == "release" else f"iter_{int(text):07d}" if text.isdigit() else text)
+    if text != "release" and not text.isdigit():
+        raise _damaged(load, f"{text!r} is neither an iteration number nor 'release'" if text else "empty")
+    return load / ("release" if text == "release" else f"iter_{int(text):07d}")
+
+
+def _recognised(save: Path) -> bool:
+    """``save`` holds the metadata of a format Megatron loads (``DIST_CONFIG``)."""
+    try:
+        config = json.loads((save / DIST_CONFIG).read_text())
+        if isinstance(config, dict) and "sharded_backend" in config:
+            return True
+    except (OSError, ValueError):
+        pass
+    return any(p.name.startswith("mp_rank_0") for p in save.iterdir()) or (save / ".metadata").exists()
 
 
 def resume_flags(flags: list[str]) -> list[str]:
@@ -169,8 +198,9 @@ def resume_flags(flags: list[str]) -> list[str]:
             continue
         save = _save_dir(Path(load))
         if save is not None and not save.is_dir():
-            raise SystemExit(f"miles_launcher: {load}/{TRACKER} names {save.name}, which is not there: the "
-                             f"checkpoint is damaged; restore it (or remove the tracker to start over)")
+            raise _damaged(Path(load), f"names {save.name}, which is not there")
+        if save is not None and not _recognised(save):
+            raise _damaged(Path(load), f"names {save.name}, which holds no {DIST_CONFIG}, mp_rank_0* or .metadata")
         if save is not None:
             out.extend(flags[i:i + width])
         i += width
