@@ -251,10 +251,10 @@ def render_refusal(refused: WorkloadsDoNotFit) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m analysis.plan`` (``moe-rl-plan``)."""
-    from workloads.cli.base import stack_parent
+    """The command line of ``python -m analysis.plan`` (``moe-rl plan``)."""
+    from workloads.cli.base import output_parent, stack_parent
     p = argparse.ArgumentParser(prog="python -m analysis.plan", description=__doc__.split("\n\n")[0],
-                                parents=[stack_parent()])
+                                parents=[stack_parent(), output_parent()])
     p.add_argument("--json", metavar="FILE", type=Path, help="write the plan as JSON")
     p.add_argument("--diagram", metavar="FILE.svg", type=Path, help="write the architecture diagram (SVG)")
     p.add_argument("--image-steps", action="store_true",
@@ -288,7 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkloadsDoNotFit as refused:
         sys.stdout.write(render_refusal(refused))
         return EXIT_VIOLATIONS
-    sys.stdout.write(render_text(plan))
+    if args.output == "text":
+        sys.stdout.write(render_text(plan))
+    else:
+        from workloads.cli.base import formatted
+        sys.stdout.write(formatted(plan.to_json(), args.output))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(plan.to_json(), indent=2) + "\n")

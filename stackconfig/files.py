@@ -40,6 +40,10 @@ def stack_names(directory: Path = STACKS_DIR) -> list[str]:
 def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
     from .stack import CONFIG_KEY, StackConfigError
     path = directory / f"Pulumi.{stack}.yaml"
+    if not directory.is_dir():
+        raise StackConfigError(f"stack {stack!r}: no folder {directory} to read Pulumi.{stack}.yaml from; allowed: "
+                               f"run from a folder holding stacks/, or name the folder (moe-rl --stacks DIR, "
+                               f"--stack-dir DIR)")
     if not path.is_file():
         raise StackConfigError(f"stack {stack!r}: no stack file {path}; stacks: {', '.join(stack_names(directory))}")
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-LAYERS = ["catalog", "software", "stackconfig", "components", "workloads", "nodes", "program", "analysis", "policy", "bench"]
+LAYERS = ["catalog", "software", "stackconfig", "components", "workloads", "nodes", "program", "analysis", "policy", "bench", "moe_rl"]
 """Bottom to top: each may import the ones before it, never one after it."""
 
 WORKLOADS = ["pod", "schema", "derive", "acceptance", "render", "checks", "deploy", "cli"]
@@ -125,7 +125,7 @@ def test_every_package_ships_in_the_distribution():
                for p in (ROOT / layer_name).rglob("__init__.py")}
     assert set(tool["packages"]) == folders and tool["py-modules"] == ["program"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"moe-rl-plan": "analysis.plan:main", "moe-rl-bench": "bench.__main__:main"}
+    assert scripts == {"moe-rl": "moe_rl.cli:main"}
 
 
 def test_every_data_file_a_package_reads_ships_with_it():

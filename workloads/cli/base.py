@@ -68,6 +68,25 @@ def image_parent() -> argparse.ArgumentParser:
     return p
 
 
+FORMATS = ("text", "json", "yaml")
+
+
+def output_parent() -> argparse.ArgumentParser:
+    """``-o/--output``: a data command's output as text (the default), JSON or YAML."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-o", "--output", choices=FORMATS, default="text",
+                   help="text (default), or the same data as json or yaml")
+    return p
+
+
+def formatted(data: object, fmt: str) -> str:
+    """``data`` (JSON types) as ``fmt`` (json or yaml), ending in a newline."""
+    if fmt == "json":
+        import json
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
 def read_stack(args: argparse.Namespace, stack: str | None = None) -> "ProgramConfig":
     """The stack ``stack`` (default: the one the command line names) from ``--stack-dir``, through the gate."""
     from workloads.checks import gate  # imports the stack schema (pulumi): only for a command that reads a stack

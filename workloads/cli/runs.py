@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
 import yaml
 
+from software import profile, profiles
 from software.report import record_image, report
 from stackconfig.images import STACK_REPOSITORY, with_repository
 
 from workloads.cli import kube
 from workloads.derive.checkpoint_budget import GB
-from workloads.cli.base import cluster_parent, image_parent, read_input, read_stack, run_command, stack_parent
+from workloads.cli.base import (cluster_parent, formatted, image_parent, output_parent, read_input, read_stack,
+                                run_command, stack_parent)
 from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient, attempt_of
 from workloads.checks.runs import load_run, run_pools
@@ -50,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m workloads.cli.runs", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     stack, cluster = stack_parent(), cluster_parent()
-    plan = sub.add_parser("plan", parents=[stack],
+    plan = sub.add_parser("plan", parents=[stack, output_parent()],
                           help="which runs start, wait or are preempted; exit 1 if one never fits")
     plan.add_argument("runs", nargs="+", type=Path, help="run files (runs/*.yaml)")
     plan.add_argument("--running", default="", help="comma-separated names of runs already running")
@@ -69,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["cancel"].add_argument("--now", action="store_true", help="no checkpoint: delete the pods at once")
     sub.choices["cancel"].add_argument("--wait-minutes", type=int, default=30,
                                        help="longest wait for the checkpoint before deleting (default 30)")
-    profiles = sub.add_parser("profiles", help="the software profiles a run can name, with their pins")
+    profiles = sub.add_parser("profiles", parents=[output_parent()],
+                              help="the software profiles a run can name, with their pins")
     profiles.add_argument("profile", nargs="?", help="one profile (default: every one; an unknown name is refused listing them)")
     profiles.add_argument("--build", action="store_true", help="print the image build command instead")
     profiles.add_argument("--record-image", type=Path, metavar="FILE",
@@ -84,6 +88,9 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     decisions = planner.plan(runs, frozenset(filter(None, args.running.split(","))))
     train = run_pools(cfg)[0].name
     by_name = {r.name: r for r in runs}
+    if args.output != "text":
+        out(formatted([{**asdict(d), "placed": d.placed} for d in decisions], args.output).rstrip("\n"))
+        return 0
     for d in decisions:
         claims = ", ".join(f"{pool} {g} GPUs" for pool, g in d.gpus.items())
         tiers = "; ".join(t.describe() for t in run_tiers(by_name[d.run], train, cfg.workloads.network.tier_nodes))
@@ -180,6 +187,10 @@ def _dispatch(args: argparse.Namespace, make: Callable[[], RunClient], out: Call
     if args.command == "profiles":
         if args.record_image and not args.profile:
             raise ValueError("profiles --record-image: name the profile whose image it is")
+        if args.output != "text" and not args.record_image and not args.build:
+            chosen = [profile(args.profile)] if args.profile else list(profiles().values())
+            out(formatted({p.name: p.model_dump(mode="json", by_alias=True) for p in chosen}, args.output).rstrip("\n"))
+            return 0
         lines = (record_image(args.profile, args.record_image.read_text()) if args.record_image
                  else report(args.profile, args.build))
         for line in lines:

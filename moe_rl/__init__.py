@@ -1,0 +1,1 @@
+"""The platform's one installed command, ``moe-rl`` (``moe_rl.cli``)."""
