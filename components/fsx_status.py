@@ -3,7 +3,8 @@
 ``python -m components.fsx_status <file-system-id> --region <region>`` (the id is the stack output
 ``checkpointFileSystem``) prints one line per association: its id, paths and lifecycle, and FSx's
 failure message where it has one. Exit 0 when every association is AVAILABLE, 1 otherwise (none
-found included), 2 when FSx cannot be asked.
+found included) and when FSx cannot be asked (a service that cannot be used, as a cluster for the other
+commands); 2 a wrong argument.
 
 Why: a DRA whose S3 event notification was replaced or deleted (any ``BucketNotification`` on its
 bucket does that) turns MISCONFIGURED and stops automatic import AND export, so checkpoints stop
@@ -23,7 +24,7 @@ import sys
 from typing import Any, Sequence
 
 HEALTHY = "AVAILABLE"
-EXIT_OK, EXIT_NOT_HEALTHY, EXIT_NO_ANSWER = 0, 1, 2
+EXIT_OK, EXIT_NOT_HEALTHY, EXIT_NO_ANSWER = 0, 1, 1
 
 
 def remedy(association: dict, region: str) -> str | None:

@@ -95,3 +95,16 @@ def test_shell_completion_offers_subcommands_options_and_stacks(elsewhere):
     assert "--stack-dir" in complete("moe-rl runs plan --st")
     assert complete(f"moe-rl --stacks {elsewhere} nodes plan ") == ["elsewhere"]
     assert "p5en-prod" in complete("moe-rl plan p5en-")
+
+
+def test_fsx_status_without_an_answer_is_a_refusal_not_bad_input(capsys):
+    """FSx that cannot be asked is exit 1, as a cluster that cannot be used is for the other commands."""
+    import boto3
+    from botocore.stub import Stubber
+    from components import fsx_status
+    client = boto3.client("fsx", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_client_error("describe_data_repository_associations", "AccessDenied", "not allowed")
+    with stub:
+        assert fsx_status.main(["fs-0123456789abcdef0", "--region", "us-east-1"], client=client) == 1
+    assert "AccessDenied" in capsys.readouterr().err
