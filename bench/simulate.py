@@ -5,9 +5,9 @@ experiment: a driver log shaped like a Miles driver log as ``ray job logs`` retu
 line with the job id, Ray's coloured actor prefix, Miles' logging prefix, both ``perf`` lines, the
 ``rollout`` and ``step`` lines of each step with the pinned Miles' keys, see ``bench.logparse``;
 each engine's ``server_args=`` line and NCCL's ``Using network`` lines, see ``bench.evidence``), with
-one truncated line where the log ends; the RayJob(s) with the argv in ``MILES_ARGV``, the job id and
-KubeRay status times; the Node objects with EKS labels and GPU capacity; GetMetricData results; and,
-for a fault arm, the faults with FIS' action time and target, the kubelet's ``Killing`` and KubeRay's
+one truncated line where the log ends; the RayJob(s) with the argv the arm renders on the experiment's
+stack in ``MILES_ARGV`` (the RayJob ``bench run`` submits), the job id and KubeRay status times; the Node
+objects with EKS labels and GPU capacity; GetMetricData results; and, for a fault arm, the faults with FIS' action time and target, the kubelet's ``Killing`` and KubeRay's
 Events, Miles' health-check and recovery lines and the resume they cause. Figures follow ``truth``
 (rollout tokens/s of the pool as its long-run throughput, step noise, hostile on request: stalls,
 heavy tails, autocorrelation, a slow node, late starts, ``bench.noise``; drift per repeat and along
@@ -26,6 +26,7 @@ import shutil
 import sys
 import zlib
 from dataclasses import dataclass
+from functools import cache
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -34,12 +35,12 @@ import yaml
 from stackconfig.labels import POOL_LABEL, ROLE_LABEL
 from workloads.schema.labels import RUN_LABEL
 from workloads.pod.miles_launcher import ARGV_ENV, JOB_LINE
-from workloads.schema.run import DeepEPVersion
 
+from .argv import flag, rayjob_argv
 from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL
 from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, RDMA_READ, RDMA_WRITE, queries
-from .experiment import Attempt, Experiment, load_experiment, schedule
+from .experiment import Attempt, Experiment, arm_run, load_experiment, schedule
 from .noise import Steps, calibration
 from .report import SIMULATED_FILE
 
@@ -149,23 +150,33 @@ def _nodes(attempt: Attempt, truth: Truth, slow: bool = False) -> list[dict]:
     return out
 
 
-A2A = {DeepEPVersion.OFF: ("none", "auto", "triton"), DeepEPVersion.V1: ("deepep", "auto", "deep_gemm"),
-       DeepEPVersion.V2: ("deepep_v2", "deep_gemm", "deep_gemm")}
-"""deepep.version -> (SGLang a2a backend asked, runner asked, runner resolved), as the simulator plays it."""
+def resolved_runner(a2a: str, runner: str) -> str:
+    """The expert GEMM SGLang runs for the a2a backend and runner asked: an explicit runner as asked; under
+    ``auto`` DeepGEMM with a DeepEP a2a, Triton otherwise (sglang 0.5.19 layers/quantization/fp8.py:1111-1133,
+    as ``workloads.derive.moe_backend.choose`` cites it)."""
+    if runner != "auto":
+        return runner
+    return "deep_gemm" if a2a.startswith("deepep") else "triton"
 
 
-def _argv(attempt: Attempt) -> list[str]:
-    """The entry point and flags the attempt's RayJob carries (a subset: what the report reads)."""
-    run = attempt.run
-    a2a, runner, _ = A2A[run.deepep.version or DeepEPVersion.OFF]
-    words = [f"/root/miles/{run.entry_point.value}", "--actor-num-nodes", str(run.nodes["train"]),
-             "--actor-num-gpus-per-node", str(GPUS_PER_NODE), "--rollout-num-gpus",
-             str(run.nodes["rollout"] * GPUS_PER_NODE), "--rollout-num-gpus-per-engine",
-             str(run.rollout.nodes_per_engine * GPUS_PER_NODE), "--sglang-moe-a2a-backend", a2a,
-             "--sglang-moe-runner-backend", runner]
-    if run.deepep.version is DeepEPVersion.V1:
-        words += ["--sglang-deepep-mode", run.deepep.sglang_mode]
-    return words
+@cache
+def _stack(name: str):
+    from workloads.checks import gate
+    return gate.read(name)
+
+
+_ARGVS: dict[tuple[str, str], list[str]] = {}
+
+
+def _argv(exp: Experiment, arm: str) -> list[str]:
+    """The entry point and flags the arm's RayJob carries, as ``bench run`` submits it on the experiment's
+    stack (``workloads.deploy.submit.run_objects``; the RayJob ``bench.arms.render_arm`` reads)."""
+    run = arm_run(exp, arm)
+    key = (exp.stack, run.model_dump_json())
+    if key not in _ARGVS:  # rendering costs more than a simulated attempt; bench.coverage renders the same arms
+        from workloads.deploy.submit import run_objects
+        _ARGVS[key] = rayjob_argv(run_objects(_stack(exp.stack), run).rayjob)
+    return _ARGVS[key]
 
 
 def _job_id(attempt: Attempt, n: int) -> str:
@@ -178,9 +189,9 @@ def _saved(t: datetime, iteration: int) -> str:
             f"successfully saved checkpoint from iteration {iteration:7d} to /mnt/fsx/checkpoints [ t 1/1, p 1/1 ]")
 
 
-def _rayjob(attempt: Attempt, n: int, start: datetime, end: datetime, failed: bool) -> dict:
+def _rayjob(attempt: Attempt, argv: list[str], n: int, start: datetime, end: datetime, failed: bool) -> dict:
     name = f"{attempt.run.name}-{n}"
-    env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(_argv(attempt))}})
+    env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(argv)}})
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {
         "name": name, "namespace": f"team-{attempt.run.team}", "labels": {RUN_LABEL: attempt.run.name}},
         "spec": {"entrypoint": "python3 /opt/moe-rl/miles_launcher.py", "runtimeEnvYAML": env},
@@ -204,21 +215,23 @@ def _cloudwatch(nodes: list[dict], arm: ArmTruth, start: datetime, end: datetime
             "start": start.isoformat(), "end": end.isoformat(), "MetricDataResults": results}
 
 
-def _job_header(attempt: Attempt, n: int, t: datetime) -> list[str]:
+def _job_header(attempt: Attempt, argv: list[str], n: int, t: datetime) -> list[str]:
     """What a job's log shows before its first step: Ray's job line (job_supervisor.py), each engine's
-    resolved server args (sglang engine.py:265) and NCCL's network choice (NCCL_DEBUG=INFO, init.cc)."""
+    resolved server args for what ``argv`` asks (sglang engine.py:265; ``resolved_runner``) and NCCL's
+    network choice (NCCL_DEBUG=INFO, init.cc)."""
     run = attempt.run
-    version = run.deepep.version or DeepEPVersion.OFF
-    a2a, _, runner = A2A[version]
-    engines = run.nodes["rollout"] // run.rollout.nodes_per_engine
-    mode = f", 'deepep_mode': '{run.deepep.sglang_mode}'" if version is DeepEPVersion.V1 else ""
+    a2a, runner = flag(argv, "--sglang-moe-a2a-backend") or "none", flag(argv, "--sglang-moe-runner-backend") or "auto"
+    per_engine = int(flag(argv, "--rollout-num-gpus-per-engine") or GPUS_PER_NODE)
+    engines = max(1, int(flag(argv, "--rollout-num-gpus") or per_engine) // per_engine)
+    modes = "".join(f", '{k}': '{v}'" for k, v in (("deepep_mode", flag(argv, "--sglang-deepep-mode")),
+                                                  ("deepep_v2_mode", flag(argv, "--sglang-deepep-v2-mode"))) if v)
     network = "AWS Libfabric" if run.fabric == "efa" else "Socket"
     out = [JOB_LINE.format(job_id=_job_id(attempt, n))]  # the launcher's tee, as `bench run` collects it
     out += [_line(t, "SGLangEngine", 3000 + e, "sglang", "engine.py:265",
-                  f"server_args={{'tp_size': {run.rollout.nodes_per_engine * GPUS_PER_NODE}, 'moe_a2a_backend': "
-                  f"'{a2a}', 'moe_runner_backend': '{runner}'{mode}}}") for e in range(engines)]
+                  f"server_args={{'tp_size': {per_engine}, 'moe_a2a_backend': '{a2a}', 'moe_runner_backend': "
+                  f"'{resolved_runner(a2a, runner)}'{modes}}}") for e in range(engines)]
     out += [f"ip-10-0-2-10:2405:2405 [0] NCCL INFO Using network {network}"]
-    if version is DeepEPVersion.V2:
+    if a2a == "deepep_v2":
         out.append("ip-10-0-3-10:3000:3000 [0] NCCL INFO NET/OFI gin: Initializing")
     return out
 
@@ -236,7 +249,8 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
             * (1 + truth.drift_per_attempt * slot) * (truth.slow_node if on_slow_node else 1.0))
     noise = Steps(rng, arm, truth.autocorrelation)
     faults = {f.at_step: f.spec for f in exp.arm(attempt.arm).faults}
-    lines = _job_header(attempt, 1, start)
+    argv = _argv(exp, attempt.arm)
+    lines = _job_header(attempt, argv, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
     first = rng.randint(0, truth.late_start) if truth.late_start else 0
     jobs, fault_records, events, job_start, step, slow = [], [], [], start, first, 0
@@ -285,15 +299,15 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         # resubmit: the job fails, the next attempt resumes at the last checkpoint boundary
         cut = str({"perf/rollout_time": 1.0, "perf/tokens_per_gpu_per_sec": 2.0})[:25]
         lines.append(_line(kill, "RolloutManager", 2211, "rollout_manager", "metrics.py:89", f"perf {step + 1}: {cut}"))
-        jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, detected, failed=True))
+        jobs.append(_rayjob(attempt, argv, len(jobs) + 1, job_start, detected, failed=True))
         job_start = detected + timedelta(seconds=30)
-        lines += _job_header(attempt, len(jobs) + 1, job_start)
+        lines += _job_header(attempt, argv, len(jobs) + 1, job_start)
         t = job_start + timedelta(seconds=truth.startup_s)
         step, slow = (step + 1) // run.save_interval * run.save_interval, 2
         fault_records[-1]["resumedAs"] = f"{run.name}-{len(jobs) + 1}"
         lines.append(f"\x1b[36m(MegatronTrainRayActor pid=2405, ip=10.0.3.17)\x1b[0m  successfully loaded checkpoint "
                      f"from /mnt/fsx/checkpoints/{run.name} [ t 1/1, p 1/1 ] at iteration {step - 1}")
-    jobs.append(_rayjob(attempt, len(jobs) + 1, job_start, t + timedelta(seconds=30), failed=False))
+    jobs.append(_rayjob(attempt, argv, len(jobs) + 1, job_start, t + timedelta(seconds=30), failed=False))
     # the log of a stopped job often ends mid-line
     lines.append(_line(t, "RolloutManager", 2211, "rollout_manager", "metrics.py:53", "eval 99: {'eval/aime': 0.4")[:60])
     folder.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,10 @@ def test_the_shipped_example_is_the_simulators_and_current(tmp_path: Path):
     assert json.loads((root / "simulated.json").read_text())["note"]
     for text in ("## Per repeat", "## Evidence per arm", "## Price basis", "Tokens: generated response tokens"):
         assert text in md
+    from bench.simulate import EXAMPLE_TRUTH
+    simulate(Path("experiments/example-ab.yaml"), EXAMPLE_TRUTH, tmp_path / "sim")  # the artifacts are today's too
+    made = sorted(p.relative_to(tmp_path / "sim") for p in (tmp_path / "sim").rglob("*") if p.is_file())
+    assert [p for p in made if (tmp_path / "sim" / p).read_bytes() != (root / p).read_bytes()] == []
     shutil.copytree(root, tmp_path / "d")
     assert main(["report", str(tmp_path / "d")]) == 0
     assert (tmp_path / "d" / "report.md").read_text() == md
@@ -181,3 +185,25 @@ def test_a_link_that_changes_more_than_one_thing_gets_no_share(tmp_path: Path):
     assert both["share"] is None and both["share_withheld_because"].startswith("it changes 2 run-file fields")
     assert "an arm equal to `nccl` but for one of them" in both["share_withheld_because"]
     assert "share withheld: it changes" in (tmp_path / "d" / "report.md").read_text()
+
+
+def test_the_simulated_attempts_ask_and_resolve_what_the_arms_render(tmp_path: Path):
+    """The simulator plays each arm's argv as the stack renders it (bench/arms.py), so the seed's NCCL arm
+    asks SGLang for the expert GEMM its DeepEP arm runs (issue 34 A5) and its engines log it resolved."""
+    from bench.arms import render_arm
+    from bench.artifacts import read_experiment_dir
+    from bench.evidence import read_evidence
+    from bench.experiment import load_experiment
+    from workloads.checks import gate
+    seed = Path("experiments/seed-ab.yaml")
+    simulate(seed, Truth(arms={}, seed=1), tmp_path / "d")
+    exp = load_experiment(seed)
+    cfg = gate.read(exp.stack)
+    seen = {}
+    for c in read_experiment_dir(tmp_path / "d")[1]:
+        ev = read_evidence(c, (tmp_path / "d" / c.attempt.folder / "driver.log").read_text())
+        rendered = render_arm(exp, c.attempt.arm, cfg)
+        assert {k: v for k, v in ev.asked.items() if k != "fabric"} == {
+            k: rendered.get("argv.--sglang-" + k.replace("_", "-")) for k in ev.asked if k != "fabric"}
+        seen[c.attempt.arm] = ev.sglang["moe_runner_backend"]
+    assert seen["miles-nccl"] == seen["miles-deepep-v2"] == ["deep_gemm"]
