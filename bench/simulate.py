@@ -5,14 +5,15 @@ experiment: a driver log shaped like a Miles driver log as ``ray job logs`` retu
 line with the job id, Ray's coloured actor prefix, Miles' logging prefix, both ``perf`` lines, the
 ``rollout`` and ``step`` lines of each step with the pinned Miles' keys, see ``bench.logparse``;
 each engine's ``server_args=`` line and NCCL's ``Using network`` lines, see ``bench.evidence``), with
-one truncated line where the log ends; the RayJob(s) with the argv the arm renders on the experiment's
-stack in ``MILES_ARGV`` (the RayJob ``bench run`` submits), the job id and KubeRay status times; the Node
-objects with EKS labels and GPU capacity; GetMetricData results; and, for a fault arm, the faults with FIS' action time and target, the kubelet's ``Killing`` and KubeRay's
-Events, Miles' health-check and recovery lines and the resume they cause. Figures follow ``truth``
-(rollout tokens/s of the pool as its long-run throughput, step noise, hostile on request: stalls,
-heavy tails, autocorrelation, a slow node, late starts, ``bench.noise``; drift per repeat and along
-the schedule, response length, step overheads), so a report on the directory must find them; an arm
-``truth`` does not name runs at ``truth.default``. ``simulated.json`` marks the directory as simulated.
+one truncated line where the log ends; the RayJob(s) with the argv the arm renders on the experiment's stack
+in ``MILES_ARGV`` (the RayJob ``bench run`` submits), the job id and KubeRay status times; the Node objects
+with EKS labels and GPU capacity; GetMetricData results; and, for a fault arm, the faults with FIS' action
+time and target, the kubelet's ``Killing`` and KubeRay's Events, Miles' health-check and recovery lines and
+the resume they cause. Figures follow ``truth`` (rollout tokens/s of the pool as its long-run throughput, step
+noise, hostile on request: stalls, heavy tails, autocorrelation, a slow node, late starts, ``bench.noise``;
+drift per repeat and along the schedule, response length, step overheads), so a report on the directory must
+find them; an arm ``truth`` does not name runs at ``truth.default``. ``simulated.json`` marks the directory
+as simulated.
 
     python -m bench.simulate experiments/example-ab.yaml examples/bench-report   # the shipped example
     python -m bench.simulate experiments/seed-ab.yaml /tmp/seed-ab                 # any experiment
