@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import yaml
 from pydantic import ValidationError
 
-from stackconfig.stack import NodeCounts, Pool, Role
+from stackconfig.errors import BadInput
+from stackconfig.stack import NodeCounts, Pool, Role, describe_errors
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels
 
@@ -35,13 +36,32 @@ class NeverFits(ValueError):
     """A run that cannot be placed however long it waits."""
 
 
+class InvalidRun(BadInput):
+    """A run that names what its stack does not declare (team, priority class, pool): bad input, exit 2."""
+
+
 def load_run(path: Path) -> RunFile:
-    """A run file, or ValueError naming the file and each field that is wrong."""
+    """A run file, or BadInput naming the file and, one line each, every field that is wrong."""
+    raw = yaml.safe_load(path.read_text())
     try:
-        return RunFile.model_validate(yaml.safe_load(path.read_text()))
+        return RunFile.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ValueError(f"run file {path}: {problems}") from None
+        raise BadInput(describe_errors(raw, err), path) from None
+
+
+def input_problems(cfg: "ProgramConfig", run: RunFile) -> list[str]:
+    """What ``run`` names that the stack does not declare, one ``<field>: <problem>; allowed: ...`` each."""
+    teams = [t.name for t in cfg.workloads.teams]
+    out = []
+    if run.team not in teams:
+        out.append(f"team: {run.team!r} is not a team of stack {cfg.stack}; allowed: {', '.join(teams) or 'none'}")
+    if run.priority not in cfg.workloads.priority_classes:
+        out.append(f"priority: {run.priority!r} is not one of the stack's workloads.priorityClasses; allowed: "
+                   f"{', '.join(cfg.workloads.priority_classes)}")
+    wanted = sorted(p.name for p in run_pools(cfg))
+    out += [f"nodes.{name}: {name!r} is not the stack's training or rollout pool; allowed: {', '.join(wanted)}"
+            for name in run.nodes if name not in wanted]
+    return out
 
 
 def run_pools(cfg: "ProgramConfig") -> tuple[Pool, Pool]:
@@ -55,18 +75,11 @@ def check_run(cfg: "ProgramConfig", run: RunFile) -> None:
     if cfg.workloads.submit is not Submission.RUNS:
         raise NeverFits(f"run {run.name}: stack {cfg.stack!r} has workloads.submit {cfg.workloads.submit.value}, "
                         f"where the GPU nodes are held by the stack's own run; allowed: submit runs")
-    if run.team not in teams:
-        raise NeverFits(f"run {run.name}: team {run.team!r} is not declared in the stack; "
-                        f"teams: {', '.join(teams) or 'none'}")
-    if run.priority not in cfg.workloads.priority_classes:
-        raise NeverFits(f"run {run.name}: priority {run.priority!r} is not one of workloads.priorityClasses: "
-                        f"{', '.join(cfg.workloads.priority_classes)}")
+    if problems := input_problems(cfg, run):
+        raise InvalidRun([f"run {run.name}: {p}" for p in problems])
     wanted = {p.name for p in run_pools(cfg)}
     for name, nodes in run.nodes.items():
-        pool = next((p for p in cfg.pools if p.name == name), None)
-        if pool is None or name not in wanted:
-            raise NeverFits(f"run {run.name}: pool {name!r} is not the stack's training or rollout pool; "
-                            f"allowed: {', '.join(sorted(wanted))}")
+        pool = next(p for p in cfg.pools if p.name == name)
         gpus = nodes * pool.instance.gpus
         if nodes > pool.nodes.desired:
             raise NeverFits(f"run {run.name}: pool {name}: {nodes} nodes requested, the pool has {pool.nodes.desired} "
@@ -109,7 +122,9 @@ def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
     """The stack as ``run`` sees it, checked like the stack's own run (ValueError "run <name>: ...")."""
     check_run(cfg, run)
     spec = RunSpec.model_validate(run.model_dump(exclude={"team", "priority", "nodes", "topology"}))
-    workloads = cfg.workloads.model_copy(update={"run": spec, "runs": []})
+    # The team's own port of the reward service (its --rm-url), the one its namespace may reach.
+    reward = cfg.workloads.reward.model_copy(update={"port": team_reward_port(cfg, run.team)})
+    workloads = cfg.workloads.model_copy(update={"run": spec, "runs": [], "reward": reward})
     pools = [_sized(p, run.nodes[p.name]) if p.name in run.nodes else p for p in cfg.pools]
     seen = cfg.model_copy(update={"pools": pools, "workloads": workloads})
     try:
@@ -118,6 +133,11 @@ def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
         raise ValueError(f"run {run.name}: {str(err).replace('workloads.run.', '')}") from None
     check_capabilities(cfg, seen, run)
     return seen
+
+
+def team_reward_port(cfg: "ProgramConfig", team: str) -> int:
+    w = cfg.workloads
+    return w.reward.team_ports([t.name for t in w.teams])[team]
 
 
 def check_capabilities(cfg: "ProgramConfig", seen: "ProgramConfig", run: RunFile) -> None:

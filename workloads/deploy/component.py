@@ -30,7 +30,7 @@ from workloads.derive.paths import CHECKPOINT_DIR
 from workloads import render as M
 from workloads.derive.model import WorkloadModel
 from workloads.render.admission import team_admission
-from workloads.render.faults import fault_rbac
+from workloads.render.faults import fault_injector_policy, fault_rbac
 from workloads.render.network_policies import kuberay_operator_policy
 from workloads.render.runs import team_run_budget
 from workloads.render.teams import (TEAM_SERVICE_ACCOUNT, namespace_of, run_submitter_cluster_role, team_checkpoint_prefix,
@@ -151,9 +151,9 @@ class Workloads(pulumi.ComponentResource):
         """A team's namespace first, then its quota, service account, scripts and policies in it, its
         queue once Volcano is up, the Pod Identity role that reaches only the team's checkpoint prefix,
         and the PVs/PVCs of its directories once they exist."""
-        reward = m.settings.reward.port if m.reward else None
+        reward = m.settings.reward.team_ports([t.name for t in m.settings.teams])[team.name] if m.reward else None
         ns, *rest = team_objects(team, m.pools, m.namespace, reward, m.head)
-        rest += fault_rbac(team) if m.settings.fault_injection else []
+        rest += [*fault_rbac(team), fault_injector_policy(team)] if m.settings.fault_injection else []
         namespace = self._object(ns, after=after)
         role = platform.checkpoints.prefix_writer(
             f"{m.cluster_name}-team-{team.name}-writer", namespace_of(team.name), TEAM_SERVICE_ACCOUNT,

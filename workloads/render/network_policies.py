@@ -124,11 +124,17 @@ def network_policies(m: WorkloadModel) -> list[dict]:
         f"submits the RayJob and polls its status, HTTPMode); nothing else outside the Ray pods",
         ingress=[{"from": [_namespace(KUBERAY_NAMESPACE)], "ports": _tcp(DASHBOARD_PORT)}]))
     if reward is not None:
-        out.append(network_policy(m, REWARD_SERVICE, labels(REWARD_SERVICE),
-                                  f"reward service {m.settings.reward.port}/TCP <- Ray pods of this namespace and of "
-                                  f"the team namespaces (Miles' --rm-url); no egress",
-                                  ingress=[{"from": [_pods(RAY_PODS), TEAM_RAY_PODS],
-                                            "ports": _tcp(m.settings.reward.port)}]))
+        port = m.settings.reward.port
+        teams = m.settings.reward.team_ports([t.name for t in m.settings.teams])
+        out.append(network_policy(
+            m, REWARD_SERVICE, labels(REWARD_SERVICE),
+            f"reward service {port}/TCP <- Ray pods of this namespace; each team's Ray pods to its own port only "
+            f"({', '.join(f'{t} {p}' for t, p in teams.items()) or 'no teams'}), which is how the service tells "
+            f"teams apart (Miles' --rm-url); no egress",
+            ingress=[{"from": [_pods(RAY_PODS)], "ports": _tcp(port)},
+                     *({"from": [{"namespaceSelector": {"matchLabels": {TEAM_LABEL: t}},
+                                  "podSelector": {"matchLabels": dict(RAY_PODS)}}], "ports": _tcp(p)}
+                       for t, p in teams.items())]))
     if m.stage is not None:
         out.append(network_policy(m, "stage", labels("stage"),
                                   "staging Job -> HTTPS 443 (Hugging Face, S3) and the Pod Identity agent; "

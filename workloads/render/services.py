@@ -3,6 +3,7 @@ service and the preprocessing (staging) Job."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from workloads.derive.argv import REWARD_SERVICE
@@ -80,16 +81,27 @@ def scripts_configmap(m: WorkloadModel) -> dict:
 
 # --- reward service --------------------------------------------------------------------------
 
+def reward_ports(m: WorkloadModel) -> dict[str, int]:
+    """Who calls the reward service on which port: the platform's namespace on ``port``, each team on
+    its own (``RewardSettings.team_ports``). The server knows a request's team by the port alone."""
+    s = m.settings.reward
+    return {m.namespace: s.port, **{f"team {t}": p for t, p in s.team_ports([t.name for t in m.settings.teams]).items()}}
+
+
 def reward_template(m: WorkloadModel) -> dict:
     g = m.reward
     s = m.settings.reward
     command = s.command or ["python3", "/opt/scripts/reward-server.py"]
     probe = {"httpGet": {"path": "/health", "port": "http"}}
+    ports = reward_ports(m)
+    env = {"RM_TYPE": m.settings.run.rm_type, "PORT": str(s.port), "REWARD_PORTS": json.dumps(ports),
+           "MAX_BODY_BYTES": str(s.max_body_kib * 1024), "QUEUE_PER_TEAM": str(s.queue_per_team)}
     c = {
         "name": "reward", "image": m.software.reward_image or m.image,
         "imagePullPolicy": "IfNotPresent", "command": command,
-        "env": env_list({"RM_TYPE": m.settings.run.rm_type, "PORT": str(s.port), **TMP_HOME_ENV}),
-        "ports": [{"name": "http", "containerPort": s.port}],
+        "env": env_list({**env, **TMP_HOME_ENV}),
+        "ports": [{"name": "http" if p == s.port else f"team-{i}", "containerPort": p}
+                  for i, p in enumerate(ports.values())],
         "resources": container_resources(g),
         "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
@@ -129,10 +141,11 @@ def reward_deployment(m: WorkloadModel) -> dict:
 
 
 def reward_service(m: WorkloadModel) -> dict:
-    port = m.settings.reward.port
+    """One Service, one port per caller (``reward_ports``): a team's runs call ``reward:<its port>``."""
+    ports = [{"name": c["name"], "port": c["containerPort"], "targetPort": c["name"]}
+             for c in reward_template(m)["spec"]["containers"][0]["ports"]]
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta(m, REWARD_SERVICE),
-            "spec": {"selector": labels(REWARD_SERVICE),
-                     "ports": [{"name": "http", "port": port, "targetPort": "http"}]}}
+            "spec": {"selector": labels(REWARD_SERVICE), "ports": ports}}
 
 
 def reward_pdb(m: WorkloadModel) -> dict:

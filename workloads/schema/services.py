@@ -36,6 +36,20 @@ class RewardSettings(SchemaModel):
     port: int = Field(8000, ge=1024, le=65535)
     command: list[str] | None = None
     """Default: the rule-based server shipped in workloads/pod/reward_server.py (ConfigMap)."""
+    max_body_kib: int = Field(1024, ge=1, le=64 * 1024)
+    """Largest request body a replica reads (``413`` above it, answered from the headers alone)."""
+    queue_per_team: int = Field(256, ge=0, le=4096)
+    """Requests of one team a replica holds waiting for one of the team's grading slots; the next is
+    answered ``429`` at once (``workloads/pod/reward_server.py``)."""
+
+    def team_ports(self, teams: list[str]) -> dict[str, int]:
+        """Team name -> the port its Ray pods reach the service on: ``port + 1 + i`` for the stack's
+        i-th team (``port`` is the platform namespace's own). The service tells teams apart by port, and
+        only the team's namespace may reach its port (``render.network_policies``)."""
+        if self.port + len(teams) > 65535:
+            raise ValueError(f"workloads.reward.port: {self.port} leaves no port for each of {len(teams)} teams; "
+                             f"allowed: 1024..{65535 - len(teams)}")
+        return {t: self.port + 1 + i for i, t in enumerate(teams)}
 
 
 class PreprocessSettings(SchemaModel):
