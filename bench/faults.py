@@ -123,7 +123,7 @@ class Injector:
             policy = "nodePolicy" if fault_kind(kind).removes_node else f"teamPolicies.{team}"
             self._may(f"{kind}: start FIS template {template}", policy, lambda: self.fis.start_experiment(
                 experimentTemplateId=template, experimentOptions={"actionsMode": "skip-all"},
-                tags={"rl.platform/preflight": kind}))
+                tags={"rl.platform/preflight": kind, TEAM_TAG: team}))
             if fault_kind(kind).removes_node:
                 self._node_rights(api, kind, template, policy)
             done.append(f"{kind}: the bench user may start template {template} (FIS target preview, skip-all)")
@@ -179,7 +179,7 @@ class Injector:
         else:
             ours = self._only_ours(api, team, spec.group, rayjob, record)
         record["injectedAt"] = CLOCK.now().isoformat()
-        exp = self.fis.start_experiment(experimentTemplateId=template, tags={RUN_LABEL: run})["experiment"]
+        exp = self.fis.start_experiment(experimentTemplateId=template, tags={RUN_LABEL: run, TEAM_TAG: team})["experiment"]
         self.running.append(exp["id"])
         record["experiment"] = exp["id"]
         if spec.removes_node:

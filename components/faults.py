@@ -95,14 +95,33 @@ def fis_role_statements(cluster: str, cluster_arn: str) -> list[dict]:
 
 
 def team_policy_statements(cluster: str, team: str) -> list[dict]:
-    """A team member's bench rights: start, watch and stop its own team's pod templates only."""
-    return [{"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment-template/*",
+    """A team member's bench rights: start its own team's pod templates, and watch and stop only the
+    experiments started under its team's tag (Service Authorization Reference, "Actions, resources, and
+    condition keys for AWS Fault Injection Service": ``StartExperiment`` acts on the template and the new
+    experiment and, with tags, needs ``fis:TagResource``; ``GetExperiment``, ``StopExperiment`` and
+    ``ListExperimentResolvedTargets`` act on the experiment; all take ``aws:ResourceTag/<key>``, and
+    ``TagResource`` ``aws:RequestTag/<key>`` and ``aws:TagKeys``).
+
+    - an experiment starts only with ``TEAM_TAG`` = the team in its request tags, so every experiment a
+      member starts carries the team; watch and stop need that tag on the experiment;
+    - tags only on experiments, only ``rl.platform/`` keys, ``TEAM_TAG`` only this team's, and never over
+      another team's (``...IfExists``: an experiment being created has none yet);
+    - never a template's tags (explicit Deny, whatever else the member holds): its ``TEAM_TAG`` and
+      ``FAULT_KIND_TAG`` are what decide who may start it."""
+    templates, experiments = "arn:aws:fis:*:*:experiment-template/*", "arn:aws:fis:*:*:experiment/*"
+    return [{"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": templates,
              "Condition": {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": cluster,
                                             f"aws:ResourceTag/{TEAM_TAG}": team}}},
-            {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": "arn:aws:fis:*:*:experiment/*"},
-            {"Effect": "Allow", "Action": ["fis:GetExperiment", "fis:StopExperiment", "fis:ListExperimentTemplates",
-                                           "fis:GetExperimentTemplate", "fis:ListExperimentResolvedTargets",
-                                           "fis:TagResource"], "Resource": "*"}]
+            {"Effect": "Allow", "Action": "fis:StartExperiment", "Resource": experiments,
+             "Condition": {"StringEquals": {f"aws:RequestTag/{TEAM_TAG}": team}}},
+            {"Effect": "Allow", "Action": "fis:TagResource", "Resource": experiments,
+             "Condition": {"StringEquals": {f"aws:RequestTag/{TEAM_TAG}": team},
+                           "StringEqualsIfExists": {f"aws:ResourceTag/{TEAM_TAG}": team},
+                           "ForAllValues:StringLike": {"aws:TagKeys": ["rl.platform/*"]}}},
+            {"Effect": "Allow", "Action": ["fis:GetExperiment", "fis:StopExperiment", "fis:ListExperimentResolvedTargets"],
+             "Resource": experiments, "Condition": {"StringEquals": {f"aws:ResourceTag/{TEAM_TAG}": team}}},
+            {"Effect": "Allow", "Action": ["fis:ListExperimentTemplates", "fis:GetExperimentTemplate"], "Resource": "*"},
+            {"Effect": "Deny", "Action": ["fis:TagResource", "fis:UntagResource"], "Resource": templates}]
 
 
 def node_policy_statements(cluster: str) -> list[dict]:

@@ -5,7 +5,8 @@ platform writes (IAM user guide, "Policy evaluation logic" and "IAM JSON policy 
 Condition operators"): Action/NotAction, Resource/NotResource with ``*`` and ``?`` wildcards
 (actions case-insensitive), Principal ``*`` or ``{"AWS"|"Service"|"Federated": ...}``, the string,
 ARN, Bool and Null operators with ``...IfExists``, and policy variables ``${key}`` in condition
-values and resources. Semantics kept: an explicit Deny wins over any Allow; a condition key absent
+values and resources, and the set operators ``ForAllValues``/``ForAnyValue`` over a multivalued key
+given as a list (``aws:TagKeys``). Semantics kept: an explicit Deny wins over any Allow; a condition key absent
 from the request makes a positive operator false and a negated one (``...Not...``) true, and
 ``...IfExists`` true; several keys in one operator, and several operators, must all hold; several
 values for one key: any of them. Anything it does not know (another operator) does not match, so a
@@ -65,6 +66,11 @@ def condition_holds(condition: Any, context: Mapping[str, str]) -> bool:
     for operator, pairs in condition.items():
         if not isinstance(pairs, Mapping):
             return False
+        qualifier, _, operator = operator.rpartition(":")
+        if qualifier:
+            if qualifier not in SET_OPERATORS or not _set_holds(qualifier, operator, pairs, context):
+                return False
+            continue
         if_exists = operator.endswith("IfExists")
         base = operator[:-len("IfExists")] if if_exists else operator
         for key, values in pairs.items():
@@ -83,6 +89,25 @@ def condition_holds(condition: Any, context: Mapping[str, str]) -> bool:
             hit = any(_compare(NEGATED.get(base, base), w, actual) for w in wanted)
             if hit == (base in NEGATED):
                 return False
+    return True
+
+
+SET_OPERATORS = ("ForAllValues", "ForAnyValue")
+
+
+def _set_holds(qualifier: str, operator: str, pairs: Mapping, context: Mapping[str, Any]) -> bool:
+    """A multivalued key (``aws:TagKeys``: a list in the request): ``ForAllValues`` holds when every
+    value of the request matches one of the policy's (also when the request has none), ``ForAnyValue``
+    when at least one does (IAM user guide, "Set operators for multivalued context keys")."""
+    base = operator
+    if base not in POSITIVE:
+        return False
+    for key, wanted in pairs.items():
+        actual = context.get(key)
+        values = [] if actual is None else _list(actual)
+        hits = [any(_compare(base, w, str(v)) for w in _list(wanted) if isinstance(w, str)) for v in values]
+        if not (all(hits) if qualifier == "ForAllValues" else any(hits)):
+            return False
     return True
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 
 from workloads.schema.teams import TeamSettings
+from workloads.render.common import RAY_NODE_TYPE_LABEL
+from workloads.render.network_policies import ANYWHERE, _tcp, policy
 from workloads.render.teams import namespace_of, team_labels
 
 RBAC = "rbac.authorization.k8s.io"
@@ -37,3 +39,25 @@ def fault_rbac(team: TeamSettings) -> list[dict]:
             {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": md(engine),
              "subjects": [{"kind": "Group", "apiGroup": RBAC, "name": FIS_GROUP}],
              "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": engine}}]
+
+
+FIS_POD = {"matchExpressions": [{"key": RAY_NODE_TYPE_LABEL, "operator": "DoesNotExist"}]}
+"""The FIS pod among the team's pods: the one KubeRay did not create. KubeRay labels every pod it makes
+with ``ray.io/node-type`` and lets no template override it (kuberay v1.6.2
+ray-operator/controllers/ray/common/pod.go:776-800); a member creates no pod itself (``SUBMITTER_RULES``), so
+in a team namespace the only other pod is the one FIS creates there (FIS User Guide, "Use the AWS FIS
+aws:eks:pod actions": FIS creates its pod in the target namespace), whose labels the guide does not give."""
+
+
+def fault_injector_policy(team: TeamSettings) -> dict:
+    """The FIS pod's way out of the team's default deny: the API server (HTTPS 443), where it lists and
+    deletes the target pod and FIS watches it. Anywhere on 443, as for the KubeRay operator: the EKS
+    endpoint's addresses are EKS-owned interfaces not known when rendered. No ingress; CoreDNS comes
+    from the namespace's ``allow-dns``. What it adds to a Ray pod's rights: nothing (``ray-external``
+    already reaches 443)."""
+    md = {"name": "fis-pod-api-server", "namespace": namespace_of(team.name),
+          "labels": team_labels(team, "fault-injection")}
+    out = policy(md, None, "the FIS pod (the team's pods KubeRay did not create) -> API server HTTPS 443; no ingress",
+                 egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}])
+    out["spec"]["podSelector"] = dict(FIS_POD)
+    return out
