@@ -4,7 +4,10 @@ Guarantees: every entry is typed (unknown or missing keys refused, naming the fi
 architecture and the recipe name the upstream file they were read from (repository, tag, commit, blob);
 an architecture's flag list states the dimensions the platform reads from it (``--num-layers``,
 ``--hidden-size``, ``--moe-router-topk``) and leaves out what the platform sets itself; a model's
-blockwise-FP8 release is the same architecture and parameter count under another name.
+blockwise-FP8 release is the same architecture and parameter count under another name; a model released
+in blockwise FP8 only (``fp8Native``: DeepSeek's) names the BF16 checkpoint its trainer starts from, if
+one is published, with where that is said; a model whose upstream recipe passes other precision flags
+than the shared recipe names them, with the recipe file.
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ class Architecture(_Model):
         return [*self.megatron_args, "--moe-layer-freq", "[" + ",".join(["0"] * dense + ["1"] * (layers - dense)) + "]"]
 
 
+class Precision(_Model):
+    """The precision flags of a model's own upstream recipe, where they differ from the shared recipe's."""
+    origin: Origin
+    precision: tuple[str, ...]
+
+
 class Model(_Model):
     params_b: float = Field(gt=0)
     """Total parameters (all experts), in billions: the checkpoint budget's."""
@@ -72,12 +81,25 @@ class Model(_Model):
     fp8_release: str | None
     """The Hugging Face repository of its blockwise-FP8 release (same architecture), if any."""
     fp8_origin: str | None
+    fp8_native: bool = False
+    """The repository named is itself blockwise FP8 (DeepSeek's releases): SGLang serves it as it is."""
+    bf16_release: str | None = None
+    """For an ``fp8Native`` model: a published BF16 checkpoint of it, the trainer's (``--ref-load``)."""
+    bf16_origin: str | None = None
+    recipe: Precision | None = None
+    """Its own recipe's precision flags, in place of the shared recipe's ``precision``."""
     architecture: Architecture
 
     @model_validator(mode="after")
     def _fp8(self) -> "Model":
         if (self.fp8_release is None) != (self.fp8_origin is None):
             raise ValueError("fp8Origin: required exactly with fp8Release")
+        if (self.bf16_release is None) != (self.bf16_origin is None):
+            raise ValueError("bf16Origin: required exactly with bf16Release")
+        if self.fp8_native and self.fp8_release:
+            raise ValueError("fp8Release: an fp8Native model is its own FP8 release")
+        if self.bf16_release and not self.fp8_native:
+            raise ValueError("bf16Release: only an fp8Native model names its BF16 checkpoint (the others are BF16)")
         return self
 
 
@@ -102,6 +124,11 @@ class Catalog(_Model):
     def model(self, name: str) -> Model | None:
         """The entry of ``name`` (a model or its FP8 release); None when there is none."""
         return next((m for key, m in self.models.items() if name in (key, m.fp8_release)), None)
+
+    def precision(self, name: str) -> tuple[str, ...]:
+        """The precision flags a run of ``name`` passes: its model's own recipe's, else the shared recipe's."""
+        entry = self.model(name)
+        return entry.recipe.precision if entry and entry.recipe else self.recipe.precision
 
 
 def load(data: Path = DATA) -> Catalog:

@@ -30,6 +30,9 @@ def test_every_architecture_and_the_recipe_cite_the_miles_release_the_flags_were
 def test_an_fp8_release_is_its_models_architecture_and_parameters():
     cat = M.catalog()
     for name, m in cat.models.items():
+        if m.fp8_native:  # released in FP8 only: the entry is its own FP8 release
+            assert m.fp8_release is None and cat.model(name) is m
+            continue
         assert m.fp8_release and cat.model(m.fp8_release) is cat.model(name) is m
         assert preset(m.fp8_release) == preset(name) == m.architecture.args
         layers = m.architecture.dimension("--num-layers")
@@ -75,7 +78,36 @@ def test_a_model_added_only_to_the_data_reaches_the_argv_and_the_checkpoint_budg
     (lambda r: r["models"][NEW]["architecture"].update(megatronArgs=["--hidden-size", "64"]),
      f"models.{NEW}.architecture: megatronArgs: --num-layers with an integer value is required"),
     (lambda r: r["recipe"].pop("optimizer"), "recipe.optimizer: Field required"),
+    (lambda r: r["models"][NEW].update(bf16Release="org/x-bf16", bf16Origin="card"),
+     f"models.{NEW}: bf16Release: only an fp8Native model names its BF16 checkpoint"),
+    (lambda r: r["models"][NEW].update(fp8Native=True, bf16Release="org/x-bf16"),
+     f"models.{NEW}: bf16Origin: required exactly with bf16Release"),
+    (lambda r: r["models"][NEW].update(fp8Native=True, fp8Release="org/x-fp8", fp8Origin="card"),
+     f"models.{NEW}: fp8Release: an fp8Native model is its own FP8 release"),
 ])
 def test_a_malformed_entry_is_refused_naming_the_field(tmp_path, edit, message):
     with pytest.raises(ValueError, match=rf"models.yaml: invalid\n(.*\n)*  {message}"):
         M.load(models_copy(tmp_path, edit))
+
+
+DEEPSEEK = "deepseek-ai/DeepSeek-R1-0528"
+ON_DEEPSEEK = {"workloads": {"run": {"model": DEEPSEEK}, "storage": {"capacityGib": 21600}}}
+
+
+def test_a_model_released_in_fp8_only_serves_its_release_and_trains_from_its_named_bf16_upcast():
+    """Before: a name without the -FP8 suffix was taken for BF16 experts, so the seed's DeepSeek engines
+    ran as BF16 and the trainer loaded the FP8 files as its BF16 checkpoint."""
+    from workloads.derive.deepep import expert_precision, ref_model
+    cfg = variant("p5en-prod", merge(MILES_01, ON_DEEPSEEK))
+    entry = M.catalog().model(DEEPSEEK)
+    assert entry.fp8_native and expert_precision(cfg) == "fp8-blockwise"
+    assert ref_model(cfg) == entry.bf16_release == "unsloth/DeepSeek-R1-0528-BF16"
+
+
+def test_a_models_own_recipe_replaces_the_shared_precision_flags():
+    """Miles' DeepSeek recipe leaves out --attention-backend flash (MLA); the Qwen runs keep it."""
+    qwen = miles_argv(variant("p5en-prod", MILES_01))
+    deepseek = miles_argv(variant("p5en-prod", merge(MILES_01, ON_DEEPSEEK)))
+    assert "--attention-backend" in qwen and "--attention-backend" not in deepseek
+    assert "--accumulate-allreduce-grads-in-fp32" in deepseek and "--multi-latent-attention" in deepseek
+    assert deepseek[deepseek.index("--moe-layer-freq") + 1].startswith("[0,0,0,1,")

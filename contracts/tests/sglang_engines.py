@@ -10,6 +10,7 @@ import functools
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,23 @@ class Engine:
     spec: dict
 
 
+@functools.cache
+def model_folder(model: str) -> str:
+    """The folder SGLang and Miles read ``model``'s config.json from. A config whose ``auto_map`` names
+    remote code (DeepSeek's ``configuration_deepseek.py``, upstream code not kept here) is read from a copy
+    without ``auto_map``: with trust_remote_code, as Miles starts SGLang, transformers would load that module
+    (in a pod it is in the staged model); without it transformers' own class of the same ``model_type``
+    (transformers 5.12 ``DeepseekV3Config``) reads the same fields."""
+    folder = MODELS / model
+    config = json.loads((folder / "config.json").read_text())
+    modules = {ref.split(".")[0] for ref in config.get("auto_map", {}).values()}
+    if all((folder / f"{m}.py").is_file() for m in modules):
+        return str(folder)
+    copy = Path(tempfile.mkdtemp(prefix="contract-model-"))
+    (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "auto_map"}, indent=2))
+    return str(copy)
+
+
 def _flag(flags: list[str], name: str) -> int:
     return int(flags[flags.index(name) + 1])
 
@@ -47,13 +65,20 @@ def engine(name: str, m: WorkloadModel) -> Engine:
     env = {**rollout.env, **m.runtime_env}
     trainer = m.worker("trainer").pool
     return Engine(name, m.profile.sglang.version, {
-        "name": name, "argv": flags, "env": env, "model_path": str(MODELS / m.settings.run.model),
+        "name": name, "argv": flags, "env": env, "model_path": model_folder(m.settings.run.model),
         "gpus_per_engine": _flag(flags, "--rollout-num-gpus-per-engine"),
         "gpus_per_node": _flag(flags, "--num-gpus-per-node"),
         "gpu_memory_mib": rollout.pool.instance.gpu_memory_gib * 1024,
         "profile": m.profile.name, "trainer_sm": trainer.instance.gpu.sm,
         "trainer_gpus": _flag(flags, "--actor-num-nodes") * _flag(flags, "--actor-num-gpus-per-node"),
-        "models": {m.paths.model: str(MODELS / m.settings.run.model), m.paths.ref_model: str(MODELS / m.ref_model)}})
+        "models": {m.paths.model: model_folder(m.settings.run.model), m.paths.ref_model: ref_folder(m)}})
+
+
+def ref_folder(m: WorkloadModel) -> str:
+    """The trainer's BF16 checkpoint's config folder: its own where kept, else (an FP8-only model's published
+    upcast, whose config.json is not kept here) the model's."""
+    return model_folder(m.ref_model) if (MODELS / m.ref_model / "config.json").is_file() else model_folder(
+        m.settings.run.model)
 
 
 @functools.cache

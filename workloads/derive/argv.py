@@ -201,7 +201,7 @@ def miles_argv(cfg: "ProgramConfig") -> list[str]:
     f("--expert-tensor-parallel-size", par.expert_tensor)
     a.extend(recipe.recompute)
     f("--max-tokens-per-gpu", grpo.max_tokens_per_gpu)
-    a.extend(recipe.precision)
+    a.extend(models.catalog().precision(run.model))
     a.extend(model_args(cfg))
     # Megatron's MoE token dispatcher and SGLang's a2a backend/runner: workloads.derive.moe_backend's rules.
     a.extend(moe.megatron_args())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from software import models
 from stackconfig.stack import Role
 
 from workloads.derive import moe_backend as moe
@@ -30,19 +31,30 @@ class DeepEP:
         return self.version is not DeepEPVersion.OFF
 
 
+def _fp8_native(model: str) -> models.Model | None:
+    """The catalog's entry of ``model`` when it is released in blockwise FP8 only (``fp8Native``)."""
+    entry = models.catalog().model(model)
+    return entry if entry and entry.fp8_native else None
+
+
 def expert_precision(cfg: "ProgramConfig") -> str:
     run = cfg.workloads.run
-    return run.expert_precision or ("fp8-blockwise" if run.model.upper().endswith("-FP8") else "bf16")
+    fp8 = run.model.upper().endswith("-FP8") or _fp8_native(run.model) is not None
+    return run.expert_precision or ("fp8-blockwise" if fp8 else "bf16")
 
 
 def ref_model(cfg: "ProgramConfig") -> str:
     """The BF16 checkpoint the trainer starts from (``RunBase.ref_model``): given, else the model when it
-    is BF16, else the ``*-FP8`` model's BF16 release (its name without the suffix)."""
+    is BF16, else an FP8-only model's published BF16 checkpoint (``software/models.yaml`` ``bf16Release``),
+    else the ``*-FP8`` model's BF16 release (its name without the suffix)."""
     run = cfg.workloads.run
     if run.ref_model:
         return run.ref_model
     if expert_precision(cfg) == "bf16":
         return run.model
+    native = _fp8_native(run.model)
+    if native and native.bf16_release:
+        return native.bf16_release
     if not run.model.upper().endswith("-FP8"):
         raise ValueError(f"workloads.run.refModel: required for {run.model} (FP8 experts): the trainer starts "
                          f"from a BF16 checkpoint (Miles docs/advanced/low-precision.md); allowed: its BF16 "
