@@ -6,7 +6,9 @@ modules with directories inside it (k8s.io/kubernetes's staging modules, Volcano
 cannot be built with ``go install M@V`` (a dependency's replace directives are ignored), so the go.mod
 we write repeats each upstream replace: the ones to a module version as they are, the ones to a
 staging directory as the module it holds at the matching version (``k8s.io/api`` -> ``v0.35.3`` for
-Kubernetes v1.35.3; Volcano's ``volcano.sh/apis`` at Volcano's own version).
+Kubernetes v1.35.3; Volcano's ``volcano.sh/apis`` at Volcano's own version), or, where the proxy does not
+serve that version, as a copy of a served one with what the build lacks added (``Component.shims``: the
+copy is made in the build directory, ``src/<component>-<version>/shims/``, and named by the replace).
 
 Everything lives under one cache directory (``$MOE_RL_CONTROLPLANE_CACHE``, default
 ``~/.cache/moe-rl-controlplane``): Go's module and build caches and ``bin/<component>-<version>/``.
@@ -25,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from controlplane.versions import COMPONENTS, Component
+from controlplane.versions import COMPONENTS, Component, Shim
 
 CACHE = Path(os.environ.get("MOE_RL_CONTROLPLANE_CACHE", Path.home() / ".cache" / "moe-rl-controlplane"))
 
@@ -71,10 +73,13 @@ def replaces(gomod: str) -> list[tuple[str, str]]:
     return found
 
 
+def shim_dir(module: str) -> str:
+    """The replace target of a shimmed module, relative to the build directory."""
+    return "./shims/" + module.replace("/", "_")
+
+
 def staging_version(module: str, component: Component) -> str:
     """The version of a module that ``component``'s module keeps in a directory of its own."""
-    if module in component.staging:
-        return component.staging[module]
     if module.startswith("k8s.io/") and component.module == "k8s.io/kubernetes":
         return "v0" + component.version[2:]  # v1.35.3 -> v0.35.3, the staging modules' tags
     return component.version
@@ -90,7 +95,7 @@ def gomod(component: Component) -> str:
         if new.startswith((".", "/")):
             if "FORBIDDEN" in new:  # etcd's guard against importing a module it must not (./FORBIDDEN_DEPENDENCY)
                 continue
-            new = f"{old} {staging_version(old, component)}"
+            new = shim_dir(old) if old in component.shims else f"{old} {staging_version(old, component)}"
         lines.append(f"\t{old} => {new}")
     return "\n".join(lines + [")", ""])
 
@@ -100,7 +105,18 @@ BUILD_SECONDS = "BUILD_SECONDS"
 
 
 def bin_dir(component: Component) -> Path:
+    """Where ``component``'s binaries are kept, one directory per component and version."""
     return CACHE / "bin" / f"{component.name}-{component.version}"
+
+
+def copy_shim(shim: Shim, target: Path) -> None:
+    """The served ``shim.module@shim.version`` copied from the module cache to ``target``, its files added."""
+    info = json.loads(go("mod", "download", "-json", f"{shim.module}@{shim.version}", cwd=CACHE))
+    shutil.copytree(info["Dir"], target, copy_function=shutil.copyfile)
+    for directory, _, _ in os.walk(target):
+        os.chmod(directory, 0o755)  # the module cache's directories are read-only
+    for path, text in shim.files.items():
+        (target / path).write_text(text)
 
 
 def build(component: Component) -> Path:
@@ -113,6 +129,8 @@ def build(component: Component) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     (work / "go.mod").write_text(gomod(component))
+    for shim in component.shims.values():
+        copy_shim(shim, work / shim_dir(shim.module))
     for name, source in component.mains.items():
         (work / name).mkdir()
         (work / name / "main.go").write_text(source)

@@ -7,7 +7,7 @@ Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for
 - labels: the pool's and its node setup's (``WorkloadModel.node_labels``), the well-known ones the kubelet
   and EKS set (hostname, OS, architecture, instance type, zone, node group, capacity type) and the EKS
   network-topology labels (``EKS_NETWORK_LAYERS``; simulated: one layer-1 and layer-2 node above the zone's
-  GPU nodes, one layer-3 node per ``NODES_PER_LAYER3``);
+  GPU nodes, one layer-3 node per ``NODES_PER_LAYER3`` nodes of a pool in a zone: a network node has one parent);
 - taints: those the node registers with (``components.gpu_node_setup.registration_taints``: the pool's, and
   the burn-in taint on GPU nodes while the stack's burn-in is on), unless the test says the burn-in passed:
   then the pool's taints and the burn-in's ``passed`` result label.
@@ -66,7 +66,7 @@ def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True)
               "type": "kwok"}
     if pool.instance.is_gpu:
         layer1, layer2, layer3 = EKS_NETWORK_LAYERS
-        labels |= {layer1: f"nn-{where}-1", layer2: f"nn-{where}-2", layer3: f"nn-{pool.name}-{index // NODES_PER_LAYER3}"}
+        labels |= {layer1: f"nn-{where}-1", layer2: f"nn-{where}-2", layer3: f"nn-{where}-{pool.name}-{index // NODES_PER_LAYER3}"}
     if proven and cfg.burn_in.enabled and pool.instance.is_gpu:
         labels[RESULT_LABEL] = PASSED  # what the burn-in agent writes with the taint lifted (nodes.marks)
     taints = pool.taints if proven else registration_taints(pool, cfg.burn_in.enabled)

@@ -7,8 +7,7 @@ Deployments run here as processes with their rendered arguments (ConfigMap and S
 the listen addresses move to free ports on 127.0.0.1, the service-account token comes from the TokenRequest
 API); the admission-init Job (it makes the webhook's certificate) is replaced by the test CA; the webhook
 configurations keep their rules and ``failurePolicy`` and point at the webhook process by URL. The chart is
-the built version's (1.14.1, ``controlplane.versions.VOLCANO_SERVED``): it renders the stack's scheduler and
-controller configuration as 1.15.1's does; 1.15.1 adds sharding flags the 1.14.1 binaries do not know.
+the pinned version's (1.15.1), the same version as the binaries (``controlplane.versions.VOLCANO_APIS_SHIM``).
 
 KubeRay: the chart is not in the operator's Go module, so its rendering is restated here for the values the
 stack sets (chart 1.7.0 templates/deployment.yaml, ``args``: ``batchScheduler.name`` -> ``--batch-scheduler``,
@@ -24,6 +23,7 @@ import copy
 import json
 import re
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -114,6 +114,14 @@ class Volcano:
             return "404" in str(e)
         return True
 
+    def sessions(self) -> int:
+        """Scheduling sessions vc-scheduler has closed: the count of its ``volcano_e2e_scheduling_latency_milliseconds``
+        histogram, observed once per session when it closes (v1.15.1 pkg/scheduler/scheduler.go:143-145; the
+        chart's ``--enable-metrics=true`` serves it on ``--listen-address``)."""
+        with urllib.request.urlopen(self.scheduler_metrics, timeout=10) as answer:
+            text = answer.read().decode()
+        return int(float(re.search(r"^volcano_e2e_scheduling_latency_milliseconds_count (\S+)$", text, re.M).group(1)))
+
     def by_url(self, config: dict) -> dict:
         """The webhook configuration with each webhook called by URL on 127.0.0.1, the test CA trusted."""
         config = copy.deepcopy(config)
@@ -162,7 +170,10 @@ class Volcano:
             args += [f"--webhook-url=https://127.0.0.1:{self.webhook_port}", "--listen-address=127.0.0.1",
                      f"--port={self.webhook_port}"]
         else:
-            args.append(f"--listen-address=127.0.0.1:{free_port()}")
+            port = free_port()
+            args.append(f"--listen-address=127.0.0.1:{port}")
+            if name == "volcano-scheduler":
+                self.scheduler_metrics = f"http://127.0.0.1:{port}/metrics"
         return self.cp.run(name, [a for a in args if a != "2>&1"], VOLCANO_BINARIES[name])
 
 

@@ -3,7 +3,8 @@
 - Kubernetes: the patch release of the pinned minor that the stack's kube-proxy add-on carries
   (``versions.addons.kube_proxy`` v1.35.3-eksbuild.N -> ``k8s.io/kubernetes v1.35.3``), so the API server
   is the release EKS runs; etcd is the one that release's go.mod requires (``go.etcd.io/etcd/server/v3``).
-- Volcano: the chart version the stack pins (chart 1.15.1 ships Volcano v1.15.1).
+- Volcano: the chart version the stack pins (chart 1.15.1 ships Volcano v1.15.1); its ``volcano.sh/apis``
+  is the served v1.14.0 with one constant added (``VOLCANO_APIS_SHIM`` says why and what else differs).
 - KubeRay: the chart version the stack pins (1.7.0), unless the Go module proxy does not serve it:
   ``SERVED`` names the version built instead and why; README.md ("Tests") and the tier's tests say so.
 - kwok and Helm: test tools no stack pins (kwok's controller; Helm v3 renders the Volcano chart).
@@ -47,6 +48,18 @@ func main() { etcdmain.Main(os.Args) }
 
 
 @dataclass(frozen=True)
+class Shim:
+    """A module the proxy serves only at another version, copied at build time from the module cache into the
+    component's build directory (``controlplane.build``; never committed) with ``files`` added, and named by a
+    ``replace`` directive to that directory."""
+
+    module: str
+    version: str
+    files: dict[str, str]
+    """Path inside the module -> the text of a file added to the copy."""
+
+
+@dataclass(frozen=True)
 class Component:
     name: str
     module: str
@@ -57,9 +70,8 @@ class Component:
     mains: dict[str, str] = field(default_factory=dict)
     """Directory -> main.go source for binaries whose upstream has no main package we can name."""
     ldflags: str = "-s -w"
-    staging: dict[str, str] = field(default_factory=dict)
-    """Module -> version, for a module the component's go.mod replaces with a directory of its own that the
-    proxy serves only at another version (``controlplane.build.staging_version``)."""
+    shims: dict[str, Shim] = field(default_factory=dict)
+    """Module -> the served copy that stands for the directory the component's go.mod replaces it with."""
 
 
 def kubernetes_version(versions: Versions = PINNED) -> str:
@@ -86,35 +98,36 @@ ETCD_VERSION = "v3.6.5"
 """The etcd server k8s.io/kubernetes v1.35.3's go.mod requires (``go.etcd.io/etcd/server/v3 v3.6.5``)."""
 
 
-VOLCANO_SERVED = {"v1.15.1": ("v1.14.1", "v1.14.0")}
-"""Pinned Volcano version -> (the version built, the ``volcano.sh/apis`` it is built with). Volcano's go.mod
-replaces ``volcano.sh/apis`` with its own ``staging/src/volcano.sh/apis``, a nested module the proxy leaves
-out of ``volcano.sh/volcano``'s zip, so it must come from the proxy as ``volcano.sh/apis`` itself, which
-serves v1.14.0 (and v1.13.0, v1.12.x) but neither v1.15.x nor a pseudo-version of volcano-sh/apis's
-v1.15.0 commit (f8d9adfa). Volcano v1.14.1 is the newest release whose API types are served: apis v1.14.0
-and v1.14.1 are the same tree (volcano-sh/apis, no change between the tags). Its chart (1.14.1) renders the
-stack's values as 1.15.1's does (scheduler and controller ConfigMaps, flags, webhooks with
-``failurePolicy: Fail``).
+VOLCANO_APIS_SHIM = {"v1.15.1": Shim("volcano.sh/apis", "v1.14.0", {
+    "pkg/apis/scheduling/v1beta1/zz_queue_allocation_gate.go":
+        'package v1beta1\n\nconst QueueAllocationGateKey = GroupName + "/queue-allocation-gate"\n'})}
+"""Volcano version -> the ``volcano.sh/apis`` it is built with. Volcano v1.15.1's go.mod replaces
+``volcano.sh/apis`` with its own ``staging/src/volcano.sh/apis``, a nested module the proxy leaves out of ``volcano.sh/volcano``'s zip, and the proxy serves ``volcano.sh/apis`` v1.14.0
+(and v1.13.0, v1.12.x) but neither v1.15.x nor a pseudo-version of volcano-sh/apis's v1.15.0 commit (f8d9adfa).
+Built against apis v1.14.0, v1.15.1 lacks one name, ``schedulingv1beta1.QueueAllocationGateKey``
+(pkg/scheduler/api/helpers.go:145,151, cache/util.go:151, actions/allocate/allocate.go:762); the shim adds it as
+volcano-sh/volcano@v1.15.1 staging/src/volcano.sh/apis/pkg/apis/scheduling/v1beta1/labels.go:50-52 declares it.
 
-Read against v1.15.1 (volcano-sh/volcano v1.14.1..v1.15.1): the capacity plugin's realCapability, deserved,
-queue order, allocate/enqueue checks and reclaim's guarantee check, the gang, priority, conformance, drf
-plugins, eviction with the pod's own grace period (``defaultEvictor.Evict``), the PodGroup controller and
-HyperNode discovery are the same. Different: (1) v1.14.1's preempt action visits queues in random order and
-pops tasks of other queues' waiting jobs (actions/preempt/preempt.go:161, 229-276; v1.15.1 orders queues and
-stays in the current one, 150-158, 236-286), so with another team's run waiting, a preemption can take another
-victim or none; (2) v1.14.1 counts an Inqueue PodGroup's whole minResources though its pods are bound
-(capacity.go:467-471; v1.15.1 subtracts them, 1110-1120), so a queue's next run is admitted one session later.
-The tier's tests avoid both: no scenario expects a preemption while another queue has a run waiting, and
-each run is submitted after the previous one's gang settled. The queue webhook's messages differ; tests
-match refusals, not their text."""
+Everything else apis v1.15.1 (that staging tree at the v1.15.1 tag) has over v1.14.0 is, read file by file:
+- API types: no field added or removed. Only kubebuilder markers differ (batch v1alpha1 Job
+  ``networkTopology.highestTierName`` loses its Pattern; the internal PodGroup type gains a MaxLength the
+  v1beta1 type already had) and comments. The CRDs the API server validates with are the 1.15.1 chart's own,
+  so nothing of ours (Queue, PodGroup, HyperNode) is decoded into a Go type that lacks a field.
+- Generated clients (applyconfigurations, informers, the fake clientset): regenerated by code-generator v0.35.
+  The one behavioural change, informers built with ``cache.ToListWatcherWithWatchListSemantics``, is the
+  same for a real client: client-go v0.35.3 tools/cache/reflector.go:300-310 turns watch-list off only for a
+  client that declares it unsupported (a fake), so v1.14.0's plain ``ListWatch`` streams the same way.
+- go.mod: k8s.io modules v0.35.0 instead of v0.34.1; our go.mod pins them to v0.35.3 either way
+  (Volcano's own replaces, repeated).
+So the binaries are v1.15.1's scheduler, controllers and webhooks, built as the pinned release is."""
 
 
-def volcano(pinned: str) -> Component:
-    version, apis = VOLCANO_SERVED.get(pinned, (pinned, pinned))
+def volcano(version: str) -> Component:
     v = "volcano.sh/volcano/cmd/"
+    shim = VOLCANO_APIS_SHIM.get(version)
     return Component("volcano", "volcano.sh/volcano", version,
                      {"vc-scheduler": v + "scheduler", "vc-controller-manager": v + "controller-manager",
-                      "vc-webhook-manager": v + "webhook-manager"}, staging={"volcano.sh/apis": apis})
+                      "vc-webhook-manager": v + "webhook-manager"}, shims={shim.module: shim} if shim else {})
 
 
 def kuberay(version: str) -> Component:
