@@ -1,6 +1,8 @@
 """The team namespaces' admission policies, their CEL evaluated by a CEL interpreter (cel-python: the
-expressions as the API server runs them, less Kubernetes' CEL extensions) against the objects the
-platform and KubeRay make for a run, and against each attack a team member could play."""
+expressions as the API server runs them, with a model of Kubernetes' quantity library and no other of its
+CEL extensions) against the objects the platform and KubeRay make for a run, and against each attack a team
+member could play. The attack tables are module constants: the control-plane tier plays the same ones
+against the real API server (tests/controlplane/test_cp_tenancy.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ from celpy import celtypes, json_to_cel
 from conftest import ROOT
 from test_workloads import k8s_version, variant
 
-from workloads.render.admission import (PODGROUP_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY,
-                                        SERVICE_POLICY, team_admission)
+from workloads.derive.resources import parse_quantity
+from workloads.render.admission import (DELETION_POLICY, GROUP_ANNOTATION, PODGROUP_POLICY, POD_POLICY,
+                                        RAYCLUSTER_POLICY, RAYJOB_POLICY, SERVICE_POLICY, team_admission)
+from workloads.render.runs import PRIORITY_LABEL, QUEUE_LABEL, podgroup_name
 from workloads.derive.model import derive
 from workloads.checks.runs import load_run
 from workloads.deploy.submit import run_objects
@@ -23,6 +27,23 @@ from workloads.deploy.submit import run_objects
 SHARED = "p5en-shared"
 TEAM_NS = "team-alpha"
 ENV = celpy.Environment()
+
+
+class Quantity:
+    """A value of Kubernetes' CEL quantity library (apiserver pkg/cel/library/quantity.go): made by
+    ``quantity(string)``, compared by ``compareTo``; nothing else of it is used."""
+
+    def __init__(self, text: celtypes.StringType):
+        if not isinstance(text, celtypes.StringType):
+            raise TypeError(f"quantity() takes a string, not {type(text).__name__}")
+        self.value = parse_quantity(str(text))
+
+
+def _compare_to(a: Quantity, b: Quantity) -> celtypes.IntType:
+    return celtypes.IntType((a.value > b.value) - (a.value < b.value))
+
+
+KUBERNETES_CEL = {"quantity": Quantity, "compareTo": _compare_to}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +65,7 @@ def rayjob(cfg):
 @functools.lru_cache(maxsize=None)
 def _program(expression: str):
     """Each expression compiled once: the policies repeat them across every attack."""
-    return ENV.program(ENV.compile(expression))
+    return ENV.program(ENV.compile(expression), functions=KUBERNETES_CEL)
 
 
 def _value(expression: str, activation: dict):
@@ -55,12 +76,14 @@ def _value(expression: str, activation: dict):
     return out
 
 
-def refused(policy: dict, obj: dict, operation: str = "CREATE", old: dict | None = None) -> list[str]:
+def refused(policy: dict, obj: dict | None, operation: str = "CREATE", old: dict | None = None,
+            options: dict | None = None) -> list[str]:
     """The messages of ``policy``'s validations that ``obj`` fails; an evaluation error fails too
-    (``failurePolicy: Fail``)."""
+    (``failurePolicy: Fail``). ``options``: the request's (a DELETE's DeleteOptions)."""
     spec = policy["spec"]
+    assert operation in [o for r in spec["matchConstraints"]["resourceRules"] for o in r["operations"]]
     activation = {"object": json_to_cel(obj), "oldObject": json_to_cel(old),
-                  "request": json_to_cel({"operation": operation, "namespace": TEAM_NS})}
+                  "request": json_to_cel({"operation": operation, "namespace": TEAM_NS, "options": options})}
     variables = {v["name"]: _value(v["expression"], activation) for v in spec.get("variables", [])}
     activation["variables"] = celtypes.MapType({celtypes.StringType(k): v for k, v in variables.items()})
     return [v["message"] for v in spec["validations"] if not _holds(_value(v["expression"], activation))]
@@ -70,12 +93,17 @@ def _holds(result) -> bool:
     return isinstance(result, (bool, celtypes.BoolType)) and bool(result)
 
 
-def as_kuberay_makes(template: dict, node_type: str = "worker") -> dict:
-    """A Ray pod as KubeRay v1.7.0 creates it from ``template``: schedulerName volcano (volcano_scheduler.go:
-    263-268), RAY_AUTH_MODE/RAY_AUTH_TOKEN in the Ray container (common/pod.go:387-425) and its node type
-    label, which a template cannot override (common/pod.go:1167-1191)."""
+def as_kuberay_makes(template: dict, node_type: str = "worker", parent: dict | None = None) -> dict:
+    """A Ray pod as KubeRay v1.7.0 creates it from ``template`` of the RayJob ``parent``: schedulerName
+    volcano, the parent's queue and priority labels over the template's and the PodGroup annotation
+    (volcano_scheduler.go:263-268; v1.6.2 the same), RAY_AUTH_MODE/RAY_AUTH_TOKEN in the Ray container
+    (common/pod.go:387-425) and its node type label, which a template cannot override (common/pod.go:1167-1191)."""
     pod = {"metadata": copy.deepcopy(template["metadata"]), "spec": copy.deepcopy(template["spec"])}
     pod["metadata"]["labels"]["ray.io/node-type"] = node_type
+    if parent is not None:
+        labels = parent["metadata"]["labels"]
+        pod["metadata"]["labels"].update({k: labels[k] for k in (QUEUE_LABEL, PRIORITY_LABEL) if labels.get(k)})
+        pod["metadata"].setdefault("annotations", {})[GROUP_ANNOTATION] = podgroup_name(parent["metadata"]["name"])
     pod["spec"]["schedulerName"] = "volcano"
     ray = pod["spec"]["containers"][0]
     ray["env"] = [*ray.get("env", []), {"name": "RAY_AUTH_MODE", "value": "token"},
@@ -85,8 +113,8 @@ def as_kuberay_makes(template: dict, node_type: str = "worker") -> dict:
 
 def run_pods(rayjob: dict) -> list[dict]:
     cluster = rayjob["spec"]["rayClusterSpec"]
-    return [as_kuberay_makes(cluster["headGroupSpec"]["template"], "head"),
-            *(as_kuberay_makes(g["template"]) for g in cluster["workerGroupSpecs"])]
+    return [as_kuberay_makes(cluster["headGroupSpec"]["template"], "head", rayjob),
+            *(as_kuberay_makes(g["template"], "worker", rayjob) for g in cluster["workerGroupSpecs"])]
 
 
 def operator_cluster(rayjob: dict) -> dict:
@@ -110,14 +138,15 @@ def test_every_policy_is_valid_and_bound_with_deny_on_every_team_namespace(cfg):
     policies = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
     bindings = {o["spec"]["policyName"]: o["spec"] for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"}
     assert sorted(bindings) == sorted(p["metadata"]["name"] for p in policies) == sorted(
-        [POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY])
+        [POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY, DELETION_POLICY])
     for b in bindings.values():
         assert b["validationActions"] == ["Deny"]
         assert b["matchResources"] == {"namespaceSelector": {"matchExpressions": [
             {"key": "rl.platform/team", "operator": "Exists"}]}}
     for p in policies:
         assert p["spec"]["failurePolicy"] == "Fail"
-        assert all(r["operations"] == ["CREATE", "UPDATE"] for r in p["spec"]["matchConstraints"]["resourceRules"])
+        operations = ["DELETE"] if p["metadata"]["name"] == DELETION_POLICY else ["CREATE", "UPDATE"]
+        assert all(r["operations"] == operations for r in p["spec"]["matchConstraints"]["resourceRules"])
 
 
 def test_what_the_platform_and_kuberay_make_for_a_run_passes(policies, rayjob):
@@ -149,7 +178,7 @@ def _pod_attacks(pod: dict) -> dict[str, tuple[dict, str]]:
         "hostNetwork": (changed(lambda s, c, p: s.update(hostNetwork=True)), "network, PID or IPC"),
         "hostPID": (changed(lambda s, c, p: s.update(hostPID=True)), "network, PID or IPC"),
         "privileged": (changed(lambda s, c, p: sc(s["initContainers"][0]).update(privileged=True)), "privileged"),
-        "SYS_ADMIN": (changed(lambda s, c, p: sc(c).update(capabilities={"add": ["IPC_LOCK", "SYS_ADMIN"]})),
+        "SYS_ADMIN": (changed(lambda s, c, p: sc(c)["capabilities"].update(add=["IPC_LOCK", "SYS_ADMIN"])),
                       "IPC_LOCK"),
         "hostPath": (changed(lambda s, c, p: s["volumes"].append({"name": "h", "hostPath": {"path": "/var/lib/kubelet"}})),
                      "hostPath"),
@@ -185,7 +214,7 @@ def test_each_pod_security_baseline_control_and_scheduler_bypass_is_refused(poli
     ephemeral = copy.deepcopy(trainer)
     ephemeral["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox",
                                                  "securityContext": {"privileged": True}}]
-    assert refused(policies[POD_POLICY], ephemeral, "UPDATE", trainer) == ["a team's containers may not be privileged"]
+    assert refused(policies[POD_POLICY], ephemeral, "UPDATE", trainer)[0] == "a team's containers may not be privileged"
     resources = policies[POD_POLICY]["spec"]["matchConstraints"]["resourceRules"][0]["resources"]
     assert resources == ["pods", "pods/ephemeralcontainers"]
 

@@ -24,7 +24,8 @@ def _changed(pod: dict, edit) -> dict:
 
 
 def _only(messages: list[str], part: str) -> None:
-    assert len(messages) == 1 and part in messages[0], messages
+    """Refused, first by the rule ``part`` names: the API server answers with the first refusal."""
+    assert messages and part in messages[0], messages
 
 
 # --- 1. queue hopping: autoscaler RBAC, relabelled RayClusters, PodGroups ----------------------------

@@ -7,17 +7,23 @@ a team member's. What they guarantee:
 
 - pods: no weaker than Pod Security ``baseline`` (every control of the Pod Security Standards'
   baseline list, the 1.34 probe and lifecycle ``host`` included), narrower where the platform can be
-  (capabilities: IPC_LOCK only; the platform's volume types only), scheduled by Volcano only, never
-  created bound to a node, only at the platform's priorities, always preemptable, on the GPU pools
-  (a run's head on the head pool), tolerating neither the burn-in nor the quarantine taint nor every
-  taint, and with huge pages or EFA devices only beside GPUs;
+  (capabilities: IPC_LOCK only, NET_RAW dropped; the platform's volume types only), scheduled by Volcano
+  only, never created bound to a node, at their PodGroup's priority (one of the platform's), always
+  preemptable, on the GPU pools holding a whole node (a run's head on the head pool, no bigger than the
+  platform's), stopping within the checkpoint grace (``render.pod_limits``), tolerating neither the
+  burn-in nor the quarantine taint nor every taint, and with huge pages or EFA devices only beside GPUs;
+  judged on every update that changes the spec, a label or an annotation, their PodGroup, order and
+  priority fixed at creation;
 - Services: ClusterIP only, no ``externalIPs`` (no load balancer, NodePort, ExternalName; the
   CVE-2020-8554 class);
 - RayJobs: in the namespace's own queue at a platform priority, submitted over HTTP by the operator
   to the run's own head (no ``clusterSelector``, no custom head Service), with Ray token auth and
   no head restart;
 - RayClusters (the operator's copy of a RayJob's cluster): the same cluster rules, queue and priority,
-  checked on every update that changes a label too;
+  checked on every update that changes a label too; every pod template at the cluster's priority and
+  within the checkpoint grace; neither deleted leaving its objects behind (``propagationPolicy:
+  Orphan``, ``orphanDependents``, the ``orphan`` finalizer): the RayCluster, PodGroup and pods of an
+  orphaned RayJob would hold their nodes, and the team's ``runs`` budget would block every drain of them;
 - Volcano PodGroups (KubeRay's, or the Volcano controller's for a pod without one): the namespace's
   own queue, a platform priority, preemptable.
 """
@@ -34,10 +40,13 @@ from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU
 from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
 from workloads.render.common import PART_OF, RAY_NODE_TYPE_LABEL
-from workloads.render.runs import NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, priority_classes
+from workloads.render.pod_limits import PodLimits, grace_bounded, limit_variables, pod_limit_rules, pod_limits
+from workloads.render.runs import (NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, TASK_PRIORITY,
+                                   priority_classes)
 
-POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY = (
-    "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters", "rl-team-podgroups")
+POD_POLICY, SERVICE_POLICY, RAYJOB_POLICY, RAYCLUSTER_POLICY, PODGROUP_POLICY, DELETION_POLICY = (
+    "rl-team-pods", "rl-team-services", "rl-team-rayjobs", "rl-team-rayclusters", "rl-team-podgroups",
+    "rl-team-deletions")
 TEAM_NAMESPACES = {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}}
 SCHEDULER = "volcano"
 """The scheduler name KubeRay sets on every pod of a RayCluster when started with
@@ -72,6 +81,14 @@ a NetworkPolicy (networkpolicy_controller.go:71-114); the head Service's annotat
 balancer's (raycluster_controller.go:638); another controller in charge (raycluster_controller.go:158);
 the mTLS certificates (raycluster_mtls_controller.go, utils/util.go:805-811); the history collector
 sidecar (common/pod.go:304-306)."""
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+"""The PodGroup of a pod, set by KubeRay (volcano_scheduler.go populateAnnotations, v1.6.2:263-267) and read by
+Volcano."""
+FIXED_POD_METADATA = (("annotations", GROUP_ANNOTATION), ("annotations", TASK_PRIORITY), ("labels", PRIORITY_LABEL))
+"""A pod's PodGroup, its order within it and its priority label: set when KubeRay creates it, never changed."""
+ORPHAN_FINALIZER = "orphan"
+"""metav1.FinalizerOrphanDependents: an object carrying it is deleted leaving its dependents, whatever the
+DELETE asks (apiserver v0.35.3 pkg/registry/generic/registry/store.go, deletionFinalizersForGarbageCollection)."""
 HEAD_OPERATOR_FIELDS = ("enableIngress", "ingressOptions")
 """headGroupSpec fields that make KubeRay create an Ingress (raycluster_controller.go:499)."""
 
@@ -132,8 +149,22 @@ def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
          "template sets, common/pod.go:387-393, v1.7.0)"),
         (f"has(object.spec.schedulerName) && object.spec.schedulerName == '{SCHEDULER}'",
          f"a team's pods are scheduled by Volcano (schedulerName {SCHEDULER}), in their team's queue"),
-        (f"!has(object.spec.priorityClassName) || object.spec.priorityClassName in {classes}",
-         f"a team's pods may use only the platform's run priorities {classes}"),
+        (f"has(object.spec.priorityClassName) && object.spec.priorityClassName in {classes}"
+         f" && has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels"
+         f" && object.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}']",
+         f"a team's pods run at their PodGroup's priority, one of the platform's run priorities {classes}: "
+         f"spec.priorityClassName equal to the label {PRIORITY_LABEL} KubeRay copies from the RayJob, as it "
+         "does to the PodGroup (volcano_scheduler.go:253-265); Volcano orders by the PodGroup's, the kubelet's "
+         "node-pressure eviction by the pod's"),
+        ("variables.containers.all(c, has(c.securityContext) && has(c.securityContext.capabilities)"
+         " && has(c.securityContext.capabilities.drop)"
+         " && c.securityContext.capabilities.drop.exists(d, d == 'ALL' || d == 'NET_RAW'))",
+         "a team's containers drop NET_RAW (capabilities.drop ALL or NET_RAW): raw sockets forge ARP and IP "
+         "packets to other teams' pods past their NetworkPolicies"),
+        ("request.operation != 'UPDATE' || ("
+         + " && ".join(_same(m, k) for m, k in FIXED_POD_METADATA) + ")",
+         f"a team pod's PodGroup ({GROUP_ANNOTATION}), order ({TASK_PRIORITY}) and priority label "
+         f"({PRIORITY_LABEL}) are fixed when KubeRay creates it"),
         (f"!has(object.spec.serviceAccountName) || object.spec.serviceAccountName != '{FIS_SERVICE_ACCOUNT}'",
          f"a team's pods may not run as the fault engine's account {FIS_SERVICE_ACCOUNT} (it deletes pods past "
          "the runs PodDisruptionBudget; only the pod AWS FIS creates uses it)"),
@@ -161,10 +192,18 @@ def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
          f" && object.metadata.labels['{RAY_NODE_TYPE_LABEL}'] == 'head'))",
          f"a team's pods run on the pools meant for them: the GPU pools, and a run's head on the head pool "
          f"(nodeSelector {POOL_LABEL}; never the system, memory or reward pools)"),
+        *pod_limit_rules(),
     ]
 
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def _same(meta: str, key: str) -> str:
+    """``key`` of ``metadata.<meta>`` is the same in ``object`` and ``oldObject`` (absent in both included)."""
+    def of(o: str) -> str:
+        return f"(has({o}.metadata.{meta}) && '{key}' in {o}.metadata.{meta} ? {o}.metadata.{meta}['{key}'] : '')"
+    return f"{of('object')} == {of('oldObject')}"
 
 
 def _hosts_unset() -> str:
@@ -221,6 +260,13 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
+        (f"{_templates(spec)}.all(t, {grace_bounded('t.spec')})",
+         "a team's Ray pod templates stop within the platform's checkpoint grace (terminationGracePeriodSeconds "
+         "at most variables.graceSeconds, capacityBlockEnd.checkpointMinutes)"),
+        (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels && {_templates(spec)}.all(t,"
+         f" has(t.spec.priorityClassName) && t.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}'])",
+         f"a team's Ray pod templates name the run's priority (spec.priorityClassName = label {PRIORITY_LABEL}, "
+         "the PodGroup's)"),
         (" && ".join([*(f"!has({spec}.{f})" for f in OPERATOR_FIELDS if f != "enableInTreeAutoscaling"),
                       f"(!has({spec}.enableInTreeAutoscaling) || !{spec}.enableInTreeAutoscaling)",
                       f"!has({spec}.headGroupSpec.ingressOptions)",
@@ -229,6 +275,12 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f"RayClusters and pods), no Ingress, GCS Redis cleanup Job, NetworkPolicy or mTLS objects (no "
          f"{', '.join(OPERATOR_FIELDS[1:])}, headGroupSpec.enableIngress or ingressOptions)"),
     ]
+
+
+def _templates(spec: str) -> str:
+    """The pod templates of the Ray cluster spec at ``spec``, head first."""
+    return (f"([{spec}.headGroupSpec.template] + (has({spec}.workerGroupSpecs)"
+            f" ? {spec}.workerGroupSpecs.map(g, g.template) : []))")
 
 
 def queue_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
@@ -305,18 +357,39 @@ whose trust is the FIS service and whose templates the stack defines; a team mem
 an access entry names. Its RBAC there is create/get/list/delete pods (``render.faults.ENGINE_RULES``)."""
 
 
+NOT_ORPHANED = (f"!has(object.metadata.finalizers) || !('{ORPHAN_FINALIZER}' in object.metadata.finalizers)",
+                f"a team's RayJob or Ray cluster does not carry the {ORPHAN_FINALIZER!r} finalizer: deleted, it would "
+                "leave its Ray cluster, PodGroup and pods holding their nodes")
+"""Judged on every write, a finalizer-only update included."""
+
+
+def deletion_rules() -> list[tuple[str, str]]:
+    """A DELETE's options (``request.options``: its DeleteOptions, apiserver v0.35.3
+    pkg/admission/plugin/cel/condition.go:174-176) do not orphan the object's dependents."""
+    return [("request.options == null || ((!has(request.options.propagationPolicy)"
+             " || request.options.propagationPolicy != 'Orphan')"
+             " && (!has(request.options.orphanDependents) || !request.options.orphanDependents))",
+             "a team's RayJob or Ray cluster is deleted with its dependents (no propagationPolicy Orphan, no "
+             "orphanDependents): an orphaned Ray cluster, PodGroup and pods hold their nodes, and the team's runs "
+             "budget blocks every drain of them")]
+
+
 def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[tuple[str, str]],
-            variables: list[dict] | None = None, unchanged: str = SPEC_UNCHANGED,
-            match_conditions: list[dict] | None = None) -> list[dict]:
-    """A policy on ``resources`` ((group, version, resources)) at CREATE and at every UPDATE not
-    ``unchanged``, and its Deny binding on every team namespace."""
+            variables: list[dict] | None = None, unchanged: str | None = SPEC_UNCHANGED,
+            match_conditions: list[dict] | None = None, always: list[tuple[str, str]] = (),
+            operations: tuple[str, ...] = ("CREATE", "UPDATE")) -> list[dict]:
+    """A policy on ``resources`` ((group, version, resources)) at each of ``operations``: ``rules`` except at
+    an UPDATE that is ``unchanged``, ``always`` at every one; and its Deny binding on every team namespace."""
     md = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
+    skip = [{"name": "unchanged", "expression": unchanged}] if unchanged else []
     spec: dict = {"failurePolicy": "Fail", **({"matchConditions": match_conditions} if match_conditions else {}),
                   "matchConstraints": {"resourceRules": [
-                      {"apiGroups": [g], "apiVersions": [v], "operations": ["CREATE", "UPDATE"], "resources": r}
+                      {"apiGroups": [g], "apiVersions": [v], "operations": list(operations), "resources": r}
                       for g, v, r in resources]},
-                  "variables": [{"name": "unchanged", "expression": unchanged}, *(variables or [])],
-                  "validations": [{"expression": f"variables.unchanged || ({e})", "message": m} for e, m in rules]}
+                  "variables": [*skip, *(variables or [])],
+                  "validations": [*({"expression": f"variables.unchanged || ({e})" if unchanged else e, "message": m}
+                                    for e, m in rules),
+                                  *({"expression": e, "message": m} for e, m in always)]}
     return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,
              "spec": spec},
             {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
@@ -324,27 +397,33 @@ def _policy(name: str, resources: list[tuple[str, str, list[str]]], rules: list[
                                       "matchResources": TEAM_NAMESPACES}}]
 
 
-def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str], head_pool: str) -> list[dict]:
+def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str], head_pool: str,
+                       limits: PodLimits | None = None) -> list[dict]:
     """Every admission policy of the team namespaces and its binding, policy first; team pods may run on
-    ``gpu_pools`` and a run's head on ``head_pool``."""
+    ``gpu_pools`` and a run's head on ``head_pool``, within ``limits``. Without ``limits`` the policies lack
+    the variables that hold the stack's numbers: what the offline plan's team-isolation rule compares
+    (``analysis.rules.tenancy``), not what is deployed."""
     classes = list(priority_classes)
     containers = {"name": "containers", "expression":
                   "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
                   " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
     pools = [{"name": "gpuPools", "expression": _cel_list(sorted(gpu_pools))},
              {"name": "headPool", "expression": f"'{head_pool}'"}]
+    numbers = limit_variables(limits) if limits else []
     labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
+    ray = [("ray.io", "v1", ["rayjobs"]), ("ray.io", "v1", ["rayclusters"])]
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
-                     [containers, *pools], match_conditions=[NOT_THE_FAULT_ENGINE]),
+                     [containers, *pools, *numbers], unchanged=labelled, match_conditions=[NOT_THE_FAULT_ENGINE]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
-            *_policy(RAYJOB_POLICY, [("ray.io", "v1", ["rayjobs"])], rayjob_rules(classes), unchanged=labelled),
-            *_policy(RAYCLUSTER_POLICY, [("ray.io", "v1", ["rayclusters"])],
-                     [*queue_rules(classes), *cluster_rules("object.spec")], unchanged=labelled),
+            *_policy(RAYJOB_POLICY, ray[:1], rayjob_rules(classes), numbers, unchanged=labelled, always=[NOT_ORPHANED]),
+            *_policy(RAYCLUSTER_POLICY, ray[1:], [*queue_rules(classes), *cluster_rules("object.spec")], numbers,
+                     unchanged=labelled, always=[NOT_ORPHANED]),
             *_policy(PODGROUP_POLICY, [("scheduling.volcano.sh", "v1beta1", ["podgroups"])], podgroup_rules(classes),
-                     unchanged=labelled)]
+                     unchanged=labelled),
+            *_policy(DELETION_POLICY, ray, [], unchanged=None, always=deletion_rules(), operations=("DELETE",))]
 
 
 def team_admission(m: WorkloadModel) -> list[dict]:
-    """``admission_policies`` of the stack: its run priorities, GPU pools and head pool."""
+    """``admission_policies`` of the stack: its run priorities, GPU pools, head pool and pod limits."""
     return admission_policies((pc["metadata"]["name"] for pc in priority_classes(m)),
-                              (p.name for p in m.gpu_pools), m.head_pool.name)
+                              (p.name for p in m.gpu_pools), m.head_pool.name, pod_limits(m))

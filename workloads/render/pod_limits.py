@@ -1,0 +1,116 @@
+"""What a team pod may hold of a node and for how long, as CEL of the team pod policy (``render.admission``),
+with the numbers derived from the stack's pools and the instance catalog (``derive.layout``), never literals.
+
+- **GPU pools**: a team pod on a GPU pool holds a whole node of it: one of its containers requests at least
+  what the run's own pod of that pool requests (``common.container_resources`` of the pool's group: all the
+  node's GPUs and EFA devices, the huge pages, the run's CPU and memory). A pod that takes less (no GPU, one
+  GPU with every EFA device, 2 vCPU) would keep a GPU node from every team's GPU work while Volcano never
+  reclaims it for a team under its guarantee. Requests add up over a pod's containers, so one container
+  of the run's shape is a lower bound for the pod; a larger one never fits a node.
+- **The head pool**: a run's head is no bigger than the platform's head (``derive.layout.ray_head``): one
+  container, no sidecar, every container within the head's CPU and memory; otherwise two heads could fill
+  the head pool and hold every team's gang Pending.
+- **Termination**: the grace period is at most the platform's ``capacityBlockEnd.checkpointMinutes``, the one
+  ``render.runs`` gives a run's pods. Volcano reclaims and preempts with a plain DELETE, so with the pod's
+  own grace (volcano v1.15.1 pkg/scheduler/cache/cache.go:270-316, ``defaultEvictor.Evict``); the kubelet
+  runs a preStop hook of any kind (``exec``, ``sleep``) only within that grace and then stops the container
+  (kubernetes v1.35.3 pkg/kubelet/kuberuntime/kuberuntime_container.go:762-790, 873-888), so the bound on
+  the grace bounds the preStop too.
+
+Kubernetes' CEL quantity library (``quantity``, ``compareTo``; Kubernetes 1.29+) compares the requests. A
+container's request of a resource is what the API server stores: a limit stands for an absent request
+(``SetDefaults_Pod``), so the check reads the request, else the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stackconfig.stack import POOL_LABEL
+
+from workloads.derive.model import WorkloadModel
+from workloads.render.common import container_resources
+
+
+@dataclass(frozen=True)
+class PodLimits:
+    gpu_shapes: Mapping[str, Mapping[str, str]]
+    """GPU pool -> the requests of the run's pod there (resource -> quantity)."""
+    head: Mapping[str, str]
+    """The platform head's requests (cpu, memory)."""
+    grace_seconds: int
+
+
+def pod_limits(m: WorkloadModel) -> PodLimits:
+    """The stack's: each GPU group's pod shape, the head's, and the checkpoint grace of ``render.runs``."""
+    return PodLimits(gpu_shapes={g.pool.name: container_resources(g)["requests"] for g in m.workers if g.gpus},
+                     head=container_resources(m.head)["requests"],
+                     grace_seconds=m.settings.capacity_block_end.checkpoint_minutes * 60)
+
+
+def _map(values: Mapping[str, object]) -> str:
+    return "{" + ", ".join(f"'{k}': {_literal(v)}" for k, v in sorted(values.items())) + "}"
+
+
+def _literal(v: object) -> str:
+    return _map(v) if isinstance(v, Mapping) else f"'{v}'"
+
+
+def limit_variables(limits: PodLimits) -> list[dict]:
+    """The policy variables the checks below read."""
+    return [{"name": "gpuShapes", "expression": _map(limits.gpu_shapes)},
+            {"name": "headShape", "expression": _map(limits.head)},
+            {"name": "graceSeconds", "expression": str(limits.grace_seconds)}]
+
+
+def request(c: str, k: str) -> str:
+    """Container ``c``'s request of resource ``k`` (a CEL string expression) as a string quantity: the
+    request, else the limit, else '0'."""
+    def of(m: str) -> str:
+        return f"has({c}.resources) && has({c}.resources.{m}) && {k} in {c}.resources.{m}"
+    return (f"({of('requests')} ? string({c}.resources.requests[{k}])"
+            f" : ({of('limits')} ? string({c}.resources.limits[{k}]) : '0'))")
+
+
+def _on(spec: str, pool: str) -> str:
+    return f"has({spec}.nodeSelector) && '{POOL_LABEL}' in {spec}.nodeSelector && {pool}"
+
+
+def whole_node(spec: str) -> str:
+    """On a GPU pool, a container of the pod spec at ``spec`` requests the pool's whole-node shape."""
+    pool = f"{spec}.nodeSelector['{POOL_LABEL}']"
+    shape = f"variables.gpuShapes[{pool}]"
+    return (f"!({_on(spec, f'{pool} in variables.gpuShapes')})"
+            f" || {spec}.containers.exists(c, {shape}.all(k,"
+            f" quantity({request('c', 'k')}).compareTo(quantity({shape}[k])) >= 0))")
+
+
+def head_sized(spec: str) -> str:
+    """On the head pool, one container and no sidecar, every container within the platform head's requests."""
+    inits = f"(has({spec}.initContainers) ? {spec}.initContainers : [])"
+    pool = f"{spec}.nodeSelector['{POOL_LABEL}']"
+    return (f"!({_on(spec, f'{pool} == variables.headPool')})"
+            f" || (size({spec}.containers) == 1 && {inits}.all(c, !has(c.restartPolicy))"
+            f" && ({spec}.containers + {inits}).all(c, variables.headShape.all(k,"
+            f" quantity({request('c', 'k')}).compareTo(quantity(variables.headShape[k])) <= 0)))")
+
+
+def grace_bounded(spec: str) -> str:
+    return f"!has({spec}.terminationGracePeriodSeconds) || {spec}.terminationGracePeriodSeconds <= variables.graceSeconds"
+
+
+def pod_limit_rules() -> list[tuple[str, str]]:
+    """(CEL, message) of the team pod policy."""
+    return [
+        (whole_node("object.spec"),
+         "a team's pod on a GPU pool holds a whole node: one container requests at least the run's pod of that "
+         "pool (variables.gpuShapes: all the node's GPUs and EFA devices, its huge pages, the run's CPU and "
+         "memory); a smaller pod keeps the node from every team's GPU work"),
+        (head_sized("object.spec"),
+         "a team's pod on the head pool is no bigger than the platform's head (variables.headShape; one "
+         "container, no sidecar)"),
+        (grace_bounded("object.spec"),
+         "a team's pod stops within the platform's checkpoint grace (terminationGracePeriodSeconds at most "
+         "variables.graceSeconds, capacityBlockEnd.checkpointMinutes): Volcano reclaims with the pod's own grace"),
+    ]
