@@ -42,10 +42,11 @@ FAILED_LINE = re.compile(r"preflight FAILED on \S+: (.*)")
 as the container's termination message (``terminationMessagePolicy: FallbackToLogsOnError``: the last
 2048 bytes or 80 lines of its log when it exits with an error, Kubernetes API core/v1 Container)."""
 NODE_FAULTS = ("GPU: ", "EFA: ", "memlock: ", "hugepages: ", "GDRCopy: ", "GIN: /proc/driver/nvidia/params",
-               "GIN: the NVIDIA driver was loaded", "NCCL: uses network", "NCCL: a one-rank communicator did not start")
+               "GIN: the NVIDIA driver was loaded", "NCCL: uses network", "NCCL: a one-rank communicator did not start",
+               "reboot: ")
 """The preflight's findings that are the node's (its GPUs, EFA devices, memlock and huge pages, the gdrdrv
 module, the NVIDIA driver's options, NCCL falling back from EFA, a GPU that hangs a one-rank NCCL
-communicator), by the start of the line each check prints; held to the checks' own texts by
+communicator, a reboot under the pod), by the start of the line each check prints; held to the checks' own texts by
 ``tests/test_nodes_watch.py``. The others (SGLang's refusal, NCCL or plugin versions, /dev/shm, GIN
 settings) are the run's configuration or image: a re-test of the node would find nothing."""
 

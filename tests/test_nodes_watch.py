@@ -57,12 +57,23 @@ def _findings(monkeypatch, tmp_path) -> dict[str, tuple]:
                                 preflight.check_gin_plugin())[1], False),
         "sockets": (lambda: (monkeypatch.setattr(preflight.subprocess, "run", _network("Socket")),
                              preflight.check_nccl_network())[1], True),
+        "reboot": (lambda: _rebooted(tmp_path), True),
     }
+
+
+def _rebooted(tmp_path) -> str | None:
+    """``check_boot`` on its first boot, then after a reboot (another boot id)."""
+    boot, record = tmp_path / "boot_id", tmp_path / "pod" / "boot"
+    boot.write_text("1f0e-first\n")
+    assert preflight.check_boot(str(record), str(boot)) is None
+    assert preflight.check_boot(str(record), str(boot)) is None  # the init container again, same boot
+    boot.write_text("2a9c-second\n")
+    return preflight.check_boot(str(record), str(boot))
 
 
 @pytest.mark.parametrize("finding", ["gpus", "efa", "memlock", "hugepages", "gdrdrv", "driver option", "driver params",
                                      "nccl hangs", "sockets", "shm", "nccl version", "nccl unread", "gin type",
-                                     "ofi plugin", "gin plugin"])
+                                     "ofi plugin", "gin plugin", "reboot"])
 def test_only_the_nodes_own_findings_re_test_it(finding, monkeypatch, tmp_path):
     check, nodes = _findings(monkeypatch, tmp_path)[finding]
     problem = check()
@@ -78,3 +89,23 @@ def test_a_run_pods_preflight_keeps_its_finding_for_the_watcher():
     found = [c for o in registered_objects(graph_of("p5en-prod")) for _, pod in pod_specs(o)
              for c in pod.get("initContainers") or [] if c["name"] == watch.PREFLIGHT_CONTAINER]
     assert found and all(c.get("terminationMessagePolicy") == "FallbackToLogsOnError" for c in found)
+
+
+def test_a_run_pods_preflight_refuses_a_node_that_rebooted_under_it_and_its_budget_lets_it_go():
+    """Every Ray pod's preflight keeps its first boot in the pod's own disk volume (kept across a reboot), and
+    every budget over run pods lets a pod that is not Ready go (the refused preflight keeps it not Ready)."""
+    from conftest import graph_of
+    from test_workloads_security import pod_specs, registered_objects
+    for stack in ("p5en-prod", "p5en-shared"):
+        objects = registered_objects(graph_of(stack))
+        pods = [pod for o in objects for _, pod in pod_specs(o)
+                if any(c["name"] == watch.PREFLIGHT_CONTAINER for c in pod.get("initContainers") or [])]
+        assert pods or stack == "p5en-shared", stack  # runs mode: the Ray pods come with each run's RayJob
+        for pod in pods:
+            init = next(c for c in pod["initContainers"] if c["name"] == watch.PREFLIGHT_CONTAINER)
+            record = init["command"][init["command"].index("--boot-record") + 1]
+            mount = next(m for m in init["volumeMounts"] if record.startswith(m["mountPath"] + "/"))
+            volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            assert volume == {"name": mount["name"], "emptyDir": {}}  # disk, not memory: it outlives a reboot
+        budgets = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and o["spec"].get("maxUnavailable") == 0]
+        assert budgets and all(b["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow" for b in budgets), stack

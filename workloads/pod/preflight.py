@@ -27,6 +27,14 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
   mm/mlock.c ``can_do_mlock``, and ib_umem pins against it only without it); 2-MiB huge pages
   available; ``/dev/shm`` at least the expected size.
 
+- boot (``--boot-record``, Ray pods only): the node has not rebooted since this pod's preflight first
+  passed on it. A reboot recreates the pod's sandbox, and the kubelet runs the init containers again
+  from the first (kubernetes v1.35.3 pkg/kubelet/kuberuntime/kuberuntime_manager.go:1150-1204), while
+  the pod's disk ``emptyDir`` keeps the boot id recorded there (pkg/volume/emptydir/empty_dir.go:246-256:
+  a volume already set up is kept). Refused, the pod stays not Ready, so the run's disruption budget
+  (``unhealthyPodEvictionPolicy: AlwaysAllow``) lets the burn-in controller evict it and the node is
+  re-tested before a run lands on it again (``nodes.retest``).
+
 Usage: ``python3 preflight.py --gpus 8 --efa 16 --nccl 2.31.2 --gin gpu --shm-gib 256 --hugepages-mi 5120``
 (``--efa 0`` skips the EFA and plugin checks on pools without EFA).
 """
@@ -42,6 +50,7 @@ import resource
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Callable
 
 OFI_PLUGINS = ("libnccl-net-ofi.so",)
@@ -75,6 +84,25 @@ def check_gpus(want: int) -> str | None:
         return "GPU: nvidia-smi not found or failed (no NVIDIA driver in the pod?)"
     have = count_gpus(out)
     return None if have == want else f"GPU: {have} visible, {want} expected"
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+"""The kernel's random id of this boot (proc(5)), the kubelet's ``status.nodeInfo.bootID``."""
+
+
+def check_boot(record: str, boot_id: str = BOOT_ID) -> str | None:
+    """The first run records this boot's id in ``record`` (the pod's own volume); a later run on another
+    boot is refused: the node rebooted under the pod and has not been checked since."""
+    now = Path(boot_id).read_text().strip()
+    path = Path(record)
+    try:
+        first = path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(now + "\n")
+        return None
+    return None if first == now else (f"reboot: the node rebooted under this pod (boot {first[:8]} -> {now[:8]}): "
+                                      f"the pod leaves it and the node is checked again before a run lands there")
 
 
 def check_efa(want: int) -> str | None:
@@ -344,8 +372,9 @@ def check_shm(want_gib: int) -> str | None:
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
     nccl = loaded_nccl() if args.nccl else None
-    out = [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
-           ("shm", lambda: check_shm(args.shm_gib))]
+    out = [("boot", lambda: check_boot(args.boot_record))] if args.boot_record else []
+    out += [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
+            ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
         out.append(("hugepages", lambda: check_hugepages(args.hugepages_mi)))
     if args.nccl:
@@ -377,6 +406,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--shm-gib", type=int, default=0)
     parser.add_argument("--hugepages-mi", type=int, default=0)
     parser.add_argument("--sglang-engine", default="", help="JSON engine (rollout pods): SGLang resolves its ServerArgs")
+    parser.add_argument("--boot-record", default="", help="file in the pod's volume: refuse a node that rebooted since")
     return parser.parse_args(argv)
 
 

@@ -34,6 +34,9 @@ from workloads.render.common import (
 )
 
 SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
+BOOT_VOLUME = {"name": "preflight-boot", "emptyDir": {}}
+BOOT_MOUNT = {"name": "preflight-boot", "mountPath": "/var/run/rl-preflight"}
+"""The pod's own disk volume where its preflight keeps the boot it first passed on (``preflight.check_boot``)."""
 
 # --- Ray -------------------------------------------------------------------------------------
 
@@ -80,10 +83,11 @@ def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
     where the burn-in's watcher reads whether the node is at fault (``nodes.watch.NODE_FAULTS``)."""
     return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g), *sglang_engine_args(m, g)],
+            "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g), *sglang_engine_args(m, g),
+                        "--boot-record", f"{BOOT_MOUNT['mountPath']}/boot"],
             "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "resources": main["resources"], "securityContext": main["securityContext"],
-            "volumeMounts": [*(v for v in main["volumeMounts"] if v != SCRIPTS_MOUNT), SCRIPTS_MOUNT]}
+            "volumeMounts": [*(v for v in main["volumeMounts"] if v != SCRIPTS_MOUNT), SCRIPTS_MOUNT, BOOT_MOUNT]}
 
 
 def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
@@ -110,7 +114,7 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
             **placement(g.pool, m.capabilities(g.pool) if g.gpus else None)}
     if g.gpus:
         spec["initContainers"] = [preflight_container(m, g, c)]
-        spec["volumes"].append(scripts_volume())
+        spec["volumes"] += [scripts_volume(), BOOT_VOLUME]
     return {"metadata": {"labels": ray_labels("ray-head" if head else f"ray-{g.name}")}, "spec": spec}
 
 
@@ -220,14 +224,17 @@ def protected_ray_groups(m: WorkloadModel) -> list[str]:
 
 def ray_pdb(m: WorkloadModel, group: str) -> dict:
     """maxUnavailable 0: a node group update, an EKS/Karpenter consolidation or ``kubectl drain``
-    waits instead of evicting the pod. Deleting the pod (KubeRay, an operator) is not an eviction."""
+    waits instead of evicting the pod. Deleting the pod (KubeRay, an operator) is not an eviction.
+    ``unhealthyPodEvictionPolicy: AlwaysAllow``: a pod that is not Ready (its preflight refuses the node,
+    e.g. after a reboot) is evicted whatever the budget (kubernetes v1.35.3
+    pkg/registry/core/pod/storage/eviction.go:238-245), so the burn-in can free its node (``nodes.retest``)."""
     head = group == "head"
     selector = {RAY_CLUSTER_LABEL: L.RAY_CLUSTER, RAY_NODE_TYPE_LABEL: "head" if head else "worker"}
     if not head:
         selector[RAY_GROUP_LABEL] = group
     name = f"ray-{group}"
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(m, name, "ray"),
-            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": selector}}}
+            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {"matchLabels": selector}}}
 
 
 def ray_pdbs(m: WorkloadModel) -> list[dict]:
