@@ -51,7 +51,8 @@ def plan_stack(stack: str, directory: Path = STACKS_DIR):
     cfg = gate.typed(stack, directory)
     found = gate.field_problems(cfg)  # the gate's checks, then the pods' fit shown as placements
     if found:
-        raise StackConfigError(gate.report(stack, found))
+        with gate.of_file(stack, directory):
+            raise StackConfigError(gate.report(stack, found))
     placements, note = workload_placements(cfg)
     try:
         graph = record(cfg)
@@ -270,7 +271,9 @@ def image_steps(stack: str, directory: Path) -> int:
     try:
         cfg = gate.read(stack, directory)
     except StackConfigError as err:
-        print(f"plan: {err}", file=sys.stderr)
+        from workloads.cli.base import problem_lines
+        for line in problem_lines(err):
+            print(f"plan: {line}", file=sys.stderr)
         return EXIT_INVALID
     sys.stdout.write("".join(f"{line}\n" for line in program.image_steps(cfg)))
     return EXIT_OK
@@ -283,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan, graph = plan_stack(args.stack, args.stack_dir)
     except StackConfigError as err:
-        print(f"plan: {err}", file=sys.stderr)
+        from workloads.cli.base import problem_lines
+        for line in problem_lines(err):
+            print(f"plan: {line}", file=sys.stderr)
         return EXIT_INVALID
     except WorkloadsDoNotFit as refused:
         sys.stdout.write(render_refusal(refused))

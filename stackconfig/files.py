@@ -53,7 +53,16 @@ def raw_stack(stack: str, directory: Path = STACKS_DIR) -> dict:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         raise StackConfigError(f"stack {stack!r}: {path}{where}: not valid YAML: "
                                f"{getattr(err, 'problem', None) or err}") from None
-    return (document.get("config") or {}).get(f"{PROJECT}:{CONFIG_KEY}")
+    key = f"{PROJECT}:{CONFIG_KEY}"
+    for where, node in (("(document)", document), ("config", document.get("config", {}) if isinstance(document, dict)
+                                                     else None)):
+        if not isinstance(node, dict):
+            raise StackConfigError(f"stack {stack!r}: {path}: {where}: a {type(node).__name__}, not a mapping; allowed: "
+                                   f"a mapping, config: {{{key}: <the stack's settings>}} (docs/reference/stack.md)")
+    if key not in document["config"]:
+        raise StackConfigError(f"stack {stack!r}: {path}: config.{key}: missing; allowed: the stack's settings under "
+                               f"that key (docs/reference/stack.md); keys: {', '.join(map(str, document['config'])) or 'none'}")
+    return document["config"][key]
 
 
 def read_stack(stack: str, directory: Path = STACKS_DIR, model: type[StackConfig] | None = None) -> StackConfig:

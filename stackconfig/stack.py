@@ -368,22 +368,37 @@ def load_stack(stack: str, raw: Mapping[str, Any] | None, model: type[StackConfi
     """Validate a stack's ``platform`` config as ``model`` (StackConfig or a program's extension of
     it); raise StackConfigError before anything is built."""
     if not isinstance(raw, Mapping):
-        raise StackConfigError(f"stack {stack!r}: config key '{CONFIG_KEY}' is missing or not a mapping")
+        from .files import PROJECT
+        what = "missing" if raw is None else f"a {type(raw).__name__}, not a mapping"
+        raise StackConfigError(f"stack {stack!r}: config.{PROJECT}:{CONFIG_KEY}: {what}; allowed: a mapping of the "
+                               f"stack's settings (docs/reference/stack.md)")
     try:
         return model.model_validate({**raw, "stack": stack})
     except ValidationError as err:
-        lines = [f"  {_describe(raw, e)}" for e in err.errors()]
+        lines = [f"  {line}" for line in describe_errors(raw, err)]
         raise StackConfigError(f"stack {stack!r}: invalid configuration\n" + "\n".join(lines)) from None
+
+
+def describe_errors(raw: Any, err: ValidationError) -> list[str]:
+    """Each of pydantic's errors as ``<field path>: <problem>; allowed: ...`` (for stack and run files)."""
+    return [_describe(raw if isinstance(raw, Mapping) else {}, e) for e in err.errors()]
 
 
 def _describe(raw: Mapping[str, Any], error: Mapping[str, Any]) -> str:
     """``<field path>: <problem>``; a model-level check names its field at the start of its message."""
     where = _where(raw, error["loc"])
     msg = error["msg"].removeprefix("Value error, ")
+    ctx = error.get("ctx") or {}
     if error["type"] == "extra_forbidden":
         msg = "unknown key"
+    elif error["type"] == "missing":
+        msg = "missing; allowed: this key is required"
     elif error["type"] == "enum":
-        msg = f"{error['input']!r} is not allowed; allowed: {error['ctx']['expected']}"
+        msg = f"{error['input']!r} is not allowed; allowed: {ctx['expected']}"
+    elif error["type"] == "string_pattern_mismatch":
+        msg = f"{error['input']!r} is not allowed; allowed: a string matching {ctx['pattern']}"
+    elif error["type"] == "model_type" and error["loc"] == ():
+        msg = f"a {type(error['input']).__name__}, not a mapping; allowed: a mapping of the file's keys"
     field = re.match(r"^([A-Za-z][\w.\[\]-]*): ", msg)  # "-": profile names (versions.software.images.<name>)
     if field:
         where = f"{where}.{field.group(1)}" if where else field.group(1)

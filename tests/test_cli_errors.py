@@ -25,11 +25,16 @@ def no_cluster():
 
 
 def one_line(capsys) -> str:
+    lines = problem_lines(capsys)
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def problem_lines(capsys) -> list[str]:
+    """stderr's lines: one per problem (stdout empty)."""
     captured = capsys.readouterr()
     assert captured.out == ""
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    return lines[0]
+    return captured.err.splitlines()
 
 
 @pytest.fixture
@@ -64,22 +69,23 @@ def test_an_unknown_stack_is_one_line_and_exit_2(prog, command, capsys):
     assert line.startswith(f"{prog}: stack 'nope': no stack file ") and "stacks: dev, " in line
 
 
-def test_an_invalid_stack_file_is_one_line_and_exit_2(bad_files, capsys):
+def test_an_invalid_stack_file_is_a_line_per_problem_naming_the_file_and_exit_2(bad_files, capsys):
     d = str(bad_files["stacks"])
     for prog, command in (("runs", lambda: runs_main(["plan", "broken", RUN, "--stack-dir", d], client=no_cluster)),
                           ("nodes", lambda: nodes_main(["plan", "broken", "--stack-dir", d])),
                           ("acceptance", lambda: acceptance_main(["broken", "train", "--stack-dir", d]))):
         assert command() == 2
-        line = one_line(capsys)
-        assert line.startswith(f"{prog}: stack 'broken'") and "colour" in line
+        lines = problem_lines(capsys)
+        assert all(line.startswith(f"{prog}: {d}/Pulumi.broken.yaml: ") for line in lines), lines
+        assert f"{prog}: {d}/Pulumi.broken.yaml: colour: unknown key" in lines and len(lines) > 1
 
 
 @pytest.mark.parametrize("which", ["run_field", "run_yaml", "missing"])
 @pytest.mark.parametrize("sub", ["submit", "plan"])
-def test_a_bad_run_file_is_one_line_naming_it_and_exit_2(bad_files, which, sub, capsys):
-    assert runs_main([sub, "p5en-prod", str(bad_files[which])], client=no_cluster) == 2
-    line = one_line(capsys)
-    assert line.startswith("runs: ") and str(bad_files[which]) in line
+def test_a_bad_run_file_is_a_line_per_problem_naming_it_and_exit_2(bad_files, which, sub, capsys):
+    assert runs_main([sub, "p5en-shared", str(bad_files[which])], client=no_cluster) == 2
+    lines = problem_lines(capsys)
+    assert lines and all(line.startswith(f"runs: {bad_files[which]}: ") for line in lines), lines
 
 
 @pytest.mark.parametrize("which", ["experiment", "missing"])

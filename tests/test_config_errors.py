@@ -105,5 +105,5 @@ def test_valid_reference_stack_registers_resources():
 
 
 def test_missing_config_key():
-    with pytest.raises(StackConfigError, match="config key 'platform' is missing"):
+    with pytest.raises(StackConfigError, match="config.moe-rl-platform:platform: missing; allowed: a mapping"):
         load_stack("empty", None)

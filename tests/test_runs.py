@@ -56,10 +56,7 @@ def test_no_run_is_evicted_when_evicting_cannot_free_enough():
 @pytest.mark.parametrize("bad, message", [
     (run("big", "alpha", train=17, rollout=1), "run big: pool train: 17 nodes requested, the pool has 16"),
     (run("greedy", "beta", train=9, rollout=1), "run greedy: pool train: nvidia.com/gpu 72 exceeds team beta's cap of 64"),
-    (run("lost", "gamma", train=1, rollout=1), "run lost: team 'gamma' is not declared"),
-    (run("cpu", "alpha", cpu=1), "run cpu: pool 'cpu' is not the stack's training or rollout pool"),
     (run("half", "alpha", train=1), "run half: nodes.rollout: a run needs at least one node"),
-    (run("vip", "alpha", "urgent", train=1, rollout=1), "run vip: priority 'urgent' is not one of"),
 ])
 def test_a_run_that_can_never_fit_is_refused_naming_run_pool_and_resource(bad, message):
     with pytest.raises(NeverFits, match=message):
@@ -516,7 +513,7 @@ def test_sample_run_files_load(tmp_path: Path):
         assert load_run(path).team in {"alpha", "beta"}
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: 1st-run\nteam: alpha\nnodes: {}\n")  # KubeRay wants DNS-1035 names
-    with pytest.raises(ValueError, match=f"run file {bad}: name: String should match pattern"):
+    with pytest.raises(ValueError, match=f"{bad}: name: '1st-run' is not allowed; allowed: a string matching"):
         load_run(bad)
 
 

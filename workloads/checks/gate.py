@@ -7,7 +7,8 @@ one it refuses gets every problem found, one line each, ``<field path>: <problem
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,9 +104,21 @@ def load(stack: str, raw: Mapping[str, Any] | None) -> ProgramConfig:
 def typed(stack: str, directory: Path = STACKS_DIR) -> ProgramConfig:
     """A stack file through the schema alone, for the one caller that shows the pods' placements
     before refusing (the offline plan: ``field_problems`` first, then the placements)."""
-    return load_stack(stack, raw_stack(stack, Path(directory)), ProgramConfig)
+    with of_file(stack, directory):
+        return load_stack(stack, raw_stack(stack, Path(directory)), ProgramConfig)
 
 
 def read(stack: str, directory: Path = STACKS_DIR) -> ProgramConfig:
     """A stack file (``<directory>/Pulumi.<stack>.yaml``) through the whole gate."""
-    return load(stack, raw_stack(stack, Path(directory)))
+    with of_file(stack, directory):
+        return load(stack, raw_stack(stack, Path(directory)))
+
+
+@contextmanager
+def of_file(stack: str, directory: Path = STACKS_DIR) -> Iterator[None]:
+    """A StackConfigError raised meanwhile names the stack's file (``.file``: each problem line starts with it)."""
+    try:
+        yield
+    except StackConfigError as err:
+        err.file = Path(directory) / f"Pulumi.{stack}.yaml"
+        raise

@@ -117,7 +117,7 @@ class Planner:
 
     def _job_order(self, run: RunFile) -> tuple[int, int]:
         """Higher PriorityClass first (plugins/priority/priority.go:71-89), then submitted first."""
-        return -self.values[run.priority], self._file_order[run.name]
+        return -self.values[run.priority], self._file_order[run.key]
 
     def _queue_order(self, c: _Cluster, team: str) -> tuple:
         """Higher queue priority, then lower allocated/deserved, then one with a deserved
@@ -137,7 +137,7 @@ class Planner:
 
     def _blockers(self, c: _Cluster, run: RunFile) -> list[str]:
         short = [f"pool {p}: {n} nodes needed, {c.free[p]} free" for p, n in run.nodes.items() if n > c.free[p]]
-        disk = self.disk[run.name]
+        disk = self.disk[run.key]
         full = [f"file system: {disk / GB:,.0f} GB needed, {c.disk_free / GB:,.0f} GB not yet budgeted"] \
             if disk > c.disk_free else []
         return short + full
@@ -164,10 +164,10 @@ class Planner:
         enqueue.go:81-103, capacity.go:1680-1692)."""
         admitted = {t: 0 for t in self.teams}
         for run in runs:
-            if run.name in self._inqueue:
+            if run.key in self._inqueue:
                 admitted[run.team] += self._total(run)
         for run in sorted(runs, key=self._job_order):
-            if run.name in self._inqueue:
+            if run.key in self._inqueue:
                 continue
             q, g = self.queues[run.team], self._total(run)
             held = c.allocated[run.team] + admitted[run.team]
@@ -178,8 +178,8 @@ class Planner:
                              f"nor reclaims")
                 continue
             admitted[run.team] += g
-            self._inqueue.add(run.name)
-        return [r for r in runs if r.name in self._inqueue]
+            self._inqueue.add(run.key)
+        return [r for r in runs if r.key in self._inqueue]
 
     def _evict(self, c: _Cluster, run: RunFile, candidates: list[RunFile],
                may_take: Callable[[RunFile, int], bool]) -> list[RunFile] | None:
@@ -195,12 +195,12 @@ class Planner:
                     need[pool], pods = need[pool] - 1, pods - 1
                     if victim not in chosen:
                         chosen.append(victim)
-        freed_disk = sum(self.disk[v.name] for v in chosen)
-        if any(n > 0 for n in need.values()) or self.disk[run.name] > c.disk_free + freed_disk:
+        freed_disk = sum(self.disk[v.key] for v in chosen)
+        if any(n > 0 for n in need.values()) or self.disk[run.key] > c.disk_free + freed_disk:
             return None
         before = dict(c.free)
         for victim in chosen:
-            c.release(victim, self._total(victim), self.disk[victim.name])
+            c.release(victim, self._total(victim), self.disk[victim.key])
         for pool, n in before.items():
             c.held[pool] = c.held.get(pool, 0) + c.free[pool] - max(n, run.nodes.get(pool, 0))
             c.free[pool] = max(n, run.nodes.get(pool, 0))
@@ -244,11 +244,11 @@ class Planner:
                 f"(deserved {q.deserved}, limit {q.limit})")
 
     def _decide(self, out: dict[str, Decision], run: RunFile, action: str, why: str) -> None:
-        out[run.name] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
+        out[run.key] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
 
     def _start(self, c: _Cluster, run: RunFile) -> None:
-        c.take(run, self._total(run), self.disk[run.name])
-        self._inqueue.discard(run.name)
+        c.take(run, self._total(run), self.disk[run.key])
+        self._inqueue.discard(run.key)
 
     def _session(self, c: _Cluster, pending: list[RunFile], running: list[RunFile],
                  out: dict[str, Decision]) -> bool:
@@ -270,7 +270,7 @@ class Planner:
                     waiting.append(run)
                     continue
                 for v in victims:
-                    before = "" if out[v.name].action == "running" else "starts, then "
+                    before = "" if out[v.key].action == "running" else "starts, then "
                     self._decide(out, v, "preempted", f"{before}{how} by {run.name} ({run.priority}): asked to "
                                  f"checkpoint, stops within {self.grace} min")
                 self._start(c, run)
@@ -286,24 +286,24 @@ class Planner:
         """Decisions for ``runs`` (NeverFits first, for a run that can never be placed)."""
         for i, run in enumerate(runs):
             check_run(self.cfg, run)
-            self.disk[run.name] = self._budget(run)
-            self._file_order[run.name] = i
+            self.disk[run.key] = self._budget(run)
+            self._file_order[run.key] = i
         self._inqueue.clear()
         c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
                      allocated={t: 0 for t in self.teams})
         out: dict[str, Decision] = {}
-        for run in (r for r in runs if r.name in running):
-            c.take(run, self._total(run), self.disk[run.name])
+        for run in (r for r in runs if r.name in running or r.key in running):
+            c.take(run, self._total(run), self.disk[run.key])
             self._decide(out, run, "running", "holds its nodes")
         for _ in range(len(runs) + 1):  # each session starts or stops a run, or nothing changes
             for pool, n in c.held.items():
                 c.free[pool] += n
             c.held = {}
             on_nodes = list(c.placed)
-            pending = [r for r in runs if r.name not in out or out[r.name].action == "waits"]
+            pending = [r for r in runs if r.key not in out or out[r.key].action == "waits"]
             if not self._session(c, pending, on_nodes, out):
                 break
-        return [out[r.name] for r in runs]
+        return [out[r.key] for r in runs]
 
 
 def plan_runs(cfg: "ProgramConfig", runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:

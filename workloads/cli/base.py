@@ -4,9 +4,10 @@ each defined once (argparse parents), the one way to read the stack they name (`
 ``workloads.checks.gate.read``), and how the commands end: what the user can fix is one line on stderr and
 an exit code, never a traceback.
 
-Exit codes: 2 an invalid input file, a stack file (``StackConfigError``, also an unknown stack) or a run
-or experiment file (``InvalidFile``, from ``read_input``); 1 a cluster that cannot be used
-(``kube.CLUSTER_ERRORS``, said by ``kube.explain``) or a request that cannot be met (``ValueError``,
+Exit codes (``stackconfig.errors``): 2 bad input, every problem one line naming the file and the field:
+a stack file (``StackConfigError``, also an unknown stack), a run or experiment file (``InvalidFile``, from
+``read_input``), what a run names that its stack does not declare (``BadInput``); 1 a cluster that cannot
+be used (``kube.CLUSTER_ERRORS``, said by ``kube.explain``) or a request that cannot be met (``ValueError``,
 ``LookupError``: a run that never fits, no such run, an artifact that does not add up).
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 import yaml
 
+from stackconfig.errors import EXIT_BAD_INPUT, EXIT_REFUSED, BadInput
 from stackconfig.files import STACKS_DIR
 from stackconfig.images import REPOSITORY_OUTPUT
 
@@ -26,8 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
 
 T = TypeVar("T")
-INVALID_FILE_EXIT = 2
-FAILED_EXIT = 1
+INVALID_FILE_EXIT = EXIT_BAD_INPUT
+FAILED_EXIT = EXIT_REFUSED
 
 
 def _stack_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -93,17 +95,35 @@ def read_stack(args: argparse.Namespace, stack: str | None = None) -> "ProgramCo
     return gate.read(stack or args.stack, args.stack_dir)
 
 
-class InvalidFile(ValueError):
-    """A run or experiment file that cannot be read or does not validate; the message names the file."""
+class InvalidFile(BadInput):
+    """A run or experiment file that cannot be read or does not validate; each line names the file."""
 
 
 def read_input(load: Callable[[Path], T], path: Path) -> T:
     """``load(path)``, with a missing, unreadable or invalid file raised as ``InvalidFile``."""
     try:
         return load(path)
-    except (OSError, yaml.YAMLError, ValueError) as err:
-        text = one_line(err)
-        raise InvalidFile(text if str(path) in text else f"{path}: {text}") from None
+    except BadInput as err:
+        raise InvalidFile(err.problems, path) from None
+    except OSError as err:
+        raise InvalidFile(f"(file): cannot be read: {err.strerror or err}; allowed: a readable YAML file", path) from None
+    except yaml.YAMLError as err:
+        raise InvalidFile(f"(file): not valid YAML: {one_line(err)}", path) from None
+    except ValueError as err:
+        raise InvalidFile(one_line(err), path) from None
+
+
+def problem_lines(err: Exception) -> list[str]:
+    """The lines a refusal of bad input prints: one per problem, each naming the file where it is known
+    (a stack file's, ``StackConfigError.file``, set by ``workloads.checks.gate``)."""
+    if isinstance(err, BadInput):
+        return [one_line(line) for line in err.lines()]
+    head, *rest = [line for line in str(err).splitlines() if line.strip()] or [""]
+    file = getattr(err, "file", None)
+    if rest and head.endswith("invalid configuration"):
+        return [one_line(f"{file or head.removesuffix(' invalid configuration')}: {line.strip()}") for line in rest]
+    text = one_line(str(err))
+    return [text if file is None or str(file) in text else f"{file}: {text}"]
 
 
 def one_line(text: object) -> str:
@@ -123,8 +143,9 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s exit code, or the exit code of the error it raised after saying it in one line."""
     try:
         return body()
-    except (InvalidFile, *_loaded("stackconfig.stack", "StackConfigError")) as err:
-        print(f"{prog}: {one_line(err)}", file=sys.stderr)
+    except (BadInput, *_loaded("stackconfig.stack", "StackConfigError")) as err:
+        for line in problem_lines(err):
+            print(f"{prog}: {line}", file=sys.stderr)
         return INVALID_FILE_EXIT
     except _loaded("workloads.cli.kube", "CLUSTER_ERRORS") as err:  # no kubeconfig or context, no answer, no CRD
         print(f"{prog}: {sys.modules['workloads.cli.kube'].explain(err)}", file=sys.stderr)

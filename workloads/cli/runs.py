@@ -28,7 +28,7 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import yaml
 
@@ -38,13 +38,17 @@ from stackconfig.images import STACK_REPOSITORY, with_repository
 
 from workloads.cli import kube
 from workloads.derive.checkpoint_budget import GB
-from workloads.cli.base import (cluster_parent, formatted, image_parent, output_parent, read_input, read_stack,
-                                run_command, stack_parent)
+from workloads.cli.base import (InvalidFile, cluster_parent, formatted, image_parent, output_parent, read_input,
+                                read_stack, run_command, stack_parent)
 from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient, attempt_of
-from workloads.checks.runs import load_run, run_pools
+from workloads.checks.runs import input_problems, load_run, run_pools
 from workloads.checks.run_plan import Planner
 from workloads.deploy.submit import run_objects, sendable
+from workloads.schema.run import RunFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.schema.stack import ProgramConfig
 from workloads.derive.topology import run_tiers
 
 
@@ -56,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", parents=[stack, output_parent()],
                           help="which runs start, wait or are preempted; exit 1 if one never fits")
     plan.add_argument("runs", nargs="+", type=Path, help="run files (runs/*.yaml)")
-    plan.add_argument("--running", default="", help="comma-separated names of runs already running")
+    plan.add_argument("--running", default="", help="comma-separated runs already running (name, or team/name)")
     submit = sub.add_parser("submit", parents=[stack, cluster, image_parent()],
                             help="create the run's RayJob in its team's namespace")
     submit.add_argument("run", type=Path, help="the run file")
@@ -81,22 +85,46 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_runs(cfg: "ProgramConfig", paths: Sequence[Path]) -> list[RunFile]:
+    """The run files, each read and held to its stack (what it names must be declared there), and no
+    two the same run of a team; InvalidFile with every problem of every file, one line each."""
+    problems: list[str] = []
+    runs: list[RunFile] = []
+    seen: dict[str, Path] = {}
+    for path in paths:
+        try:
+            run = read_input(load_run, path)
+        except InvalidFile as err:
+            problems += err.lines()
+            continue
+        problems += [f"{path}: {p}" for p in input_problems(cfg, run)]
+        if run.key in seen:
+            problems.append(f"{path}: name: {run.name!r} is team {run.team}'s run of {seen[run.key]} too; allowed: "
+                            f"one file per run of a team (another name, or another team's run)")
+        seen.setdefault(run.key, path)
+        runs.append(run)
+    if problems:
+        raise InvalidFile(problems)
+    return runs
+
+
 def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     cfg = read_stack(args)
-    runs = [read_input(load_run, p) for p in args.runs]
+    runs = read_runs(cfg, args.runs)
     planner = Planner(cfg)
     decisions = planner.plan(runs, frozenset(filter(None, args.running.split(","))))
     train = run_pools(cfg)[0].name
-    by_name = {r.name: r for r in runs}
+    by_key = {r.key: r for r in runs}
+    runs_of = [by_key[f"{d.team}/{d.run}"] for d in decisions]
     if args.output != "text":
         out(formatted([{**asdict(d), "placed": d.placed} for d in decisions], args.output).rstrip("\n"))
         return 0
-    for d in decisions:
+    for d, run in zip(decisions, runs_of):
         claims = ", ".join(f"{pool} {g} GPUs" for pool, g in d.gpus.items())
-        tiers = "; ".join(t.describe() for t in run_tiers(by_name[d.run], train, cfg.workloads.network.tier_nodes))
+        tiers = "; ".join(t.describe() for t in run_tiers(run, train, cfg.workloads.network.tier_nodes))
         out(f"{d.run:<22} team {d.team:<10} {d.priority:<7} {d.action:<9} {claims:<30} {d.why}")
         out(f"{'':<22} network: {tiers}")
-    placed = [by_name[d.run] for d in decisions if d.placed]
+    placed = [run for d, run in zip(decisions, runs_of) if d.placed]
     for team in cfg.workloads.teams:
         parts = []
         for pool, quota in team.gpus.items():
@@ -106,7 +134,7 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
     for name, pool in planner.pools.items():
         used = sum(r.nodes.get(name, 0) for r in placed)
         out(f"pool {name}: {used}/{pool.nodes.desired} nodes claimed by running and starting runs")
-    disk = sum(planner.disk[r.name] for r in placed)
+    disk = sum(planner.disk[r.key] for r in placed)
     out(f"file system: {disk / GB:,.0f} of {planner.usable / GB:,.0f} GB usable budgeted by running and starting runs "
         f"(saves kept, staged model and data)")
     return 0
@@ -114,7 +142,7 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
 
 def submit(args: argparse.Namespace, client: Callable[[], RunClient], out: Callable[[str], None]) -> int:
     cfg = read_stack(args)
-    run = read_input(load_run, args.run)
+    run = read_runs(cfg, [args.run])[0]
     if args.dry_run:
         objs = run_objects(cfg, run)
         out(f"# {objs.gang.describe()}; {objs.trainer.describe()}")

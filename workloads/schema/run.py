@@ -110,10 +110,13 @@ class GrpoSettings(SchemaModel):
         return self
 
 
+RUN_NAME = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+
+
 class RunBase(SchemaModel):
     """One Miles GRPO run: model, data, algorithm, parallelism. Paths are derived (see ``paths``)."""
 
-    name: str = Field("grpo", pattern=r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+    name: str = Field("grpo", pattern=RUN_NAME)
     """Run name: the checkpoint directory, the RayJob and the TorchX app are named after it (a
     DNS-1035 label: KubeRay refuses a RayJob name that starts with a digit)."""
     entry_point: EntryPoint = EntryPoint.SYNC
@@ -221,6 +224,9 @@ class RunFile(RunBase):
     graph): the run's settings, plus its team, its priority and the whole nodes it takes per GPU pool.
     It brings up its own Ray cluster in the team's namespace and releases it when it ends."""
 
+    name: str = Field(pattern=RUN_NAME)
+    """Run name, required: the checkpoint directory and the RayJob are named after it, in its team's
+    namespace (two teams' runs may share a name)."""
     team: str
     priority: str = "normal"
     """A name of ``workloads.priorityClasses``: which run waits, and which a higher one may preempt."""
@@ -228,3 +234,8 @@ class RunFile(RunBase):
     """GPU pool name -> whole nodes the run takes: the stack's training and rollout pools, both >= 1."""
     topology: TopologyMode = TopologyMode.HARD
     """How the run's gang and its training group are held to the narrowest network tier that holds them."""
+
+    @property
+    def key(self) -> str:
+        """``<team>/<name>``: what tells a run apart among every team's runs."""
+        return f"{self.team}/{self.name}"
