@@ -163,7 +163,7 @@ def test_what_the_platform_and_kuberay_make_for_a_run_passes(policies, rayjob):
         assert refused(policies[POD_POLICY], bound, "UPDATE", pod) == []  # a label update after binding
 
 
-def _pod_attacks(pod: dict) -> dict[str, tuple[dict, str]]:
+def pod_attacks(pod: dict) -> dict[str, tuple[dict, str]]:
     """Every Pod Security Standards baseline control (kubernetes.io/docs/concepts/security/pod-security-standards,
     in its order) and what the platform adds, each as one change to a run's own pod: name -> (pod, message part)."""
     def changed(edit) -> dict:
@@ -207,7 +207,7 @@ def _pod_attacks(pod: dict) -> dict[str, tuple[dict, str]]:
 
 def test_each_pod_security_baseline_control_and_scheduler_bypass_is_refused(policies, rayjob):
     trainer = run_pods(rayjob)[1]
-    attacks = _pod_attacks(trainer)
+    attacks = pod_attacks(trainer)
     for name, (pod, part) in attacks.items():
         messages = refused(policies[POD_POLICY], pod)
         assert len(messages) == 1 and part in messages[0], (name, messages)
@@ -219,16 +219,24 @@ def test_each_pod_security_baseline_control_and_scheduler_bypass_is_refused(poli
     assert resources == ["pods", "pods/ephemeralcontainers"]
 
 
-@pytest.mark.parametrize("change, part", [
+SERVICE_ATTACKS = [
     ({"type": "LoadBalancer"}, "ClusterIP only"),
     ({"type": "NodePort"}, "ClusterIP only"),
     ({"type": "ExternalName", "externalName": "platform-head-svc.rl.svc.cluster.local"}, "ClusterIP only"),
     ({"externalIPs": ["10.0.0.10"]}, "externalIPs"),
-])
-def test_a_team_namespace_gets_no_load_balancer_node_port_external_name_or_external_ip(policies, change, part):
+]
+"""(change to the head Service's spec, what the refusal says)."""
+
+
+def changed_service(change: dict) -> dict:
     svc = copy.deepcopy(HEAD_SERVICE)
     svc["spec"].update(change)
-    messages = refused(policies[SERVICE_POLICY], svc)
+    return svc
+
+
+@pytest.mark.parametrize("change, part", SERVICE_ATTACKS)
+def test_a_team_namespace_gets_no_load_balancer_node_port_external_name_or_external_ip(policies, change, part):
+    messages = refused(policies[SERVICE_POLICY], changed_service(change))
     assert len(messages) == 1 and part in messages[0]
 
 
@@ -248,7 +256,7 @@ def _set(doc: dict, path: str, value) -> dict:
 HEAD = "spec.rayClusterSpec.headGroupSpec"
 
 
-@pytest.mark.parametrize("path, value, part", [
+RAYJOB_ATTACKS = [
     ("metadata.labels.volcano.sh/queue-name", "team-beta", "own team's queue"),
     ("metadata.labels.ray.io/priority-class-name", "system-cluster-critical", "run priorities"),
     ("metadata.labels.ray.io/priority-class-name", None, "run priorities"),
@@ -261,17 +269,26 @@ HEAD = "spec.rayClusterSpec.headGroupSpec"
     ("spec.rayClusterSpec.authOptions", None, "token authentication"),
     ("spec.rayClusterSpec.authOptions", {"mode": "disabled"}, "token authentication"),
     ("spec.rayClusterSpec.authOptions", {"mode": "token", "secretName": "known"}, "token authentication"),
-])
-def test_a_team_rayjob_cannot_steer_the_operator_or_pick_another_queue_or_priority(policies, rayjob, path, value, part):
-    if path.startswith("metadata.labels."):
-        bad = copy.deepcopy(rayjob)
-        key = path.removeprefix("metadata.labels.")
-        if value is None:
-            del bad["metadata"]["labels"][key]
-        else:
-            bad["metadata"]["labels"][key] = value
+]
+"""(path in the run's RayJob, value there (None: removed), what the first refusal says)."""
+
+
+def changed_rayjob(rayjob: dict, path: str, value) -> dict:
+    """``rayjob`` with ``path`` set to ``value`` (None: removed); a label path names the label whole."""
+    if not path.startswith("metadata.labels."):
+        return _set(rayjob, path, value)
+    bad = copy.deepcopy(rayjob)
+    key = path.removeprefix("metadata.labels.")
+    if value is None:
+        del bad["metadata"]["labels"][key]
     else:
-        bad = _set(rayjob, path, value)
+        bad["metadata"]["labels"][key] = value
+    return bad
+
+
+@pytest.mark.parametrize("path, value, part", RAYJOB_ATTACKS)
+def test_a_team_rayjob_cannot_steer_the_operator_or_pick_another_queue_or_priority(policies, rayjob, path, value, part):
+    bad = changed_rayjob(rayjob, path, value)
     messages = refused(policies[RAYJOB_POLICY], bad)
     assert messages and all(part in m for m in messages[:1]), messages
     if path.startswith("spec.rayClusterSpec"):  # the operator's own copy is refused too

@@ -35,7 +35,7 @@ def _sized(resources: dict) -> callable:
     return edit
 
 
-def pod_attacks(pods: list[dict], grace_seconds: int) -> dict[str, tuple[dict, str]]:
+def hold_attacks(pods: list[dict], grace_seconds: int) -> dict[str, tuple[dict, str]]:
     """name -> (a run's pod changed, what the first refusal says); ``pods``: head, trainer, rollout."""
     head, trainer, rollout = pods
     small = {"cpu": "2", "memory": "4Gi"}
@@ -193,7 +193,7 @@ def _misses(policy: dict, attacks: dict[str, tuple[dict, str]], operation: str =
 
 
 def test_a_pod_holding_a_node_part_way_past_the_grace_or_at_another_priority_is_refused(policies, rayjob, grace):
-    attacks = pod_attacks(run_pods(rayjob), grace)
+    attacks = hold_attacks(run_pods(rayjob), grace)
     assert len(attacks) == 18 and _misses(policies[POD_POLICY], attacks) == []
 
 
