@@ -15,7 +15,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_aws as aws
 
-from .gpu_node_setup import GDRCOPY_KEY, GDRCOPY_URL
+from .gpu_node_boot import GDRCOPY_KEY, GDRCOPY_URL
 from .iam import policy_document
 
 

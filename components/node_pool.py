@@ -27,7 +27,8 @@ import pulumi_aws as aws
 
 from stackconfig.stack import CapacityType, Pool
 from .efa import efa_interfaces
-from .gpu_node_setup import SHELLSCRIPT, GdrcopySource, GpuNodeSetup, registration_taints, user_data_parts
+from .gpu_node_boot import SHELLSCRIPT, GdrcopySource, GpuNodeSetup, user_data_parts
+from .gpu_node_setup import registration_taints
 from .gpu_runtime import toolkit_script
 from .network import pods_per_node
 

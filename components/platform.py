@@ -22,7 +22,7 @@ from stackconfig.stack import Role, StackConfig
 from .device_plugins import DevicePlugins, gpu_taints
 from .efa import EfaSecurityGroup
 from .gdrcopy_source import GdrcopyTarball
-from .gpu_node_setup import GdrcopySource, GpuNodeSetup
+from .gpu_node_boot import GdrcopySource, GpuNodeSetup
 from .iam import service_role
 from .network import Network, plan_subnets
 from .registry import ImageRegistry
