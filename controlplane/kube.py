@@ -25,6 +25,7 @@ class Kube:
         return self._dynamic
 
     def resource(self, api_version: str, kind: str):
+        """The dynamic client's resource of ``kind``, discovery re-read once when it is not known yet."""
         try:
             return self.dynamic.resources.get(api_version=api_version, kind=kind)
         except ResourceNotFoundError:  # a CRD installed after discovery was cached
@@ -40,26 +41,31 @@ class Kube:
         return out.to_dict()
 
     def create(self, obj: dict) -> dict:
+        """Create ``obj`` (no apply); raises ``client.ApiException`` with the API server's refusal."""
         res = self.resource(obj["apiVersion"], obj["kind"])
         return res.create(body=obj, namespace=obj["metadata"].get("namespace")).to_dict()
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """The object, or None when the API server has none of that name."""
         try:
             return self.resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
         except NotFoundError:
             return None
 
     def list(self, api_version: str, kind: str, namespace: str | None = None, **selectors: str) -> list[dict]:
+        """The objects of ``kind`` (in ``namespace``, or all), filtered by ``label_selector=``/``field_selector=``."""
         found = self.resource(api_version, kind).get(namespace=namespace, **selectors)
         return [item.to_dict() for item in found.items]
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, **body) -> None:
+        """Delete the object (``body``: DeleteOptions fields); one already gone is no error."""
         try:
             self.resource(api_version, kind).delete(name=name, namespace=namespace, body=body or None)
         except NotFoundError:
             pass
 
     def apply_all(self, objs: Iterable[dict]) -> None:
+        """``apply`` each object in order."""
         for obj in objs:
             self.apply(obj)
 

@@ -33,6 +33,7 @@ EKS_CAPACITY_TYPE = {CapacityType.ON_DEMAND: "ON_DEMAND", CapacityType.SPOT: "SP
 
 
 def node_name(pool: Pool, index: int) -> str:
+    """``<pool>-<index>``, three digits."""
     return f"{pool.name}-{index:03d}"
 
 
@@ -44,6 +45,8 @@ def zone(cfg, pool: Pool, index: int) -> str:
 
 
 def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
+    """A node's capacity (= allocatable) as Kubernetes quantities: CPU, memory, pods, root volume, and the
+    huge pages, GPUs and EFA devices the pool's nodes advertise."""
     alloc = allocatable(pool, model.settings.efa_devices)
     out = {"cpu": f"{alloc.millicpu}m", "memory": str(alloc.memory), "pods": str(alloc.pods),
            "ephemeral-storage": f"{pool.root_volume_gib}Gi"}
@@ -57,6 +60,8 @@ def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
 
 
 def node(cfg, model: WorkloadModel, pool: Pool, index: int, proven: bool = True) -> dict:
+    """The Node object of the pool's ``index``-th node (module docstring: what it carries); ``proven``: the
+    burn-in already passed it."""
     name, where = node_name(pool, index), zone(cfg, pool, index)
     labels = {**model.node_labels(pool), "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
               "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": pool.instance_type,
@@ -99,3 +104,10 @@ def stack_nodes(cfg, model: WorkloadModel, counts: dict[str, int] | None = None,
             if csi_drivers:
                 out.append(csi_node(node_name(pool, i), list(csi_drivers)))
     return out
+
+
+def node_objects(cfg, model: WorkloadModel, name: str, proven: bool = True, csi_drivers: list[str] = ()) -> list[dict]:
+    """The objects ``stack_nodes`` makes for the node ``name`` (``<pool>-<index>``): to bring a deleted node back."""
+    pool_name, index = name.rsplit("-", 1)
+    pool = next(p for p in cfg.pools if p.name == pool_name)
+    return [node(cfg, model, pool, int(index), proven), *([csi_node(name, list(csi_drivers))] if csi_drivers else [])]
