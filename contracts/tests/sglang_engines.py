@@ -50,7 +50,8 @@ def model_folder(model: str) -> str:
     modules = {ref.split(".")[0] for ref in config.get("auto_map", {}).values()}
     if all((folder / f"{m}.py").is_file() for m in modules):
         return str(folder)
-    copy = Path(tempfile.mkdtemp(prefix="contract-model-"))
+    copy = Path(tempfile.gettempdir()) / "contract-models" / model  # stable: the engines file names it
+    copy.mkdir(parents=True, exist_ok=True)
     (copy / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "auto_map"}, indent=2))
     return str(copy)
 
