@@ -2,14 +2,16 @@
 intranode test and the expert-parallel engines), run from a checkout inside the workload image:
 
     python3 scripts/gpu_host_checks.py nccl              # one GPU: the NCCL torch maps, three ways
-    python3 scripts/gpu_host_checks.py deepep            # DeepEP V2's intranode test on the host's GPUs
+    python3 scripts/gpu_host_checks.py deepep [--tree D] # DeepEP V2's intranode test on the host's GPUs
     python3 scripts/gpu_host_checks.py engines FILE      # SGLang starts each engine with dummy weights
 
 - ``nccl``: ``workloads/image/loaded_nccl.py`` (``ncclGetVersion`` of the mapped library), NCCL's own
   ``NCCL version X.Y.Z+cuda`` INFO line from a one-rank communicator on the GPU, and torch's compile-time
   ``torch.cuda.nccl.version()``; exit 1 unless the first two agree.
-- ``deepep``: ``tests/elastic/test_ep.py`` of the image's DeepEP checkout (``/opt/deepep``) over the host's
-  GPUs, as the fabric acceptance job runs it within a node (``workloads.render.acceptance``).
+- ``deepep``: ``tests/elastic/test_ep.py`` of the image's DeepEP checkout (``/opt/deepep``, or ``--tree``: a
+  built checkout elsewhere) over the host's GPUs, as the fabric acceptance job runs it within a node
+  (``workloads.render.acceptance``). DeepEP V2 needs NCCL 2.30.4 or newer (deepseek-ai/DeepEP@dd758caf
+  README.md "Requirements"): a host whose torch brings an older NCCL runs it only inside the workload image.
 - ``engines``: FILE is a JSON list of rendered engines (``PYTHONPATH=. python contracts/tests/sglang_engines.py``
   writes every engine the product renders, with the model's config.json folder; those that fit the host run). Each starts as Miles would start
   it (``--sglang-*`` flags, TP/EP/DP sizes, the rollout pod's environment) with ``--load-format dummy``
@@ -106,10 +108,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="check", required=True)
     sub.add_parser("nccl")
-    sub.add_parser("deepep")
+    sub.add_parser("deepep").add_argument("--tree", type=Path, default=Path("/opt/deepep"))
     sub.add_parser("engines").add_argument("file", type=Path)
     args = p.parse_args()
-    ok = {"nccl": check_nccl, "deepep": check_deepep, "engines": lambda: check_engines(args.file)}[args.check]()
+    ok = {"nccl": check_nccl, "deepep": lambda: check_deepep(args.tree), "engines": lambda: check_engines(args.file)}[args.check]()
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 
