@@ -107,7 +107,7 @@ def build(cfg: StackConfig, deploy: bool = False, find: Lookup = lookup) -> Plat
         return platform
     runs = [run_objects(cfg, run) for run in cfg.workloads.runs]  # runs declared in the stack
     workloads = Workloads(model, platform, runs)
-    BurnIn(model, burn_in, platform)
+    BurnIn(model, burn_in, platform, run_namespaces=[workloads.namespace, *(t[0] for t in workloads.teams.values())])
     if model.raycluster:
         pulumi.export("rayCluster", {"namespace": cfg.checkpoints.namespace, "name": "miles",
                                      "dashboard": f"kubectl -n {cfg.checkpoints.namespace} port-forward "

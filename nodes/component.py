@@ -12,7 +12,8 @@ for Amazon EC2 Auto Scaling). The controller's Deployment (re-test evictions alw
 ``burnIn.replaceFailed``) is registered after the role's Pod Identity association when there is one:
 EKS Pod Identity injects credentials into a pod only when the association
 exists as the pod is created (EKS user guide, pod-id-association), so a pod started first would run
-without them until it is recreated.
+without them until it is recreated. The controller's eviction Roles go in the runs' namespaces
+(``run_namespaces``: the workloads' and each team's), after them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from workloads.deploy.component import TYPED
 from workloads.derive.model import WorkloadModel
 
 from .burn_in import PoolBurnIn
-from .render import NAMESPACE, REPLACE_ACCOUNT, burn_in_objects
+from .render import EVICT, NAMESPACE, REPLACE_ACCOUNT, burn_in_objects
 
 KINDS = {**TYPED, "DaemonSet": k8s.apps.v1.DaemonSet}
 LATER = ("DaemonSet", "Deployment")
@@ -44,7 +45,7 @@ def replacement_policy(cluster_name: str) -> str:
 
 class BurnIn(pulumi.ComponentResource):
     def __init__(self, m: WorkloadModel, plans: Sequence[PoolBurnIn], platform: Platform,
-                 opts: pulumi.ResourceOptions | None = None):
+                 run_namespaces: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None):
         name = f"{m.cluster_name}-burn-in"
         super().__init__("rlplatform:nodes:BurnIn", name, None, opts)
         self._provider = platform.cluster.provider
@@ -52,9 +53,11 @@ class BurnIn(pulumi.ComponentResource):
         system = platform.pools[m.system_pool.name].node_group
         plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
         objects = burn_in_objects(m, list(plans))
-        first = [o for o in objects if o["kind"] not in LATER]
+        first = [o for o in objects if o["kind"] not in LATER and o["metadata"]["name"] != EVICT]
         namespace = [self._object(o, [system]) for o in first if o["kind"] == "Namespace"]
         ready = [*namespace, *(self._object(o, [system, *namespace]) for o in first if o["kind"] != "Namespace")]
+        ready += [self._object(o, [*namespace, *run_namespaces], f"-{o['metadata']['namespace']}")
+                  for o in objects if o["metadata"]["name"] == EVICT]  # in the runs' namespaces, once they exist
         self.daemonsets = [self._object(o, [*ready, *plugins]) for o in objects if o["kind"] == "DaemonSet"]
         self.replacement = None
         if any(p.replace for p in plans):
@@ -65,9 +68,9 @@ class BurnIn(pulumi.ComponentResource):
         self.controller = next((self._object(o, after) for o in objects if o["kind"] == "Deployment"), None)
         self.register_outputs({})
 
-    def _object(self, obj: dict, after: Sequence[pulumi.Resource]) -> pulumi.CustomResource:
+    def _object(self, obj: dict, after: Sequence[pulumi.Resource], where: str = "") -> pulumi.CustomResource:
         obj = filled(obj, self._repository_url)
         args = {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower(): v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        return KINDS[obj["kind"]](f"{obj['kind'].lower()}-{obj['metadata']['name']}", **args,
+        return KINDS[obj["kind"]](f"{obj['kind'].lower()}{where}-{obj['metadata']['name']}", **args,
                                   opts=pulumi.ResourceOptions(parent=self, provider=self._provider,
                                                               depends_on=list(after)))

@@ -11,8 +11,8 @@ the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Den
 The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
 only set the result label to ``retest``, with the burn-in taint in place. The replacement
 controller's account (``nodes.controller``, on the system pool, so no own node) may change only the
-replacement and neighbour annotations of a node (``nodes.pairs``), and evict no pod in kube-system (its
-re-test evictions, ``nodes.retest``).
+replacement and neighbour annotations of a node (``nodes.pairs``); where it may evict is RBAC's
+(``nodes.render.eviction_roles``: an admission policy cannot see which node an eviction's pod is on).
 
 The node name reaches the request from the pod's bound service-account token: the API server puts
 the pod's node in the token and the authenticator copies it into the user's extra
@@ -76,8 +76,6 @@ def retest_rules(taint_key: str) -> list[tuple[str, str]]:
              f"the watcher may only ask for a re-test ({RESULT_LABEL}={RETEST}, with the {taint_key} taint)")]
 
 
-EVICTION_RULES = [("request.namespace != 'kube-system'",
-                   "the burn-in controller evicts only the pods of runs, never in kube-system")]
 EVENT_RULES = [("object.involvedObject.kind == 'Node' && object.involvedObject.name == variables.nodeName",
                 "the burn-in may report only on the node its own pod runs on")]
 
@@ -127,6 +125,4 @@ def burn_in_policies(namespace: str, service_account: str, watch_account: str, r
             *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), (burn_in_key,), (RESULT_LABEL,), (),
                                retest_rules(burn_in_key)),
             *_policy(f"{REPLACE_PREFIX}-nodes", account(namespace, replace_account), ["UPDATE"], "nodes",
-                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION))),
-            *_policy(f"{REPLACE_PREFIX}-evictions", account(namespace, replace_account), ["CREATE"], "pods/eviction",
-                     [], EVICTION_RULES)]
+                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION)))]

@@ -28,7 +28,15 @@ Guarantees:
   controller lists nodes and pods, creates pod evictions and keeps its ConfigMap: exactly the calls of
   ``nodes.controller``, held so by ``tests/test_nodes_controller.py``); the admission policies
   (``nodes.policy``) narrow them to the pod's own node and the burn-in keys (the controller: its
-  annotation on nodes, and no eviction in kube-system).
+  annotations on nodes);
+- the controller may evict only in the namespaces runs live in (``eviction_namespaces``: the
+  platform's Ray namespace and each team's), by a Role in each, never cluster-wide: every run pod there
+  is under a budget of ``maxUnavailable: 0`` that lets go only a pod that is not Ready
+  (``unhealthyPodEvictionPolicy: AlwaysAllow``), so the controller can take no more than a drain could.
+  Not narrowed by node with an admission policy: the API server admits an eviction on the ``Eviction``
+  object alone (kubernetes v1.35.3 pkg/registry/core/pod/storage/eviction.go:150-154, ``createValidation``
+  of the eviction), which names the pod but not its node, and a ValidatingAdmissionPolicy's CEL reads
+  no other object.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from pathlib import Path
 from stackconfig.stack import POOL_LABEL
 from stackconfig.versions import dcgm_image
 from workloads.derive.model import WorkloadModel
+from workloads.render.teams import namespace_of
 from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _tcp, baseline, policy
 from workloads.render.common import (container_resources, env_list, labels, pod_security_context, security_context,
                                      shm_volume, tolerations, SHM_VOLUME)
@@ -112,8 +121,7 @@ def base_objects() -> list[dict]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(REPLACE_ACCOUNT)},
         {"apiVersion": rbac, "kind": "ClusterRole", "metadata": _meta(f"{NAMESPACE}-replace", None),
          "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
-                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-                   {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]},
         _binding("ClusterRole", f"{NAMESPACE}-replace", [REPLACE_ACCOUNT], None),
         {"apiVersion": rbac, "kind": "Role", "metadata": _meta(BREAKER),
          "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
@@ -124,6 +132,23 @@ def base_objects() -> list[dict]:
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
         *network_policies(),
     ]
+
+
+EVICT = "rl-burn-in-evict"
+"""The Role, in each namespace runs live in, that lets the controller evict pods there (``nodes.retest``)."""
+
+
+def eviction_namespaces(m: WorkloadModel) -> list[str]:
+    """Where run pods live: the platform's Ray namespace and every team's."""
+    return sorted({m.namespace, *(namespace_of(t.name) for t in m.settings.teams)})
+
+
+def eviction_roles(namespaces: list[str]) -> list[dict]:
+    """``pods/eviction`` create for the controller's account, one Role and binding per namespace."""
+    role = {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}
+    return [o for ns in namespaces for o in (
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(EVICT, ns), "rules": [role]},
+        _binding("Role", EVICT, [REPLACE_ACCOUNT], ns))]
 
 
 def network_policies() -> list[dict]:
@@ -288,6 +313,7 @@ def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     if not plans:
         return []
     caps = tuple(sorted({k for b in plans for k in b.capabilities}))
-    return [*base_objects(), *(daemonset(m, b) for b in plans), watch_daemonset(m, plans), controller(m, plans),
+    return [*base_objects(), *eviction_roles(eviction_namespaces(m)), *(daemonset(m, b) for b in plans),
+            watch_daemonset(m, plans), controller(m, plans),
             *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
                               QUARANTINE_TAINT.key, caps)]

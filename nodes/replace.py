@@ -23,6 +23,10 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 SERVICE = "autoscaling"
+ENDPOINT_ENV = "AWS_ENDPOINT_URL_AUTO_SCALING"
+"""Where to send the call instead of the regional endpoint, as the AWS SDKs read it (``AWS_ENDPOINT_URL_`` and
+the service id "Auto Scaling": botocore 1.x ``configprovider.py`` ``_get_service_env_var_name``): a VPC
+endpoint's name, or the control-plane tier's fake Auto Scaling."""
 CONTENT_TYPE = "application/x-www-form-urlencoded; charset=utf-8"
 REGION_LABEL = "topology.kubernetes.io/region"
 
@@ -46,9 +50,13 @@ def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
 
-def signed_headers(region: str, body: str, creds: Mapping[str, str], now: datetime) -> dict[str, str]:
-    """The headers of a SigV4-signed POST of ``body`` to the regional Auto Scaling endpoint."""
-    host = f"{SERVICE}.{region}.amazonaws.com"
+def endpoint(region: str) -> str:
+    return os.environ.get(ENDPOINT_ENV) or f"https://{SERVICE}.{region}.amazonaws.com"
+
+
+def signed_headers(region: str, body: str, creds: Mapping[str, str], now: datetime, host: str | None = None) -> dict[str, str]:
+    """The headers of a SigV4-signed POST of ``body`` to Auto Scaling at ``host`` (the regional endpoint's)."""
+    host = host or f"{SERVICE}.{region}.amazonaws.com"
     amz_date = now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     headers = {"content-type": CONTENT_TYPE, "host": host, "x-amz-date": amz_date}
     if creds.get("Token"):
@@ -81,7 +89,9 @@ def mark_unhealthy(node: Mapping[str, Any]) -> None:
     """SetInstanceHealth Unhealthy for the node's instance; raises on any refusal."""
     region = node["metadata"].get("labels", {}).get(REGION_LABEL) or os.environ["AWS_REGION"]
     body = set_instance_health_body(instance_id(node))
-    headers = signed_headers(region, body, pod_identity_credentials(), datetime.now(timezone.utc))
-    req = urllib.request.Request(f"https://{headers['host']}/", data=body.encode(), method="POST", headers=headers)
+    url = endpoint(region)
+    headers = signed_headers(region, body, pod_identity_credentials(), datetime.now(timezone.utc),
+                             urllib.parse.urlsplit(url).netloc)
+    req = urllib.request.Request(f"{url.rstrip('/')}/", data=body.encode(), method="POST", headers=headers)
     with urllib.request.urlopen(req, timeout=30):
         pass

@@ -109,7 +109,8 @@ def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     ray_pod = next(o for o in objects if o["kind"] == "RayCluster")["spec"]["workerGroupSpecs"]
     ray_pod = next(g for g in ray_pod if g["groupName"] == "trainer")["template"]["spec"]
     (check,) = [c for c in ray_pod["initContainers"] if c["name"] == "preflight"]
-    assert plan["preflight"] == check["command"][check["command"].index("--gpus"):]  # the run's own arguments
+    run_args = check["command"][check["command"].index("--gpus"):check["command"].index("--boot-record")]
+    assert plan["preflight"] == run_args  # the run's own arguments (the boot record is the run pod's own)
     assert plan["preflight"][:4] == ["--gpus", "8", "--efa", "16"] and "--nccl" in plan["preflight"]
     assert str(plan["budgetSeconds"] + 60) in agent["livenessProbe"]["exec"]["command"][2]
     cm = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "burn-in-scripts")
@@ -381,16 +382,24 @@ def test_the_controller_may_write_only_its_replacement_annotation(policies):
         assert evaluate(replace_policy, request_from(None, user), merge(asked, bad), old), bad
 
 
-def test_the_controller_may_evict_run_pods_but_nothing_in_kube_system(policies):
-    evictions = policies["rl-burn-in-replace-evictions"]
-    user = f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "miles-worker-x"}}
-    assert evictions["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/eviction"]
-    assert evaluate(evictions, {**request_from(None, user), "namespace": "team-a"}, eviction, None) == []
-    assert evaluate(evictions, {**request_from(None, user), "namespace": "kube-system"}, eviction, None) == [
-        "the burn-in controller evicts only the pods of runs, never in kube-system"]
-    assert evaluate(evictions, {**request_from(None, "system:serviceaccount:x:y"), "namespace": "kube-system"},
-                    eviction, None) is None
+def test_the_controller_may_evict_only_in_the_namespaces_runs_live_in():
+    """RBAC, not an admission policy: the API server admits an eviction on the Eviction object, which does
+    not name the pod's node (kubernetes v1.35.3 pkg/registry/core/pod/storage/eviction.go:150-154)."""
+    from conftest import graph_of
+    from rbac import Request, allows, rules_of
+    from test_workloads_security import registered_objects
+
+    from nodes.render import EVICT, REPLACE_ACCOUNT
+    objects = registered_objects(graph_of("p5en-shared"))
+    teams = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"
+                   and o["metadata"]["name"].startswith("team-"))
+    assert teams
+    rules = rules_of(objects, REPLACE_ACCOUNT, NAMESPACE)
+    evict = lambda ns: Request("create", "", "pods/eviction", ns, "p")  # noqa: E731
+    assert all(allows(rules, evict(ns)) for ns in [*teams, "rl"])
+    assert not any(allows(rules, evict(ns)) for ns in ("kube-system", "monitoring", NAMESPACE, "default"))
+    assert sorted(o["metadata"]["namespace"] for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == EVICT
+                  ) == sorted([*teams, "rl"])
 
 
 def test_the_agent_offers_its_own_node_and_only_the_controller_pairs_nodes(policies):

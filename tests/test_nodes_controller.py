@@ -355,6 +355,26 @@ def test_a_retest_evicts_the_run_pods_that_hold_the_node_through_the_eviction_ap
         f"{name}: evicted team-a/miles-worker-healthy to re-test the node"]
 
 
+def test_the_replacement_reaches_auto_scaling_signed_with_the_pod_identity_credentials(cluster, tmp_path, monkeypatch):
+    """``nodes.replace.mark_unhealthy`` end to end against a fake Pod Identity agent and Auto Scaling
+    (``tests/fake_asg.py``: botocore checks the signature), reached through the SDKs' endpoint variable."""
+    from fake_asg import FakeAws
+    aws = FakeAws(tmp_path)
+    try:
+        for k, v in aws.env().items():
+            monkeypatch.setenv(k, v)
+        c = cluster([gpu_node(1, "failed", "hardware"), gpu_node(2, "failed", "hardware")])
+        aws.refuse = "ValidationError"
+        done = controller.reconcile(c.api, PLAN, NOW)
+        assert done[0].startswith("ip-10-0-1-1.ec2.internal: replacement refused: HTTP Error 400")
+        aws.refuse = None
+        done = controller.reconcile(c.api, PLAN, NOW + timedelta(seconds=controller.RETRY_SECONDS))
+        assert done == ["ip-10-0-1-1.ec2.internal: replacement requested", "ip-10-0-1-2.ec2.internal: replacement requested"]
+        assert aws.marked == [replace.instance_id(gpu_node(1)), replace.instance_id(gpu_node(2))]
+    finally:
+        aws.close()
+
+
 @pytest.mark.parametrize("answer", [500, 403])
 def test_an_eviction_refused_otherwise_is_reported_and_the_pass_goes_on_to_replacement(held_node, answer):
     """A pod under two budgets (500) or an admission policy's denial (403) is that pod's problem: the
@@ -384,13 +404,14 @@ def test_a_node_whose_pods_cannot_be_listed_does_not_stop_the_pass(held_node):
 def test_every_call_of_the_controller_is_allowed_by_the_rbac_the_stack_renders(held_node):
     from rbac import allows, attributes, rules_of
 
-    from nodes.render import NAMESPACE, REPLACE_ACCOUNT, base_objects
+    from nodes.render import NAMESPACE, REPLACE_ACCOUNT, base_objects, eviction_roles
     c, _ = held_node
     c.put(NODES, gpu_node(3, "failed", "hardware"))
     controller.reconcile(c.api, PLAN, NOW, mark=lambda n: None)  # evicts, replaces, creates the breaker
     c.put(NODES, gpu_node(4, "failed", "hardware"))
     controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=20), mark=lambda n: None)  # replaces, updates it
-    rules = rules_of(base_objects(), REPLACE_ACCOUNT, NAMESPACE)
+    rules = rules_of([*base_objects(), *eviction_roles(["team-a"])], REPLACE_ACCOUNT, NAMESPACE)
     made = {attributes(method, path) for method, path in c.requests}
     assert {r.verb for r in made} >= {"list", "get", "patch", "create", "update"}
+    assert {r.resource for r in made} >= {"pods/eviction", "nodes", "pods", "configmaps", "events"}
     assert [r for r in made if not allows(rules, r)] == []

@@ -95,7 +95,7 @@ class Workloads(pulumi.ComponentResource):
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",
                                      M.fsx_csi_values(m), after=[system], daemonset_only=True)
 
-        ns = self._object(M.namespace(m), after=[system])
+        self.namespace = ns = self._object(M.namespace(m), after=[system])
         self.network_policies = [self._object(np, after=[ns]) for np in M.network_policies(m)]
         sa = self._object(M.service_account(m), after=[ns])
         scripts = self._object(M.scripts_configmap(m), after=[ns])
