@@ -148,3 +148,17 @@ def test_the_simplest_alternative_is_an_arm_of_each_seed_experiment(path):
         assert tp[key] == nccl[key], key
     assert [(link.from_, link.to) for link in exp.decomposition] == [
         ("slime", "miles-tp"), ("miles-tp", "miles-nccl"), ("miles-nccl", "miles-deepep-v2")]
+
+
+def test_the_seed_shape_runs_a_super_sparse_fp8_model_and_seed_ab_keeps_qwen():
+    """seed-p5en measures what the seed measured: DeepSeek-V3's architecture (256 routed experts, top-8, FP8 as
+    released), its tensor-parallel arm over the whole node (2048 / 8 = 256 columns, whole 128 blocks);
+    seed-ab keeps Qwen3-30B-A3B (128 experts) on one node."""
+    from software import models
+    exp, small = load_experiment(SEED_SHAPE), load_experiment(SEED)
+    entry = models.catalog().model(exp.base["model"])
+    arch = entry.architecture
+    assert entry.fp8_native and arch.dimension("--num-experts") == 256 and arch.dimension("--moe-router-topk") == 8
+    assert arch.dimension("--moe-ffn-hidden-size") // 8 % 128 == 0
+    assert render_arm(exp, "miles-tp", stack_of(exp))["argv.--rollout-num-gpus-per-engine"] == "8"
+    assert small.base["model"] == "Qwen/Qwen3-30B-A3B-FP8"
