@@ -133,7 +133,7 @@ def _other_nodes(arm: ArmFigures, base: ArmFigures) -> str | None:
     return None
 
 
-def _ratio(arm: ArmFigures, base: ArmFigures):
+def arm_ratio(arm: ArmFigures, base: ArmFigures):
     try:
         return ratio(arm.sample, base.sample, _other_nodes(arm, base))
     except TooFewRepeats as err:
@@ -179,7 +179,7 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices, root: P
     for name, f in figs.items():
         entry = dict(f.json)
         if name != exp.baseline:
-            entry["ratio_vs_baseline"] = _ratio(f, base).to_json()
+            entry["ratio_vs_baseline"] = arm_ratio(f, base).to_json()
             entry["work_vs_baseline"] = _work(f.json, base.json)
             entry["mode_vs_baseline"] = None if f.json["mode"] == base.json["mode"] else (
                 f"{'/'.join(f.json['mode'])} against {'/'.join(base.json['mode'])}: a step is not the same unit")
@@ -215,7 +215,7 @@ def _not_isolated(start: str, fields: list[str]) -> str | None:
 def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
     if not exp.decomposition:
         return None
-    whole = _ratio(figs[exp.decomposition[-1].to], figs[exp.baseline])
+    whole = arm_ratio(figs[exp.decomposition[-1].to], figs[exp.baseline])
     why = None if whole.beyond_noise else "the whole gain is not beyond the noise between repeats: no share is given"
     links = []
     for link in exp.decomposition:
@@ -226,7 +226,7 @@ def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
                    f"{100 * WORK_TOLERANCE:.0f}%): the arms did different work")
         if why is None and a["mode"] != b["mode"]:
             why = f"link {link.name}: {'/'.join(a['mode'])} against {'/'.join(b['mode'])} (a step is not the same unit)"
-        r = _ratio(figs[link.to], figs[link.from_])
+        r = arm_ratio(figs[link.to], figs[link.from_])
         changes = differences(exp, link.from_, link.to)
         links.append({"name": link.name, "from": link.from_, "to": link.to, "ratio": r.to_json(), "share": r,
                       "changes": {k: list(v) for k, v in changes.items()},

@@ -11,6 +11,10 @@ A step's rate is the arm's calibrated rate times the attempt's factor times the 
   (``drift_per_attempt`` per slot), and, with probability ``slow_node_share``, a node that runs at
   ``slow_node`` of the others' speed (``bench.simulate`` names that node in the attempt's Nodes).
 
+Each attempt draws from its own stream (``attempt_noise``: the experiment's seed and the attempt's slot in
+the schedule), so its figures do not depend on anything else the simulator draws and ``bench.coverage``
+can draw them without writing the attempt.
+
 ``calibration`` makes an arm's ``tokens_per_s`` its long-run throughput, Σtokens/Σtime over
 ``CALIBRATION_STEPS`` steps of its own noise on a normal node, as the report measures it: stalls and
 tails lower what a fixed base rate delivers, so the base rate is raised until the arm delivers its
@@ -94,3 +98,25 @@ def _calibration(arm: StepNoise, autocorrelation: float) -> float:
         tokens += length
         seconds += length / steps.rate()
     return seconds / tokens
+
+
+@dataclass
+class AttemptNoise:
+    """One attempt's draws: on the slow node or not, the first step its log shows, its rate (tokens/s) and
+    its steps' multipliers."""
+
+    slow: bool
+    first: int
+    rate: float
+    steps: Steps
+
+
+def attempt_noise(truth, arm, slot: int) -> AttemptNoise:
+    """The draws of the attempt at ``slot`` of the schedule, for ``arm`` (a ``bench.simulate.ArmTruth``) under
+    ``truth`` (a ``bench.simulate.Truth``)."""
+    rng = random.Random(f"{truth.seed}/{slot}")
+    slow = rng.random() < arm.slow_node_share
+    rate = (arm.tokens_per_s * calibration(arm, truth.autocorrelation) * rng.gauss(1.0, arm.repeat_drift)
+            * (1 + truth.drift_per_attempt * slot) * (truth.slow_node if slow else 1.0))
+    first = rng.randint(0, truth.late_start) if truth.late_start else 0
+    return AttemptNoise(slow, first, rate, Steps(rng, StepNoise.of(arm), truth.autocorrelation))

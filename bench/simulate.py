@@ -42,7 +42,7 @@ from .artifacts import CAPACITY_TYPE_LABEL, EXPERIMENT_FILE, GPU_RESOURCE, INSTA
 from .checks import EKS_NETWORK_LAYERS, ZONE_LABEL
 from .cloudwatch import EFA_RX, EFA_TX, GPU_UTIL, RDMA_READ, RDMA_WRITE, queries
 from .experiment import Attempt, Experiment, arm_run, load_experiment, schedule
-from .noise import Steps, calibration
+from .noise import attempt_noise
 from .report import SIMULATED_FILE
 
 GPUS_PER_NODE = 8
@@ -109,17 +109,24 @@ def _line(t: datetime, actor: str, pid: int, process: str, where: str, message: 
     return f"\x1b[36m({actor} pid={pid}, ip=10.0.3.17)\x1b[0m [{_stamp(t)} {process}] {where} - {message}"
 
 
+def rollout_figures(tput: float, length: float, samples: int, gpus: int) -> tuple[float, float]:
+    """(``perf/rollout_time``, ``perf/tokens_per_gpu_per_sec``) of a step of ``samples`` responses of mean
+    ``length`` generated at ``tput`` tokens/s by ``gpus`` GPUs."""
+    rollout_time = samples * length / tput
+    return rollout_time, samples * length / rollout_time / gpus
+
+
 def _rollout_metrics(rng: random.Random, tput: float, length: float, samples: int, gpus: int) -> dict:
     tokens = samples * length
-    rollout_time = tokens / tput
+    rollout_time, per_gpu = rollout_figures(tput, length, samples, gpus)
     longest = min(8192.0, length * 2.6)
     return {"rollout/response_len/mean": length, "rollout/response_len/median": length * 0.92,
             "rollout/response_len/max": longest, "rollout/response_len/min": length * 0.08,
             "rollout/zero_std/count_0.0": float(rng.randint(0, 6)), "rollout/repetition_frac": 0.0,
             "rollout/truncated_ratio": round(rng.uniform(0.0, 0.04), 4), "perf/rollout_time": rollout_time,
-            "perf/tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
+            "perf/tokens_per_gpu_per_sec": per_gpu,
             "perf/longest_sample_tokens_per_sec": longest / rollout_time,
-            "perf/effective_tokens_per_gpu_per_sec": tokens / rollout_time / gpus,
+            "perf/effective_tokens_per_gpu_per_sec": per_gpu,
             "perf/longest_effective_sample_tokens_per_sec": longest / rollout_time}
 
 
@@ -241,20 +248,17 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
              folder: Path, slot: int = 0) -> datetime:
     arm = truth.arm(attempt.arm)
     run = attempt.run
-    on_slow_node = rng.random() < arm.slow_node_share
-    nodes = _nodes(attempt, truth, on_slow_node)
+    drawn = attempt_noise(truth, arm, slot)
+    nodes = _nodes(attempt, truth, drawn.slow)
     gpus = attempt.run.nodes["rollout"] * GPUS_PER_NODE
     samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
     per_rollout = max(1, samples // run.grpo.global_batch_size)
-    rate = (arm.tokens_per_s * calibration(arm, truth.autocorrelation) * rng.gauss(1.0, arm.repeat_drift)
-            * (1 + truth.drift_per_attempt * slot) * (truth.slow_node if on_slow_node else 1.0))
-    noise = Steps(rng, arm, truth.autocorrelation)
+    rate, noise = drawn.rate, drawn.steps
     faults = {f.at_step: f.spec for f in exp.arm(attempt.arm).faults}
     argv = _argv(exp, attempt.arm)
     lines = _job_header(attempt, argv, 1, start)
     t = start + timedelta(seconds=truth.startup_s)
-    first = rng.randint(0, truth.late_start) if truth.late_start else 0
-    jobs, fault_records, events, job_start, step, slow = [], [], [], start, first, 0
+    jobs, fault_records, events, job_start, step, slow = [], [], [], start, drawn.first, 0
     while step < exp.total_steps:
         tput = rate * noise.rate() * (0.6 if slow else 1.0)
         slow = max(0, slow - 1)

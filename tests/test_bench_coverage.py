@@ -28,11 +28,29 @@ def test_stalls_cost_throughput_the_calibration_gives_back():
     assert calibration(ArmTruth(1.0, stall_share=0.05)) > 1.04 * calibration(ArmTruth(1.0))
 
 
-def test_one_experiment_is_the_reports_ratio_and_the_old_headlines():
-    got = coverage.one(("one-arm stalls", 3, coverage.TRUE_RATIO))
-    assert got["condition"] == "one-arm stalls" and got["ratio"] == coverage.TRUE_RATIO
-    assert got["ci95"][0] < got["ci95"][1] and got["claim_refused"] is None
-    assert set(got["old"]) == {"ci95", "beyond_noise"}
+@pytest.mark.parametrize("task", [("steady", 2, 1.0), ("all at once", 3, coverage.TRUE_RATIO),
+                                  ("all at once", 4, 1.0)], ids=["steady", "all-claimed", "all-refused"])
+def test_an_experiment_drawn_is_what_the_report_gives_on_the_simulated_artifacts(task):
+    """The benchmark's fast path (the simulator's draws through the report's arithmetic) is bit for bit the
+    report on the artifacts the simulator writes: slow node, late start, stalls, tails and drift included."""
+    got = coverage.one(task)
+    assert got == coverage.drawn(task) and (got["condition"], got["ratio"]) == task[::2]
+    assert got["ci95"][0] < got["ci95"][1] and set(got["old"]) == {"ci95", "beyond_noise"}
+
+
+def test_the_benchmark_stops_when_the_fast_path_and_the_report_differ(monkeypatch):
+    class Pool:
+        map = staticmethod(lambda f, tasks: [f(t) for t in tasks])
+    results = [coverage.drawn(("steady", 1 + i, r)) for i, r in enumerate([coverage.TRUE_RATIO, 1.0] * 5)]
+    monkeypatch.setattr(coverage, "one", lambda task: {**coverage.drawn(task), "ci95": [0.0, 9.0]})
+    with pytest.raises(RuntimeError, match="write_report gives"):
+        coverage._check(Pool(), "steady", 1, results)
+
+
+def test_wilson_bounds_a_share_by_its_sampling_error():
+    assert coverage.wilson(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert coverage.wilson(0, 10)[1] == pytest.approx(0.2775, abs=1e-4)
+    assert coverage.wilson(930, 1000)[0] < 0.93 < coverage.wilson(9500, 10000)[0]
 
 
 def test_the_summary_counts_coverage_claims_and_false_alarms():
@@ -43,7 +61,14 @@ def test_the_summary_counts_coverage_claims_and_false_alarms():
                result(1.0, 1.01, 1.1, beyond=True), result(1.0, 0.9, 1.1), result(1.0, 0.9, 1.1, refused="nodes")]
     m = coverage.summarise("steady", results, 3, 1, 0.0)
     assert (m["coverage"], m["claimed"], m["coverage_claimed"]) == (pytest.approx(2 / 3), pytest.approx(2 / 3), 0.5)
-    assert m["false_alarms"] == pytest.approx(1 / 3) and m["refused_equal"] == pytest.approx(1 / 3)
-    assert "refuses the claim in 33.3%" in coverage.verdict(m) and "TARGET MISSED" in coverage.verdict(m)
-    every = m | {"claimed": 1.0, "coverage_claimed": 0.95, "false_alarms": 0.01}
-    assert coverage.verdict(every).startswith("meets both targets (coverage 95.0% of 3 claimed intervals")
+    assert m["false_alarms"] == pytest.approx(1 / 3) and m["false_alarms_claimed"] == 0.5
+    assert m["refused_equal"] == pytest.approx(1 / 3) and (m["claimed_n"], m["claimed_equal_n"]) == (2, 2)
+    assert "refuses the claim in 33.3%" in coverage.verdict(m) and "TARGET MISSED" in coverage.verdict(m)  # FA >= 9.5%
+    many = m | {"claimed": 1.0, "experiments": 4000, "claimed_n": 4000, "claimed_equal_n": 4000,
+                "coverage_claimed": 0.95, "coverage_claimed_95": coverage.wilson(3800, 4000),
+                "false_alarms_claimed": 0.03, "false_alarms_claimed_95": coverage.wilson(120, 4000)}
+    assert coverage.verdict(many).startswith("meets both targets (coverage 95.0% of 4000 claimed intervals")
+    near = many | {"coverage_claimed_95": coverage.wilson(3730, 4000)}  # 93.25%: within its sampling error
+    assert coverage.verdict(near).startswith("NOT SHOWN")
+    under = many | {"false_alarms_claimed_95": coverage.wilson(260, 4000)}  # 6.5%
+    assert coverage.verdict(under).startswith("TARGET MISSED")
