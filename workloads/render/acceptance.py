@@ -24,7 +24,7 @@ from workloads.render.common import (
     security_context,
     shm_volume,
 )
-from workloads.render.ray import preflight_container
+from workloads.render.ray import BOOT_VOLUME, preflight_container
 from workloads.schema.run import DeepEPVersion
 
 from workloads.acceptance.parsers import (DEEPEP_TAG)
@@ -132,7 +132,7 @@ def acceptance_template(m: WorkloadModel, pool_name: str) -> dict:
     c["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     spec = {"restartPolicy": "Never", "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), "initContainers": [init], "containers": [c],
-            "volumes": [shm_volume(g), fsx_volume(), scripts_volume()],
+            "volumes": [shm_volume(g), fsx_volume(), scripts_volume(), BOOT_VOLUME],
             **placement(g.pool, m.capabilities(g.pool))}
     # The Ray pods' labels: the stack's Ray NetworkPolicy admits TCP between them (torch's rendezvous,
     # NCCL's bootstrap); same image and service account as the Ray pods, so the same trust domain.
