@@ -161,15 +161,20 @@ def run_lines(cfg: StackConfig) -> list[str]:
     from workloads.derive.deepep import expert_precision, moe_backend
     from workloads.derive.model import derive
     from workloads.render import pod_templates
+    from workloads.schema.teams import team_file_system_quotas, team_project_id
     m = derive(cfg)
     out = [f"Run: submitted through {m.settings.submit.value}"]
     if m.runs:
         out = ["Runs: teams submit them (python -m workloads.cli.runs plan|submit "
                f"{cfg.stack} runs/<run>.yaml), each with its own Ray cluster in its team's queue"]
+        storage = team_file_system_quotas(m.settings.teams, m.settings.storage.capacity_gib)
+        ports = m.settings.reward.team_ports([t.name for t in m.settings.teams])
         for team in m.settings.teams:
             quotas = ", ".join(f"{pool} {q.guarantee}/{q.deserved}/{q.cap} GPUs" for pool, q in team.gpus.items())
             out.append(f"  team {team.name}: namespace/queue team-{team.name}, "
-                       f"{'reclaimable' if team.reclaimable else 'not reclaimable'}, guarantee/deserved/cap {quotas}")
+                       f"{'reclaimable' if team.reclaimable else 'not reclaimable'}, guarantee/deserved/cap {quotas}; "
+                       f"file system {storage[team.name]} GiB (Lustre project {team_project_id(team.name)})"
+                       f"{f', reward service port {ports[team.name]}' if m.reward else ''}")
         out.append("  below: the largest run (every GPU node) with the stack's default run settings")
     if m.argv is None:
         return out + [f"  {m.no_run}"]

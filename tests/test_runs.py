@@ -89,7 +89,8 @@ def test_a_run_too_large_for_any_tier_is_refused_when_hard_and_placed_when_soft(
 
 
 def test_the_file_system_is_shared_by_the_runs_placed_on_it():
-    cfg = variant(SHARED, {"workloads": {"storage": {"capacityGib": 2400}}})  # 2,319 GB usable
+    halves = [t.model_dump(by_alias=True, exclude_none=True) | {"fileSystemGib": 1200} for t in variant(SHARED, {}).workloads.teams]
+    cfg = variant(SHARED, {"workloads": {"storage": {"capacityGib": 2400}, "teams": halves}})  # 2,319 GB usable
     one_run = dict(train=4, rollout=4)
     d = decisions(cfg, [run("r1", "alpha", **one_run), run("r2", "alpha", **one_run), run("r3", "beta", **one_run)])
     # 926 GB each; beta's queue, at a lower share of its deserved, is served before alpha's second run
@@ -216,8 +217,8 @@ def test_the_team_directories_are_the_only_parts_of_the_file_system_its_pods_mou
     job = team_directories_job(m)
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
     assert job["spec"]["activeDeadlineSeconds"] == 600  # fails, and is replaced next time, if FSx cannot mount
-    # one container per top-level directory, each mounting only that one
-    assert [(c["command"], c["volumeMounts"]) for c in job["spec"]["template"]["spec"]["containers"]] == [
+    # one (init) container per top-level directory, each mounting only that one
+    assert [(c["command"], c["volumeMounts"]) for c in job["spec"]["template"]["spec"]["initContainers"]] == [
         (["mkdir", "-p", "/mnt/fsx/checkpoints/teams/alpha", "/mnt/fsx/checkpoints/teams/beta"],
          [{"name": "fsx", "mountPath": "/mnt/fsx/checkpoints", "subPath": "checkpoints"}]),
         (["mkdir", "-p", "/mnt/fsx/teams/alpha", "/mnt/fsx/teams/beta"],

@@ -25,6 +25,7 @@ from workloads.checks.profile import validate_profile
 from workloads.derive.profile import image_field, run_profile
 from workloads.schema.settings import Submission
 from workloads.schema.run import DeepEPVersion, GinBackend
+from workloads.schema.teams import team_file_system_quotas
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
@@ -54,6 +55,7 @@ def validate_teams_of(cfg: "ProgramConfig") -> None:
     """The teams against the GPU pools and the cluster's admins (``schema.teams``' checks)."""
     validate_teams(cfg.workloads.teams, cfg.pools)
     validate_members(cfg.workloads.teams, cfg.cluster.admin_role_arns)
+    team_file_system_quotas(cfg.workloads.teams, cfg.workloads.storage.capacity_gib)
 
 
 def validate_pools(cfg: "ProgramConfig") -> None:

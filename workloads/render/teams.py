@@ -17,6 +17,7 @@ from workloads.render.common import (RAY_NODE_TYPE_LABEL, DASHBOARD_PORT, FSX_CL
                      file_system_container, file_system_pod, labels, meta)
 from workloads.render.network_policies import ANYWHERE, POD_IDENTITY_AGENT, _all_tcp, _namespace, _pods, _tcp, baseline, policy
 from workloads.render.services import fsx_pv, fsx_pvc, scripts_configmap
+from workloads.render.team_quotas import quota_containers
 
 
 def namespace_of(team: str) -> str:
@@ -278,14 +279,16 @@ TEAM_DIRS = "team-directories"
 
 def team_directories_job(m: WorkloadModel) -> dict:
     """A Job in the workloads' namespace (which mounts the whole file system) that creates every
-    team's directories: a fileset mount fails with ENOENT until it exists (Lustre mdt_lookup_fileset)."""
+    team's directories (init containers: a fileset mount fails with ENOENT until it exists, Lustre
+    mdt_lookup_fileset), then sets each team's project quota on them (``render.team_quotas``)."""
     tops: dict[str, list[str]] = {}
     for d in (d for t in m.settings.teams for _, d in team_volumes(t)):
         tops.setdefault(d.split("/", 1)[0], []).append(f"{m.paths.mount}/{d}")
     # One container per top-level directory, each mounting only that one (file_system_container).
-    template = file_system_pod(m, TEAM_DIRS, [
+    template = file_system_pod(m, TEAM_DIRS, quota_containers(m))
+    template["spec"]["initContainers"] = [
         file_system_container(m, f"{TEAM_DIRS}-{top}", ["mkdir", "-p", *dirs], sub_path=top)
-        for top, dirs in sorted(tops.items())])
+        for top, dirs in sorted(tops.items())]
     md = meta(m, TEAM_DIRS)
     # Pulumi waits for the Job (the team volumes need the directories); a failed or timed-out Job is
     # replaced by the next `pulumi up` instead of failing it again (pulumi-kubernetes 4.34.2

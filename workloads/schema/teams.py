@@ -29,6 +29,7 @@ admission-time check here, not something the scheduler enforces.
 from __future__ import annotations
 
 import re
+import zlib
 
 from pydantic import Field, field_validator, model_validator
 
@@ -90,6 +91,12 @@ class TeamSettings(SchemaModel):
     LimitRange's default request and limit, and its maximum. The kubelet evicts a pod over its own limit
     (Kubernetes docs, "Local ephemeral storage"), so a team filling a node's disk loses its own pod instead
     of the node's other pods going first by priority."""
+    file_system_gib: int | None = Field(None, ge=1)
+    """GiB the team's directories on the FSx file system (``team_directory`` and
+    ``team_checkpoint_directory``) may hold together: a Lustre project quota (hard block limit) that the
+    team-directories Job sets (``render.teams.team_directories_job``). Default: an equal share of
+    ``workloads.storage.capacityGib`` among the teams. The teams' quotas together may not exceed the
+    file system, so one team's full directory never stops another's saves."""
     members: list[str] = []
     """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
     the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.cli.runs`` in the team's
@@ -129,3 +136,34 @@ def team_checkpoint_directory(team: str) -> str:
 def team_group(team: str) -> str:
     """The Kubernetes group of the team's members (their EKS access entries)."""
     return f"rl-team-{team}"
+
+
+def team_project_id(team: str) -> int:
+    """The Lustre project ID of the team's directories: stable across reorderings of the stack's teams
+    (CRC-32 of the name, above the IDs below 1000 a site may use by hand); ``team_file_system_quotas``
+    refuses two teams with one ID."""
+    return 1000 + zlib.crc32(team.encode()) % (2 ** 31 - 1000)
+
+
+def team_file_system_quotas(teams: list[TeamSettings], capacity_gib: int) -> dict[str, int]:
+    """GiB per team (``fileSystemGib``, else an equal share of what the explicit ones leave); ValueError
+    naming the field when they add up to more than the file system or two teams share a project ID."""
+    explicit = {t.name: t.file_system_gib for t in teams if t.file_system_gib is not None}
+    rest = [t.name for t in teams if t.file_system_gib is None]
+    left = capacity_gib - sum(explicit.values())
+    quotas = {**explicit, **{n: left // len(rest) for n in rest}} if rest else explicit
+    if left < 0:
+        raise ValueError(f"workloads.teams[].fileSystemGib: the teams' quotas add up to {sum(explicit.values())} GiB, "
+                         f"more than the {capacity_gib} GiB file system (workloads.storage.capacityGib); allowed: at "
+                         f"most {capacity_gib} GiB together")
+    if rest and left // len(rest) < 1:
+        raise ValueError(f"workloads.teams[].fileSystemGib: the quotas given leave {left} GiB of the {capacity_gib} GiB "
+                         f"file system for team(s) {', '.join(rest)}; allowed: a fileSystemGib for each of them, or less "
+                         f"for the others")
+    ids: dict[int, str] = {}
+    for t in teams:
+        other = ids.setdefault(team_project_id(t.name), t.name)
+        if other != t.name:
+            raise ValueError(f"workloads.teams[{t.name}].name: its Lustre project ID {team_project_id(t.name)} is "
+                             f"team {other}'s too; allowed: another name")
+    return {t.name: quotas[t.name] for t in teams}
