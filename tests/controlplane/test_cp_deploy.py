@@ -1,6 +1,8 @@
 """Both reference stacks deploy onto the real control plane: every object of the graph admitted by the API
 server (its schemas, the admission plugins EKS enables, the ValidatingAdmissionPolicies the stack itself
-installs, Volcano's webhooks) as the deploying identity, and what the controllers make of them runs."""
+installs, Volcano's webhooks) as the deploying identity, and what the controllers make of them runs where
+it should: each DaemonSet on exactly the nodes meant for it (the watcher on every passed GPU node, a pool's
+burn-in on each of its nodes not yet passed), each Deployment's rendered replicas available, each Job done."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 from kubernetes import client
 
 from conftest import recorded
+from nodes.marks import PASSED, RESULT_LABEL
 
 from controlplane import stack
 from controlplane.kube import eventually
@@ -15,44 +18,80 @@ from controlplane.session import platform_of
 
 pytestmark = pytest.mark.controlplane
 STACKS = ["p5en-prod", "p5en-shared"]
+WATCHER = "burn-in-watch"
 
 
 def _platform(stack: str):
     return platform_of(stack, recorded)
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_every_object_of_the_graph_is_admitted_and_every_daemonset_is_ready(stack):
-    platform = _platform(stack)  # deploy raises, naming each refused object
+def _named(platform, kind: str) -> list[dict]:
+    """The graph's objects of ``kind``, as rendered."""
+    return [o for o in stack.objects(platform.graph) if o["kind"] == kind]
+
+
+def _daemon_sets_on(platform, expected: dict[str, int]) -> None:
+    """Each DaemonSet wants and has ready exactly ``expected[name]`` pods."""
     apps = client.AppsV1Api(platform.cp.client())
-    rendered = _named(platform, "DaemonSet")
-    assert rendered, "the graph renders the burn-in DaemonSets"
+    sets = {o["metadata"]["name"]: o["metadata"]["namespace"] for o in _named(platform, "DaemonSet")}
+    assert set(sets) == set(expected), f"the graph's DaemonSets {sorted(sets)}"
+
+    def counts():
+        found = {name: apps.read_namespaced_daemon_set(name, ns).status for name, ns in sets.items()}
+        return {n: (s.desired_number_scheduled, s.number_ready) for n, s in found.items() if s.observed_generation}
+    want = {name: (n, n) for name, n in expected.items()}
+    seen = {}
 
     def placed():
-        sets = [apps.read_namespaced_daemon_set(name, ns) for ns, name in rendered]
-        ready = all(s.status.observed_generation and s.status.number_ready == s.status.desired_number_scheduled
-                    for s in sets)
-        return ready and sum(s.status.number_ready for s in sets)
-    # the watcher runs on every proven GPU node; the pools' burn-in DaemonSets on none of them (all passed)
-    gpu_nodes = sum(p.nodes.desired for p in platform.cfg.pools if p.instance.is_gpu)
-    assert eventually("each DaemonSet ready on the nodes it selects", placed, 120) >= gpu_nodes
+        seen.update(counts())
+        return seen == want
+    try:
+        eventually(f"DaemonSets (desired, ready) {want}", placed, 120)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; found {seen}") from None
 
 
-def _named(platform, kind: str) -> list[tuple[str, str]]:
-    """(namespace, name) of each object of ``kind`` the graph registers."""
-    return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in stack.objects(platform.graph) if o["kind"] == kind]
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_of_the_graph_is_admitted_and_every_daemonset_is_on_its_nodes(stack):
+    platform = _platform(stack)  # deploy raises, naming each refused object
+    gpu = [p for p in platform.cfg.pools if p.instance.is_gpu]
+    burn_in = {f"burn-in-{p.name}": 0 for p in gpu}  # every node of a proven platform has passed
+    _daemon_sets_on(platform, {WATCHER: sum(p.nodes.desired for p in gpu), **burn_in})
+    # one node of each GPU pool back to untested: its pool's burn-in goes there and the watcher leaves it
+    core = client.CoreV1Api(platform.cp.client())
+    busy = {p.spec.node_name for p in core.list_pod_for_all_namespaces().items
+            if p.spec.node_name and not any(o.kind == "DaemonSet" for o in p.metadata.owner_references or [])}
+    untested = [next(n.metadata.name for n in core.list_node(label_selector=f"rl.platform/pool={p.name}").items
+                     if n.metadata.name not in busy) for p in gpu]  # a node holding a run's pod is not re-tested
+    try:
+        for name in untested:
+            core.patch_node(name, {"metadata": {"labels": {RESULT_LABEL: None}}})
+        _daemon_sets_on(platform, {WATCHER: sum(p.nodes.desired for p in gpu) - len(gpu),
+                                   **{name: 1 for name in burn_in}})
+    finally:
+        for name in untested:
+            core.patch_node(name, {"metadata": {"labels": {RESULT_LABEL: PASSED}}})
+    _daemon_sets_on(platform, {WATCHER: sum(p.nodes.desired for p in gpu), **burn_in})
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_platforms_deployments_and_jobs_run(stack):
     platform = _platform(stack)
     apps, batch = client.AppsV1Api(platform.cp.client()), client.BatchV1Api(platform.cp.client())
-    deployments = [apps.read_namespaced_deployment(name, ns) for ns, name in _named(platform, "Deployment")]
-    assert any(d.spec.replicas for d in deployments), "the graph renders the reward service"
+    core = client.CoreV1Api(platform.cp.client())
+    deployments = _named(platform, "Deployment")
+    assert {d["metadata"]["name"] for d in deployments} >= {"reward", "burn-in-replace"}, deployments
     for d in deployments:
-        eventually(f"Deployment {d.metadata.namespace}/{d.metadata.name}: {d.spec.replicas} available", lambda d=d: (
-            apps.read_namespaced_deployment(d.metadata.name, d.metadata.namespace).status.available_replicas or 0)
-            == d.spec.replicas, 120)
-    for ns, name in _named(platform, "Job"):
+        ns, name, want = d["metadata"]["namespace"], d["metadata"]["name"], d["spec"]["replicas"]
+        assert want >= 1, f"Deployment {ns}/{name} renders {want} replicas"
+        eventually(f"Deployment {ns}/{name}: {want} available", lambda ns=ns, name=name, want=want: (
+            apps.read_namespaced_deployment(name, ns).status.available_replicas or 0) == want, 120)
+        pool = d["spec"]["template"]["spec"]["nodeSelector"]["rl.platform/pool"]
+        selector = ",".join(f"{k}={v}" for k, v in d["spec"]["selector"]["matchLabels"].items())
+        for pod in core.list_namespaced_pod(ns, label_selector=selector).items:
+            node = core.read_node(pod.spec.node_name)
+            assert node.metadata.labels["rl.platform/pool"] == pool, f"{pod.metadata.name} on {node.metadata.name}"
+    for o in _named(platform, "Job"):
+        ns, name = o["metadata"]["namespace"], o["metadata"]["name"]
         eventually(f"Job {ns}/{name} complete", lambda ns=ns, name=name: (
             batch.read_namespaced_job(name, ns).status.succeeded or 0) >= 1, 120)
