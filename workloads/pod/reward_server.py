@@ -24,8 +24,9 @@ A response is model output and every team sends them, so no request and no team 
   ``GRADE_SECONDS`` of wall time: a crafted answer (``\\boxed{9**9**9}`` makes a symbolic grader evaluate
   a number of hundreds of millions of digits) is answered ``422`` with the reason.
 
-Miles v0.1.0's ``remote_rm`` (rm_hub/__init__.py:19-28) raises on any such status for that sample and
-does not retry; an honest run stays below ``running + waiting`` per replica (``docs/design/tenancy.md``).
+Miles' ``remote_rm`` (radixark/miles 49cac7b5, rm_hub/__init__.py:19-28) raises on any such status for
+that sample and does not retry; an honest run stays below ``running + waiting`` per replica
+(``docs/design/shared-services.md``).
 Standard library only, besides Miles in the child; runs in the Miles image, shipped as a ConfigMap.
 """
 
