@@ -13,10 +13,11 @@ node's speed would then read as the arm's), the difference in work (response len
 decomposition splits the gain along a chain of arms in log space: link share = ln(link ratio) /
 ln(whole ratio). It assumes the links multiply (no interaction between what they change) and lists
 everything that differs between a link's two arms; shares are withheld when the whole gain is not
-beyond the noise, when two arms of a link differ in work by more than ``WORK_TOLERANCE`` or in mode,
-and a link's own share when its arms differ in more than one run-file field (no pair of arms
-isolates any one of them: the EFA-versus-DeepEP split needs arms that differ in ``fabric`` alone and
-in ``deepep`` alone, and the report says which arm such a pair would start from).
+beyond the noise, or when two arms of a link differ in work by more than ``WORK_TOLERANCE`` or in
+mode. A link whose arms differ in more than one run-file field gets the share of those fields together
+(its pair of arms isolates them together) and no share of any one of them, which no pair of arms
+isolates: the EFA-versus-DeepEP split needs arms that differ in ``fabric`` alone and in ``deepep``
+alone, and the report says which arm such a pair would start from.
 
 Fault arms are kept out of the comparison; each of their faults gets its outcome, detection time,
 time back to steady throughput, steps and tokens lost and the checkpoint it resumed from, from the
@@ -204,12 +205,13 @@ def compute(exp: Experiment, collected: list[Collected], prices: Prices, root: P
 
 
 def _not_isolated(start: str, fields: list[str]) -> str | None:
-    """Why a link's share is not given though the whole gain's are: it changes more than one run-file field,
-    so no pair of the experiment's arms isolates any of them."""
+    """What a link's share is of when its arms differ in more than one run-file field: its pair of arms
+    isolates them together, no pair isolates any one of them."""
     if len(fields) <= 1:
         return None
-    return (f"it changes {len(fields)} run-file fields ({', '.join(fields)}) and no pair of arms isolates one of "
-            f"them; an arm equal to `{start}` but for one of them would measure that one's share")
+    return (f"its share is that of its {len(fields)} run-file fields together ({', '.join(fields)}); no pair of arms "
+            f"isolates one of them, so no share of any one of them is given: an arm equal to `{start}` but for one of "
+            f"them would measure that one's share")
 
 
 def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
@@ -230,11 +232,10 @@ def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
         changes = differences(exp, link.from_, link.to)
         links.append({"name": link.name, "from": link.from_, "to": link.to, "ratio": r.to_json(), "share": r,
                       "changes": {k: list(v) for k, v in changes.items()},
-                      "share_withheld_because": _not_isolated(link.from_, list(changes))})
+                      "not_isolated": _not_isolated(link.from_, list(changes))})
     for link in links:
         r = link["share"]
-        link["share"] = None if why or link["share_withheld_because"] or whole.value == 1 else round(
-            math.log(r.value) / math.log(whole.value), 4)
+        link["share"] = None if why or whole.value == 1 else round(math.log(r.value) / math.log(whole.value), 4)
     return {"whole": {"from": exp.baseline, "to": exp.decomposition[-1].to, "ratio": whole.to_json()},
             "links": links, "shares_withheld_because": why,
             "method": "share = ln(link ratio) / ln(whole ratio); assumes the links multiply (no interaction) and "

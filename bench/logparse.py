@@ -24,7 +24,7 @@ counted, since steps may then be missing (run with ``RAY_DEDUP_LOGS=0``).
 Two more lines of the training side carry what the step did, besides its speed (radixark/miles@49cac7b5):
 ``rollout <rollout_id>: {...}`` from ``log_rollout_data`` (``miles/backends/training_utils/log_utils.py:123``,
 keys ``rollout/<field>`` of the rollout batch, ``rollout/raw_reward`` among them), merged into the step;
-``step <n>: {...}`` from ``log_train_step`` (``log_utils.py:538``, keys ``train/<loss key>`` such as
+``step <n>: {...}`` from ``log_train_step`` (``log_utils.py:542``, keys ``train/<loss key>`` such as
 ``train/ppo_kl``, ``miles/backends/training_utils/loss_hub/losses.py:88``), where ``n`` is
 ``rollout_id x num_steps_per_rollout + step_id``, kept apart in ``ParsedLog.train``. A critic's
 ``critic-step`` lines are not the actor's and are ignored.

@@ -17,7 +17,7 @@ x ``perf/rollout_time``, which is the sum of the step's sample response lengths 
 - quality: mean ``rollout/raw_reward`` (Miles ``log_utils.py:123``), mean ``train/ppo_kl`` of the train
   steps of measured rollouts (``step n`` of rollout ``n // num_steps_per_rollout``, where
   num_steps_per_rollout = rolloutBatchSize x nSamplesPerPrompt / globalBatchSize, Miles
-  ``miles/utils/arguments.py``), mean ``rollout/truncated_ratio`` (``metrics.py:106``);
+  ``miles/utils/arguments.py``), mean ``rollout/truncated_ratio`` (``metrics.py:105``);
 - utilisation per role over the measured window only (Container Insights, ``cloudwatch``): GPU %,
   EFA rx + tx, RDMA read and write, Gbit/s per node;
 - time: job completion time from KubeRay's ``status.startTime`` to ``status.endTime`` (gang wait and

@@ -126,8 +126,10 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
         out += ["", "## Where the gain comes from", "",
                 f"Whole gain `{d['whole']['from']}` -> `{d['whole']['to']}`: {_ratio(d['whole']['ratio'])}.", ""]
         for link in d["links"]:
-            share = (f"share withheld: {link['share_withheld_because']}" if link.get("share_withheld_because") else
-                     "withheld" if link["share"] is None else f"{100 * link['share']:.0f}% of the gain")
+            share = "share withheld" if link["share"] is None else f"{100 * link['share']:.0f}% of the gain"
+            if link.get("not_isolated"):
+                share = share.replace("of the gain", "of the gain,") + " " + link["not_isolated"].replace(
+                    "its share is that of ", "")
             changes = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in link["changes"].items()) or "nothing"
             out.append(f"- {link['name']} (`{link['from']}` -> `{link['to']}`): {_ratio(link['ratio'])}; "
                        f"{share}. Changes: {changes}.")

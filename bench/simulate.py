@@ -269,7 +269,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
                   "rollout/rewards": 0.0, "rollout/response_lengths": r["rollout/response_len/mean"]}
         lines.append(_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "log_utils.py:123",
                            f"rollout {step}: {reward}"))
-        lines += [_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "model.py:854",
+        lines += [_line(t, "MegatronTrainRayActor", 2405, "train_cell0_rank0", "log_utils.py:542",
                         f"step {step * per_rollout + i}: " + str({"train/ppo_kl": abs(rng.gauss(arm.kl, arm.kl / 4)),
                                                                   "train/loss": 0.1, "train/grad_norm": 0.5}))
                   for i in range(per_rollout)]

@@ -162,10 +162,11 @@ def test_jct_and_cost_say_the_gang_wait_is_in_them(simulated: Path):
     assert "JCT s (gang wait incl.)" in md and "of it start-up s" in md and "so it includes them too" in md
 
 
-def test_a_link_that_changes_more_than_one_thing_gets_no_share(tmp_path: Path):
-    """A link whose arms differ in two run-file fields: its share is theirs together, which no pair of arms
-    isolates (as EFA's against DeepEP's when no arm varies the fabric alone); it is withheld, saying which
-    arm an isolating pair would start from, while a one-field link keeps its share."""
+def test_a_link_that_changes_more_than_one_thing_gets_its_pairs_share_and_none_of_one_field(tmp_path: Path):
+    """A link whose arms differ in two run-file fields: its pair of arms isolates the two together, so its share
+    is given as theirs together; no pair isolates either one (as EFA's against DeepEP's when no arm varies the
+    fabric alone), so no share of one field is printed, and the report says which arm an isolating pair would
+    start from. The shares of a chain still add up to the whole gain."""
     exp = yaml.safe_load(EXPERIMENT.read_text())
     exp["arms"] = [a for a in exp["arms"] if not a.get("faults")] + [
         {"name": "two", "set": {"deepep": {"version": "v1"}, "grpo": {"rolloutMaxResponseLen": 4096},
@@ -181,10 +182,12 @@ def test_a_link_that_changes_more_than_one_thing_gets_no_share(tmp_path: Path):
     assert main(["report", str(tmp_path / "d"), "--no-plots"]) == 0
     d = json.loads((tmp_path / "d" / "report.json").read_text())["decomposition"]
     both, one = d["links"]
-    assert d["shares_withheld_because"] is None and one["share"] is not None and one["share_withheld_because"] is None
-    assert both["share"] is None and both["share_withheld_because"].startswith("it changes 2 run-file fields")
-    assert "an arm equal to `nccl` but for one of them" in both["share_withheld_because"]
-    assert "share withheld: it changes" in (tmp_path / "d" / "report.md").read_text()
+    assert d["shares_withheld_because"] is None and one["not_isolated"] is None
+    assert both["share"] + one["share"] == pytest.approx(1.0, abs=2e-4)
+    assert both["not_isolated"].startswith("its share is that of its 2 run-file fields together")
+    assert "an arm equal to `nccl` but for one of them would measure that one's share" in both["not_isolated"]
+    md = (tmp_path / "d" / "report.md").read_text()
+    assert "% of the gain, its 2 run-file fields together" in md and "share of any one of them" in md
 
 
 def test_the_simulated_attempts_ask_and_resolve_what_the_arms_render(tmp_path: Path):
