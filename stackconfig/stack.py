@@ -22,7 +22,7 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
-from .base import SchemaModel
+from .base import SCHEMA_VERSION, SchemaModel
 from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .deploy import DeploySettings
@@ -314,6 +314,8 @@ class CheckpointSettings(SchemaModel):
 class StackConfig(SchemaModel):
     stack: SkipJsonSchema[str] = ""
     """The stack's name: ``load_stack`` sets it from the file name (``Pulumi.<stack>.yaml``), never the file."""
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The schema version the file is written for (CHANGELOG.md); a file without one is read as this release's."""
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")
     availability_zone: str
     """The one zone for every EFA pool and every reservation."""
@@ -394,6 +396,8 @@ def _describe(raw: Mapping[str, Any], error: Mapping[str, Any]) -> str:
     elif error["type"] == "missing":
         msg = "missing; allowed: this key is required"
     elif error["type"] == "enum":
+        msg = f"{error['input']!r} is not allowed; allowed: {ctx['expected']}"
+    elif error["type"] == "literal_error":
         msg = f"{error['input']!r} is not allowed; allowed: {ctx['expected']}"
     elif error["type"] == "string_pattern_mismatch":
         msg = f"{error['input']!r} is not allowed; allowed: a string matching {ctx['pattern']}"

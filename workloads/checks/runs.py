@@ -121,7 +121,7 @@ def _sized(pool: Pool, nodes: int) -> Pool:
 def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
     """The stack as ``run`` sees it, checked like the stack's own run (ValueError "run <name>: ...")."""
     check_run(cfg, run)
-    spec = RunSpec.model_validate(run.model_dump(exclude={"team", "priority", "nodes", "topology"}))
+    spec = RunSpec.model_validate(run.model_dump(exclude={"schema_version", "team", "priority", "nodes", "topology"}))
     # The team's own port of the reward service (its --rm-url), the one its namespace may reach.
     reward = cfg.workloads.reward.model_copy(update={"port": team_reward_port(cfg, run.team)})
     workloads = cfg.workloads.model_copy(update={"run": spec, "runs": [], "reward": reward})

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from software import DEFAULT_PROFILE, profile
 from software import profiles as _profiles
-from stackconfig.base import SchemaModel
+from stackconfig.base import SCHEMA_VERSION, SchemaModel
 
 class EntryPoint(StrEnum):
     """Miles' and Slime's entry points, in the framework's checkout (there is no ``train_rl.py``)."""
@@ -224,6 +224,8 @@ class RunFile(RunBase):
     graph): the run's settings, plus its team, its priority and the whole nodes it takes per GPU pool.
     It brings up its own Ray cluster in the team's namespace and releases it when it ends."""
 
+    schema_version: Literal[1] = SCHEMA_VERSION
+    """The schema version the file is written for (CHANGELOG.md); a file without one is read as this release's."""
     name: str = Field(pattern=RUN_NAME)
     """Run name, required: the checkpoint directory and the RayJob are named after it, in its team's
     namespace (two teams' runs may share a name)."""
