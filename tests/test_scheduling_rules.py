@@ -163,6 +163,18 @@ def test_a_team_at_its_cap_has_its_pods_refused_by_its_resource_quota_and_preemp
                                "more than its 192")
 
 
+def test_the_pods_kuberay_made_of_a_run_the_quota_refuses_hold_quota_against_the_runs_after_it():
+    """KubeRay creates a run's worker pods one by one, trainers first, and ends a reconcile at the first pod
+    the quota refuses (ray-project/kuberay v1.7.0 raycluster_controller.go:1069, 1203-1211): the 12 pods it made
+    of b-2 hold 96 GPUs of beta's quota, so b-3, small enough for what b-1 leaves, waits too (found by
+    tests/controlplane/test_cp_planner.py against the real API server)."""
+    d = decisions([run("b-1", "beta", "normal", train=4, rollout=8), run("b-2", "beta", "normal", train=4, rollout=12),
+                   run("b-3", "beta", "normal", train=1, rollout=1)], running=["b-1"])
+    assert [d[r].action for r in ("b-1", "b-2", "b-3")] == ["running", "waits", "waits"]
+    assert d["b-3"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 208 GPUs, "
+                            "more than its 192")
+
+
 def test_a_run_over_its_queues_limit_stays_pending_and_never_preempts_its_own_team_even_on_free_nodes():
     """enqueue admits a job only while allocated + inqueue + its minimum fit realCapability
     (actions/enqueue/enqueue.go:95, capacity.go:1687-1689); preempt skips Pending jobs

@@ -142,10 +142,23 @@ class Planner:
             if disk > c.disk_free else []
         return short + full
 
+    def _created(self, run: RunFile, room: int) -> int:
+        """GPUs of the pods of a run the quota refuses that exist nonetheless: KubeRay creates the head, then
+        each worker group's pods one by one in the RayCluster's order (trainers, then rollout engines: the
+        pools' order) and ends a reconcile at the first pod refused (ray-project/kuberay v1.7.0
+        raycluster_controller.go:1069, 1203-1211), retrying it later; the pods made before it hold quota."""
+        held = 0
+        for pool, spec in self.pools.items():
+            for _ in range(run.nodes.get(pool, 0)):
+                if held + spec.instance.gpus > room:
+                    return held
+                held += spec.instance.gpus
+        return held
+
     def _with_pods(self, pending: list[RunFile], running: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
         """Runs whose pods the team's ResourceQuota admits (requests.nvidia.com/gpu = the sum of its
-        caps), in the order they were submitted; KubeRay retries the others' pods. It creates a run's
-        pods one by one, so some of a refused run's pods may exist and hold quota: the plan counts none."""
+        caps), in the order they were submitted; KubeRay retries the others' pods, and those of their pods
+        it made first hold quota (``_created``)."""
         pods = {t: sum(self._total(r) for r in running if r.team == t) for t in self.teams}
         out_runs = []
         for run in pending:
@@ -153,6 +166,7 @@ class Planner:
             if pods[run.team] + self._total(run) > cap:
                 self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} refuses its pods: team {run.team}'s pods "
                              f"would request {pods[run.team] + self._total(run)} GPUs, more than its {cap}")
+                pods[run.team] += self._created(run, cap - pods[run.team])
                 continue
             pods[run.team] += self._total(run)
             out_runs.append(run)
