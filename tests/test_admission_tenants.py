@@ -218,9 +218,10 @@ def test_probe_and_lifecycle_hosts_are_refused(policies, rayjob, field, handler)
 VOLUMES = [
     {"nfs": {"server": "10.0.0.5", "path": "/"}},
     {"image": {"reference": "registry.example/any:latest"}},
-    {"ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}},
+    {"ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"],
+                                                    "resources": {"requests": {"storage": "1Gi"}}}}}},
     {"csi": {"driver": "fsx.csi.aws.com", "volumeAttributes": {"dnsname": "fs-0.fsx", "mountname": "m"}}},
-    {"iscsi": {"targetPortal": "10.0.0.5:3260", "iqn": "iqn.x", "lun": 0}},
+    {"iscsi": {"targetPortal": "10.0.0.5:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}},
 ]
 
 
@@ -276,8 +277,9 @@ def test_the_pod_policy_judges_every_team_request_but_not_the_fis_pod_delete_pod
 
 def zero_gpus(pod: dict, zero) -> dict:
     return _changed(pod, lambda spec, c, p: c.setdefault("resources", {}).update(
-        limits={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi"},
-        requests={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi"}))
+        limits={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi", "cpu": "2", "memory": "4Gi"},
+        requests={"nvidia.com/gpu": zero, "vpc.amazonaws.com/efa": 32, "hugepages-2Mi": "2Gi", "cpu": "2",
+                  "memory": "4Gi"}))
 
 
 @pytest.mark.parametrize("zero", ["0", 0])

@@ -260,11 +260,11 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
-        (f"{_templates(spec)}.all(t, {grace_bounded('t.spec')})",
+        (_templates(spec, grace_bounded("t.spec")),
          "a team's Ray pod templates stop within the platform's checkpoint grace (terminationGracePeriodSeconds "
          "at most variables.graceSeconds, capacityBlockEnd.checkpointMinutes)"),
-        (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels && {_templates(spec)}.all(t,"
-         f" has(t.spec.priorityClassName) && t.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}'])",
+        (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels && " + _templates(
+            spec, f"has(t.spec.priorityClassName) && t.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}']"),
          f"a team's Ray pod templates name the run's priority (spec.priorityClassName = label {PRIORITY_LABEL}, "
          "the PodGroup's)"),
         (" && ".join([*(f"!has({spec}.{f})" for f in OPERATOR_FIELDS if f != "enableInTreeAutoscaling"),
@@ -277,10 +277,11 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
     ]
 
 
-def _templates(spec: str) -> str:
-    """The pod templates of the Ray cluster spec at ``spec``, head first."""
-    return (f"([{spec}.headGroupSpec.template] + (has({spec}.workerGroupSpecs)"
-            f" ? {spec}.workerGroupSpecs.map(g, g.template) : []))")
+def _templates(spec: str, check: str) -> str:
+    """``check`` (a CEL predicate of ``t``, a pod template) holds for every pod template of the Ray cluster
+    spec at ``spec``: the head's and each worker group's (two lists of two schema types, not joined)."""
+    return (f"[{spec}.headGroupSpec.template].all(t, {check})"
+            f" && (!has({spec}.workerGroupSpecs) || {spec}.workerGroupSpecs.all(g, [g.template].all(t, {check})))")
 
 
 def queue_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:

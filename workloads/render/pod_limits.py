@@ -66,11 +66,13 @@ def limit_variables(limits: PodLimits) -> list[dict]:
 
 def request(c: str, k: str) -> str:
     """Container ``c``'s request of resource ``k`` (a CEL string expression) as a string quantity: the
-    request, else the limit, else '0'."""
+    request, else the limit, else '0'. ``dyn``: the API server's type check has no type for a resource
+    list (its quantities are int-or-string) and would call ``requests`` undefined."""
+    r = f"dyn({c}.resources)"
+
     def of(m: str) -> str:
-        return f"has({c}.resources) && has({c}.resources.{m}) && {k} in {c}.resources.{m}"
-    return (f"({of('requests')} ? string({c}.resources.requests[{k}])"
-            f" : ({of('limits')} ? string({c}.resources.limits[{k}]) : '0'))")
+        return f"has({c}.resources) && has({r}.{m}) && {k} in {r}.{m}"
+    return f"({of('requests')} ? string({r}.requests[{k}]) : ({of('limits')} ? string({r}.limits[{k}]) : '0'))"
 
 
 def _on(spec: str, pool: str) -> str:
@@ -88,12 +90,12 @@ def whole_node(spec: str) -> str:
 
 def head_sized(spec: str) -> str:
     """On the head pool, one container and no sidecar, every container within the platform head's requests."""
-    inits = f"(has({spec}.initContainers) ? {spec}.initContainers : [])"
     pool = f"{spec}.nodeSelector['{POOL_LABEL}']"
+    within = (f"variables.headShape.all(k, quantity({request('c', 'k')})"
+              f".compareTo(quantity(variables.headShape[k])) <= 0)")
     return (f"!({_on(spec, f'{pool} == variables.headPool')})"
-            f" || (size({spec}.containers) == 1 && {inits}.all(c, !has(c.restartPolicy))"
-            f" && ({spec}.containers + {inits}).all(c, variables.headShape.all(k,"
-            f" quantity({request('c', 'k')}).compareTo(quantity(variables.headShape[k])) <= 0)))")
+            f" || (size({spec}.containers) == 1 && {spec}.containers.all(c, {within})"
+            f" && (!has({spec}.initContainers) || {spec}.initContainers.all(c, !has(c.restartPolicy) && {within})))")
 
 
 def grace_bounded(spec: str) -> str:
