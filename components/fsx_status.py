@@ -75,11 +75,16 @@ def report(found: Sequence[dict], file_system_id: str, region: str) -> tuple[int
     return code, lines
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m components.fsx_status`` (``moe-rl fsx-status``)."""
+    p = argparse.ArgumentParser(prog="python -m components.fsx_status", description=__doc__.split("\n\n")[0])
+    p.add_argument("file_system_id", help="the stack output checkpointFileSystem (fs-...)")
+    p.add_argument("--region", required=True)
+    return p
+
+
 def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.fsx_status", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file_system_id", help="the stack output checkpointFileSystem (fs-...)")
-    parser.add_argument("--region", required=True)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
     client = client or boto3.client("fsx", region_name=args.region)

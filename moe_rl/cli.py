@@ -28,12 +28,12 @@ STACKS_ENV = "MOE_RL_STACKS"
 @dataclass(frozen=True)
 class Sub:
     """A subcommand: the module whose ``main(argv)`` it runs, the arguments put before the user's, and
-    the module's parser for those arguments (for ``--stacks`` and completion; None: it has none to read)."""
+    the module's parser for those arguments (for ``--stacks``, completion and the reference page)."""
 
     module: str
     help: str
+    parser: Callable[[Sequence[str]], argparse.ArgumentParser] = field(compare=False)
     prefix: tuple[str, ...] = ()
-    parser: Callable[[Sequence[str]], argparse.ArgumentParser] | None = field(default=None, compare=False)
 
     @property
     def prog(self) -> str:
@@ -63,7 +63,7 @@ SUBCOMMANDS = {
     "acceptance": Sub("workloads.cli.acceptance", "a GPU pool's fabric acceptance Job, and the report of its run",
                       parser=_acceptance),
     "fsx-status": Sub("components.fsx_status", "the checkpoint file system's data repository associations "
-                      "(exit 1 unless every one is AVAILABLE)"),
+                      "(exit 1 unless every one is AVAILABLE)", parser=_from("components.fsx_status")),
 }
 
 
@@ -106,7 +106,7 @@ def _options(p: argparse.ArgumentParser) -> set[str]:
 def forwarded(sub: Sub, args: Sequence[str], stacks: Path | None) -> list[str]:
     """The argv ``sub``'s main gets: its prefix, the user's words, and ``--stack-dir`` where it reads a stack."""
     argv = [*sub.prefix, *args]
-    if stacks is not None and sub.parser is not None and "--stack-dir" not in argv:
+    if stacks is not None and "--stack-dir" not in argv:
         p, _ = chosen(sub.parser(argv), argv)
         if "--stack-dir" in _options(p) and not {"-h", "--help"} & set(argv):
             argv += ["--stack-dir", str(stacks)]
@@ -121,8 +121,6 @@ def _stack_names(stacks: Path | None) -> list[str]:
 def _complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Subcommands, options, and stack names where the (sub)parser takes a stack."""
     sub = SUBCOMMANDS[ctx.command.name]
-    if sub.parser is None:
-        return []
     argv = [*sub.prefix, *(ctx.params.get("args") or ())]
     p, words = chosen(sub.parser(argv), argv)
     found: list[str] = []
