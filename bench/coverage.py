@@ -124,35 +124,36 @@ def _result(task: tuple[str, int, float], new: dict, old) -> dict:
 
 
 @cache
-def _experiment() -> Experiment:
+def _plan() -> tuple[Experiment, list[tuple[str, int, int, int]]]:
+    """The experiment and, per slot of its schedule, (arm, repeat, rollout GPUs, samples per step)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return load_experiment(experiment(Path(tmp)))
+        exp = load_experiment(experiment(Path(tmp)))
+    return exp, [(a.arm, a.repeat, a.run.nodes["rollout"] * GPUS_PER_NODE,
+                  a.run.grpo.rollout_batch_size * a.run.grpo.n_samples_per_prompt) for a in schedule(exp)]
 
 
 def drawn(task: tuple[str, int, float]) -> dict:
     """What ``one`` gives, from the simulator's draws alone (``bench.noise.attempt_noise``, the figures
     ``bench.simulate.rollout_figures`` logs) through the report's own arithmetic (``per_attempt.throughput``
-    and ``step_rate_median``, ``figures._ratio`` with its node rule), without writing or reading an
+    and ``step_rate_median``, ``figures.arm_ratio`` with its node rule), without writing or reading an
     attempt: a hundred times faster. ``measure`` checks it against ``one`` on each condition's first
     experiments."""
     name, seed, true_ratio = task
-    exp, t = _experiment(), truth(CONDITIONS[name], seed, true_ratio)
+    (exp, slots), t = _plan(), truth(CONDITIONS[name], seed, true_ratio)
     sums: dict[str, dict[int, float]] = {"deepep-v1": {}, "nccl": {}}
     medians: dict[str, dict[int, float]] = {"deepep-v1": {}, "nccl": {}}
     nodes: dict[str, dict[int, bool]] = {"deepep-v1": {}, "nccl": {}}
-    for slot, attempt in enumerate(schedule(exp)):
-        run, noise = attempt.run, attempt_noise(t, t.arm(attempt.arm), slot)
-        gpus = run.nodes["rollout"] * GPUS_PER_NODE
-        samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
+    for slot, (arm_name, repeat, gpus, samples) in enumerate(slots):
+        noise = attempt_noise(t, t.arm(arm_name), slot)
         steps = []
         for _ in range(noise.first, exp.total_steps):
             tput = noise.rate * noise.steps.rate() * 1.0  # bench.simulate's product, bit for bit
             steps.append(rollout_figures(tput, noise.steps.response_len(), samples, gpus))
         measured = steps[exp.warmup_steps:]
         tokens = sum(per_gpu * gpus * seconds for seconds, per_gpu in measured)
-        sums[attempt.arm][attempt.repeat] = tokens / sum(seconds for seconds, _ in measured)
-        medians[attempt.arm][attempt.repeat] = round(median(per_gpu * gpus for _, per_gpu in measured), 2)
-        nodes[attempt.arm][attempt.repeat] = noise.slow
+        sums[arm_name][repeat] = tokens / sum(seconds for seconds, _ in measured)
+        medians[arm_name][repeat] = round(median(per_gpu * gpus for _, per_gpu in measured), 2)
+        nodes[arm_name][repeat] = noise.slow
     arm, base = (ArmFigures(a, [], ArmSample(sums[a]), {}, nodes[a]) for a in ("deepep-v1", "nccl"))
     return _result(task, arm_ratio(arm, base).to_json(), ratio(*(ArmSample(medians[a]) for a in ("deepep-v1", "nccl"))))
 
@@ -308,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=2, help="processes")
     p.add_argument("--condition", action="append", choices=sorted(CONDITIONS), help="default: every condition")
     p.add_argument("--json", type=Path, help="write the figures to this file")
-    p.add_argument("--figures", type=Path, help="figures measured before (--json), instead of measuring again")
+    p.add_argument("--figures", type=Path, action="append",
+                   help="figures measured before (--json; repeat to join runs), instead of measuring again")
     p.add_argument("--write", action="store_true", help="replace the section of BENCHMARKS.md")
     args = p.parse_args(argv)
     names = args.condition or list(CONDITIONS)
@@ -316,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     if any(b < a + 2 * args.experiments * ROUNDS for a, b in zip(seeds, seeds[1:])):
         p.error(f"seeds {seeds}: each first seed must be {2 * args.experiments * ROUNDS} past the one before, so no "
                 f"experiment is drawn twice")
-    now = json.loads(args.figures.read_text()) if args.figures else [
+    now = [m for path in args.figures for m in json.loads(path.read_text())] if args.figures else [
         m | {"min_experiments": args.experiments, "min_claimed": args.claimed}
         for seed in seeds for m in measure(names, args.experiments, seed, args.jobs, args.claimed)]
     if args.json:
