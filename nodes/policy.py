@@ -11,7 +11,9 @@ the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Den
 The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
 only set the result label to ``retest``, with the burn-in taint in place. The replacement
 controller's account (``nodes.controller``, on the system pool, so no own node) may change only the
-replacement and neighbour annotations of a node (``nodes.pairs``); where it may evict is RBAC's
+replacement and neighbour annotations of a node (``nodes.pairs``), and create only host pods
+(``nodes.pairs.host_pod``: the host label, the pair script in every container, no service-account token,
+no volume but a ConfigMap or an emptyDir, nothing of the host's); where it may evict is RBAC's
 (``nodes.render.eviction_roles``: an admission policy cannot see which node an eviction's pod is on).
 
 The node name reaches the request from the pod's bound service-account token: the API server puts
@@ -76,6 +78,24 @@ def retest_rules(taint_key: str) -> list[tuple[str, str]]:
              f"the watcher may only ask for a re-test ({RESULT_LABEL}={RETEST}, with the {taint_key} taint)")]
 
 
+def host_pod_rules(host_label: str, script: str) -> list[tuple[str, str]]:
+    """What a pod the controller creates must be: a host pod of the check with a neighbour, and no more."""
+    return [
+        (f"has(object.metadata.labels) && {json.dumps(host_label)} in object.metadata.labels",
+         "the burn-in controller creates only host pods"),
+        ("has(object.spec.automountServiceAccountToken) && object.spec.automountServiceAccountToken == false",
+         "a host pod holds no service-account token"),
+        (f"!has(object.spec.initContainers) && object.spec.containers.all(c, has(c.command) && "
+         f"c.command.size() > 1 && c.command[1] == {json.dumps(script)})",
+         f"a host pod runs {script} only"),
+        ("!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.configMap) || has(v.emptyDir))",
+         "a host pod mounts only ConfigMaps and emptyDirs"),
+        ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && "
+         "object.spec.hostPID) && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
+         "a host pod shares nothing of its node's"),
+    ]
+
+
 EVENT_RULES = [("dyn(object).involvedObject.kind == 'Node' && dyn(object).involvedObject.name == variables.nodeName",
                 "the burn-in may report only on the node its own pod runs on")]
 """``dyn``: the policy matches events.k8s.io/v1 Events too (matchPolicy Equivalent), converted to core/v1 before
@@ -119,13 +139,17 @@ def own_node_policies(prefix: str, user: str, taint_keys: tuple[str, ...], label
 
 
 def burn_in_policies(namespace: str, service_account: str, watch_account: str, replace_account: str,
-                     burn_in_key: str, quarantine_key: str, capability_labels: tuple[str, ...] = ()) -> list[dict]:
+                     burn_in_key: str, quarantine_key: str, capability_labels: tuple[str, ...] = (),
+                     host_pods: tuple[str, str] = ("", "")) -> list[dict]:
     """The burn-in's (its result and capability labels, on its node), the watcher's (a re-test of its
-    node) and the replacement controller's (its annotation, on any node), with bindings."""
+    node) and the replacement controller's (its annotations, on any node; ``host_pods``: the host label and
+    script its pods carry), with bindings."""
     account = "system:serviceaccount:{}:{}".format
     return [*own_node_policies(BURN_IN_PREFIX, account(namespace, service_account), (burn_in_key, quarantine_key),
                                (*LABELS, *capability_labels), ANNOTATIONS),
             *own_node_policies(WATCH_PREFIX, account(namespace, watch_account), (burn_in_key,), (RESULT_LABEL,), (),
                                retest_rules(burn_in_key)),
             *_policy(f"{REPLACE_PREFIX}-nodes", account(namespace, replace_account), ["UPDATE"], "nodes",
-                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION)))]
+                     _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION))),
+            *_policy(f"{REPLACE_PREFIX}-pods", account(namespace, replace_account), ["CREATE"], "pods", [],
+                     host_pod_rules(*host_pods))]

@@ -129,6 +129,12 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         for t in [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]:
             edit(t["spec"])
         return out
+    def group(index: int, edit) -> dict:
+        out = copy.deepcopy(rayjob)
+        cluster = out["spec"]["rayClusterSpec"]
+        t = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])][index]
+        edit(t["spec"], t["spec"]["containers"][0], t)
+        return out
     orphan = copy.deepcopy(rayjob)
     orphan["metadata"]["finalizers"] = ["orphan"]
     return {
@@ -137,6 +143,8 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         "templates at another priority": (templates(lambda s: s.update(priorityClassName="rl-high")), "run's priority"),
         "templates without a priority": (templates(lambda s: s.pop("priorityClassName")), "run's priority"),
         "the orphan finalizer": (orphan, "orphan"),
+        "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), "heads no bigger"),
+        "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), "whole nodes"),
     }
 
 
@@ -205,7 +213,8 @@ def test_a_metadata_only_update_of_a_pod_is_judged(policies, rayjob):
 
 
 @pytest.mark.parametrize("name", ["templates' grace past the bound", "templates at another priority",
-                                  "templates without a priority", "the orphan finalizer"])
+                                  "templates without a priority", "the orphan finalizer",
+                                  "a 60-vCPU head template", "a 0-GPU trainer template"])
 def test_a_rayjob_and_its_cluster_are_held_to_the_grace_the_priority_and_no_orphaning(policies, rayjob, grace, name):
     bad, part = rayjob_attacks(rayjob, grace)[name]
     messages = refused(policies[RAYJOB_POLICY], bad)

@@ -40,7 +40,8 @@ from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU
 from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
 from workloads.render.common import PART_OF, RAY_NODE_TYPE_LABEL
-from workloads.render.pod_limits import PodLimits, grace_bounded, limit_variables, pod_limit_rules, pod_limits
+from workloads.render.pod_limits import (PodLimits, grace_bounded, head_sized, limit_variables, pod_limit_rules,
+                                         pod_limits, whole_node)
 from workloads.render.runs import (NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, TASK_PRIORITY,
                                    priority_classes)
 
@@ -260,6 +261,9 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
+        (_templates(spec, f"({whole_node('t.spec')}) && ({head_sized('t.spec')})"),
+         "a team's Ray pod templates hold whole nodes of the GPU pools and heads no bigger than the platform's "
+         "(variables.gpuShapes, variables.headShape), as their pods must"),
         (_templates(spec, grace_bounded("t.spec")),
          "a team's Ray pod templates stop within the platform's checkpoint grace (terminationGracePeriodSeconds "
          "at most variables.graceSeconds, capacityBlockEnd.checkpointMinutes)"),
@@ -410,11 +414,12 @@ def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str]
                   " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
     pools = [{"name": "gpuPools", "expression": _cel_list(sorted(gpu_pools))},
              {"name": "headPool", "expression": f"'{head_pool}'"}]
-    numbers = limit_variables(limits) if limits else []
+    numbers = [*pools, *limit_variables(limits)] if limits else []
     labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
     ray = [("ray.io", "v1", ["rayjobs"]), ("ray.io", "v1", ["rayclusters"])]
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
-                     [containers, *pools, *numbers], unchanged=labelled, match_conditions=[NOT_THE_FAULT_ENGINE]),
+                     [containers, *numbers] if limits else [containers, *pools], unchanged=labelled,
+                     match_conditions=[NOT_THE_FAULT_ENGINE]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
             *_policy(RAYJOB_POLICY, ray[:1], rayjob_rules(classes), numbers, unchanged=labelled, always=[NOT_ORPHANED]),
             *_policy(RAYCLUSTER_POLICY, ray[1:], [*queue_rules(classes), *cluster_rules("object.spec")], numbers,
