@@ -13,8 +13,9 @@ What makes it EKS-like where our objects meet it:
   bootstrap RBAC), so Jobs, DaemonSets, Deployments, garbage collection and PDB status are upstream's.
 
 Nodes are kwok's: Node objects the stack's pools describe (``controlplane.nodes``), heart-beaten and their
-bound pods moved through kwok's own "general" pod stages (created, running, completed, and a deleted pod
-gone at a random moment before its deletion time: a pod ends within its grace period, never after it).
+bound pods moved through kwok's own "general" pod stages (created, running, completed), except deletion: a
+deleted pod is gone exactly at its deletion time, when its whole grace period has elapsed
+(``POD_DELETE_AT_DEADLINE``), as a kubelet ends a pod whose preStop blocks for the whole grace period.
 """
 
 from __future__ import annotations
@@ -46,10 +47,24 @@ requests ``nvidia.com/gpu`` or ``vpc.amazonaws.com/efa`` gets a toleration of a 
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                "pod/general/pod-create.yaml", "pod/general/pod-init-container-running.yaml",
                "pod/general/pod-init-container-completed.yaml", "pod/general/pod-ready.yaml",
-               "pod/general/pod-complete.yaml", "pod/general/pod-delete.yaml")
+               "pod/general/pod-complete.yaml")
 """kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; pods
-created, running, a Job's pods completed, a deleted pod gone at a random moment before its deletion time
-(now + its grace period), as a kubelet ends it within the grace period."""
+created, running, a Job's pods completed. Not its ``pod/general/pod-delete.yaml``: that one removes a deleted
+pod after a delay drawn uniformly between 1 s and its deletion time (``delay.jitterDurationFrom:
+.metadata.deletionTimestamp``; kwok v0.8.0 pkg/utils/lifecycle/lifecycle.go:424-456), so a pod's grace
+period is only an upper bound there."""
+POD_DELETE_AT_DEADLINE = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-delete-at-deadline"},
+    "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+             "selector": {"matchExpressions": [{"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                                               {"key": ".metadata.finalizers", "operator": "DoesNotExist"}]},
+             "delay": {"durationFrom": {"jq": {"expression": ".metadata.deletionTimestamp"}}},
+             "next": {"delete": True}}}
+"""Our pod deletion stage: the pod is removed exactly at its ``deletionTimestamp`` (= the delete's time + the
+pod's grace period), the worst case a claimant can meet, a kubelet whose preStop blocks (the checkpoint
+wait) until the grace period ends. kwok v0.8.0's Stage API: ``delay.durationFrom`` read as a time is that
+time minus now (pkg/utils/lifecycle/value_duration_from.go:71-110); without a jitter the delay is exactly
+that (lifecycle.go:424-438). A delete with grace 0 is removed by the API server itself, as on EKS."""
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 QUOTA_SYNC = "15s"
@@ -161,7 +176,8 @@ class ControlPlane:
     def _kwok(self) -> None:
         stages = module_dir("sigs.k8s.io/kwok") / "kustomize" / "stage"
         config = self.root / "kwok.yaml"
-        config.write_text("---\n".join((stages / s).read_text() for s in KWOK_STAGES))
+        config.write_text("---\n".join([*((stages / s).read_text() for s in KWOK_STAGES),
+                                        yaml.safe_dump(POD_DELETE_AT_DEADLINE)]))
         self.run("kwok", ["--kubeconfig", str(self.kubeconfig("kwok")), "--config", str(config),
                           f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
                           "--cidr=10.64.0.0/12", "--node-ip=10.255.0.1", f"--server-address=127.0.0.1:{free_port()}",

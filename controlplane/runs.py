@@ -117,8 +117,8 @@ def delete_run(platform: Platform, team: str, rayjob: str, by: Kube | None = Non
 
 def stopped(platform: Platform, namespace: str, cluster: str, timeout: float = 120) -> None:
     """Once KubeRay has deleted the pods of Ray cluster ``namespace/cluster``, let their grace period elapse
-    (kwok ends a deleted pod at a random moment before its deletion time, up to the run's
-    ``checkpointMinutes``): the pods are then gone, as after a kubelet's graceful stop."""
+    (kwok ends a deleted pod at its deletion time, ``checkpointMinutes`` after the delete: skipped here by a
+    delete with grace 0): the pods are then gone, as after a kubelet's graceful stop."""
     core = client.CoreV1Api(platform.cp.client())
 
     def terminating():

@@ -13,7 +13,7 @@ from typing import Callable
 from analysis.mocks import Graph
 
 from controlplane.platform import Platform, deploy
-from controlplane.stacks import built
+from controlplane.stacks import built, variant
 
 STACK_DIR = Path(tempfile.mkdtemp(prefix="moe-rl-stacks-"))
 """The session's built stack files (``controlplane.stacks``): what the platforms deploy and the commands read."""
@@ -29,6 +29,16 @@ def platform_of(stack: str, record: Callable[[object], Graph], proven: bool = Tr
         cfg = built(stack, STACK_DIR)
         _PLATFORMS[key] = deploy(cfg, record(cfg), proven, counts)
     return _PLATFORMS[key]
+
+
+def variant_platform_of(stack: str, name: str, change: Callable[[dict], None],
+                        record: Callable[[object], Graph]) -> Platform:
+    """The test stack ``name`` (``stack`` changed by ``change``: ``controlplane.stacks.variant``) deployed once
+    per session, like ``platform_of``."""
+    if (name,) not in _PLATFORMS:
+        cfg = variant(stack, name, change, STACK_DIR)
+        _PLATFORMS[(name,)] = deploy(cfg, record(cfg))
+    return _PLATFORMS[(name,)]
 
 
 @atexit.register

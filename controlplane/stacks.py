@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -38,3 +38,13 @@ def built_stack_dir(stack: str, directory: Path) -> Path:
 def built(stack: str, directory: Path):
     """The built stack's config through the gate every command uses."""
     return gate.read(stack, built_stack_dir(stack, directory))
+
+
+def variant(stack: str, name: str, change: Callable[[dict], None], directory: Path):
+    """A test stack ``name``: the built ``stack`` with ``change`` applied to its platform config (the
+    ``moe-rl-platform:platform`` mapping), written to ``directory`` and read through the gate like a shipped one."""
+    built_stack_dir(stack, directory)
+    doc = yaml.safe_load((directory / f"Pulumi.{stack}.yaml").read_text())
+    change(doc["config"]["moe-rl-platform:platform"])
+    (directory / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return gate.read(name, directory)

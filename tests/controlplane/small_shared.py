@@ -1,0 +1,38 @@
+"""``p5en-small``: p5en-shared with 4 train and 8 rollout nodes (and 2 reward nodes of 4 GPUs: 104 GPUs)
+and team shares scaled to them, so that Volcano's queue limits decide, not only the teams' ResourceQuotas:
+
+- alpha: train 24/24/32, rollout 40/48/64 (guarantee/deserved/cap): guarantee 64, deserved 72, capability 96;
+  its queue limit is 88 (the cluster's 104 GPUs less beta's guarantee), below its quota (96);
+- beta: train 0/8/16, rollout 16/16/32: guarantee 16, deserved 24, capability 48; limit 40 (104 - 64), below
+  its quota (48);
+- ``checkpointMinutes`` 1, the least the schema allows: a reclaimed or preempted run's pods have 60 s of
+  grace (the reclaim bound of ``test_cp_reclaim``).
+Both teams' deserved shares fill each pool, so a team above its deserved share is reclaimable whenever the
+other team is within its own."""
+
+from __future__ import annotations
+
+from conftest import recorded
+
+from controlplane.platform import Platform
+from controlplane.session import variant_platform_of
+
+STACK, NAME = "p5en-shared", "p5en-small"
+NODES = {"train": 4, "rollout": 8}
+SHARES = {"alpha": {"train": (24, 24, 32), "rollout": (40, 48, 64)},
+          "beta": {"train": (0, 8, 16), "rollout": (16, 16, 32)}}
+CHECKPOINT_MINUTES = 1
+
+
+def _small(platform: dict) -> None:
+    for pool in platform["pools"]:
+        if pool["name"] in NODES:
+            pool["nodes"] = {"min": 0, "desired": NODES[pool["name"]], "max": NODES[pool["name"]]}
+    for team in platform["workloads"]["teams"]:
+        team["gpus"] = {pool: dict(zip(("guarantee", "deserved", "cap"), share))
+                        for pool, share in SHARES[team["name"]].items()}
+    platform["workloads"].setdefault("capacityBlockEnd", {})["checkpointMinutes"] = CHECKPOINT_MINUTES
+
+
+def small_shared() -> Platform:
+    return variant_platform_of(STACK, NAME, _small, recorded)
