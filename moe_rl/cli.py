@@ -68,7 +68,7 @@ SUBCOMMANDS = {
 
 
 @contextmanager
-def _named(old: str, new: str) -> Iterator[None]:
+def renamed_parsers(old: str, new: str) -> Iterator[None]:
     """Parsers made meanwhile whose ``prog`` starts with ``old`` are named ``new`` instead (usage, errors)."""
     init = argparse.ArgumentParser.__init__
 
@@ -146,7 +146,7 @@ def _command(name: str, sub: Sub) -> click.Command:
     @click.pass_context
     def run(ctx: click.Context, args: tuple[str, ...]) -> None:
         argv = forwarded(sub, args, ctx.find_root().params.get("stacks"))
-        with _named(sub.prog, "moe-rl" if sub.prefix else f"moe-rl {name}"):  # a prefix names the subcommand
+        with renamed_parsers(sub.prog, "moe-rl" if sub.prefix else f"moe-rl {name}"):  # a prefix names the subcommand
             main = importlib.import_module(sub.module).main
             try:
                 code = main(argv)
