@@ -46,8 +46,8 @@ def _call(port: int, method: str, path: str, body: dict | None = None, headers: 
 
 @pytest.fixture
 def serving():
-    def start(grade, teams=("a",), slots=2, waiting=4, max_body=1024 ** 2):
-        limits = reward_server.Limits(seconds=LIMIT_S, memory=256 * 1024 ** 2, max_body=max_body, waiting=waiting)
+    def start(grade, teams=("a",), slots=2, waiting=4, max_body=1024 ** 2, seconds=LIMIT_S):
+        limits = reward_server.Limits(seconds=seconds, memory=256 * 1024 ** 2, max_body=max_body, waiting=waiting)
         servers = reward_server.servers(grade, host="127.0.0.1", ports={t: 0 for t in teams}, limits=limits, slots=slots)
         for httpd in servers:
             threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
@@ -84,21 +84,18 @@ def test_a_grading_that_hoards_memory_is_refused(serving):
 
 
 def test_one_teams_flood_does_not_delay_another_teams_grading(serving):
-    """Ten crafted requests of team ``flood`` (each runs to the CPU limit) on a replica of two slots: team
-    ``honest`` is graded at once, not after them; ``flood``'s own requests wait for its one slot."""
-    ports = serving(boxed_eval, teams=("flood", "honest"), slots=2, waiting=16)
+    """Crafted requests of team ``flood`` (each runs to the 4 s limit) on a replica of two slots: team
+    ``honest`` is graded while the first of them still runs (before, it waited for a slot they held)."""
+    ports = serving(boxed_eval, teams=("flood", "honest"), slots=2, waiting=16, seconds=4)
     results: list = []
-    floods = [threading.Thread(target=lambda: results.append(_call(ports["flood"], "POST", "/reward", BOMB)))
-              for _ in range(10)]
-    for t in floods:
-        t.start()
+    start = time.monotonic()
+    for _ in range(4):
+        threading.Thread(target=lambda: results.append(_call(ports["flood"], "POST", "/reward", BOMB)),
+                         daemon=True).start()
     time.sleep(0.3)
-    took = [_call(ports["honest"], "POST", "/reward", HONEST) for _ in range(5)]
+    took = [_call(ports["honest"], "POST", "/reward", HONEST) for _ in range(3)]
     assert all(status == 200 and reward == 1.0 for status, reward, _ in took), took
-    assert max(t for _, _, t in took) < 0.5, took
-    for t in floods:
-        t.join(timeout=30)
-    assert sorted(r[0] for r in results) == [422] * 10  # one at a time: the flood waits for its own slot
+    assert results == [] and time.monotonic() - start < 4, (took, results)  # the flood's first grading still runs
 
 
 def test_over_a_teams_share_is_answered_429_at_once(serving):

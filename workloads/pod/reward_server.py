@@ -161,33 +161,33 @@ class Share:
         self.running, self.waiting = running, waiting
         self._slots = threading.Semaphore(running)
         self._lock = threading.Lock()
-        self.outstanding = 0
-        self.connections = 0
+        self._held = {"requests": 0, "connections": 0}
+
+    def _take(self, what: str, most: int) -> bool:
+        with self._lock:
+            if self._held[what] >= most:
+                return False
+            self._held[what] += 1
+            return True
+
+    def _give(self, what: str) -> None:
+        with self._lock:
+            self._held[what] -= 1
 
     def enter(self) -> bool:
         """Count one more request; False (count unchanged) when the team's queue is full."""
-        with self._lock:
-            if self.outstanding >= self.running + self.waiting:
-                return False
-            self.outstanding += 1
-            return True
+        return self._take("requests", self.running + self.waiting)
 
     def leave(self) -> None:
-        with self._lock:
-            self.outstanding -= 1
+        self._give("requests")
 
     def connect(self) -> bool:
         """Count one more open connection; False when the team already holds twice as many as it may
         have requests (room for connections that are closing or sent their request to be refused)."""
-        with self._lock:
-            if self.connections >= 2 * (self.running + self.waiting):
-                return False
-            self.connections += 1
-            return True
+        return self._take("connections", 2 * (self.running + self.waiting))
 
     def disconnect(self) -> None:
-        with self._lock:
-            self.connections -= 1
+        self._give("connections")
 
     def __enter__(self) -> "Share":
         self._slots.acquire()
