@@ -6,8 +6,10 @@ as team alpha's member (``RunClient`` on the member's session), pins the second 
 (``nodes.json`` from ``bench.collect``) and drops a pool whose pinned node is gone. Two seams are stubbed,
 because a kwok pod runs no process: each attempt's end (``controlplane.runs.finish``: the RayJob status
 KubeRay writes when the head reports the job ended; KubeRay then deletes the cluster itself), and the driver
-log (``bench.runner.log_source``: no driver writes one). The Node is deleted as the cloud's node lifecycle
-does when its instance terminates; the test puts it back afterwards, as the node group's replacement would.
+log (``bench.runner.log_source``: no driver writes one). bench's own poll (``bench.collect.Seen.look``) is
+observed, not replaced, so that the Node is deleted only once bench has recorded it, as when an instance
+terminates at the end of an attempt; the test puts the Node back afterwards, as the node group's replacement
+would (under the same name, which a real replacement never has).
 """
 
 from __future__ import annotations
