@@ -105,7 +105,7 @@ def test_over_a_teams_share_is_answered_429_at_once(serving):
         t.start()
     time.sleep(0.3)
     status, reply, took = _call(ports["a"], "POST", "/reward", HONEST)
-    assert status == 429 and reply["team"] == "a" and "1 gradings running and 1 waiting" in reply["error"]
+    assert status == 429 and reply["caller"] == "a" and "1 gradings running and 1 waiting" in reply["error"]
     assert took < 0.3, took
     assert _call(ports["b"], "POST", "/reward", HONEST)[:2] == (200, 1.0)  # b's share is untouched
     for t in held:

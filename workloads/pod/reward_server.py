@@ -8,8 +8,9 @@ Stateless: any replica answers any request; ``GET /health`` is the probe.
 
 A response is model output and every team sends them, so no request and no team may hold the service:
 
-- *Who is asking* is the port a request arrives on, one per team (``REWARD_PORTS``, ``{"<team>": port}``):
-  the platform's NetworkPolicies let only that team's namespace reach that port
+- *Who is asking* is the port a request arrives on, one per caller (``REWARD_PORTS``, ``{"<caller>": port}``:
+  the platform's namespace, then ``team <name>`` for each team): the platform's NetworkPolicies let only
+  that team's namespace reach that port
   (``workloads.render.network_policies``), so a tenant cannot claim another's share by anything it sends.
 - *Each team's share*: at most ``running`` of its gradings run at once (the replica's grading slots,
   ``grading_slots``, divided among the teams, at least one each) and ``waiting`` more wait in its own
@@ -229,7 +230,7 @@ def handler(team: str, share: Share, grade: Grader, limits: Limits) -> type[Base
 
         def _refuse(self, status: int, why: str) -> None:
             self.close_connection = True  # the body, if any, is not read
-            self._reply(status, {"error": why, "team": team})
+            self._reply(status, {"error": why, "caller": team})
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path == "/health":
@@ -249,7 +250,7 @@ def handler(team: str, share: Share, grade: Grader, limits: Limits) -> type[Base
                 self._refuse(413, f"body of {length} bytes is over this service's {limits.max_body}")
                 return
             if not share.enter():
-                self._refuse(429, f"team {team} already has {share.running} gradings running and {share.waiting} "
+                self._refuse(429, f"{team} already has {share.running} gradings running and {share.waiting} "
                                   f"waiting on this replica; retry later")
                 return
             try:
@@ -280,7 +281,7 @@ class TeamServer(ThreadingHTTPServer):
     def process_request(self, request, client_address) -> None:
         if not self.share.connect():
             try:
-                request.sendall(_json(429, {"error": f"team {self.team} has too many connections open", "team": self.team}))
+                request.sendall(_json(429, {"error": f"{self.team} has too many connections open", "caller": self.team}))
             finally:
                 self.shutdown_request(request)
             return
@@ -294,7 +295,7 @@ class TeamServer(ThreadingHTTPServer):
 
 
 def team_ports() -> dict[str, int]:
-    """``REWARD_PORTS`` (JSON ``{"<team>": port}``, from the stack), else one team on ``PORT``."""
+    """``REWARD_PORTS`` (JSON ``{"<caller>": port}``, from the stack), else one caller on ``PORT``."""
     raw = os.environ.get("REWARD_PORTS")
     return {k: int(v) for k, v in json.loads(raw).items()} if raw else {"default": PORT}
 
