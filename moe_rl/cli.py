@@ -150,8 +150,8 @@ def _command(name: str, sub: Sub) -> click.Command:
             main = importlib.import_module(sub.module).main
             try:
                 code = main(argv)
-            except SystemExit as done:  # argparse: --help (0) or a usage error (2)
-                code = done.code if isinstance(done.code, int) else 2
+            except SystemExit as done:  # argparse: --help (0) or a usage error (2); a message is 1, as Python has it
+                code = done.code if isinstance(done.code, int) or done.code is None else 1
         ctx.exit(code or 0)
     return _Passing(name, callback=run, help=f"{sub.help}. Arguments: `moe-rl {name} --help`.",
                     short_help=sub.help, add_help_option=False,
