@@ -17,7 +17,8 @@ beyond the noise, or when two arms of a link differ in work by more than ``WORK_
 mode. A link whose arms differ in more than one run-file field gets the share of those fields together
 (its pair of arms isolates them together) and no share of any one of them, which no pair of arms
 isolates: the EFA-versus-DeepEP split needs arms that differ in ``fabric`` alone and in ``deepep``
-alone, and the report says which arm such a pair would start from.
+alone, and the report says which arm such a pair would start from; when no link changes ``fabric`` it
+says that no share is the fabric's.
 
 Fault arms are kept out of the comparison; each of their faults gets its outcome, detection time,
 time back to steady throughput, steps and tokens lost and the checkpoint it resumed from, from the
@@ -35,7 +36,7 @@ from .artifacts import ArtifactError, Collected
 from .checks import check_complete, check_finite, check_own_log, check_same_nodes, node_set
 from .cost import Prices
 from .evidence import contradictions, read_evidence
-from .experiment import Experiment, differences
+from .experiment import Experiment, arm_run, differences
 from .per_attempt import attempt_figures, step_tokens_per_s, throughput
 from .recovery import fault_figures
 from .stats import ArmSample, TooFewRepeats, ratio, summary
@@ -214,6 +215,15 @@ def _not_isolated(start: str, fields: list[str]) -> str | None:
             f"them would measure that one's share")
 
 
+def _fabric(exp: Experiment, links: list[dict]) -> str | None:
+    """Why no share is the fabric's when no link changes ``fabric``: the EFA-versus-DeepEP split."""
+    if any("fabric" in link["changes"] for link in links):
+        return None
+    fabric = arm_run(exp, exp.baseline).fabric
+    return (f"no link changes `fabric` (every arm's is {fabric}), so no share is the fabric's and every share is "
+            f"measured on {fabric}: arms equal but for `fabric` would measure its part")
+
+
 def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
     if not exp.decomposition:
         return None
@@ -237,6 +247,6 @@ def _decomposition(exp: Experiment, figs: dict[str, ArmFigures]) -> dict | None:
         r = link["share"]
         link["share"] = None if why or whole.value == 1 else round(math.log(r.value) / math.log(whole.value), 4)
     return {"whole": {"from": exp.baseline, "to": exp.decomposition[-1].to, "ratio": whole.to_json()},
-            "links": links, "shares_withheld_because": why,
+            "links": links, "shares_withheld_because": why, "fabric": _fabric(exp, links),
             "method": "share = ln(link ratio) / ln(whole ratio); assumes the links multiply (no interaction) and "
                       "attributes to a link every field that differs between its two arms (listed in changes)"}

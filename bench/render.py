@@ -135,6 +135,8 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
                        f"{share}. Changes: {changes}.")
         if d["shares_withheld_because"]:
             out.append(f"\nShares withheld: {d['shares_withheld_because']}.")
+        if d.get("fabric"):
+            out.append(f"\nFabric: {d['fabric']}.")
         out.append(f"\nMethod: {d['method']}.")
     if report["faults"]:
         out += ["", "## Faults", "", "Timed from the kill (the kubelet's Killing Event of the pod FIS hit, or FIS' start of "

@@ -188,6 +188,8 @@ def test_a_link_that_changes_more_than_one_thing_gets_its_pairs_share_and_none_o
     assert "an arm equal to `nccl` but for one of them would measure that one's share" in both["not_isolated"]
     md = (tmp_path / "d" / "report.md").read_text()
     assert "% of the gain, its 2 run-file fields together" in md and "share of any one of them" in md
+    assert d["fabric"].startswith("no link changes `fabric` (every arm's is efa), so no share is the fabric's")
+    assert "arms equal but for `fabric` would measure its part" in md
 
 
 def test_the_simulated_attempts_ask_and_resolve_what_the_arms_render(tmp_path: Path):
