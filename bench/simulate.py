@@ -169,6 +169,7 @@ def resolved_runner(a2a: str, runner: str) -> str:
 
 @cache
 def _stack(name: str):
+    """The repository's stack file ``name``, read once per process (the simulator never edits one)."""
     from workloads.checks import gate
     return gate.read(name)
 
