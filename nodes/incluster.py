@@ -1,6 +1,7 @@
 """The few Kubernetes API calls the burn-in agent makes from its pod, with the standard library only
 (the workload image has no Kubernetes client): read its node and the pods on it, merge-patch the
-node, create an Event; for the controller also list nodes, evict pods and keep its ConfigMap.
+node, create an Event; for the controller also list nodes, evict pods, keep its ConfigMap and the pods
+that check a lone new node from a proven one (``nodes.pairs``).
 
 Authenticates with the pod's projected service-account token and CA (read again on every call: the
 kubelet rotates the token) at ``KUBERNETES_SERVICE_HOST``/``PORT``. A non-2xx answer raises
@@ -84,6 +85,28 @@ class Api:
         through graceful termination unless its disruption budget refuses (429)."""
         body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
         return self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self._call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def pods(self, namespace: str, selector: str) -> list[dict]:
+        return self._call("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector="
+                                 f"{urllib.parse.quote(selector)}").get("items", [])
+
+    def create_pod(self, pod: Mapping[str, Any]) -> dict:
+        return self._call("POST", f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     def nodes(self, selector: str) -> list[dict]:
         return self._call("GET", f"/api/v1/nodes?labelSelector={urllib.parse.quote(selector)}").get("items", [])

@@ -1,5 +1,6 @@
 """Each new node with a neighbour: after its own checks, a two-node all-reduce and an EFA ping-pong with
-another new node of the pool (standard library only: it ships to the node beside ``agent.py``).
+another new node of the pool, or with a proven one (standard library only: it ships to the node beside
+``agent.py``).
 
 Why: the common EKS EFA failures (a security group that does not admit the group's own EFA traffic, a
 node outside the placement group's fabric) show only between nodes, and without this check they show
@@ -14,9 +15,15 @@ mutual (its neighbour's node names it). Rank 0 hosts the torch rendezvous and th
 the two nodes' GPUs, and ``fi_pingpong -c`` (``nodes.efa``) runs from each EFA device of rank 1 to the
 same device of rank 0, the control connection over the pod network, the bytes over EFA. A failure is
 the fault class ``network`` (quarantined, never replaced: it may be either node, the security group or
-the placement). An agent that finds no neighbour within its wait withdraws its offer (a write refused
-because the controller paired it meanwhile, 409, is read again and the pairing kept) and passes with a
-warning: a lone node, or a pool of one, has no neighbour to prove it with.
+the placement). A node that has waited alone ``LONE_SECONDS`` (the usual single replacement after a
+hardware failure) is checked with a proven node of its pool instead, when one is idle: passed, untainted,
+schedulable, no pod on it asking for GPUs or EFA devices. The controller starts there a host pod (the
+pool's burn-in pod with only ``host``, rank 0: the all-reduce's rendezvous and the ping-pong servers; no
+API access; ``nodes.render.host_pod_spec``), pairs the two once the pod has its address, and deletes the
+pod when the check is over; the proven node is never marked, whatever the check finds. An agent that
+finds no neighbour within its wait withdraws its offer (a write refused because the controller paired it
+meanwhile, 409, is read again and the pairing kept) and passes with a warning: a pool of one, or one
+whose other nodes are all busy, has no neighbour to prove it with.
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ try:  # in the pod: the ConfigMap puts them beside this file
     import efa
     import incluster
     import marks
+    import retest
 except ImportError:
-    from nodes import collectives, efa, incluster, marks
+    from nodes import collectives, efa, incluster, marks, retest
 
 RDZV_PORT = 29511
 """The torch rendezvous on rank 0 (``torchrun --master-port``)."""
@@ -47,6 +55,10 @@ MARGIN_SECONDS = 120
 CONNECT_ERROR = "failed to connect"
 """What fi_pingpong's client prints when the server's control port does not answer yet
 (libfabric v2.6.0 util/pingpong.c ``pp_ctrl_init_client``): tried again until the deadline."""
+LONE_SECONDS = 120
+"""How long a new node waits for another new node (same scale-up) before a proven one is asked."""
+HOST_LABEL = "rl.platform/burn-in-host"
+"""On a host pod: the node it checks (its name is ``host-<that node>``)."""
 SIZES = ("64M", "1G")
 """The two-node all-reduce: a small range, it proves the path, not the fabric's bandwidth."""
 Found = tuple[list[str], dict, list[str]]
@@ -69,13 +81,18 @@ def _peer_patch(peer: Mapping[str, Any] | None, rank: int) -> Callable[[Mapping[
                                    "annotations": {marks.PEER_ANNOTATION: doc}}}
 
 
-def pair(api: incluster.Api, nodes: list[Mapping[str, Any]], pool_label: str, now: datetime) -> list[str]:
-    """Pair the offers of each pool two by two (by name); one line per pair."""
-    done, pools = [], {}
+def _pool(node: Mapping[str, Any], pool_label: str) -> str | None:
+    return (node["metadata"].get("labels") or {}).get(pool_label)
+
+
+def pair(api: incluster.Api, nodes: list[Mapping[str, Any]], plan: Mapping[str, Any], now: datetime) -> list[str]:
+    """Pair the offers of each pool two by two (by name), the odd one out with a proven node of its pool
+    when it has waited ``LONE_SECONDS`` (``plan["hosts"]``: the pool's host pod); one line per pair."""
+    done, pools, label = [], {}, plan["poolLabel"]
     for n in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         if (o := offer(n, now)) is not None:
-            pools.setdefault((n["metadata"].get("labels") or {}).get(pool_label), []).append((n, o))
-    for offers in pools.values():
+            pools.setdefault(_pool(n, label), []).append((n, o))
+    for pool, offers in pools.items():
         for (a, wa), (b, wb) in zip(offers[::2], offers[1::2]):
             na, nb = a["metadata"]["name"], b["metadata"]["name"]
             if api.record(a, _peer_patch({"node": nb, "address": wb["address"]}, 0)) is None:
@@ -84,14 +101,84 @@ def pair(api: incluster.Api, nodes: list[Mapping[str, Any]], pool_label: str, no
                 api.record(api.node(na), _peer_patch(None, 0))  # b is gone: a waits on
                 continue
             done.append(f"{na} and {nb}: paired for the check with a neighbour")
+        spec = (plan.get("hosts") or {}).get(pool)
+        if len(offers) % 2 and spec:
+            done += _with_host(api, *offers[-1], [n for n in nodes if _pool(n, label) == pool], spec, plan, now)
+    return done + _end_hosts(api, nodes, plan["namespace"])
+
+
+def idle(api: incluster.Api, node: Mapping[str, Any], plan: Mapping[str, Any]) -> bool:
+    """A proven node nothing uses: passed, without the burn-in or quarantine taint, schedulable, and no pod on
+    it asking for the GPUs or EFA devices (a run's, another check's host)."""
+    labels, spec = node["metadata"].get("labels") or {}, node.get("spec") or {}
+    if labels.get(marks.RESULT_LABEL) != marks.PASSED or spec.get("unschedulable"):
+        return False
+    if any(marks.has_taint(node, plan[t]) for t in ("taint", "quarantine")):
+        return False
+    return not any(retest.asks(p) for p in api.pods_on(node["metadata"]["name"])
+                   if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+
+def host_pod(spec: Mapping[str, Any], namespace: str, host: str, checked: str) -> dict:
+    """The pool's host pod (``spec``, rendered) on ``host``, checking ``checked``."""
+    md = spec["metadata"]
+    env = [{"name": "PEER_NODE", "value": checked}]
+    containers = [{**c, "env": [*c.get("env", []), *env]} for c in spec["spec"]["containers"]]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**md, "name": f"host-{checked}", "namespace": namespace,
+                         "labels": {**md.get("labels", {}), HOST_LABEL: checked}},
+            "spec": {**spec["spec"], "nodeName": host, "containers": containers}}
+
+
+def _with_host(api: incluster.Api, node: Mapping[str, Any], waiting: Mapping[str, Any], pool: list[Mapping[str, Any]],
+               spec: Mapping[str, Any], plan: Mapping[str, Any], now: datetime) -> list[str]:
+    """Start a host pod for the lone ``node`` on an idle proven node; pair them once it has its address."""
+    name, ns = node["metadata"]["name"], plan["namespace"]
+    since = marks.parse_stamp(waiting.get("since", ""))
+    if since is None or (now - since).total_seconds() < LONE_SECONDS:
+        return []
+    pod = api.pod(ns, f"host-{name}")
+    if pod is None:
+        host = next((h["metadata"]["name"] for h in sorted(pool, key=lambda n: n["metadata"]["name"])
+                     if h["metadata"]["name"] != name and idle(api, h, plan)), None)
+        if host is None:
+            return []
+        api.create_pod(host_pod(spec, ns, host, name))
+        return [f"{name}: proven node {host} asked to check it"]
+    status, host = pod.get("status") or {}, pod["spec"]["nodeName"]
+    if status.get("phase") != "Running" or not status.get("podIP"):
+        return []
+    if api.record(api.node(host), _peer_patch({"node": name, "address": waiting["address"]}, 0)) is None:
+        return []
+    if api.record(node, _peer_patch({"node": host, "address": status["podIP"]}, 1)) is None:
+        return []
+    return [f"{name} and {host}: paired for the check with a proven neighbour"]
+
+
+def _end_hosts(api: incluster.Api, nodes: list[Mapping[str, Any]], namespace: str) -> list[str]:
+    """Delete the host pods whose check is over (the pod ended, or its node no longer waits on it), and their
+    pairing on the proven node."""
+    done, by_name = [], {n["metadata"]["name"]: n for n in nodes}
+    for pod in api.pods(namespace, HOST_LABEL):
+        checked, host = pod["metadata"]["labels"][HOST_LABEL], pod["spec"]["nodeName"]
+        node = by_name.get(checked)
+        peer = marks.annotation(node, marks.PEER_ANNOTATION) if node else {}
+        waits = node is not None and (peer.get("node") == host or marks.annotation(node, marks.WAITING_ANNOTATION))
+        if waits and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            continue
+        api.delete_pod(namespace, pod["metadata"]["name"])
+        proven = by_name.get(host)
+        if proven is not None and marks.annotation(proven, marks.PEER_ANNOTATION).get("node") == checked:
+            api.record(proven, _peer_patch(None, 0))
+        done.append(f"{checked}: the check from {host} is over")
     return done
 
 
 # --- the agent: offer, wait, check ---------------------------------------------------------------------
 
-def _offer_patch(address: str | None, until: float) -> Callable[[Mapping[str, Any]], dict]:
-    doc = None if address is None else json.dumps({"address": address, "until": marks.stamp(
-        datetime.fromtimestamp(until, timezone.utc))})
+def _offer_patch(address: str | None, until: float, since: float = 0) -> Callable[[Mapping[str, Any]], dict]:
+    at = lambda t: marks.stamp(datetime.fromtimestamp(t, timezone.utc))  # noqa: E731
+    doc = None if address is None else json.dumps({"address": address, "until": at(until), "since": at(since)})
     return lambda n: {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"],
                                    "annotations": {marks.WAITING_ANNOTATION: doc}}}
 
@@ -108,8 +195,9 @@ def await_peer(api: incluster.Api, me: str, address: str, wait: float,
                clock: Callable[[], float] | None = None, sleep: Callable[[float], None] | None = None) -> dict | None:
     """Offer this node for ``wait`` seconds; the neighbour the controller paired it with, or None."""
     clock, sleep = clock or time.time, sleep or time.sleep
-    until = clock() + wait
-    node = api.record(api.node(me), _offer_patch(address, until))
+    since = clock()
+    until = since + wait
+    node = api.record(api.node(me), _offer_patch(address, until, since))
     while node is not None and clock() < until:
         peer = marks.annotation(node, marks.PEER_ANNOTATION)
         if peer and _mutual(api, me, peer):
@@ -207,3 +295,32 @@ def step(plan: dict, left: float, results: Path, api: incluster.Api, me: str, ad
         more, figs, _ = pingpong(peer, deadline - time.monotonic())
         problems, figures = more, {**figures, **figs}
     return problems, {"neighbour": peer["node"], **figures}, []
+
+
+def host(plan: dict, checked: str, address: str, results: Path) -> Found:
+    """The proven side of a check: rank 0 of the all-reduce (its rendezvous on ``address``), then the
+    ping-pong servers, within the check's allowance."""
+    peer, deadline = {"node": checked, "address": "", "rank": 0}, time.monotonic() + plan["pairCheckSeconds"]
+    problems, figures, _ = all_reduce(plan, peer, address, plan["pairCheckSeconds"], results)
+    if not problems:
+        more, figs, _ = pingpong(peer, deadline - time.monotonic())
+        problems, figures = more, {**figures, **figs}
+    return problems, figures, []
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The host pod: check ``$PEER_NODE`` from this proven node; the verdict is the checked node's own."""
+    import argparse
+    import os
+    p = argparse.ArgumentParser(description=host.__doc__.split("\n\n")[0])
+    p.add_argument("--plan", required=True)
+    p.add_argument("--results", default="/results")
+    args = p.parse_args(argv)
+    problems, figures, _ = host(json.loads(args.plan), os.environ["PEER_NODE"], os.environ.get("POD_IP", ""),
+                                Path(args.results))
+    print(json.dumps({"checked": os.environ["PEER_NODE"], "problems": problems, "figures": figures}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -55,6 +55,7 @@ from workloads.render.common import (container_resources, env_list, labels, pod_
 from .burn_in import QUARANTINE_TAINT, PoolBurnIn
 from .breaker import BREAKER
 from .marks import DONE, NODE_EVENTS_NAMESPACE, PASSED, RESULT_LABEL
+from .pairs import HOST_LABEL
 from .policy import burn_in_policies
 
 NAMESPACE = "rl-burn-in"
@@ -126,7 +127,8 @@ def base_objects() -> list[dict]:
         {"apiVersion": rbac, "kind": "Role", "metadata": _meta(BREAKER),
          "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
                    {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [BREAKER],
-                    "verbs": ["get", "update"]}]},
+                    "verbs": ["get", "update"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "delete"]}]},
         _binding("Role", BREAKER, [REPLACE_ACCOUNT], NAMESPACE),
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(SCRIPTS),
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
@@ -282,18 +284,36 @@ def watch_daemonset(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
                                            "volumes": [{"name": "scripts", "configMap": {"name": SCRIPTS}}]}}}}
 
 
-def controller_plan(plans: list[PoolBurnIn]) -> dict:
-    """What the controller is told: the burn-in's pools, whether it replaces in each, their breakers."""
+HOST = "burn-in-host"
+
+
+def host_pod_spec(m: WorkloadModel, b: PoolBurnIn) -> dict:
+    """The pod that checks a lone new node from a proven node of the pool (``nodes.pairs.host_pod`` names the
+    nodes): the pool's burn-in agent container running ``pairs.py`` (rank 0), no DCGM, no probe, no token,
+    not the DaemonSet's labels (its controller would adopt it), the pair policy's label."""
+    pod = daemonset(m, b)["spec"]["template"]["spec"]
+    agent = {k: v for k, v in pod["containers"][0].items() if k != "livenessProbe"}
+    agent = {**agent, "name": "host", "command": ["python3", f"{SCRIPTS_DIR}/pairs.py", "--plan",
+                                                  json.dumps(b.agent_plan, sort_keys=True), "--results", RESULTS_DIR]}
+    spec = {k: v for k, v in pod.items() if k not in ("initContainers", "affinity", "containers")}
+    return {"metadata": {"labels": {**labels(HOST), **AGENT_LABEL}},
+            "spec": {**spec, "containers": [agent], "restartPolicy": "Never", "automountServiceAccountToken": False}}
+
+
+def controller_plan(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
+    """What the controller is told: the burn-in's pools, whether it replaces in each, their breakers, and the
+    host pod of each pool whose new nodes are checked with a neighbour."""
     return {"namespace": NAMESPACE, "poolLabel": POOL_LABEL, "quarantine": plans[0].agent_plan["quarantine"],
             "taint": plans[0].agent_plan["taint"],
-            "pools": {b.pool.name: {"replace": b.replace, **b.breaker.model_dump(by_alias=True)} for b in plans}}
+            "pools": {b.pool.name: {"replace": b.replace, **b.breaker.model_dump(by_alias=True)} for b in plans},
+            "hosts": {b.pool.name: host_pod_spec(m, b) for b in plans if b.steps.get("neighbours")}}
 
 
 def controller(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
     """``nodes.controller`` on the system pool: one replica, never two at once (``Recreate``)."""
     small = {"cpu": "100m", "memory": "128Mi"}
     c = {"name": "controller", "image": m.image, "imagePullPolicy": "IfNotPresent",
-         "command": ["python3", f"{SCRIPTS_DIR}/controller.py", "--plan", json.dumps(controller_plan(plans), sort_keys=True)],
+         "command": ["python3", f"{SCRIPTS_DIR}/controller.py", "--plan", json.dumps(controller_plan(m, plans), sort_keys=True)],
          "env": env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
          "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
          "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
@@ -316,4 +336,4 @@ def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     return [*base_objects(), *eviction_roles(eviction_namespaces(m)), *(daemonset(m, b) for b in plans),
             watch_daemonset(m, plans), controller(m, plans),
             *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
-                              QUARANTINE_TAINT.key, caps)]
+                              QUARANTINE_TAINT.key, caps, (HOST_LABEL, f"{SCRIPTS_DIR}/pairs.py"))]

@@ -43,16 +43,22 @@ def _asks(container: Mapping[str, Any]) -> bool:
                for r in HELD_RESOURCES)
 
 
+def asks(pod: Mapping[str, Any]) -> bool:
+    """Some container of the pod asks for GPUs or EFA devices."""
+    spec = pod.get("spec") or {}
+    return any(_asks(c) for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])])
+
+
 def holds(pod: Mapping[str, Any], burn_in_namespace: str) -> bool:
     """The pod holds GPUs or EFA devices the burn-in needs, and an eviction would free them."""
-    md, spec = pod["metadata"], pod.get("spec") or {}
+    md = pod["metadata"]
     if md.get("namespace") == burn_in_namespace or md.get("deletionTimestamp"):
         return False
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return False
     if any(o.get("kind") == "DaemonSet" for o in md.get("ownerReferences") or []):
         return False
-    return any(_asks(c) for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])])
+    return asks(pod)
 
 
 def retesting(node: Mapping[str, Any], taint: Mapping[str, str]) -> bool:

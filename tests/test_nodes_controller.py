@@ -60,6 +60,10 @@ class Cluster(ApiServer):
         if (method, path) == ("GET", "/api/v1/pods"):
             node = query.split("spec.nodeName=", 1)[1] if "spec.nodeName=" in query else None
             return 200, {"items": [o for o in self.pods.values() if node is None or o["spec"].get("nodeName") == node]}
+        if method == "GET" and path.endswith("/pods") and "labelSelector=" in query:  # by a label's presence
+            key, ns = query.split("labelSelector=", 1)[1], path.split("/")[4]
+            return 200, {"items": [o for o in self.pods.values() if o["metadata"]["namespace"] == ns
+                                   and key in (o["metadata"].get("labels") or {})]}
         if method == "POST" and path.endswith("/eviction"):
             return self.evict(path.rsplit("/", 1)[0], body)
         return self.answer(method, path, body)
@@ -410,8 +414,21 @@ def test_every_call_of_the_controller_is_allowed_by_the_rbac_the_stack_renders(h
     controller.reconcile(c.api, PLAN, NOW, mark=lambda n: None)  # evicts, replaces, creates the breaker
     c.put(NODES, gpu_node(4, "failed", "hardware"))
     controller.reconcile(c.api, PLAN, NOW + timedelta(minutes=20), mark=lambda n: None)  # replaces, updates it
+    lone, proven = gpu_node(5), gpu_node(6, "passed")  # a lone new node, checked from a proven one
+    lone["metadata"]["annotations"][marks.WAITING_ANNOTATION] = json.dumps(
+        {"address": "10.0.1.5", "until": marks.stamp(NOW + timedelta(minutes=8)), "since": marks.stamp(NOW - timedelta(minutes=3))})
+    c.put(NODES, lone)
+    c.put(NODES, proven)
+    hosts = {**PLAN, "hosts": {"train": {"metadata": {"labels": {}}, "spec": {"containers": [{"name": "host"}]}}}}
+    host = f"/api/v1/namespaces/rl-burn-in/pods/host-{lone['metadata']['name']}"
+    assert controller.reconcile(c.api, hosts, NOW, mark=lambda n: None)[-1].endswith("asked to check it")
+    c.change(host, {"status": {"phase": "Running", "podIP": "10.0.9.9"}})
+    assert controller.reconcile(c.api, hosts, NOW, mark=lambda n: None)[-1].endswith("with a proven neighbour")
+    c.change(host, {"status": {"phase": "Succeeded"}})
+    assert controller.reconcile(c.api, hosts, NOW, mark=lambda n: None)[-1].endswith("is over")
     rules = rules_of([*base_objects(), *eviction_roles(["team-a"])], REPLACE_ACCOUNT, NAMESPACE)
     made = {attributes(method, path) for method, path in c.requests}
     assert {r.verb for r in made} >= {"list", "get", "patch", "create", "update"}
     assert {r.resource for r in made} >= {"pods/eviction", "nodes", "pods", "configmaps", "events"}
+    assert {r.verb for r in made if r.resource == "pods"} == {"list", "get", "create", "delete"}
     assert [r for r in made if not allows(rules, r)] == []
