@@ -1,6 +1,11 @@
 """Preprocessing Job: stage the run's model and prompt data on the shared file system.
 
-The trainer's BF16 checkpoint (``REF_MODEL``, ``--ref-load``) is staged beside an FP8 model. Idempotent: ``snapshot_download`` skips files already complete, so re-running the Job after a
+The trainer's BF16 checkpoint (``REF_MODEL``, ``--ref-load``) is staged beside an FP8 model; for a model
+released in FP8 only (DeepSeek's) it is the published upcast software/models.yaml names (``bf16Release``).
+No cast here: Miles' own recipe casts with tools/fp8_cast_bf16.py (scripts/run_deepseek.py at 78527b91), which
+needs CUDA (a Triton kernel, tensors loaded on the GPU) while this runs on CPU nodes; and no torch_dist
+conversion: in bridge mode Miles loads a Hugging Face checkpoint itself (miles 49cac7b5
+miles/backends/megatron_utils/checkpoint.py:114-128, 179-187). Idempotent: ``snapshot_download`` skips files already complete, so re-running the Job after a
 partial download (or for a new run on the same model) only fetches what is missing. A Hugging Face
 token, if the model is gated, comes from the optional Secret ``hf-token`` (key ``token``), mounted
 as a file (``HF_TOKEN_FILE``) rather than passed in the environment.
