@@ -63,3 +63,16 @@ def test_a_team_runs_rm_url_is_its_own_port():
 def test_too_many_teams_for_the_port_is_refused_with_the_field():
     with pytest.raises(ValueError, match=r"workloads.reward.port: 65535 leaves no port for each of 2 teams"):
         _model({"workloads": {"reward": {"port": 65535}}}).settings.reward.team_ports(["alpha", "beta"])
+
+
+def test_a_run_whose_step_can_outgrow_its_teams_reward_queue_is_refused():
+    """Miles fails a rollout step on the first 429: a step's samples must fit the team's share."""
+    cfg = variant(SHARED, {})
+    run = load_run(ROOT / "runs" / "beta-lr-sweep.yaml")
+    fits = run.model_copy(update={"grpo": run.grpo.model_copy(update={"rollout_batch_size": 256})})  # 2048 <= 2 x 1025
+    run_objects(cfg, fits)
+    big = run.model_copy(update={"grpo": run.grpo.model_copy(update={"rollout_batch_size": 512})})  # 4096
+    with pytest.raises(ValueError, match=r"run beta-lr-sweep: grpo: 4096 samples per rollout step .* more than the "
+                                         r"2050 requests .*workloads.reward.replicas 2 x \(1 \+ queuePerTeam 1024\)"):
+        run_objects(cfg, big)
+    run_objects(variant(SHARED, {"workloads": {"reward": {"queuePerTeam": 2048}}}), big)

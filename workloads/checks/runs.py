@@ -21,6 +21,7 @@ from stackconfig.stack import NodeCounts, Pool, Role, describe_errors
 from components.gpu_node_setup import GpuNodeSetup, capability_labels
 
 from workloads.derive.deepep import resolve_deepep
+from workloads.derive.layout import reward_enabled
 from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu_setups, node_setups
 from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
 from workloads.schema.settings import Submission
@@ -121,6 +122,7 @@ def _sized(pool: Pool, nodes: int) -> Pool:
 def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
     """The stack as ``run`` sees it, checked like the stack's own run (ValueError "run <name>: ...")."""
     check_run(cfg, run)
+    check_reward_share(cfg, run)
     spec = RunSpec.model_validate(run.model_dump(exclude={"schema_version", "team", "priority", "nodes", "topology"}))
     # The team's own port of the reward service (its --rm-url), the one its namespace may reach.
     reward = cfg.workloads.reward.model_copy(update={"port": team_reward_port(cfg, run.team)})
@@ -133,6 +135,25 @@ def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
         raise ValueError(f"run {run.name}: {str(err).replace('workloads.run.', '')}") from None
     check_capabilities(cfg, seen, run)
     return seen
+
+
+def check_reward_share(cfg: "ProgramConfig", run: RunFile) -> None:
+    """ValueError when one rollout step of the run can have more samples waiting for a reward than the
+    reward service holds for its team: Miles asks for each finished sample's reward with no bound of its
+    own and fails the step on the first refusal (radixark/miles 49cac7b5 rm_hub/__init__.py:19-28), and each
+    replica holds at least one running and ``queuePerTeam`` waiting requests of a team
+    (docs/design/shared-services.md)."""
+    s = cfg.workloads.reward
+    if not reward_enabled(cfg):
+        return
+    samples = run.grpo.rollout_batch_size * run.grpo.n_samples_per_prompt
+    held = s.replicas * (1 + s.queue_per_team)
+    if samples > held:
+        raise ValueError(f"run {run.name}: grpo: {samples} samples per rollout step (rolloutBatchSize x "
+                         f"nSamplesPerPrompt) may all wait for a reward at once, more than the {held} requests the "
+                         f"reward service holds for a team (workloads.reward.replicas {s.replicas} x (1 + "
+                         f"queuePerTeam {s.queue_per_team})), and Miles fails the step on the first refusal; allowed: "
+                         f"at most {held} samples per step, or a stack with more reward replicas or a longer queuePerTeam")
 
 
 def team_reward_port(cfg: "ProgramConfig", team: str) -> int:

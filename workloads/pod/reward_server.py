@@ -51,7 +51,7 @@ GRADE_SECONDS = 10
 GRADE_MEMORY_BYTES = 2 * 1024 ** 3
 """Address space (RLIMIT_AS) one grading may add to what the child inherits."""
 MAX_BODY = int(os.environ.get("MAX_BODY_BYTES", str(1024 ** 2)))
-WAITING = int(os.environ.get("QUEUE_PER_TEAM", "256"))
+WAITING = int(os.environ.get("QUEUE_PER_TEAM", "1024"))
 READ_SECONDS = 30
 """Longest a connection may take to send its request line, headers or body."""
 CGROUP = Path("/sys/fs/cgroup")

@@ -38,9 +38,12 @@ class RewardSettings(SchemaModel):
     """Default: the rule-based server shipped in workloads/pod/reward_server.py (ConfigMap)."""
     max_body_kib: int = Field(1024, ge=1, le=64 * 1024)
     """Largest request body a replica reads (``413`` above it, answered from the headers alone)."""
-    queue_per_team: int = Field(256, ge=0, le=4096)
+    queue_per_team: int = Field(1024, ge=0, le=4096)
     """Requests of one team a replica holds waiting for one of the team's grading slots; the next is
-    answered ``429`` at once (``workloads/pod/reward_server.py``)."""
+    answered ``429`` at once (``workloads/pod/reward_server.py``). A team run's rollout step
+    (``rolloutBatchSize x nSamplesPerPrompt`` samples) must fit ``replicas x (1 + queuePerTeam)``: Miles
+    fails the step on the first refusal. Each waiting request holds a thread and its unread body in the
+    kernel's socket buffers (at most ``maxBodyKib``), charged to the replica's memory."""
 
     def team_ports(self, teams: list[str]) -> dict[str, int]:
         """Team name -> the port its Ray pods reach the service on: ``port + 1 + i`` for the stack's
