@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 EXIT_OK, EXIT_REFUSED, EXIT_BAD_INPUT = 0, 1, 2
+PROJECT = "moe-rl-platform"
+"""The Pulumi project (Pulumi.yaml): a stack file holds the platform's settings under ``config.<PROJECT>:platform``,
+which a refusal names in full."""
 
 
 class BadInput(ValueError):

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .errors import PROJECT
+
 if TYPE_CHECKING:  # pragma: no cover
     from .stack import StackConfig
 
-PROJECT = "moe-rl-platform"
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_DIR = Path("stacks") if Path("stacks").is_dir() else ROOT / "stacks"
 """The current folder's ``stacks/`` (a checkout or a consumer project), else the repository's own."""

@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SCHEMA_VERSION, SchemaModel
+from .errors import PROJECT
 from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .deploy import DeploySettings
@@ -370,7 +371,6 @@ def load_stack(stack: str, raw: Mapping[str, Any] | None, model: type[StackConfi
     """Validate a stack's ``platform`` config as ``model`` (StackConfig or a program's extension of
     it); raise StackConfigError before anything is built."""
     if not isinstance(raw, Mapping):
-        from .files import PROJECT
         what = "missing" if raw is None else f"a {type(raw).__name__}, not a mapping"
         raise StackConfigError(f"stack {stack!r}: config.{PROJECT}:{CONFIG_KEY}: {what}; allowed: a mapping of the "
                                f"stack's settings (docs/reference/stack.md)")

@@ -401,9 +401,10 @@ REGRESSIONS = [
     ("label-not-kubernetes", _with(("pools", 0, "labels"), {"a b": ""}), "pools[system].labels: 'a b': '' is not a valid"),
     ("label-value-newline", _with(("pools", 0, "labels"), {"team": "ml\n"}), "is not a valid Kubernetes label"),
     # Any string was accepted as the writer's namespace/service account (an association EKS refuses).
-    ("empty-namespace", _with(("checkpoints",), {"namespace": ""}), "checkpoints.namespace: String should match"),
+    ("empty-namespace", _with(("checkpoints",), {"namespace": ""}),
+     "checkpoints.namespace: '' is not allowed; allowed: a string matching"),
     ("wildcard-service-account", _with(("checkpoints",), {"serviceAccount": "*"}),
-     "checkpoints.serviceAccount: String should match"),
+     "checkpoints.serviceAccount: '*' is not allowed; allowed: a string matching"),
     # A secondary EFA block equal to (or inside) the VPC block: overlapping subnets AWS refuses.
     ("efa-cidr-overlaps-vpc", _with(("network",), {"vpcCidr": "10.0.0.0/16", "efaCidr": "10.0.0.0/16"}),
      "network.efaCidr: 10.0.0.0/16 overlaps vpcCidr 10.0.0.0/16"),
