@@ -86,7 +86,8 @@ def kuberay_operator_policy(workloads_namespace: str) -> dict:
     heads = {RAY_NODE_TYPE_LABEL: "head"}
     md = {"name": "kuberay-operator", "namespace": KUBERAY_NAMESPACE, "labels": labels("network-policy")}
     return policy(md, None,
-                  f"KubeRay operator -> API server (HTTPS 443), CoreDNS, Ray heads' {DASHBOARD_PORT}/TCP in namespace "
+                  f"KubeRay operator -> HTTPS 443 at any address (the API server, its EKS addresses unknown here), "
+                  f"CoreDNS, Ray heads' {DASHBOARD_PORT}/TCP in namespace "
                   f"{workloads_namespace} and the team namespaces; no ingress",
                   egress=[_dns_egress(),
                           {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
