@@ -44,6 +44,7 @@ from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient, attempt_of
 from workloads.checks.runs import input_problems, load_run, run_pools
 from workloads.checks.run_plan import Planner
+from workloads.checks.pool_guarantees import unmet_guarantees
 from workloads.deploy.submit import run_objects, sendable
 from workloads.schema.run import RunFile
 
@@ -131,6 +132,8 @@ def plan(args: argparse.Namespace, out: Callable[[str], None]) -> int:
             used = sum(planner.gpus(r).get(pool, 0) for r in placed if r.team == team.name)
             parts.append(f"pool {pool} {used}/{quota.cap} GPUs (guarantee {quota.guarantee})")
         out(f"queue team-{team.name}: " + ", ".join(parts))
+    for unmet in unmet_guarantees(planner, runs_of, decisions):
+        out(unmet.line())
     for name, pool in planner.pools.items():
         used = sum(r.nodes.get(name, 0) for r in placed)
         out(f"pool {name}: {used}/{pool.nodes.desired} nodes claimed by running and starting runs")

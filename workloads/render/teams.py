@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from stackconfig.labels import pool_gpu_resource
 from stackconfig.stack import Pool
 
 from workloads.derive.layout import Group
@@ -81,7 +82,7 @@ def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
 def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) -> dict:
     """The team namespace's ResourceQuota ``gpu-quota``:
 
-    - GPUs (sum of caps), and the EFA devices and huge pages of the whole GPU nodes those caps span (a
+    - GPUs: the sum of caps, and each GPU pool's cap in its own resource (``pool_gpu_quota``); and the EFA devices and huge pages of the whole GPU nodes those caps span (a
       team's share, not the stack's; admission refuses either without GPUs, ``render.admission``);
     - CPU and memory: those GPU nodes plus one run head (``head``) per such node. A pod that states no
       CPU or memory request is then refused. This does not bound what a team puts on the head pool (its
@@ -97,7 +98,7 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
     pools = list(pools)
     caps = _cap_nodes(team, pools)
     heads = sum(n for _, n in caps)
-    hard = {f"requests.{GPU}": str(_sum_caps(team)),
+    hard = {f"requests.{GPU}": str(_sum_caps(team)), **pool_gpu_quota(team, pools),
             "requests.cpu": str(sum(p.instance.vcpu * n for p, n in caps) + head.cpu * heads)}
     memory = sum(p.instance.memory_gib * GI * n for p, n in caps) + head.memory_bytes * heads
     hard["requests.memory"] = hard["limits.memory"] = str(memory)
@@ -126,6 +127,15 @@ def team_limit_range(team: TeamSettings) -> dict:
                          "labels": team_labels(team, "limit-range")},
             "spec": {"limits": [{"type": "Container", "default": dict(size), "defaultRequest": dict(size),
                                  "max": dict(size)}]}}
+
+
+def pool_gpu_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict[str, str]:
+    """``requests.<pool GPU resource>``: the team's cap on each GPU pool of the stack, 0 on one it has no quota
+    on (a ResourceQuota constrains only the resources it lists). With every team GPU pod requesting its
+    pool's resource (docs/design/scheduling.md, "Per-pool guarantees"), no set of a team's pods holds more of
+    a pool than its cap there, whatever their sum."""
+    return {f"requests.{pool_gpu_resource(p.name)}": str(team.gpus[p.name].cap if p.name in team.gpus else 0)
+            for p in pools if p.instance.is_gpu}
 
 
 def _cap_nodes(team: TeamSettings, pools: Iterable[Pool]) -> list[tuple[Pool, int]]:
