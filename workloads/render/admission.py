@@ -34,7 +34,7 @@ from collections.abc import Iterable
 
 from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
-from stackconfig.stack import LABEL_PREFIX, POOL_LABEL
+from stackconfig.stack import POOL_LABEL
 
 from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU
