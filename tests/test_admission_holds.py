@@ -243,3 +243,14 @@ def test_a_rayjob_deleted_leaving_its_cluster_is_refused(policies, rayjob, optio
 @pytest.mark.parametrize("options", CASCADING_DELETES)
 def test_a_rayjob_deleted_with_its_cluster_passes(policies, rayjob, options):
     assert refused(policies[DELETION_POLICY], None, "DELETE", rayjob, {"kind": "DeleteOptions", **options}) == []
+
+
+def test_a_gpu_pool_the_shapes_lack_admits_no_pod(policies, rayjob):
+    """The whole-node rule reads the pool list the policy pack checks (``variables.gpuPools``): a ``gpuShapes``
+    edited to drop a pool closes that pool instead of opening it."""
+    narrowed = copy.deepcopy(policies[POD_POLICY])
+    shapes = next(v for v in narrowed["spec"]["variables"] if v["name"] == "gpuShapes")
+    shapes["expression"] = shapes["expression"].split(", 'train': ")[0] + "}"
+    head, trainer, rollout = run_pods(rayjob)
+    assert refused(narrowed, rollout) == [] and refused(narrowed, head) == []
+    assert WHOLE in refused(narrowed, trainer)[0]

@@ -80,11 +80,12 @@ def _on(spec: str, pool: str) -> str:
 
 
 def whole_node(spec: str) -> str:
-    """On a GPU pool, a container of the pod spec at ``spec`` requests the pool's whole-node shape."""
+    """On a GPU pool (``variables.gpuPools``), a container of the pod spec at ``spec`` requests the pool's
+    whole-node shape; a GPU pool without a shape admits nothing."""
     pool = f"{spec}.nodeSelector['{POOL_LABEL}']"
     shape = f"variables.gpuShapes[{pool}]"
-    return (f"!({_on(spec, f'{pool} in variables.gpuShapes')})"
-            f" || {spec}.containers.exists(c, {shape}.all(k,"
+    return (f"!({_on(spec, f'{pool} in variables.gpuPools')})"
+            f" || {pool} in variables.gpuShapes && {spec}.containers.exists(c, {shape}.all(k,"
             f" quantity({request('c', 'k')}).compareTo(quantity({shape}[k])) >= 0))")
 
 
