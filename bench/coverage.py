@@ -177,8 +177,9 @@ def measure(names: list[str], n: int, seed: int, jobs: int, claimed: int = 0) ->
             while not results or (len(results) < 2 * n * ROUNDS and min(_claims(results)) < claimed):
                 tasks = [(name, seed + len(results) + 2 * i + k, r) for i in range(n)
                          for k, r in enumerate((TRUE_RATIO, 1.0))]
+                if not results:  # before the many: a simulator or report that does not run stops here
+                    _check(pool, name, seed, [drawn(task) for task in tasks[:2 * CHECKED]])
                 results += pool.map(drawn, tasks, chunksize=256)
-            _check(pool, name, seed, results)
             out.append(summarise(name, results, len(results) // 2, seed, time.perf_counter() - t))
     where = {"python": platform.python_version(), "processes": jobs, "cpus": os.cpu_count()}
     return [m | where for m in out]
