@@ -241,7 +241,8 @@ def _span(x: float | None, bounds: tuple[float, float]) -> str:
 
 
 def row(m: dict) -> str:
-    return (f"| {m['condition']} | {m['summary']} | {m['experiments']} | {_pct(m['coverage'])} | {_pct(m['claimed'])} | "
+    return (f"| {m['condition']} | {m['summary']} | {m['seed']} | {m['experiments']} | {_pct(m['coverage'])} | "
+            f"{_pct(m['claimed'])} | "
             f"{m['claimed_n']} | {_span(m['coverage_claimed'], m['coverage_claimed_95'])} | "
             f"{_span(m['false_alarms_claimed'], m['false_alarms_claimed_95'])} | {m['median_width']:.3f} | "
             f"{_pct(m['old_coverage'])} | {_pct(m['old_false_alarms'])} |")
@@ -269,6 +270,7 @@ def verdict(m: dict) -> str:
 
 
 def section(now: list[dict], command: str) -> str:
+    now = sorted(now, key=lambda x: (list(CONDITIONS).index(x["condition"]), x["seed"]))
     seconds, m = sum(x["seconds"] for x in now), now[0]
     shape = yaml.safe_load((ROOT / "experiments" / "seed-ab.yaml").read_text())
     seeds = sorted({x["seed"] for x in now})

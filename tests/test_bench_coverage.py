@@ -72,3 +72,13 @@ def test_the_summary_counts_coverage_claims_and_false_alarms():
     assert coverage.verdict(near).startswith("NOT SHOWN")
     under = many | {"false_alarms_claimed_95": coverage.wilson(260, 4000)}  # 6.5%
     assert coverage.verdict(under).startswith("TARGET MISSED")
+
+
+def test_the_section_has_a_row_per_condition_and_seed_with_every_column():
+    results = [coverage.drawn(("steady", 1 + i, r)) for i, r in enumerate([coverage.TRUE_RATIO, 1.0] * 3)]
+    where = {"python": "3", "processes": 1, "cpus": 1, "min_experiments": 3, "min_claimed": 0}
+    runs = [coverage.summarise("steady", results, 3, seed, 0.0) | where for seed in (9, 1)]
+    lines = coverage.section(runs, "cmd").splitlines()
+    table = [line for line in lines if line.startswith("| ")]
+    assert {line.count("|") for line in table} == {13} and [t.split(" | ")[2] for t in table[1:]] == ["1", "9"]
+    assert sum(line.startswith("- steady, seed ") for line in lines) == 2
