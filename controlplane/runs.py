@@ -1,5 +1,7 @@
-"""Runs on the test platform the way a team member submits them: the real ``runs submit`` command, its
-kubeconfig acting as the member's IAM session, and what KubeRay and Volcano then make of the RayJob."""
+"""Runs on the test platform the way a team member submits them: the real ``runs`` command (submit, plan,
+cancel), its kubeconfig acting as the member's IAM session, and what KubeRay and Volcano then make of the
+RayJob; Volcano's scheduling sessions as a clock; a drain's evictions; a deleted run's pods let stop as a kubelet
+would; and ``finish``, the one thing a kwok head cannot do (answer that its job ended)."""
 
 from __future__ import annotations
 
@@ -135,21 +137,17 @@ def node_pool(platform: Platform, node_name: str) -> str:
     return node.metadata.labels["rl.platform/pool"]
 
 
-def sessions(platform: Platform) -> int:
-    """Volcano scheduling sessions opened so far: vc-scheduler logs each at ``-v=3`` (the chart's
-    ``scheduler_log_level``; volcano v1.15.1 pkg/scheduler/framework/session.go:279, "Open Session")."""
-    return (platform.cp.logs / "volcano-scheduler.log").read_text(errors="replace").count("Open Session")
-
-
 def through_sessions(platform: Platform, count: int, check: Callable[[], str | None], timeout: float = 120) -> None:
-    """``check()`` (a complaint, or None) holds from now until ``count`` more scheduling sessions have
-    opened and closed; AssertionError with the first complaint."""
-    start, deadline = sessions(platform), time.monotonic() + timeout
-    while sessions(platform) < start + count + 1:  # the session open now closes before the next opens
+    """``check()`` (a complaint, or None) holds from now until ``count`` more Volcano scheduling sessions have
+    closed (``Volcano.sessions``); AssertionError with the first complaint."""
+    start, deadline = platform.volcano.sessions(), time.monotonic() + timeout
+    while (closed := platform.volcano.sessions() - start) < count:
         complaint = check()
-        assert complaint is None, f"after {sessions(platform) - start} scheduling sessions: {complaint}"
-        assert time.monotonic() < deadline, f"fewer than {count} scheduling sessions within {timeout:.0f} s"
+        assert complaint is None, f"after {closed} scheduling sessions: {complaint}"
+        assert time.monotonic() < deadline, f"{closed} of {count} scheduling sessions within {timeout:.0f} s"
         time.sleep(0.2)
+    complaint = check()
+    assert complaint is None, f"after {count} scheduling sessions: {complaint}"
 
 
 def evictions(platform: Platform, nodes: set[str]) -> dict[str, str]:
