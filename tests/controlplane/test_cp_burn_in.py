@@ -10,6 +10,7 @@ can evict nothing outside the runs' namespaces."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -34,6 +35,7 @@ NEEDED = {"train": 8, "rollout": 16}
 COUNTS = {pool: n + 1 for pool, n in NEEDED.items()}
 """One node more than the run needs in each pool: a gang that fits on a subset of the nodes."""
 NOW = datetime.now(timezone.utc)
+OFFERED = re.compile(r"can possibly be assigned to (\S+), once")
 
 
 def _taint(t) -> dict:
@@ -61,6 +63,18 @@ def _pass(platform, node: str, result: str = marks.PASSED, fault: str | None = N
                                               {"seconds": 1}, None if result == marks.PASSED else "DCGM: memory",
                                               NOW, fault=fault))
     agent.create_event(marks.event(seen, result, result, NOW))
+
+
+def _offered(platform, team: str, rayjob: str) -> dict[str, list[str]]:
+    """Ray group -> the nodes Volcano says its pending pods could go to once the gang is complete (their
+    PodScheduled condition: volcano v1.15.1 pkg/scheduler/api/job_info.go:866-871, "can possibly be assigned to
+    <node>", the task's pipelined node, written by cache.go ``RecordJobStatusEvent``)."""
+    found: dict[str, list[str]] = {}
+    for p in runs.run_pods(platform, team, rayjob):
+        for c in p.status.conditions or [] if not p.spec.node_name else []:
+            if c.type == "PodScheduled" and (m := OFFERED.search(c.message or "")):
+                found.setdefault(p.metadata.labels.get("ray.io/group", ""), []).append(m.group(1))
+    return found
 
 
 def _not_ready_after_reboot(core, pod) -> None:
@@ -116,6 +130,14 @@ def test_untested_nodes_hold_runs_off_and_the_controller_frees_and_replaces_thro
         runs.through_sessions(platform, 10, lambda: (
             f"run pods bound while two train nodes are untested: {bound}" if (bound := [
                 p.metadata.name for p in runs.run_pods(platform, run.team, name) if p.spec.node_name]) else None))
+        passed_train, seen = set(gpu["train"]) - {spare, held}, [{}]
+        try:  # Volcano puts seven trainers on the seven passed train nodes, none on a tainted one
+            eventually("seven trainers placed on the passed train nodes, none on the tainted two", lambda: (
+                seen.__setitem__(0, _offered(platform, run.team, name)) or set(seen[0].get("trainer", [])) == passed_train
+                and not {spare, held} & {n for names in seen[0].values() for n in names}), 120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; Volcano offered: {seen[0]}") from None
+        assert not [p.metadata.name for p in runs.run_pods(platform, run.team, name) if p.spec.node_name]
         _pass(platform, held)
         pods = runs.all_running(platform, run.team, name, 1 + sum(NEEDED.values()), 180)
         assert spare not in {p.spec.node_name for p in pods}, "a run pod on the node still untested"
