@@ -17,8 +17,9 @@ from workloads.render.admission import (DELETION_POLICY, GROUP_ANNOTATION, POD_P
 from workloads.render.common import container_resources
 from workloads.render.runs import PRIORITY_LABEL, TASK_PRIORITY
 
-WHOLE, HEAD, GRACE, PRIORITY, NET_RAW, FIXED = ("holds a whole node", "no bigger than the platform's head",
-                                                "checkpoint grace", "PodGroup's priority", "NET_RAW", "are fixed")
+WHOLE, HEAD, GRACE, PRIORITY, NET_RAW, FIXED, POD_LEVEL = (
+    "holds a whole node", "no bigger than the platform's head", "checkpoint grace", "PodGroup's priority", "NET_RAW",
+    "are fixed", "per container")
 
 
 def _edit(pod: dict, edit) -> dict:
@@ -52,6 +53,8 @@ def hold_attacks(pods: list[dict], grace_seconds: int) -> dict[str, tuple[dict, 
         "a head with a second container": (_edit(head, _second_container), HEAD),
         "a head with a sidecar": (_edit(head, _sidecar), HEAD),
         "a head's init container above the head": (_edit(head, _big_init), HEAD),
+        "a 60-vCPU head as pod-level resources": (_edit(head, _pod_level), POD_LEVEL),
+        "a trainer's pod-level resources": (_edit(trainer, _pod_level), POD_LEVEL),
         "grace of a day": (_edit(trainer, lambda s, c, p: s.update(terminationGracePeriodSeconds=86400)), GRACE),
         "grace just past the bound": (_edit(head, lambda s, c, p: s.update(
             terminationGracePeriodSeconds=grace_seconds + 1)), GRACE),
@@ -95,6 +98,12 @@ def _sidecar(s, c, p):
 def _big_init(s, c, p):
     s["initContainers"][0]["resources"] = {"requests": {"cpu": "60", "memory": "110G"},
                                            "limits": {"cpu": "60", "memory": "110G"}}
+
+
+def _pod_level(s, c, p):
+    """Pod-level resources (PodLevelResources, on by default since Kubernetes 1.34): Volcano sizes the pod by them
+    (v1.15.1 pkg/scheduler/api/pod_info.go:241-254) while its containers stay at the platform's shape."""
+    s["resources"] = {"requests": {"cpu": "60", "memory": "110G"}, "limits": {"cpu": "60", "memory": "110G"}}
 
 
 def _forever(s, c, p):
@@ -145,6 +154,7 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         "the orphan finalizer": (orphan, "orphan"),
         "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), "heads no bigger"),
         "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), "whole nodes"),
+        "a head template with pod-level resources": (group(0, _pod_level), "per container"),
     }
 
 
@@ -202,7 +212,7 @@ def _misses(policy: dict, attacks: dict[str, tuple[dict, str]], operation: str =
 
 def test_a_pod_holding_a_node_part_way_past_the_grace_or_at_another_priority_is_refused(policies, rayjob, grace):
     attacks = hold_attacks(run_pods(rayjob), grace)
-    assert len(attacks) == 18 and _misses(policies[POD_POLICY], attacks) == []
+    assert len(attacks) == 20 and _misses(policies[POD_POLICY], attacks) == []
 
 
 def test_a_metadata_only_update_of_a_pod_is_judged(policies, rayjob):
@@ -214,7 +224,8 @@ def test_a_metadata_only_update_of_a_pod_is_judged(policies, rayjob):
 
 @pytest.mark.parametrize("name", ["templates' grace past the bound", "templates at another priority",
                                   "templates without a priority", "the orphan finalizer",
-                                  "a 60-vCPU head template", "a 0-GPU trainer template"])
+                                  "a 60-vCPU head template", "a 0-GPU trainer template",
+                                  "a head template with pod-level resources"])
 def test_a_rayjob_and_its_cluster_are_held_to_the_grace_the_priority_and_no_orphaning(policies, rayjob, grace, name):
     bad, part = rayjob_attacks(rayjob, grace)[name]
     messages = refused(policies[RAYJOB_POLICY], bad)

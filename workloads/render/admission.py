@@ -40,8 +40,8 @@ from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU
 from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
 from workloads.render.common import PART_OF, RAY_NODE_TYPE_LABEL
-from workloads.render.pod_limits import (PodLimits, grace_bounded, head_sized, limit_variables, pod_limit_rules,
-                                         pod_limits, whole_node)
+from workloads.render.pod_limits import (PodLimits, grace_bounded, head_sized, limit_variables, per_container,
+                                         pod_limit_rules, pod_limits, whole_node)
 from workloads.render.runs import (NO_HEAD_RESTART, PRIORITY_LABEL, QUEUE_LABEL, SUBMISSION_MODE, TASK_PRIORITY,
                                    priority_classes)
 
@@ -261,9 +261,9 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
-        (_templates(spec, f"({whole_node('t.spec')}) && ({head_sized('t.spec')})"),
+        (_templates(spec, f"({whole_node('t.spec')}) && ({head_sized('t.spec')}) && {per_container('t.spec')}"),
          "a team's Ray pod templates hold whole nodes of the GPU pools and heads no bigger than the platform's "
-         "(variables.gpuShapes, variables.headShape), as their pods must"),
+         "(variables.gpuShapes, variables.headShape), resources per container, as their pods must"),
         (_templates(spec, grace_bounded("t.spec")),
          "a team's Ray pod templates stop within the platform's checkpoint grace (terminationGracePeriodSeconds "
          "at most variables.graceSeconds, capacityBlockEnd.checkpointMinutes)"),

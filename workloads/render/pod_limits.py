@@ -99,6 +99,13 @@ def head_sized(spec: str) -> str:
             f" && (!has({spec}.initContainers) || {spec}.initContainers.all(c, !has(c.restartPolicy) && {within})))")
 
 
+def per_container(spec: str) -> str:
+    """No pod-level ``resources`` (PodLevelResources, on by default since Kubernetes 1.34): Volcano sizes a pod
+    by them (volcano v1.15.1 pkg/scheduler/api/pod_info.go:241-254), while the rules above and the team quota's
+    CPU and memory requirement read containers; a head of the platform's containers could hold a whole node."""
+    return f"!has({spec}.resources)"
+
+
 def grace_bounded(spec: str) -> str:
     return f"!has({spec}.terminationGracePeriodSeconds) || {spec}.terminationGracePeriodSeconds <= variables.graceSeconds"
 
@@ -113,6 +120,9 @@ def pod_limit_rules() -> list[tuple[str, str]]:
         (head_sized("object.spec"),
          "a team's pod on the head pool is no bigger than the platform's head (variables.headShape; one "
          "container, no sidecar)"),
+        (per_container("object.spec"),
+         "a team's pod states its resources per container (no pod-level spec.resources, which Volcano would "
+         "size it by past the rules above)"),
         (grace_bounded("object.spec"),
          "a team's pod stops within the platform's checkpoint grace (terminationGracePeriodSeconds at most "
          "variables.graceSeconds, capacityBlockEnd.checkpointMinutes): Volcano reclaims with the pod's own grace"),
