@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 
 import kubernetes_validate
+import pytest
+from test_admission import cfg, rayjob, run_pods  # noqa: F401 (fixtures)
 from test_scheduling_rules import SHARED, run
 from test_workloads import k8s_version, variant
 
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import POOL_LABEL, pool_gpu_resource
 from workloads.checks.pool_guarantees import unmet_guarantees
 from workloads.checks.run_plan import Planner
 from workloads.cli.runs import main
@@ -49,10 +51,11 @@ def test_every_gpu_pool_has_a_valid_resource_name_of_its_own():
     assert QUALIFIED.match(pool_gpu_resource("a" + "-" * 22 + "b"))  # the longest pool name
 
 
-def test_a_kubectl_rayjob_of_16_train_and_1_rollout_nodes_is_refused_at_its_ninth_trainer():
+def test_the_per_pool_quota_would_refuse_the_ninth_trainer_of_a_kubectl_rayjob_of_16_train_and_1_rollout():
     """Beta may hold 64 train GPUs (8 nodes) and 128 rollout GPUs; summed, 192. A RayJob of 16 train and 1
     rollout nodes asks 136 GPUs, within the sum: a quota of sums admits every pod. Per pool, the ninth trainer
-    takes beta past its train cap and is refused."""
+    takes beta past its train cap. The pods here request the pool's resource as the design has them do; run pods
+    do not yet (test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource), so today the quota lines bind nothing."""
     cfg = variant(SHARED, {})
     m = derive(cfg)
     beta = next(t for t in cfg.workloads.teams if t.name == "beta")
@@ -65,6 +68,17 @@ def test_a_kubectl_rayjob_of_16_train_and_1_rollout_nodes_is_refused_at_its_nint
     assert _quota_admits(hard, pods) == 8
     # the team's own runs stay within it: 8 train and 16 rollout nodes are all admitted
     assert _quota_admits(hard, [_gpu_pod("train")] * 8 + [_gpu_pod("rollout")] * 16) == 24
+
+
+@pytest.mark.xfail(strict=True, reason="issue 35 item 3 is not finished: run pods do not request their pool's "
+                   "resource yet, nothing advertises it and the Queue counts summed GPUs (docs/design/scheduling.md, "
+                   "'Per-pool guarantees')")
+def test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource(rayjob):
+    """Without it, the per-pool quota lines and queue dimensions count nothing of a team's run."""
+    for pod in run_pods(rayjob)[1:]:
+        pool = pod["spec"]["nodeSelector"][POOL_LABEL]
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert requests.get(pool_gpu_resource(pool)) == requests[GPU], pod["metadata"]["name"]
 
 
 def test_two_honest_beta_runs_holding_every_train_node_leave_alphas_train_guarantee_reported_unmet():
