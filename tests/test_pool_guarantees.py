@@ -78,7 +78,7 @@ def test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource(rayjob):
     for pod in run_pods(rayjob)[1:]:
         pool = pod["spec"]["nodeSelector"][POOL_LABEL]
         requests = pod["spec"]["containers"][0]["resources"]["requests"]
-        assert requests.get(pool_gpu_resource(pool)) == requests[GPU], pod["metadata"]["name"]
+        assert requests.get(pool_gpu_resource(pool)) == requests[GPU], pool
 
 
 def test_two_honest_beta_runs_holding_every_train_node_leave_alphas_train_guarantee_reported_unmet():
