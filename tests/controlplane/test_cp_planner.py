@@ -89,8 +89,21 @@ def _another_victim_of_the_same_team(step: list[Mismatch], free: dict[str, int])
         and len({m.run.team for m in planned + taken}) == 1
 
 
+def _nodes_back_to_the_victims_team(step: list[Mismatch], free: dict[str, int]) -> bool:
+    """The victims stopped as planned, but the planner's claimant waits and a waiting run of the victims'
+    team is bound instead: the claimant was only pipelined onto the victims' nodes; once its victims are
+    evicted their queue is below its share and comes first in allocate's queue order (plugins/capacity/
+    capacity.go:1183-1193, actions/allocate/allocate.go:129-130, 283-300), so its own waiting run takes them."""
+    claimants = [m for m in step if m.decision.action == "starts" and m.observed == "waits"
+                 and "checkpoint and stop" in m.decision.why]
+    back = [m for m in step if m.decision.action == "waits" and m.observed == "bound"]
+    return bool(claimants) and bool(back) and len(claimants) + len(back) == len(step) \
+        and all(b.run.team != c.run.team for b in back for c in claimants)
+
+
 KNOWN_RULES = {"reclaim-never-uses-an-empty-node": _reclaim_needing_free_nodes,
-               "victims-in-volcano-node-order": _another_victim_of_the_same_team}
+               "victims-in-volcano-node-order": _another_victim_of_the_same_team,
+               "freed-nodes-in-queue-order": _nodes_back_to_the_victims_team}
 """Rules of Volcano the planner cannot see, each stated in docs/design/scheduling.md ("What the plan cannot
 see"): name -> whether a step's disagreements are that rule's doing (given the free GPU nodes per pool before
 the step)."""
