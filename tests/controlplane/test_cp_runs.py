@@ -223,7 +223,7 @@ KUBERAY_BUILT = next(c for c in COMPONENTS if c.name == "kuberay").version
 ON_1_6_2 = KUBERAY_BUILT == "v1.6.2"
 STATUS_CHECK_TIMEOUT_S = {"v1.7.0": 300}
 """How long KubeRay fails no RayJob whose head does not answer: v1.7.0 ``RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS``
-(default 300, ray-operator utils/constant.go:287-290; rayjob_controller.go:306-309, 321-329, 1288-1364).
+(default 300, ray-operator utils/constant.go:287-290; rayjob_controller.go:262-264, 321-329, 1288-1364).
 v1.6.2 has none: it returns the error and keeps the RayJob Running (rayjob_controller.go:305-331)."""
 SMALL = {"train": 1, "rollout": 1}
 
@@ -336,7 +336,7 @@ def test_a_lost_head_is_not_recreated(tmp_path: Path):
 @pytest.mark.xfail(ON_1_6_2, strict=True, reason=(
     "KubeRay v1.6.2 stands in for v1.7.0 (controlplane.versions.KUBERAY_SERVED): when the head stops answering it "
     "returns the error and keeps the RayJob Running for ever (v1.6.2 rayjob_controller.go:305-331); v1.7.0 fails it "
-    "after RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (rayjob_controller.go:306-309, 321-329, 1288-1364), then deletes its "
+    "after RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS (rayjob_controller.go:262-264, 321-329, 1288-1364), then deletes its "
     "cluster and empties its PodGroup (rayjob_controller.go:420-425, 1515)"))
 def test_a_lost_head_fails_the_rayjob_and_leaves_nothing_that_blocks_a_drain(tmp_path: Path):
     platform = platform_of("p5en-shared", recorded)
