@@ -35,12 +35,15 @@ ISOLATE = 2
 cannot be contained under a category that is not "hardware", with this severity (v4.5.2
 ``dcgmlib/src/dcgm_errors.c`` ``dcgmErrorMeta``): ``DCGM_FR_UNCONTAINED_ERROR`` (Xid 95) and
 ``DCGM_FR_SXID_ERROR`` (a fatal NVSwitch SXID) under SOFTWARE_XID, the field thresholds under
-PERF_THRESHOLD and PERF_VIOLATION, ``DCGM_FR_EUD_TEST_FAILED`` under SOFTWARE_EUD: the node's hardware.
+PERF_THRESHOLD and PERF_VIOLATION: the node's hardware.
 A TRIAGE performance shortfall (``DCGM_FR_MEMORY_BANDWIDTH``, ``DCGM_FR_STRESS_LEVEL``) is not: the node is
 quarantined for a person, as DCGM asks."""
-ISOLATE_ELSEWHERE = frozenset({4, 8})
+ISOLATE_ELSEWHERE = frozenset({4, 7, 8})
 """SOFTWARE_LIBRARY (``DCGM_FR_NVML_LIB_BAD``: the image's libnvidia-ml) and SOFTWARE_OTHER
-(``DCGM_FR_IMEX_UNHEALTHY``: the host's IMEX daemon): ISOLATE there is not the GPU's fault."""
+(``DCGM_FR_IMEX_UNHEALTHY``: the host's IMEX daemon): ISOLATE there is not the GPU's fault. SOFTWARE_EUD
+(``DCGM_FR_EUD_TEST_FAILED``, message "in place"): the EUD plugin is not in DCGM's open source, so a
+setup failure of it (the container runs without capabilities) cannot be told from a finding; the burn-in
+does not require eud, and a replacement on it would be a guess: quarantined for a person instead."""
 REQUIRED = {2: ("memory", "pcie"),
             3: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth"),
             4: ("memory", "pcie", "diagnostic", "targeted_stress", "targeted_power", "memory_bandwidth",

@@ -54,7 +54,8 @@ def test_a_failure_dcgm_says_to_isolate_is_hardware_whatever_its_category(node_e
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("code", ["DCGM_FR_NVML_LIB_BAD", "DCGM_FR_MEMORY_BANDWIDTH", "DCGM_FR_XID_ERROR"])
+@pytest.mark.parametrize("code", ["DCGM_FR_NVML_LIB_BAD", "DCGM_FR_MEMORY_BANDWIDTH", "DCGM_FR_XID_ERROR",
+                                  "DCGM_FR_EUD_TEST_FAILED"])
 def test_an_image_library_or_a_shortfall_to_triage_is_not_hardware(node_env, train_plan, version, code):
     _write(node_env["results"], _level2(version, [("Fail", [code])]), rc=226)
     assert _verdict(node_env["run"](train_plan).node)[:2] == ("failed", "software")
@@ -70,12 +71,11 @@ def test_outside_the_hardware_categories_only_these_errors_are_the_nodes_hardwar
               and dcgm.hardware_error({"error_id": e["code"], "error_category": e["categoryValue"],
                                        "error_severity": e["severityValue"]})}
     assert called == {"DCGM_FR_FIELD_VIOLATION_DBL", "DCGM_FR_FIELD_THRESHOLD_DBL", "DCGM_FR_FIELD_THRESHOLD_TS",
-                      "DCGM_FR_FIELD_THRESHOLD_TS_DBL", "DCGM_FR_UNCONTAINED_ERROR", "DCGM_FR_EUD_TEST_FAILED",
-                      "DCGM_FR_SXID_ERROR"}
+                      "DCGM_FR_FIELD_THRESHOLD_TS_DBL", "DCGM_FR_UNCONTAINED_ERROR", "DCGM_FR_SXID_ERROR"}
     assert all(dcgm.hardware_error({"error_category": e["categoryValue"], "error_severity": e["severityValue"]})
                for e in table.values() if e["category"].startswith("DCGM_FR_EC_HARDWARE_"))
     assert {n: v for n, v in categories(version).items() if v in dcgm.ISOLATE_ELSEWHERE} == {
-        "DCGM_FR_EC_SOFTWARE_LIBRARY": 4, "DCGM_FR_EC_SOFTWARE_OTHER": 8}
+        "DCGM_FR_EC_SOFTWARE_LIBRARY": 4, "DCGM_FR_EC_SOFTWARE_EUD": 7, "DCGM_FR_EC_SOFTWARE_OTHER": 8}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
