@@ -209,7 +209,7 @@ def test_every_pod_attack_is_refused_by_the_pod_policy_and_the_runs_pods_are_adm
     for pod in beta_pods:  # KubeRay's own pods of beta's run pass
         assert _dry_create(operator, pod) is None, pod["metadata"]["name"]
     attacks = {**pod_attacks(beta_pods[1]), **tenant_pod_attacks(beta_pods), **hold_attacks(beta_pods, grace)}
-    assert len(attacks) == 19 + 35 + 18
+    assert len(attacks) == 19 + 35 + 20
     misses = _misses(operator, POD_POLICY, attacks)
     assert not misses, "\n".join(misses)
 
