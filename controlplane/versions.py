@@ -26,7 +26,8 @@ the v1.7.0 tag's commit (59d663aeec13, 2026-08-19); v1.6.2 is the newest it serv
 (ray-project/kuberay v1.6.2..v1.7.0): the Volcano plugin (PodGroup ``ray-<rayjob>-pg``, minMember, minResources,
 queue and priority labels, ``schedulerName``, group annotation), pod labels, token authentication, HTTPMode
 submission, ``clusterSelector``, shutdown/TTL/deletion policy, the objects it owns; the CRD schemas accept every
-field we render. Different, and asserted only by two strict xfails (tests/controlplane/test_cp_runs.py): v1.6.2 never fails a RayJob whose head stops
+field we render. Different, and asserted only by two strict xfails (tests/controlplane/test_cp_runs.py):
+v1.6.2 never fails a RayJob whose head stops
 answering (v1.7.0: Failed after ``RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS``, 300 s), and suspending a RayJob leaves
 its PodGroup's minMember as it was (v1.7.0 sets it to 0, rayjob_controller.go:389-391)."""
 
