@@ -189,19 +189,10 @@ def _option_rows(p: argparse.ArgumentParser) -> list[str]:
     return ["| argument | default | meaning |", "| --- | --- | --- |", *rows] if rows else []
 
 
-def _scripts() -> dict[str, list[str]]:
-    """Module -> the console scripts (``pyproject.toml``, ``[project.scripts]``) that run its ``main``."""
-    import tomllib
-    found: dict[str, list[str]] = {}
-    for name, target in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"].items():
-        found.setdefault(target.split(":")[0], []).append(name)
-    return found
-
-
-def _command(p: argparse.ArgumentParser, level: int, about: str = "", aliases: list[str] = ()) -> list[str]:
+def _command(p: argparse.ArgumentParser, level: int, about: str = "", alias: str = "") -> list[str]:
     p.formatter_class = _fixed_width
     out = ["", f"{'#' * level} `{p.prog}`", ""]
-    out += [f"Installed as {', '.join(f'`{a}`' for a in aliases)} too.", ""] if aliases else []
+    out += [f"Alias: `{alias}`.", ""] if alias else []
     out += [_cell(about or p.description or ""), ""] if (about or p.description) else []
     out += ["```", p.format_usage().strip().removeprefix("usage: "), "```", ""] + _option_rows(p)
     for a in p._actions:  # noqa: SLF001
@@ -213,14 +204,29 @@ def _command(p: argparse.ArgumentParser, level: int, about: str = "", aliases: l
 
 
 def cli_page() -> str:
+    from moe_rl.cli import STACKS_ENV, SUBCOMMANDS, renamed_parsers
+    from workloads.cli import torchx
     out = [HEADER, "# Command lines", "",
-           "Every command that reads a stack takes `--stack-dir` (the folder of the stack files) and every "
-           "command that talks to a cluster `--context` (a kubeconfig context), each defined once "
-           "(`workloads/cli/base.py`); a stack is read through the one gate (`workloads.checks.gate.read`). "
-           "Errors are one line on stderr; exit 2 is an invalid stack, run or experiment file."]
-    scripts = _scripts()
-    for parser in _commands():
-        out += _command(parser(), 2, aliases=scripts.get(parser.__module__, []))
+           "`moe-rl` is the one installed command (`pip install -e .`; `moe_rl/cli.py`): each subcommand below is "
+           "an existing command's own parser and main, whose `python -m` path stays as an alias. "
+           f"`moe-rl --stacks DIR` (or `{STACKS_ENV}`) names the folder of the stack files, given to every subcommand "
+           "that reads a stack as its `--stack-dir` (default: `./stacks`); every command that talks to a cluster "
+           "takes `--context` (a kubeconfig context), each defined once (`workloads/cli/base.py`); a stack is read "
+           "through the one gate (`workloads.checks.gate.read`). `-o json|yaml` prints a data command's output as "
+           "data. Shell completion (subcommands, options, stack names): "
+           "`eval \"$(_MOE_RL_COMPLETE=bash_source moe-rl)\"` in `~/.bashrc` (`zsh_source`, `fish_source` for "
+           "those shells).", "",
+           "Exit codes: 0 done; 1 a refusal on the merits; 2 bad input, every problem one line naming the file and "
+           "the field ([errors.md](errors.md) lists each case)."]
+    for name, sub in SUBCOMMANDS.items():
+        if sub.prefix:
+            out += ["", f"## `moe-rl {name}`", "", f"`moe-rl runs {' '.join(sub.prefix)}` (above), by its own name."]
+            continue
+        for argv in ([], ["report"]) if name == "acceptance" else ([],):
+            with renamed_parsers(sub.prog, f"moe-rl {name}"):
+                p = sub.parser(argv)
+            out += _command(p, 2, alias=f"{sub.prog}{''.join(' ' + a for a in argv)}")
+    out += _command(torchx.parser(), 2)
     return "\n".join(out) + "\n"
 
 
@@ -251,6 +257,7 @@ Generated from the code by `{command}`; `tests/test_reference.py` fails while a 
 - [experiment.md](experiment.md): an experiment file (`experiments/*.yaml`)
 - [cli.md](cli.md): every command line
 - [guardrails.md](guardrails.md): the policy pack's rules
+- [errors.md](errors.md): exit codes and every case of bad input (written by hand; `tests/test_bad_input.py` runs each)
 
 ## Checking a stack file in the editor
 

@@ -22,6 +22,7 @@ from conftest import ROOT
 UPSTREAM = {
     "tests/test_intranode.py": "deepseek-ai/DeepEP's intranode test, cited as not run",
     "workloads/image/wheels": "the folder the image build fills with wheels (workloads/image/README.md)",
+    ".venv/bin/moe-rl": "the command README's set-up installs (pip install -e .)",
 }
 
 PATH = re.compile(r"(?<![\w/.:@<>*{}-])((?:[\w.<>*{}-]+/)+[\w.<>*{}-]*[\w*])")

@@ -31,6 +31,7 @@ GETTING_STARTED = ROOT / "docs" / "getting-started"
 PAGES = ["plan.md", "first-deploy.md", "team-run.md", "seed-benchmark.md"]
 MARKS = {("offline",), ("offline", "slow"), ("aws",)}
 PYTHON = {"python", ".venv/bin/python"}
+MOE_RL = {"moe-rl", ".venv/bin/moe-rl"}
 
 
 def page_blocks() -> list:
@@ -38,15 +39,18 @@ def page_blocks() -> list:
 
 
 def commands(block) -> list[list[str]]:
-    """Each command line of ``block`` as ``[module, *args]``: comments dropped, continuations joined,
-    globs expanded as bash expands them; ValueError for a line that is not ``python -m <module> ...``."""
+    """Each command line of ``block`` as ``[module, *args]`` (``moe-rl ...`` is ``moe_rl.cli ...``): comments
+    dropped, continuations joined, globs expanded as bash expands them; ValueError for a line that is not
+    ``moe-rl ...`` or ``python -m <module> ...``."""
     found = []
     for line in block.text.replace("\\\n", " ").split("\n"):
         words = shlex.split(line, comments=True)
         if not words:
             continue
+        if words[0] in MOE_RL:
+            words = ["python", "-m", "moe_rl.cli", *words[1:]]
         if len(words) < 3 or words[0] not in PYTHON or words[1] != "-m":
-            raise ValueError(f"{block.where()}: {line.strip()!r} is not a `python -m` line; "
+            raise ValueError(f"{block.where()}: {line.strip()!r} is not a `moe-rl` or `python -m` line; "
                              f"allowed: such lines only, or the mark `bash offline slow`")
         found.append([w for word in words[2:] for w in (sorted(glob.glob(word)) or [word]
                                                          if glob.has_magic(word) else [word])])
@@ -90,8 +94,10 @@ def test_the_block_reader_sees_marks_indented_fences_and_lines():
     assert [(b.line, b.language, b.marks, b.offline) for b in found] == [
         (2, "bash", ("offline",), True), (5, "", (), False), (8, "bash", ("aws",), False)]
     assert commands(found[0]) == [["a.b", "c"]]
-    with pytest.raises(ValueError, match="is not a `python -m` line"):
+    with pytest.raises(ValueError, match="is not a `moe-rl` or `python -m` line"):
         commands(found[2])
+    moe_rl = doc_blocks.blocks(ROOT / "page.md", "```bash offline\nmoe-rl runs plan s r.yaml\n```\n")[0]
+    assert commands(moe_rl) == [["moe_rl.cli", "runs", "plan", "s", "r.yaml"]]
 
 
 def test_a_failing_command_is_seen():
@@ -109,9 +115,12 @@ def test_each_offline_block_runs(block, monkeypatch):
 
 
 def test_the_slow_blocks_name_modules_that_exist():
+    from moe_rl.cli import SUBCOMMANDS
     slow = [b for b in page_blocks() if b.offline and b.slow]
     named = {m for b in slow for m in re.findall(r"python -m ([\w.]+)", b.text)}
-    assert named and all(importlib.util.find_spec(m) for m in named), named
+    subcommands = {m for b in slow for m in re.findall(r"moe-rl (?:--stacks \S+ )?([\w-]+)", b.text)}
+    assert named | subcommands and all(importlib.util.find_spec(m) for m in named), named
+    assert subcommands <= set(SUBCOMMANDS), subcommands
 
 
 def setup_commands() -> list[str]:
@@ -125,8 +134,8 @@ def test_readmes_set_up_is_what_ci_runs():
     first, second = setup_commands()
     ci = {line.replace(" --quiet", "").strip() for line in (ROOT / ".ci" / "run").read_text().split("\n")}
     *venv, plan = [part.strip() for part in first.split("&&")]
-    assert venv == ["python3 -m venv .venv", ".venv/bin/pip install -r requirements.txt"] and set(venv) <= ci
-    assert plan == ".venv/bin/python -m analysis.plan p5en-prod"
+    assert venv == ["python3 -m venv .venv", ".venv/bin/pip install -r requirements.txt -e ."] and set(venv) <= ci
+    assert plan == ".venv/bin/moe-rl plan p5en-prod"
     assert second == ".venv/bin/python -m pytest" and second in ci
     assert ".venv/bin/python scripts/run_doc_blocks.py" in ci
 
@@ -184,5 +193,5 @@ def test_the_team_run_kubeconfig_is_the_shared_stacks_cluster_and_a_members_role
 
 def test_team_run_submits_with_the_repository():
     text = (GETTING_STARTED / "team-run.md").read_text()
-    submits = [line for line in text.split("\n") if "workloads.cli.runs submit" in line and "--dry-run" not in line]
+    submits = [line for line in text.split("\n") if "moe-rl runs submit" in line and "--dry-run" not in line]
     assert submits and all("--repository" in line for line in submits)
