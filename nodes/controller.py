@@ -153,7 +153,10 @@ def reconcile(api: incluster.Api, plan: Mapping[str, Any], now: datetime,
                 done += retest.release(api, node, plan["namespace"], now, PERIOD_SECONDS)
             except incluster.ApiError as e:
                 done.append(f"{node['metadata']['name']}: re-test not freed ({e}): tried again in {PERIOD_SECONDS} s")
-        done += pairs.pair(api, nodes, plan, now)
+        try:  # a refused pairing write (a host pod's create, a node mark) never stops replacement either
+            done += pairs.pair(api, nodes, plan, now)
+        except incluster.ApiError as e:
+            done.append(f"pairing not done ({e}): tried again in {PERIOD_SECONDS} s")
         for pool, limits in sorted(plan["pools"].items()):
             mine = [n for n in nodes if (n["metadata"].get("labels") or {}).get(plan["poolLabel"]) == pool]
             done += reconcile_pool(api, run, pool, mine, limits, plan, now, mark) if limits["replace"] else []

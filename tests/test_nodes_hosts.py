@@ -15,11 +15,12 @@ from conftest import graph_of, load
 from test_nodes import evaluate, request_from
 from test_nodes_agent import merge, new_node, node_env, train_plan  # noqa: F401 - fixtures
 from test_nodes_controller import NOW, _pod, cluster  # noqa: F401 - fixture
+
 from test_nodes_pairs import _pair_plan
 from test_workloads import k8s_version
 from test_workloads_security import registered_objects
 
-from nodes import controller, marks, pairs
+from nodes import controller, incluster, marks, pairs
 from nodes.render import NAMESPACE, REPLACE, REPLACE_ACCOUNT
 
 PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
@@ -148,3 +149,16 @@ def test_the_host_side_is_rank_zero_and_serves_each_device(node_env, train_plan,
     assert said["checked"] == "n-new" and said["problems"] == [] and said["figures"]["pairAllReduceGBs"] > 0
     served = [ln.split(" -B ")[1] for ln in node_env["calls"].read_text().splitlines() if " -B " in ln]
     assert sorted(served) == ["47600", "47601"]
+
+
+def test_a_refused_host_pod_is_reported_and_the_pass_goes_on(cluster, rendered):
+    """A 403 on the host pod's create (its admission policy) was raised out of ``reconcile``: replacement in
+    every pool was skipped on every pass while it lasted."""
+    plan, _ = rendered
+    c = cluster([_lone("n-new", timedelta(minutes=3)), _proven("p-c-idle")])
+
+    def refuse(pod):
+        raise incluster.ApiError(403, "denied by ValidatingAdmissionPolicy rl-burn-in-host-pods")
+    c.api.create_pod = refuse
+    done = controller.reconcile(c.api, plan, NOW, mark=lambda n: None)
+    assert any(line.startswith("pairing not done") and "403" in line for line in done), done
