@@ -227,7 +227,8 @@ def test_an_empty_or_unreadable_tracker_stops_the_launcher(tmp_path):
             resume_flags(["--load", str(ckpt)])
 
 
-@pytest.mark.parametrize("kept", ["metadata.json", "mp_rank_00", ".metadata", None, "bad-json", "no-backend"])
+@pytest.mark.parametrize("kept", ["metadata.json", "mp_rank_00", ".metadata", None, "bad-json", "no-backend",
+                                  "bad-json beside .metadata", "a list beside .metadata"])
 def test_a_save_without_megatrons_metadata_stops_the_launcher(tmp_path, kept):
     """A save Megatron recognises by none of its formats' metadata (``_get_checkpoint_format``:
     metadata.json, mp_rank_0*, .metadata; else "unknown checkpoint format") is refused."""
@@ -243,9 +244,12 @@ def test_a_save_without_megatrons_metadata_stops_the_launcher(tmp_path, kept):
         (save / "metadata.json").write_text("{")
     elif kept == "no-backend":  # CheckpointingConfig(**{}) raises: sharded_backend has no default
         (save / "metadata.json").write_text("{}")
+    elif kept and kept.endswith("beside .metadata"):  # every torch_dist save has .metadata: metadata.json decides first
+        (save / ".metadata").mkdir()
+        (save / "metadata.json").write_text("{" if kept.startswith("bad") else "[1]")
     elif kept:
         (save / kept).mkdir()
-    if kept in (None, "bad-json", "no-backend"):
+    if kept is None or kept in ("bad-json", "no-backend") or kept.endswith("beside .metadata"):
         with pytest.raises(SystemExit, match="holds no metadata.json, mp_rank_0"):
             resume_flags(["--load", str(ckpt)])
     else:

@@ -173,13 +173,16 @@ def _save_dir(load: Path) -> Path | None:
 
 
 def _recognised(save: Path) -> bool:
-    """``save`` holds the metadata of a format Megatron loads (``DIST_CONFIG``)."""
-    try:
-        config = json.loads((save / DIST_CONFIG).read_text())
-        if isinstance(config, dict) and "sharded_backend" in config:
-            return True
-    except (OSError, ValueError):
-        pass
+    """``save`` holds the metadata of a format Megatron loads (``DIST_CONFIG``). A ``DIST_CONFIG`` that is there
+    decides alone: Megatron reads it first and raises on one that is not a mapping naming its
+    ``sharded_backend`` (Megatron-LM@235952df megatron/core/dist_checkpointing/core.py:37-70, maybe_load_config),
+    whatever ``.metadata`` beside it says."""
+    if (save / DIST_CONFIG).exists():
+        try:
+            config = json.loads((save / DIST_CONFIG).read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(config, dict) and "sharded_backend" in config
     return any(p.name.startswith("mp_rank_0") for p in save.iterdir()) or (save / ".metadata").exists()
 
 
