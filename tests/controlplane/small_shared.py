@@ -13,7 +13,9 @@ other team is within its own."""
 from __future__ import annotations
 
 from conftest import recorded
+from kubernetes import client
 
+from controlplane.kube import eventually
 from controlplane.platform import Platform
 from controlplane.session import variant_platform_of
 
@@ -35,4 +37,11 @@ def _small(platform: dict) -> None:
 
 
 def small_shared() -> Platform:
-    return variant_platform_of(STACK, NAME, _small, recorded)
+    """The platform, once every PersistentVolumeClaim of the graph is bound: until the PV controller has bound a
+    team's checkpoint claim, Volcano's VolumeBinding pre-predicate refuses every pod of the team's runs ("pod has
+    unbound immediate PersistentVolumeClaims"), which a test would read as a run waiting."""
+    platform = variant_platform_of(STACK, NAME, _small, recorded)
+    core = client.CoreV1Api(platform.cp.client())
+    eventually("every PersistentVolumeClaim bound", lambda: all(
+        c.status.phase == "Bound" for c in core.list_persistent_volume_claim_for_all_namespaces().items), 120)
+    return platform

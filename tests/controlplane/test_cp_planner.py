@@ -311,5 +311,6 @@ def test_volcano_binds_and_evicts_what_the_planner_predicts(tmp_path):
             _clean(watch, live)
     print(f"{MIXES} mixes in {time.monotonic() - started:.0f} s: {dict(tally)}; explained by a known rule: "
           f"{dict(explained)}; unexplained: {len(unexplained)}")
+    assert tally["preempted"], "no step made the planner expect a preemption or a reclaim: raise MIXES or change SEED"
     assert not watch.violations, "gangs partly bound:\n" + "\n".join(watch.violations)
     assert not unexplained, "\n".join(unexplained)
