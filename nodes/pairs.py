@@ -29,6 +29,7 @@ whose other nodes are all busy, has no neighbour to prove it with.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
@@ -103,7 +104,8 @@ def pair(api: incluster.Api, nodes: list[Mapping[str, Any]], plan: Mapping[str, 
             done.append(f"{na} and {nb}: paired for the check with a neighbour")
         spec = (plan.get("hosts") or {}).get(pool)
         if len(offers) % 2 and spec:
-            done += _with_host(api, *offers[-1], [n for n in nodes if _pool(n, label) == pool], spec, plan, now)
+            done += _with_host(api, *offers[-1], [n for n in nodes if _pool(n, label) == pool], spec, plan, now,
+                               os.environ.get(host_image_env(pool)))
     return done + _end_hosts(api, nodes, plan["namespace"])
 
 
@@ -119,11 +121,20 @@ def idle(api: incluster.Api, node: Mapping[str, Any], plan: Mapping[str, Any]) -
                    if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
 
 
-def host_pod(spec: Mapping[str, Any], namespace: str, host: str, checked: str) -> dict:
-    """The pool's host pod (``spec``, rendered) on ``host``, checking ``checked``."""
+def host_image_env(pool: str) -> str:
+    """The controller's variable holding the pool's host image: the deploy fills the stack registry's URL into
+    an environment value (``stackconfig.images.fill`` replaces strings that start with the token), never into
+    the JSON plan the controller is given."""
+    return "HOST_IMAGE_" + "".join(ch if ch.isalnum() else "_" for ch in pool.upper())
+
+
+def host_pod(spec: Mapping[str, Any], namespace: str, host: str, checked: str, image: str | None = None) -> dict:
+    """The pool's host pod (``spec``, rendered) on ``host``, checking ``checked``; ``image``: the deployed
+    image in place of the rendered one."""
     md = spec["metadata"]
     env = [{"name": "PEER_NODE", "value": checked}]
-    containers = [{**c, "env": [*c.get("env", []), *env]} for c in spec["spec"]["containers"]]
+    containers = [{**c, "env": [*c.get("env", []), *env], **({"image": image} if image else {})}
+                  for c in spec["spec"]["containers"]]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {**md, "name": f"host-{checked}", "namespace": namespace,
                          "labels": {**md.get("labels", {}), HOST_LABEL: checked}},
@@ -131,7 +142,7 @@ def host_pod(spec: Mapping[str, Any], namespace: str, host: str, checked: str) -
 
 
 def _with_host(api: incluster.Api, node: Mapping[str, Any], waiting: Mapping[str, Any], pool: list[Mapping[str, Any]],
-               spec: Mapping[str, Any], plan: Mapping[str, Any], now: datetime) -> list[str]:
+               spec: Mapping[str, Any], plan: Mapping[str, Any], now: datetime, image: str | None) -> list[str]:
     """Start a host pod for the lone ``node`` on an idle proven node; pair them once it has its address."""
     name, ns = node["metadata"]["name"], plan["namespace"]
     since = marks.parse_stamp(waiting.get("since", ""))
@@ -143,7 +154,7 @@ def _with_host(api: incluster.Api, node: Mapping[str, Any], waiting: Mapping[str
                      if h["metadata"]["name"] != name and idle(api, h, plan)), None)
         if host is None:
             return []
-        api.create_pod(host_pod(spec, ns, host, name))
+        api.create_pod(host_pod(spec, ns, host, name, image))
         return [f"{name}: proven node {host} asked to check it"]
     status, host = pod.get("status") or {}, pod["spec"]["nodeName"]
     if status.get("phase") != "Running" or not status.get("podIP"):

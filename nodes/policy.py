@@ -78,8 +78,13 @@ def retest_rules(taint_key: str) -> list[tuple[str, str]]:
              f"the watcher may only ask for a re-test ({RESULT_LABEL}={RETEST}, with the {taint_key} taint)")]
 
 
-def host_pod_rules(host_label: str, script: str) -> list[tuple[str, str]]:
-    """What a pod the controller creates must be: a host pod of the check with a neighbour, and no more."""
+def host_pod_rules(host_label: str, script: str, adds: list[str] = ()) -> list[tuple[str, str]]:
+    """What a pod the controller creates must be: a host pod of the check with a neighbour, and no more: one
+    container running ``python3 <script> --plan <json> --results <dir>`` and nothing else (no args, no
+    environment from Secrets or ConfigMaps), not privileged, no privilege escalation, every capability dropped
+    but ``adds`` (the agent's). The image is not pinned here: the rendered one holds the registry token the
+    deploy fills only in the controller's environment (``nodes.pairs.host_image_env``)."""
+    sc = "c.securityContext"
     return [
         (f"has(object.metadata.labels) && {json.dumps(host_label)} in object.metadata.labels",
          "the burn-in controller creates only host pods"),
@@ -88,6 +93,16 @@ def host_pod_rules(host_label: str, script: str) -> list[tuple[str, str]]:
         (f"!has(object.spec.initContainers) && object.spec.containers.all(c, has(c.command) && "
          f"c.command.size() > 1 && c.command[1] == {json.dumps(script)})",
          f"a host pod runs {script} only"),
+        ("object.spec.containers.size() == 1 && object.spec.containers.all(c, c.command.size() == 6 && "
+         "c.command[0] == 'python3' && c.command[2] == '--plan' && c.command[4] == '--results' && !has(c.args) && "
+         "!has(c.envFrom) && (!has(c.env) || c.env.all(e, !has(e.valueFrom) || has(e.valueFrom.fieldRef))))",
+         f"a host pod is one container running python3 {script} --plan <plan> --results <dir>, no args, no "
+         "environment from Secrets or ConfigMaps"),
+        (f"object.spec.containers.all(c, has({sc}) && !(has({sc}.privileged) && {sc}.privileged) && "
+         f"has({sc}.allowPrivilegeEscalation) && !{sc}.allowPrivilegeEscalation && has({sc}.capabilities) && "
+         f"has({sc}.capabilities.drop) && 'ALL' in {sc}.capabilities.drop && (!has({sc}.capabilities.add) || "
+         f"{sc}.capabilities.add.all(a, a in {json.dumps(sorted(adds))})))",
+         f"a host pod is not privileged, escalates nothing and adds no capability but {', '.join(adds) or 'none'}"),
         ("!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.configMap) || has(v.emptyDir))",
          "a host pod mounts only ConfigMaps and emptyDirs"),
         ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && "
@@ -140,7 +155,7 @@ def own_node_policies(prefix: str, user: str, taint_keys: tuple[str, ...], label
 
 def burn_in_policies(namespace: str, service_account: str, watch_account: str, replace_account: str,
                      burn_in_key: str, quarantine_key: str, capability_labels: tuple[str, ...] = (),
-                     host_pods: tuple[str, str] = ("", "")) -> list[dict]:
+                     host_pods: tuple[str, str, list[str]] = ("", "", [])) -> list[dict]:
     """The burn-in's (its result and capability labels, on its node), the watcher's (a re-test of its
     node) and the replacement controller's (its annotations, on any node; ``host_pods``: the host label and
     script its pods carry), with bindings."""

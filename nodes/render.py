@@ -55,7 +55,7 @@ from workloads.render.common import (container_resources, env_list, labels, pod_
 from .burn_in import QUARANTINE_TAINT, PoolBurnIn
 from .breaker import BREAKER
 from .marks import DONE, NODE_EVENTS_NAMESPACE, PASSED, RESULT_LABEL
-from .pairs import HOST_LABEL
+from .pairs import HOST_LABEL, host_image_env
 from .policy import burn_in_policies
 
 NAMESPACE = "rl-burn-in"
@@ -309,12 +309,25 @@ def controller_plan(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
             "hosts": {b.pool.name: host_pod_spec(m, b) for b in plans if b.steps.get("neighbours")}}
 
 
+def host_images(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict[str, str]:
+    """Each host pool's image under its variable (``nodes.pairs.host_image_env``): an environment value the
+    deploy fills with the stack registry's URL, which the plan's JSON string never gets."""
+    return {host_image_env(pool): spec["spec"]["containers"][0]["image"]
+            for pool, spec in controller_plan(m, plans)["hosts"].items()}
+
+
+def host_capabilities(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[str]:
+    """The capabilities a host container adds (its pool's agent's)."""
+    return sorted({a for spec in controller_plan(m, plans)["hosts"].values() for c in spec["spec"]["containers"]
+                   for a in ((c.get("securityContext") or {}).get("capabilities") or {}).get("add", [])})
+
+
 def controller(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
     """``nodes.controller`` on the system pool: one replica, never two at once (``Recreate``)."""
     small = {"cpu": "100m", "memory": "128Mi"}
     c = {"name": "controller", "image": m.image, "imagePullPolicy": "IfNotPresent",
          "command": ["python3", f"{SCRIPTS_DIR}/controller.py", "--plan", json.dumps(controller_plan(m, plans), sort_keys=True)],
-         "env": env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
+         "env": env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", **host_images(m, plans)}),
          "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
          "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
     pod_labels = labels(REPLACE)
@@ -336,4 +349,5 @@ def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
     return [*base_objects(), *eviction_roles(eviction_namespaces(m)), *(daemonset(m, b) for b in plans),
             watch_daemonset(m, plans), controller(m, plans),
             *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
-                              QUARANTINE_TAINT.key, caps, (HOST_LABEL, f"{SCRIPTS_DIR}/pairs.py"))]
+                              QUARANTINE_TAINT.key, caps,
+                              (HOST_LABEL, f"{SCRIPTS_DIR}/pairs.py", host_capabilities(m, plans)))]

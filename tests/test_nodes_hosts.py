@@ -100,7 +100,8 @@ def test_a_host_pod_that_ended_is_deleted_and_a_lone_node_can_get_another(cluste
 def test_the_host_pod_is_a_valid_pod_the_controllers_policy_admits_and_nothing_else(rendered):
     plan, policies = rendered
     assert set(plan["hosts"]) == {"train", "rollout"}  # the pools with EFA: checked with a neighbour
-    pod = pairs.host_pod(plan["hosts"]["train"], NAMESPACE, "p-idle", "n-new")
+    pod = pairs.host_pod(plan["hosts"]["train"], NAMESPACE, "p-idle", "n-new", "registry.example/agent@sha256:" + "0" * 64)
+    assert pod["spec"]["containers"][0]["image"] == "registry.example/agent@sha256:" + "0" * 64
     kubernetes_validate.validate(pod, k8s_version(load("p5en-prod")), strict=True)
     policy = policies["rl-burn-in-replace-pods"]
     request = {**request_from(None, f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"), "namespace": NAMESPACE}
@@ -111,7 +112,21 @@ def test_the_host_pod_is_a_valid_pod_the_controllers_policy_admits_and_nothing_e
             ({"spec": {"automountServiceAccountToken": True}}, "a host pod holds no service-account token"),
             ({"spec": {"containers": [{**spec["containers"][0], "command": ["sh", "-c", "x"]}]}}, "runs /opt/burn-in/pairs.py"),
             ({"spec": {"volumes": [*spec["volumes"], {"name": "h", "hostPath": {"path": "/"}}]}}, "ConfigMaps and emptyDirs"),
-            ({"spec": {"hostNetwork": True}}, "shares nothing")):
+            ({"spec": {"hostNetwork": True}}, "shares nothing"),
+            *(({"spec": {"containers": [{**spec["containers"][0], **change}]}}, message) for change, message in (
+                ({"command": ["/evil", *spec["containers"][0]["command"][1:]]}, "one container running python3"),
+                ({"args": ["-c", "id"]}, "no args"),
+                ({"envFrom": [{"secretRef": {"name": "s"}}]}, "no environment from Secrets"),
+                ({"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+                 "no environment from Secrets"),
+                ({"securityContext": {**spec["containers"][0]["securityContext"], "privileged": True}}, "not privileged"),
+                ({"securityContext": {**spec["containers"][0]["securityContext"], "allowPrivilegeEscalation": True}},
+                 "escalates nothing"),
+                ({"securityContext": {**spec["containers"][0]["securityContext"],
+                                      "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK", "SYS_ADMIN"]}}},
+                 "adds no capability but IPC_LOCK"))),
+            ({"spec": {"containers": [spec["containers"][0], {**spec["containers"][0], "name": "second"}]}},
+             "one container running python3")):
         found = evaluate(policy, request, merge(pod, bad), None)
         assert found and message in found[0], (bad, found)
     assert evaluate(policy, {**request_from(None, "system:serviceaccount:x:y"), "namespace": NAMESPACE}, pod, None) is None
@@ -162,3 +177,20 @@ def test_a_refused_host_pod_is_reported_and_the_pass_goes_on(cluster, rendered):
     c.api.create_pod = refuse
     done = controller.reconcile(c.api, plan, NOW, mark=lambda n: None)
     assert any(line.startswith("pairing not done") and "403" in line for line in done), done
+
+
+def test_the_host_image_reaches_the_controller_where_the_deploy_fills_the_registry():
+    """The plan is one JSON string the deploy never fills (``stackconfig.images.fill`` replaces strings that start
+    with the registry token): a host pod made from it alone named ``{imageRepository}:...`` and was never
+    pulled. The recorded graph is the deployed one: the controller's environment holds each pool's image with
+    the stack registry's URL."""
+    objects = registered_objects(graph_of("p5en-prod"))
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == REPLACE)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    plan = json.loads(container["command"][container["command"].index("--plan") + 1])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert plan["hosts"]
+    for pool, spec in plan["hosts"].items():
+        rendered = spec["spec"]["containers"][0]["image"]
+        deployed = env[pairs.host_image_env(pool)]
+        assert "{" not in deployed and deployed.endswith(rendered.split("}", 1)[1]), (pool, deployed)
