@@ -337,7 +337,9 @@ class FakeFIS:
     """AWS FIS over the fake cluster: the stack's templates (components.faults, as specified) run as
     their parameters say: a pod-delete with its grace period on one pod its selector matches, a
     terminate on the instances tagged with the template's value; a target preview (actionsMode
-    skip-all) acts on nothing; ``denied`` templates answer AccessDeniedException to StartExperiment."""
+    skip-all) acts on nothing; ``denied`` templates answer AccessDeniedException to StartExperiment;
+    ``also_resolved`` targets are reported beside the ones hit (what a race FIS won would show), and
+    ``started_on`` replaces the tag value the started experiment records (a concurrent template update)."""
 
     def __init__(self, cluster: FakeRuns, ec2: "FakeEC2", fail_with: str | None = None):
         self.cluster, self.ec2, self.fail_with = cluster, ec2, fail_with
@@ -345,6 +347,8 @@ class FakeFIS:
         self.started, self.stopped, self.experiments, self.previews = [], [], {}, []
         self.denied: set[str] = set()
         self.updated: list[tuple[str, dict]] = []
+        self.also_resolved: list[dict] = []
+        self.started_on: str | None = None
 
     def list_experiment_templates(self, **_):
         return {"experimentTemplates": [{"id": i, "tags": tags} for i, (_, tags) in self.specs.items()]}
@@ -383,9 +387,9 @@ class FakeFIS:
                 self.cluster.terminate(iid.removeprefix("i-"))
         state = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
         self.experiments[exp] = {"state": state, "actions": {action["name"]: {"startTime": now}},
-                                 "targets": {t["name"]: {"resourceTags": {x["key"]: x["value"] for x in
-                                                                          t.get("resource_tags", [])}}
-                                             for t in spec["targets"]}, "resolved": hit}
+                                 "targets": {t["name"]: {"resourceTags": {x["key"]: self.started_on or x["value"]
+                                                                          for x in t.get("resource_tags", [])}}
+                                             for t in spec["targets"]}, "resolved": hit + self.also_resolved}
         return {"experiment": {"id": exp}}
 
     def get_experiment(self, id):

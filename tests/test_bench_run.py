@@ -386,6 +386,29 @@ def test_a_node_fault_terminates_exactly_the_instance_tagged_for_it(tmp_path, ca
     assert [t["node"]["resourceTags"][FAULT_TAG] for _, t in clients["fis"].updated[1:]] == values  # [0]: preflight
 
 
+def test_a_fault_fis_resolved_to_another_target_too_makes_the_attempt_incomplete(tmp_path, capsys):
+    """FIS resolves its targets when it starts, after the pre-checks: a teammate's pod labelled in between is
+    hit as well; the attempt is not counted (``bench.faults`` reads ListExperimentResolvedTargets)."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    clients["fis"].also_resolved = [{"resourceType": "aws:eks:pod", "targetName": "pod",
+                                     "targetInformation": {"namespace": NAMESPACE, "podName": "their-run-1-rollout-0"}}]
+    code, _ = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1
+    assert "their-run-1-rollout-0, not this attempt's" in (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+
+
+def test_an_experiment_started_on_another_faults_tag_is_stopped_and_the_attempt_incomplete(tmp_path, capsys):
+    """A concurrent update of the template between this fault's update and its start aims FIS at another
+    value: the experiment is stopped at once and the attempt not counted."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    clients["fis"].started_on = f"{CLUSTER}:someone-else"
+    code, _ = _run(_experiment(tmp_path, [{"kind": "terminate-gpu-node", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1 and clients["fis"].stopped
+    assert "someone-else, not this fault's" in (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+
+
 @pytest.mark.parametrize("lacks", ["fis:StartExperiment", "ec2:CreateTags"])
 def test_a_fault_the_member_may_not_start_is_refused_before_anything_runs(tmp_path, capsys, lacks):
     """Without the node policy a terminate-gpu-node failed with AccessDenied at its step, hours in; the
