@@ -53,7 +53,7 @@ def test_step_2_logs_in_names_each_build_time_commit_and_runs_the_image_steps():
     assert 'aws ecr get-login-password --region "$REGION" | docker login' in text
     for arg in profile("miles-deepep-v2").image.required_args:
         assert arg in text, arg
-    assert "python -m analysis.plan p5en-prod --image-steps | bash" in text
+    assert "moe-rl plan p5en-prod --image-steps | bash" in text
     assert "workloads/image/wheels/" in text  # the torch-2.13 wheel set the build needs
 
 

@@ -124,7 +124,7 @@ def test_the_seed_shape_is_16_training_and_32_rollout_p5en_nodes():
         assert {p.name: p.instance_type for p in seed.pools if p.name in run.nodes} == \
             {"train": "p5en.48xlarge", "rollout": "p5en.48xlarge"}
     readme = Path("docs/getting-started/seed-benchmark.md").read_text()
-    assert f"python -m bench estimate {SEED_SHAPE}\n" in readme
+    assert f"moe-rl bench estimate {SEED_SHAPE}\n" in readme
     from bench.cost import estimate
     est = estimate(exp, seed)
     assert est.usd is None  # the stack's reservations carry no contract price: no dollar figure
