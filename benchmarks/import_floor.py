@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sections import rewrite  # benchmarks/sections.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "p5en-prod"
 BEGIN, END = "<!-- plan-import-floor -->", "<!-- /plan-import-floor -->"
@@ -123,13 +125,7 @@ def main() -> None:
     text = section(measure(args.runs))
     print(text)
     if args.write:
-        target = ROOT / "BENCHMARKS.md"
-        old = target.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
-        else:
-            old = old.rstrip("\n") + "\n\n" + text + "\n"
-        target.write_text(old)
+        rewrite(ROOT / "BENCHMARKS.md", text, BEGIN, END)
 
 
 if __name__ == "__main__":

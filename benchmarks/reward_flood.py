@@ -36,6 +36,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from sections import rewrite  # benchmarks/sections.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- reward-flood -->", "<!-- /reward-flood -->"
 HONEST = {"prompt": "1+1?", "response": "\\boxed{2}", "label": "2", "kind": "honest"}
@@ -215,10 +217,7 @@ def write(paths: list[str], bound_ms: float, note: str) -> None:
         if r["api"] != "old" and not (r["honest"]["p99"] is not None and r["honest"]["p99"] * 1000 < bound_ms):
             raise SystemExit(f"{r['server']}: honest p99 {_ms(r['honest']['p99'])} ms is not under {bound_ms} ms")
     text = section(results, bound_ms, note)
-    target = ROOT / "BENCHMARKS.md"
-    old = target.read_text()
-    new = (old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]) if BEGIN in old else old.rstrip("\n") + "\n\n" + text + "\n"
-    target.write_text(new)
+    rewrite(ROOT / "BENCHMARKS.md", text, BEGIN, END)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.sections import rewrite
 from controlplane.build import BUILD_SECONDS, bin_dir
 from controlplane.versions import COMPONENTS
 
@@ -50,13 +51,7 @@ def main() -> int:
     text = section(warm, result)
     print(text)
     if args.write:
-        target = ROOT / "BENCHMARKS.md"
-        old = target.read_text()
-        if BEGIN in old:
-            old = old[:old.index(BEGIN)] + text + old[old.index(END) + len(END):]
-        else:
-            old = old.rstrip("\n") + "\n\n" + text + "\n"
-        target.write_text(old)
+        rewrite(ROOT / "BENCHMARKS.md", text, BEGIN, END)
     return 0
 
 
