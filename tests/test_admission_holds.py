@@ -53,8 +53,8 @@ def hold_attacks(pods: list[dict], grace_seconds: int) -> dict[str, tuple[dict, 
         "a head with a second container": (_edit(head, _second_container), HEAD),
         "a head with a sidecar": (_edit(head, _sidecar), HEAD),
         "a head's init container above the head": (_edit(head, _big_init), HEAD),
-        "a 60-vCPU head as pod-level resources": (_edit(head, _pod_level), POD_LEVEL),
-        "a trainer's pod-level resources": (_edit(trainer, _pod_level), POD_LEVEL),
+        "a 60-vCPU head as pod-level resources": (_edit(head, _pod_level("60", "110G")), POD_LEVEL),
+        "a trainer's pod-level resources": (_edit(trainer, _pod_level("200", "2100G")), POD_LEVEL),
         "grace of a day": (_edit(trainer, lambda s, c, p: s.update(terminationGracePeriodSeconds=86400)), GRACE),
         "grace just past the bound": (_edit(head, lambda s, c, p: s.update(
             terminationGracePeriodSeconds=grace_seconds + 1)), GRACE),
@@ -100,10 +100,13 @@ def _big_init(s, c, p):
                                            "limits": {"cpu": "60", "memory": "110G"}}
 
 
-def _pod_level(s, c, p):
+def _pod_level(cpu: str, memory: str) -> callable:
     """Pod-level resources (PodLevelResources, on by default since Kubernetes 1.34): Volcano sizes the pod by them
-    (v1.15.1 pkg/scheduler/api/pod_info.go:241-254) while its containers stay at the platform's shape."""
-    s["resources"] = {"requests": {"cpu": "60", "memory": "110G"}, "limits": {"cpu": "60", "memory": "110G"}}
+    (v1.15.1 pkg/scheduler/api/pod_info.go:241-254) while its containers stay at the platform's shape. The API
+    server requires them at least the containers' aggregate (a smaller one is an invalid pod, not an attack)."""
+    def edit(s, c, p):
+        s["resources"] = {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
+    return edit
 
 
 def _forever(s, c, p):
@@ -154,7 +157,7 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         "the orphan finalizer": (orphan, "orphan"),
         "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), "heads no bigger"),
         "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), "whole nodes"),
-        "a head template with pod-level resources": (group(0, _pod_level), "per container"),
+        "a head template with pod-level resources": (group(0, _pod_level("60", "110G")), "per container"),
     }
 
 
