@@ -181,9 +181,10 @@ class Watch:
                              for p in pods)),
                 tuple(sorted((n, (g.get("status") or {}).get("phase", "")) for n, g in groups.items())))
 
-    def settle(self, live: dict[str, RunFile], timeout: float = 120) -> dict[str, Seen]:
+    def settle(self, live: dict[str, RunFile], timeout: float = 300) -> dict[str, Seen]:
         """Poll until ``QUIET_SESSIONS`` sessions closed with nothing changed and every live run's PodGroup
-        exists; then what each live run got."""
+        exists; then what each live run got. ``timeout`` bounds only a mix that never settles (a loaded machine
+        once took over 120 s for KubeRay to make a PodGroup)."""
         volcano, deadline = self.platform.volcano, time.monotonic() + timeout
         last, since = None, volcano.sessions()
         while time.monotonic() < deadline:
