@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -43,8 +44,13 @@ def variant_platform_of(stack: str, name: str, change: Callable[[dict], None],
 
 @atexit.register
 def _stop_all() -> None:
+    keep = os.environ.get("MOE_RL_CONTROLPLANE_KEEP")
     for platform in _PLATFORMS.values():
         platform.stop()
-        if os.environ.get("MOE_RL_CONTROLPLANE_KEEP"):
+        if keep:
             print(f"control plane files kept at {platform.cp.root}")
+        else:  # etcd's data and the logs: over 100 MiB a platform, left behind by every session otherwise
+            shutil.rmtree(platform.cp.root, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(STACK_DIR, ignore_errors=True)
 
