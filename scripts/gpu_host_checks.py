@@ -15,7 +15,9 @@ intranode test and the expert-parallel engines), run from a checkout inside the 
 - ``engines``: FILE is a JSON list of rendered engines (``PYTHONPATH=. python contracts/tests/sglang_engines.py``
   writes every engine the product renders, with the model's config.json folder; those that fit the host run). Each starts as Miles would start
   it (``--sglang-*`` flags, TP/EP/DP sizes, the rollout pod's environment) with ``--load-format dummy``
-  on the model's config.json (contracts/data/models), answers one request, and stops.
+  on the model's config.json (contracts/data/models), answers one request, and stops. Each engine left out is
+  named with why: one across nodes (seed-p5en's Miles EP arms: 16 GPUs over two nodes, the hybrid DeepEP V2
+  path over EFA) needs two hosts, never one; exit 1 when no engine ran.
 
 Standard library, plus torch for ``nccl``; exit 0 only when every check passed.
 """
@@ -97,11 +99,32 @@ def serve_once(engine: dict, port: int = 30000, wait_s: int = 1200) -> bool:
         server.wait(timeout=120)
 
 
-def check_engines(path: Path) -> bool:
-    here = gpus()
-    fit = [e for e in json.loads(path.read_text()) if e["gpus_per_engine"] <= here]
-    print(f"{len(fit)} engines fit {here} GPUs")
-    return all([serve_once(e) for e in fit])
+def fitting(engines: list[dict], here: int) -> tuple[list[dict], list[str]]:
+    """The engines one host of ``here`` GPUs can start, and one line for each left out, saying why."""
+    fit, left = [], []
+    for e in engines:
+        need, per_node = e["gpus_per_engine"], e["gpus_per_node"]
+        if need > per_node:
+            left.append(f"{e['name']}: {need} GPUs over {-(-need // per_node)} nodes of {per_node} (an engine across "
+                        f"nodes needs as many hosts)")
+        elif need > here:
+            left.append(f"{e['name']}: {need} GPUs, this host has {here}")
+        else:
+            fit.append(e)
+    return fit, left
+
+
+def check_engines(path: Path, here: int | None = None, serve=serve_once) -> bool:
+    """True only when at least one engine ran and every engine that fits answered."""
+    here = gpus() if here is None else here
+    fit, left = fitting(json.loads(path.read_text()), here)
+    for line in left:
+        print(f"not run: {line}")
+    print(f"{len(fit)} of {len(fit) + len(left)} engines fit {here} GPUs")
+    if not fit:
+        print("no engine ran: nothing was checked")
+        return False
+    return all([serve(e) for e in fit])
 
 
 def main() -> int:
