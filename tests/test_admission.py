@@ -17,8 +17,9 @@ from conftest import ROOT
 from test_workloads import k8s_version, variant
 
 from workloads.derive.resources import parse_quantity
-from workloads.render.admission import (DELETION_POLICY, GROUP_ANNOTATION, PODGROUP_POLICY, POD_POLICY,
-                                        RAYCLUSTER_POLICY, RAYJOB_POLICY, SERVICE_POLICY, team_admission)
+from workloads.render.admission import (DELETION_POLICY, PODGROUP_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY,
+                                        SERVICE_POLICY, team_admission)
+from workloads.render.pod_rules import GROUP_ANNOTATION
 from workloads.render.runs import PRIORITY_LABEL, QUEUE_LABEL, podgroup_name
 from workloads.derive.model import derive
 from workloads.checks.runs import load_run

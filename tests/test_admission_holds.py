@@ -12,8 +12,8 @@ import pytest
 from test_admission import cfg, operator_cluster, policies, rayjob, refused, run_pods  # noqa: F401 (fixtures)
 
 from workloads.derive.model import derive
-from workloads.render.admission import (DELETION_POLICY, GROUP_ANNOTATION, POD_POLICY, RAYCLUSTER_POLICY,
-                                        RAYJOB_POLICY)
+from workloads.render.admission import DELETION_POLICY, POD_POLICY, RAYCLUSTER_POLICY, RAYJOB_POLICY
+from workloads.render.pod_rules import GROUP_ANNOTATION
 from workloads.render.common import container_resources
 from workloads.render.runs import PRIORITY_LABEL, TASK_PRIORITY
 

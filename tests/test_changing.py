@@ -36,7 +36,7 @@ from workloads.checks.runs import load_run
 from workloads.cli.runs import main as runs_main
 from workloads.deploy.submit import run_objects
 from workloads.derive.model import derive
-from workloads.render import admission
+from workloads.render import admission, pod_rules
 from workloads.render.runs import priority_classes
 from workloads.schema.teams import TEAM_LABEL
 
@@ -226,6 +226,7 @@ def test_the_page_names_exactly_the_files_each_change_touches():
     assert s["A software profile"]["Touch"] == [rel(software.DATA)]
     assert set(s["A software profile"]["Read from its entry"]) == {rel(flags.SCHEMAS) + "/", software.BUILD_CONTEXT + "/"}
     assert s["A fault kind"]["Touch"] == [rel(faults.DATA)]
-    assert s["An admission rule"]["Touch"] == [rel(inspect.getsourcefile(admission))]
+    assert s["An admission rule"]["Touch"] == [rel(inspect.getsourcefile(pod_rules))]
+    assert admission.pod_rules is pod_rules.pod_rules  # the policy reads the page's list
     assert tenancy.admission_policies is admission.admission_policies  # the check reads the same rules
     assert s["An instance family"]["Touch"] == [rel(catalog.DATA_DIR / catalog.FACTS_FILE)]

@@ -22,7 +22,8 @@ from conftest import ROOT, recorded
 from bench.experiment import arm_run, load_experiment
 from workloads.checks.run_plan import Decision, Planner
 from workloads.checks.runs import load_run
-from workloads.render.admission import PREEMPTABLE, SCHEDULER
+from workloads.render.pod_rules import SCHEDULER
+from workloads.render.queue_rules import PREEMPTABLE
 from workloads.render.runs import (PRIORITY_LABEL, QUEUE_LABEL, RUN_BUDGET, pod_labels, podgroup_name,
                                    priority_class_name, rayjob_name)
 from workloads.render.teams import namespace_of
