@@ -12,9 +12,15 @@ GPU) and, in DCGM 4, a ``test_summary``; each result or summary has a ``status``
 the document holds only ``runtime_error`` (``Diag::HelperDisplayFailureMessage``).
 
 Judged here: a test failed when any of its results (or its summary) is "Fail"; it is the node's hardware
-when such a failed entry carries a hardware error category, or DCGM's severity ISOLATE ("Cannot perform
-workload. GPU should be isolated", ``dcgmErrorSeverity_enum``) outside the two software categories that
-name something off the GPU (``ISOLATE_ELSEWHERE``); a test the level runs and the burn-in
+when such a failed entry carries an error DCGM itself says takes the GPU out of work: severity ISOLATE
+("Cannot perform workload. GPU should be isolated", ``dcgmErrorSeverity_enum``) outside the software
+categories that name something off the GPU (``ISOLATE_ELSEWHERE``), or TRIAGE ("This error should be
+triaged") in a hardware category. DCGM's other severities are not a replacement, whatever the category:
+RESET ("Drain and reset GPU": pending page retirements and row remaps, GPU recovery) is cleared by a
+reboot, which the burn-in re-tests (``RESET_HINT``); CONFIG ("This error can be configured": ECC off, an
+enforced power limit, the PCIe link width) and MONITOR ("Can perform workload, but needs to be monitored":
+clock events, thermal violations) fail the node as software, for a person. An error without a severity
+(a DCGM that does not write one) is judged by its category. A test the level runs and the burn-in
 requires (``REQUIRED``) that is skipped or absent is not a pass.
 """
 
@@ -29,7 +35,8 @@ HARDWARE_CATEGORIES = frozenset(range(9, 16))
 """``DCGM_FR_EC_HARDWARE_THERMAL`` (9) .. ``DCGM_FR_EC_HARDWARE_OTHER`` (15), the same in DCGM v4.5.2 and
 v3.3.9 ``dcgmlib/dcgm_errors.h`` (held to the vendored enum by ``tests/test_nodes_dcgm.py``). A plugin's Fail
 also covers "could not complete because of a setup or execution error" (DCGM docs, Diagnostic Plugins,
-"Interpreting results"): only a Fail with a hardware category is the node's hardware."""
+"Interpreting results"): a category alone does not make a failure the node's hardware; DCGM's severity
+decides (``hardware_error``)."""
 ISOLATE = 2
 """``DCGM_ERROR_ISOLATE`` (v4.5.2 and v3.3.9 ``dcgmlib/dcgm_errors.h``). DCGM files some GPU faults that
 cannot be contained under a category that is not "hardware", with this severity (v4.5.2
@@ -38,6 +45,14 @@ cannot be contained under a category that is not "hardware", with this severity 
 PERF_THRESHOLD and PERF_VIOLATION: the node's hardware.
 A TRIAGE performance shortfall (``DCGM_FR_MEMORY_BANDWIDTH``, ``DCGM_FR_STRESS_LEVEL``) is not: the node is
 quarantined for a person, as DCGM asks."""
+TRIAGE = 4
+"""``DCGM_ERROR_TRIAGE``: in a hardware category (NVLinks down, PCIe bandwidth or generation, an InfoROM
+corrupt, a power target missed) the GPU's own links or board; elsewhere (a memory bandwidth or stress
+shortfall, an Xid, CUDA) not shown to be the hardware."""
+RESET = 6
+"""``DCGM_ERROR_RESET`` (v4.5.2 and v3.3.9 ``dcgmlib/dcgm_errors.h``): the GPU needs a reset, which a reboot
+of the node gives."""
+RESET_HINT = "DCGM asks for a GPU reset: reboot the node and re-test it (moe-rl nodes retest NODE)"
 ISOLATE_ELSEWHERE = frozenset({4, 7, 8})
 """SOFTWARE_LIBRARY (``DCGM_FR_NVML_LIB_BAD``: the image's libnvidia-ml) and SOFTWARE_OTHER
 (``DCGM_FR_IMEX_UNHEALTHY``: the host's IMEX daemon): ISOLATE there is not the GPU's fault. SOFTWARE_EUD
@@ -71,10 +86,13 @@ class Diagnosis:
     """Required tests that were skipped or did not run."""
     missing: list[str] = field(default_factory=list)
     runtime_error: str = ""
+    reset: list[str] = field(default_factory=list)
+    """Failed tests with an error DCGM clears with a GPU reset (``RESET``), none of them hardware."""
 
     @property
     def problems(self) -> list[str]:
         return ([f"DCGM: {self.runtime_error}"] if self.runtime_error else []) + \
+            [f"DCGM: {t}: {RESET_HINT}" for t in self.reset] + \
             [f"DCGM: required test {t} skipped" for t in self.skipped] + \
             [f"DCGM: required test {t} did not run" for t in self.missing]
 
@@ -94,16 +112,23 @@ def _entries(test: dict) -> list[dict]:
 
 
 def hardware_error(warning: Any) -> bool:
-    """One of DCGM's errors (``warnings[]``) is the node's hardware: by its category, or by its severity."""
+    """One of DCGM's errors (``warnings[]``) is the node's hardware, by DCGM's severity for it (by its category
+    when it has none)."""
     if not isinstance(warning, dict):
         return False
-    category = warning.get("error_category")
-    return category in HARDWARE_CATEGORIES or (warning.get("error_severity") == ISOLATE
-                                               and category not in ISOLATE_ELSEWHERE)
+    category, severity = warning.get("error_category"), warning.get("error_severity")
+    if severity is None:
+        return category in HARDWARE_CATEGORIES
+    return ((severity == ISOLATE and category not in ISOLATE_ELSEWHERE)
+            or (severity == TRIAGE and category in HARDWARE_CATEGORIES))
 
 
 def _hardware(entry: dict) -> bool:
     return any(hardware_error(w) for w in entry.get("warnings") or [])
+
+
+def _reset(entry: dict) -> bool:
+    return any(isinstance(w, dict) and w.get("error_severity") == RESET for w in entry.get("warnings") or [])
 
 
 def diagnostic_of(doc: Any) -> dict:
@@ -128,6 +153,7 @@ def diagnose(doc: Any, level: int) -> Diagnosis:
         failed = [e for e in _entries(test) if _status(e) == "fail"]
         found.failed += [name] if failed else []
         found.hardware += [name] if any(_hardware(e) for e in failed) else []
+        found.reset += [name] if name not in found.hardware and any(_reset(e) for e in failed) else []
     if found.runtime_error:
         return found
     for name in _required(level, set(by_name)):

@@ -72,10 +72,34 @@ def test_outside_the_hardware_categories_only_these_errors_are_the_nodes_hardwar
                                        "error_severity": e["severityValue"]})}
     assert called == {"DCGM_FR_FIELD_VIOLATION_DBL", "DCGM_FR_FIELD_THRESHOLD_DBL", "DCGM_FR_FIELD_THRESHOLD_TS",
                       "DCGM_FR_FIELD_THRESHOLD_TS_DBL", "DCGM_FR_UNCONTAINED_ERROR", "DCGM_FR_SXID_ERROR"}
-    assert all(dcgm.hardware_error({"error_category": e["categoryValue"], "error_severity": e["severityValue"]})
-               for e in table.values() if e["category"].startswith("DCGM_FR_EC_HARDWARE_"))
+    kept = {e["severity"] for e in table.values() if e["category"].startswith("DCGM_FR_EC_HARDWARE_")
+            and not dcgm.hardware_error({"error_category": e["categoryValue"], "error_severity": e["severityValue"]})}
+    assert kept == {"DCGM_ERROR_RESET", "DCGM_ERROR_CONFIG", "DCGM_ERROR_MONITOR"}
+    assert {e["severityValue"] for e in table.values() if e["severity"] == "DCGM_ERROR_RESET"} == {dcgm.RESET}
+    assert {e["severityValue"] for e in table.values() if e["severity"] == "DCGM_ERROR_TRIAGE"} == {dcgm.TRIAGE}
     assert {n: v for n, v in categories(version).items() if v in dcgm.ISOLATE_ELSEWHERE} == {
         "DCGM_FR_EC_SOFTWARE_LIBRARY": 4, "DCGM_FR_EC_SOFTWARE_EUD": 7, "DCGM_FR_EC_SOFTWARE_OTHER": 8}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("code", ["DCGM_FR_PENDING_PAGE_RETIREMENTS", "DCGM_FR_PENDING_ROW_REMAP",
+                                  "DCGM_FR_ECC_DISABLED", "DCGM_FR_PCIE_WIDTH", "DCGM_FR_ENFORCED_POWER_LIMIT",
+                                  "DCGM_FR_THERMAL_VIOLATIONS"])
+def test_a_hardware_category_dcgm_rates_reset_config_or_monitor_is_not_replaced(node_env, train_plan, version, code):
+    """Under a hardware category with severity RESET ("Drain and reset GPU"), CONFIG or MONITOR (v4.5.2
+    dcgmlib/src/dcgm_errors.c): a reboot or a person, never a Capacity Block node."""
+    _write(node_env["results"], _level2(version, [("Fail", [code])]), rc=226)
+    result, fault, reason = _verdict(node_env["run"](train_plan).node)
+    assert (result, fault) == ("failed", "software")
+    reset = error_table(version)[code]["severity"] == "DCGM_ERROR_RESET"
+    assert (dcgm.RESET_HINT in reason) == reset, reason
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("code", ["DCGM_FR_NVLINK_DOWN", "DCGM_FR_LOW_BANDWIDTH", "DCGM_FR_CORRUPT_INFOROM"])
+def test_a_failure_to_triage_in_a_hardware_category_is_hardware(node_env, train_plan, version, code):
+    _write(node_env["results"], _level2(version, [("Pass", []), ("Fail", [code])]), rc=226)
+    assert _verdict(node_env["run"](train_plan).node)[:2] == ("failed", "hardware")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
