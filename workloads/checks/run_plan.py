@@ -20,7 +20,10 @@ session, after the runs already running:
 
 A victim is asked for a checkpoint through the save sentinel and has ``checkpointMinutes`` (the pods'
 termination grace period) to write it before its pods stop; a run that loses a pod stops whole, and
-its other nodes are free from the next session on. Sessions repeat until nothing changes: a run
+its nodes are free from the next session on. The claimant is only pipelined onto them: it starts in
+the next session's allocate, where the freed nodes go queue by queue again, so a waiting run of the
+victims' team, its queue now the lower share, may take them first. A reclaim needing free nodes in one
+pool and victims in another *may wait* (``MAY_WAIT``). Sessions repeat until nothing changes: a run
 started in one session is Running, and so a possible victim, in the next. Nodes are not all a
 run needs: its checkpoint budget (saves kept, its staged model and data; ``checkpoint_budget``) must
 fit in what the shared file system has left after the runs placed before it.
@@ -41,6 +44,15 @@ from workloads.checks.runs import check_run, run_config, run_pools
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
+
+MAY_WAIT = "may wait"
+"""In the reason of a run that starts by reclaiming nodes of one pool and needs free nodes of another:
+Volcano's reclaim places a pod only on a node where it evicts one (v1.15.1 actions/reclaim/reclaim.go:
+186-206), so its pods on free nodes are placed only by preempt's within-job loop, which takes the run's
+pods in task order (creation second, then UID) and stops at the first that finds no free node
+(actions/preempt/preempt.go:236-286); if one needing a victim comes first, the run waits and its victims
+keep running. KubeRay creates the head, the trainers, then the rollout engines (the pools' order), often
+within one second, so the plan cannot say which."""
 
 
 @dataclass
@@ -102,6 +114,8 @@ class Planner:
         self._file_order: dict[str, int] = {}
         self._inqueue: set[str] = set()
         """Runs enqueue admitted (PodGroup Inqueue) that hold no nodes yet."""
+        self._claimed: dict[str, str] = {}
+        """Run -> how it starts, for a run whose victims stop in this session (it starts in the next)."""
 
     def _budget(self, run: RunFile) -> int:
         """Checks the run on its own nodes (``run_config``) and returns its file system budget."""
@@ -212,12 +226,8 @@ class Planner:
         freed_disk = sum(self.disk[v.key] for v in chosen)
         if any(n > 0 for n in need.values()) or self.disk[run.key] > c.disk_free + freed_disk:
             return None
-        before = dict(c.free)
         for victim in chosen:
             c.release(victim, self._total(victim), self.disk[victim.key])
-        for pool, n in before.items():
-            c.held[pool] = c.held.get(pool, 0) + c.free[pool] - max(n, run.nodes.get(pool, 0))
-            c.free[pool] = max(n, run.nodes.get(pool, 0))
         return chosen
 
     def _preempt(self, c: _Cluster, run: RunFile, running: list[RunFile]) -> list[RunFile] | None:
@@ -264,21 +274,35 @@ class Planner:
         c.take(run, self._total(run), self.disk[run.key])
         self._inqueue.discard(run.key)
 
+    def _task_order(self, run: RunFile, free: dict[str, int]) -> str:
+        """``MAY_WAIT`` and why, for a reclaiming run with pods on free nodes of one pool and pods needing
+        victims on another; else ''."""
+        on_free = [p for p, n in run.nodes.items() if n and free[p]]
+        on_victims = [p for p, n in run.nodes.items() if n > free[p]]
+        if not any(a != b for a in on_free for b in on_victims):
+            return ""
+        return (f"; {MAY_WAIT}: Volcano's reclaim places no pod on a free node, so its pods for free nodes of "
+                f"pool {', '.join(on_free)} must come before those needing a victim on pool "
+                f"{', '.join(on_victims)} in Volcano's task order, or it waits and its victims keep running")
+
     def _session(self, c: _Cluster, pending: list[RunFile], running: list[RunFile],
                  out: dict[str, Decision]) -> bool:
         """One scheduling session; True when a run started or stopped."""
         admitted = self._enqueue(c, self._with_pods(pending, running, out), out)
-        changed, left = False, []
+        changed, left, started = False, [], []
         for run in self._in_queue_order(c, admitted):
             if self._blockers(c, run):
                 left.append(run)
                 continue
             self._start(c, run)
-            self._decide(out, run, "starts", self._holds(c, run, "starts on free nodes"))
+            self._decide(out, run, "starts", self._holds(c, run, self._claimed.pop(run.key, "starts on free nodes")))
+            started.append(run.name)
             changed = True
+        lost = {r.key: self._claimed.pop(r.key) for r in left if r.key in self._claimed}
         for how, claim in (("preempt", self._preempt), ("reclaim", self._reclaim)):
             waiting = []
             for run in self._in_queue_order(c, left):
+                free = dict(c.free)
                 victims = claim(c, run, running)
                 if victims is None:
                     waiting.append(run)
@@ -287,13 +311,21 @@ class Planner:
                     before = "" if out[v.key].action == "running" else "starts, then "
                     self._decide(out, v, "preempted", f"{before}{how} by {run.name} ({run.priority}): asked to "
                                  f"checkpoint, stops within {self.grace} min")
-                self._start(c, run)
-                self._decide(out, run, "starts", self._holds(
-                    c, run, f"starts after {', '.join(v.name for v in victims)} checkpoint and stop"))
+                for pool, n in free.items():  # the run is pipelined on its nodes; the rest are free next session
+                    keep = n - min(n, run.nodes.get(pool, 0))
+                    c.held[pool] = c.held.get(pool, 0) + c.free[pool] - keep
+                    c.free[pool] = keep
+                self._claimed[run.key] = (f"starts after {', '.join(v.name for v in victims)} checkpoint and stop"
+                                          + (self._task_order(run, free) if how == "reclaim" else ""))
+                self._decide(out, run, "waits", f"{how}s: its victims stop this session")
                 changed = True
             left = waiting
         for run in left:
-            self._decide(out, run, "waits", self._why_waiting(c, run, self._blockers(c, run)))
+            why = self._why_waiting(c, run, self._blockers(c, run))
+            if run.key in lost:
+                why = (f"its victims stopped, but allocate gave the freed nodes to {', '.join(started)} first (the "
+                       f"lower queue share, then priority, first); {why}")
+            self._decide(out, run, "waits", why)
         return changed
 
     def plan(self, runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
@@ -303,13 +335,14 @@ class Planner:
             self.disk[run.key] = self._budget(run)
             self._file_order[run.key] = i
         self._inqueue.clear()
+        self._claimed.clear()
         c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
                      allocated={t: 0 for t in self.teams})
         out: dict[str, Decision] = {}
         for run in (r for r in runs if r.name in running or r.key in running):
             c.take(run, self._total(run), self.disk[run.key])
             self._decide(out, run, "running", "holds its nodes")
-        for _ in range(len(runs) + 1):  # each session starts or stops a run, or nothing changes
+        for _ in range(2 * len(runs) + 1):  # each session starts or stops a run, or nothing changes
             for pool, n in c.held.items():
                 c.free[pool] += n
             c.held = {}
