@@ -6,13 +6,15 @@ software profile, the all-to-all, the fabric or the nodes); every arm runs the s
 steps; the attempts run in blocks, block ``r`` holding repeat ``r`` of every arm, in alternating
 direction (A B C, then C B A: A B C C B A A B C ...), so drift in the cluster cancels within a block
 pair instead of reading as a difference between arms (``stats``); every arm has at least
-``stats.MIN_PAIRED_REPEATS`` repeats; a bad file fails with one message naming the file, the arm and
-the field.
+``stats.MIN_PAIRED_REPEATS`` repeats; a bad file fails with every problem at once, one line each
+naming the file, the field path (``arms[<arm>].set.<path>``, ``base.<path>``) and what is allowed
+(``stackconfig.errors.BadInput``).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +23,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
+from stackconfig.errors import BadInput, describe_errors, file_problem
 from stackconfig.faults import FaultKind, fault_kind, fault_kinds
 from stackconfig.files import load_yaml
 from workloads.schema.run import RunFile
@@ -127,30 +130,32 @@ class Experiment(SchemaModel):
 
     @model_validator(mode="after")
     def _names(self) -> "Experiment":
+        """Every problem across fields, one line each (``parse_experiment`` says each as its own line)."""
         names = [a.name for a in self.arms]
+        arms = ", ".join(names)
+        problems = []
         if len(set(names)) != len(names):
-            raise ValueError(f"arms: duplicate arm name in {names}")
+            problems.append(f"arms: duplicate arm name in {names}; allowed: one arm per name")
         if self.baseline not in names:
-            raise ValueError(f"baseline: {self.baseline!r} is not an arm; arms: {', '.join(names)}")
-        if self.baseline in {a.name for a in self.arms if a.faults}:
-            raise ValueError(f"baseline: {self.baseline!r} is a fault arm; allowed: an arm without faults")
+            problems.append(f"baseline: {self.baseline!r} is not an arm; allowed: {arms}")
+        elif self.baseline in {a.name for a in self.arms if a.faults}:
+            problems.append(f"baseline: {self.baseline!r} is a fault arm; allowed: an arm without faults")
         prev = self.baseline
         for link in self.decomposition:
-            for end in (link.from_, link.to):
-                if end not in names:
-                    raise ValueError(f"decomposition[{link.name}]: {end!r} is not an arm; arms: {', '.join(names)}")
-            if link.from_ != prev:
-                raise ValueError(f"decomposition[{link.name}].from: {link.from_!r}; allowed: {prev!r} (the links "
-                                 f"form one chain starting at the baseline)")
+            problems += [f"decomposition[{link.name}]: {end!r} is not an arm; allowed: {arms}"
+                         for end in (link.from_, link.to) if end not in names]
+            if link.from_ != prev and self.baseline in names:
+                problems.append(f"decomposition[{link.name}].from: {link.from_!r}; allowed: {prev!r} (the links "
+                                f"form one chain starting at the baseline)")
             prev = link.to
         if self.min_measured_steps > self.steps:
-            raise ValueError(f"minMeasuredSteps: {self.min_measured_steps} is more than steps ({self.steps}); "
-                             f"allowed: 2..{self.steps}")
-        for arm in self.arms:
-            for f in arm.faults:
-                if f.at_step > self.warmup_steps + self.steps:
-                    raise ValueError(f"arms[{arm.name}].faults: step {f.at_step} is after the last step "
-                                     f"{self.warmup_steps + self.steps}")
+            problems.append(f"minMeasuredSteps: {self.min_measured_steps} is more than steps ({self.steps}); "
+                            f"allowed: 2..{self.steps}")
+        problems += [f"arms[{arm.name}].faults: step {f.at_step} is after the last step {self.total_steps}; "
+                     f"allowed: 1..{self.total_steps}" for arm in self.arms for f in arm.faults
+                     if f.at_step > self.total_steps]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @property
@@ -175,16 +180,47 @@ def run_name(experiment: str, arm: str, repeat: int) -> str:
 
 
 def arm_run(exp: Experiment, arm: str, repeat: int = 1) -> RunFile:
-    """The run file of one attempt: base + the arm's overrides, named and sized for the experiment."""
-    raw = deep_merge(exp.base, exp.arm(arm).set)
+    """The run file of one attempt: base + the arm's overrides, named and sized for the experiment;
+    BadInput with a line per problem, each naming its field in the experiment (``arm_problems``)."""
+    run, problems = _arm_run(exp, arm, repeat)
+    if problems:
+        raise BadInput(problems)
+    return run
+
+
+def arm_problems(exp: Experiment, arm: str) -> list[str]:
+    """What is wrong with the arm's run file, one line each naming the field where the experiment sets
+    it: ``arms[<arm>].set.<path>`` for a field the arm overrides, ``base.<path>`` for the rest."""
+    return _arm_run(exp, arm, 1)[1]
+
+
+def _arm_run(exp: Experiment, arm: str, repeat: int) -> tuple[RunFile | None, list[str]]:
+    over = exp.arm(arm).set
+    raw = deep_merge(exp.base, over)
     raw = deep_merge(raw, {"name": run_name(exp.name, arm, repeat), "grpo": {"numRollout": exp.total_steps}})
     if exp.arm(arm).serving is not None:
         raw["extraArgs"] = list(raw.get("extraArgs", [])) + exp.arm(arm).serving.miles_flags()
     try:
-        return RunFile.model_validate(raw)
+        return RunFile.model_validate(raw), []
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ValueError(f"arm {arm}: {problems}") from None
+        errors, lines = err.errors(), describe_errors(raw, err)
+    # a model-level check has no location: the field it names at the start of its message is where
+    where = [e["loc"] or tuple(re.split(r"[.\[]", line.partition(": ")[0])) for e, line in zip(errors, lines)]
+    return None, [f"arms[{arm}].set.{line}" if _overrides(over, loc) else f"base.{line}"
+                  for loc, line in zip(where, lines)]
+
+
+def _overrides(over: Any, loc: tuple) -> bool:
+    """Whether the arm's ``set`` gives the value at ``loc`` (or replaces a list or value above it)."""
+    node = over
+    for key in loc:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif node is over or isinstance(node, dict):
+            return False  # not in the arm's set, or a mapping merged onto the base's
+        else:
+            return True  # a list or value the arm gives in place of the base's
+    return True
 
 
 @dataclass(frozen=True)
@@ -206,25 +242,25 @@ def schedule(exp: Experiment) -> list[Attempt]:
 
 
 def parse_experiment(raw: Any, source: str) -> Experiment:
-    """An experiment from its parsed YAML, every arm validated as a run file; ValueError naming ``source``."""
+    """An experiment from its parsed YAML, every arm validated as a run file; BadInput naming ``source``,
+    one line per problem, each naming its field path and what is allowed."""
     try:
         exp = Experiment.model_validate(raw)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise ValueError(f"experiment {source}: {problems}") from None
-    try:
-        for arm in exp.arms:
-            arm_run(exp, arm.name)
-    except ValueError as err:
-        raise ValueError(f"experiment {source}: {err}") from None
+        raise BadInput([line for problem in describe_errors(raw, err) for line in problem.splitlines()],
+                       source) from None
+    problems = [p for arm in exp.arms for p in arm_problems(exp, arm.name)]
+    if problems:
+        raise BadInput(list(dict.fromkeys(problems)), source)  # a base problem is every arm's: said once
     return exp
 
 
 def load_experiment(path: Path) -> Experiment:
+    """The experiment file at ``path``; BadInput naming it (also when it cannot be read or is not YAML)."""
     try:
         raw = load_yaml(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"experiment {path}: {err}") from None
+        raise BadInput(file_problem(err), path) from None
     return parse_experiment(raw, str(path))
 
 

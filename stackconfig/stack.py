@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from catalog import CATALOG, GPU_TYPES, InstanceType, not_in_catalog
 from .base import SCHEMA_VERSION, SchemaModel
-from .errors import PROJECT
+from .errors import PROJECT, describe_errors
 from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .deploy import DeploySettings
@@ -379,47 +379,3 @@ def load_stack(stack: str, raw: Mapping[str, Any] | None, model: type[StackConfi
     except ValidationError as err:
         lines = [f"  {line}" for line in describe_errors(raw, err)]
         raise StackConfigError(f"stack {stack!r}: invalid configuration\n" + "\n".join(lines)) from None
-
-
-def describe_errors(raw: Any, err: ValidationError) -> list[str]:
-    """Each of pydantic's errors as ``<field path>: <problem>; allowed: ...`` (for stack and run files)."""
-    return [_describe(raw if isinstance(raw, Mapping) else {}, e) for e in err.errors()]
-
-
-def _describe(raw: Mapping[str, Any], error: Mapping[str, Any]) -> str:
-    """``<field path>: <problem>``; a model-level check names its field at the start of its message."""
-    where = _where(raw, error["loc"])
-    msg = error["msg"].removeprefix("Value error, ")
-    ctx = error.get("ctx") or {}
-    if error["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif error["type"] == "missing":
-        msg = "missing; allowed: this key is required"
-    elif error["type"] == "enum":
-        msg = f"{error['input']!r} is not allowed; allowed: {ctx['expected']}"
-    elif error["type"] == "literal_error":
-        msg = f"{error['input']!r} is not allowed; allowed: {ctx['expected']}"
-    elif error["type"] == "string_pattern_mismatch":
-        msg = f"{error['input']!r} is not allowed; allowed: a string matching {ctx['pattern']}"
-    elif error["type"] == "model_type" and error["loc"] == ():
-        msg = f"a {type(error['input']).__name__}, not a mapping; allowed: a mapping of the file's keys"
-    field = re.match(r"^([A-Za-z][\w.\[\]-]*): ", msg)  # "-": profile names (versions.software.images.<name>)
-    if field:
-        where = f"{where}.{field.group(1)}" if where else field.group(1)
-        msg = msg[field.end():]
-    return f"{where or '(root)'}: {msg}"
-
-
-def _where(raw: Mapping[str, Any], loc: tuple) -> str:
-    """Render a pydantic location as ``pools[train].capacity``, naming pools by name."""
-    parts: list[str] = []
-    node: Any = raw
-    for key in loc:
-        if isinstance(key, int) and isinstance(node, list):
-            name = node[key].get("name") if isinstance(node, list) and isinstance(node[key], Mapping) else None
-            parts[-1] += f"[{name or key}]"
-            node = node[key] if isinstance(node, list) else None
-        else:
-            parts.append(str(key))
-            node = node.get(key) if isinstance(node, Mapping) else None
-    return ".".join(parts)

@@ -16,6 +16,7 @@ from moe_rl.cli import main
 
 PAGE = ROOT / "docs" / "reference" / "errors.md"
 GRPO = (ROOT / "runs" / "grpo-qwen3-30b.yaml").read_text()
+EXAMPLE = (ROOT / "experiments" / "example-ab.yaml").read_text()
 
 
 def with_(text: str, **fields) -> str:
@@ -45,6 +46,8 @@ FILES = {
     "again.yaml": GRPO,
     "beta.yaml": with_(GRPO, team="beta"),
     "arms.yaml": "name: x\nstack: p5en-shared\narms: 3\n",
+    "arm.yaml": with_(EXAMPLE, arms=[{"name": "nccl", "set": {"nodez": {}}}, {"name": "b"}],
+                      base={**yaml.safe_load(EXAMPLE)["base"], "team": 7}, decomposition=[]),
 }
 
 
@@ -96,6 +99,13 @@ def test_every_problem_of_a_run_file_is_its_own_line(folder):
     assert len(lines) == 3  # one pass: the schema's problem stops many.yaml before its stack names are read
     (folder / "many.yaml").write_text(with_(GRPO, team="gamma", priority="urgent"))
     assert len(run("moe-rl runs plan p5en-shared many.yaml").stderr.splitlines()) == 2
+
+
+def test_every_problem_of_an_experiment_file_is_its_own_line(folder):
+    done = run("moe-rl bench estimate arm.yaml")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines() == ["bench: arm.yaml: base.team: 7 is not allowed; allowed: a valid string",
+                                        "bench: arm.yaml: arms[nccl].set.nodez: unknown key"]
 
 
 def test_two_teams_runs_of_one_name_are_planned_apart(folder):

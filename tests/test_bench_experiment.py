@@ -9,6 +9,7 @@ import yaml
 from bench.__main__ import main
 from bench.cost import estimate
 from bench.experiment import arm_run, deep_merge, differences, load_experiment, parse_experiment, schedule
+from stackconfig.errors import BadInput
 from stackconfig.files import read_stack
 from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
@@ -50,29 +51,58 @@ def test_the_schedule_runs_mirrored_blocks():
 
 
 def test_fewer_than_three_repeats_or_too_few_measured_steps_are_refused():
-    with pytest.raises(ValueError, match="repeats: Input should be greater than or equal to 3"):
+    with pytest.raises(ValueError, match="repeats: 2 is not allowed; allowed: greater than or equal to 3"):
         parse_experiment({**raw(), "repeats": 2}, "x.yaml")
     with pytest.raises(ValueError, match="minMeasuredSteps: 40 is more than steps"):
         parse_experiment({**raw(), "minMeasuredSteps": 40}, "x.yaml")
-    with pytest.raises(ValueError, match="order: Input should be 'mirrored'"):
+    with pytest.raises(ValueError, match="order: 'alternate' is not allowed; allowed: 'mirrored'"):
         parse_experiment({**raw(), "order": "alternate"}, "x.yaml")
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: d["arms"][1]["set"].update({"deepep": {"version": "v9"}}), "arm deepep-v1: deepep.version"),
-    (lambda d: d["arms"][0]["set"].update({"nodez": {}}), "arm nccl: nodez: Extra inputs are not permitted"),
-    (lambda d: d.update({"baseline": "nope"}), "baseline: 'nope' is not an arm"),
-    (lambda d: d.update({"baseline": "deepep-v1-faults"}), "is a fault arm"),
+    (lambda d: d["arms"][1]["set"].update({"deepep": {"version": "v9"}}),
+     "arms[deepep-v1].set.deepep.version: 'v9' is not allowed; allowed: "),
+    (lambda d: d["arms"][0]["set"].update({"nodez": {}}), "arms[nccl].set.nodez: unknown key"),
+    (lambda d: d["base"].update({"team": 7}), "base.team: 7 is not allowed; allowed: a valid string"),
+    (lambda d: d["base"].pop("nodes"), "base.nodes: missing; allowed: this key is required"),
+    (lambda d: d.update({"baseline": "nope"}), "baseline: 'nope' is not an arm; allowed: nccl, deepep-v1"),
+    (lambda d: d.update({"baseline": "deepep-v1-faults"}), "is a fault arm; allowed: an arm without faults"),
     (lambda d: d["decomposition"][0].update({"from": "deepep-v1"}), "the links form one chain"),
-    (lambda d: d["arms"][2]["faults"][0].update({"atStep": 999}), "step 999 is after the last step 33"),
-    (lambda d: d.update({"steps": 0}), "steps: Input should be greater than or equal to 1"),
+    (lambda d: d["arms"][2]["faults"][0].update({"atStep": 999}), "step 999 is after the last step 33; allowed: 1..33"),
+    (lambda d: d.update({"steps": 0}), "steps: 0 is not allowed; allowed: greater than or equal to 1"),
 ])
 def test_bad_files_fail_naming_file_and_field(change, message):
     doc = raw()
     change(doc)
-    with pytest.raises(ValueError, match="experiment bad.yaml: ") as err:
+    with pytest.raises(BadInput) as err:
         parse_experiment(doc, "bad.yaml")
-    assert message in str(err.value)
+    assert any(line.startswith("bad.yaml: ") and message in line for line in err.value.lines()), err.value.lines()
+
+
+def test_every_problem_is_its_own_line_naming_the_field_where_the_file_sets_it():
+    """A base problem is every arm's, said once; an arm's override is named under the arm."""
+    doc = raw()
+    doc["base"]["colour"] = "blue"
+    doc["arms"][0]["set"]["nodez"] = {}
+    doc["arms"][1]["set"]["deepep"] = {"version": "v9"}
+    with pytest.raises(BadInput) as err:
+        parse_experiment(doc, "bad.yaml")
+    assert err.value.lines() == ["bad.yaml: base.colour: unknown key", "bad.yaml: arms[nccl].set.nodez: unknown key",
+                                 "bad.yaml: arms[deepep-v1].set.deepep.version: 'v9' is not allowed; allowed: "
+                                 "'v2', 'v1' or 'off'"]
+    doc = raw()
+    doc.update(baseline="nope", minMeasuredSteps=40)
+    with pytest.raises(BadInput) as err:
+        parse_experiment(doc, "bad.yaml")
+    assert [line.split(": ")[1] for line in err.value.lines()] == ["baseline", "minMeasuredSteps"]
+
+
+def test_a_file_that_cannot_be_read_or_parsed_is_bad_input(tmp_path):
+    with pytest.raises(BadInput, match="nope.yaml: \\(file\\): cannot be read: "):
+        load_experiment(tmp_path / "nope.yaml")
+    (tmp_path / "x.yaml").write_text("name: [unclosed\n")
+    with pytest.raises(BadInput, match="x.yaml: \\(file\\): not valid YAML: "):
+        load_experiment(tmp_path / "x.yaml")
 
 
 def test_seed_ab_validates():

@@ -90,10 +90,11 @@ def test_a_bad_run_file_is_a_line_per_problem_naming_it_and_exit_2(bad_files, wh
 
 @pytest.mark.parametrize("which", ["experiment", "missing"])
 @pytest.mark.parametrize("sub", [["estimate"], ["run", "--dry-run"]])
-def test_a_bad_experiment_file_is_one_line_naming_it_and_exit_2(bad_files, which, sub, capsys):
+def test_a_bad_experiment_file_is_a_line_per_problem_naming_it_and_exit_2(bad_files, which, sub, capsys):
     assert bench_main([sub[0], str(bad_files[which]), *sub[1:]], client=no_cluster) == 2
-    line = one_line(capsys)
-    assert line.startswith("bench: ") and str(bad_files[which]) in line
+    lines = problem_lines(capsys)
+    assert lines and all(line.startswith(f"bench: {bad_files[which]}: ") for line in lines), lines
+    assert len(lines) == {"experiment": 5, "missing": 1}[which]  # base, arms, baseline, steps, estimate
 
 
 def test_the_command_itself_exits_2_without_a_traceback():

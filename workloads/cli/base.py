@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 import yaml
 
-from stackconfig.errors import EXIT_BAD_INPUT, EXIT_REFUSED, BadInput
+from stackconfig.errors import EXIT_BAD_INPUT, EXIT_REFUSED, BadInput, file_problem
 from stackconfig.files import STACKS_DIR
 from stackconfig.images import REPOSITORY_OUTPUT
 
@@ -105,10 +105,8 @@ def read_input(load: Callable[[Path], T], path: Path) -> T:
         return load(path)
     except BadInput as err:
         raise InvalidFile(err.problems, path) from None
-    except OSError as err:
-        raise InvalidFile(f"(file): cannot be read: {err.strerror or err}; allowed: a readable YAML file", path) from None
-    except yaml.YAMLError as err:
-        raise InvalidFile(f"(file): not valid YAML: {one_line(err)}", path) from None
+    except (OSError, yaml.YAMLError) as err:
+        raise InvalidFile(file_problem(err), path) from None
     except ValueError as err:
         raise InvalidFile(one_line(err), path) from None
 
