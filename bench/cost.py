@@ -240,6 +240,10 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
     if any(a.faults for a in exp.arms):
         out += ["", "Not counted: a fault that stops the job adds a start-up and the steps since the last checkpoint "
                     "(up to saveInterval) to its attempt."]
+    from .storage import room  # the run command's own checks, as estimate's
+    space = room(exp, stack)
+    if space is not None:
+        out += [""] + space.describe().splitlines()
     out += ["", f"total: {est.attempts} attempts, {est.hours:.1f} h holding the nodes, {est.node_hours:,.1f} "
                 f"node-hours, {cost}"]
     if est.reserved:

@@ -16,10 +16,12 @@ through the stack's fault engine (``bench.faults``: AWS FIS, the bench user's AW
 through Kubernetes calls a team member may not make, and every fault the experiment plans is first
 started as an FIS target preview (``Injector.preflight``) before anything is submitted; a fault that
 makes the job fail is followed by the next attempt of the same run, which resumes from its last
-complete checkpoint (as ``runs submit --resume``). Every wait has a deadline derived from the
+complete checkpoint (as ``runs submit --resume``); a finished attempt's saves are removed at its end
+(``bench_env``), so attempts do not add up on the file system. Every wait has a deadline derived from the
 experiment (``bench.deadlines``); an attempt past one, or whose fault could not be aimed at it alone
 (``FaultError``), is left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
-on with the next attempt; the command then exits 1 naming
+on with the next attempt (unless the attempt's saves, which stay for a rerun, leave the next one too little of
+the file system: ``bench.storage``; the experiment then stops there); the command then exits 1 naming
 each incomplete attempt and how to run it again (``--only <arm>/r<n>``). Any other failure leaves
 the cluster as it was found (``run_attempt``), says what it left, and stops the experiment.
 """
@@ -38,10 +40,12 @@ from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
 from components.faults import FAULT_TARGET_LABEL
 from workloads.cli.runs_client import FINISHED, RunClient, attempt_of
+from workloads.pod.miles_launcher import CLEAR_SAVES_ENV
 from workloads.checks.runs import run_pools
 from workloads.deploy.submit import run_objects, sendable
 from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
+from workloads.derive.checkpoint_budget import GB
 
 from .artifacts import EXPERIMENT_FILE
 from .collect import Seen, collect, incomplete, log_source
@@ -51,6 +55,7 @@ from .faults import FaultError, Injector
 from .logparse import parse_log
 from .pinning import existing, node_set, pinned
 from .serving import ServingRun
+from .storage import Room, room
 
 POLL_S = 30.0
 
@@ -59,13 +64,17 @@ def _finished(job: dict | None) -> bool:
     return job is not None and (job.get("status") or {}).get("jobDeploymentStatus") in FINISHED
 
 
-def without_dedup(rayjob: dict) -> dict:
-    """The RayJob with ``RAY_DEDUP_LOGS=0`` in its runtime environment, so the driver prints every perf
-    line: the driver reads it at import (ray 2.53.0 ``ray/_private/ray_constants.py:294``) and otherwise
-    holds back lines that look alike across processes (``ray/_private/ray_logging/__init__.py:271-315``)."""
+def bench_env(rayjob: dict) -> dict:
+    """The RayJob with, in its runtime environment (which Ray applies to the driver):
+
+    - ``RAY_DEDUP_LOGS=0``, so the driver prints every perf line: the driver reads it at import (ray 2.53.0
+      ``ray/_private/ray_constants.py:294``) and otherwise holds back lines that look alike across processes
+      (``ray/_private/ray_logging/__init__.py:271-315``);
+    - ``CLEAR_SAVES_ENV=1``: the launcher removes the attempt's saves once it has finished, so the next attempt
+      has the file system an attempt needs (``bench.storage``)."""
     spec = rayjob["spec"]
     env = yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}
-    env.setdefault("env_vars", {})["RAY_DEDUP_LOGS"] = "0"
+    env.setdefault("env_vars", {}).update({"RAY_DEDUP_LOGS": "0", CLEAR_SAVES_ENV: "1"})
     return {**rayjob, "spec": {**spec, "runtimeEnvYAML": yaml.safe_dump(env, sort_keys=False)}}
 
 
@@ -113,7 +122,7 @@ class AttemptRun:
 
     def submit(self, run) -> None:
         pins = existing(self.api, self.pins, lambda text: self.out(f"{self.attempt.folder}: {text}"))
-        job = without_dedup(sendable(self.cfg, pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
+        job = bench_env(sendable(self.cfg, pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
                                      self.repository))
         self.api.submit(with_fault_target(job) if self.faults else job)
         self.submitted.append(job["metadata"]["name"])
@@ -209,7 +218,7 @@ def _dry_run(exp: Experiment, cfg: ProgramConfig, attempts: list[Attempt], repos
         out("---")  # one YAML document per attempt: the stream parses with yaml.safe_load_all
         out(f"# {a.folder}: {objs.gang.describe()}; faults: "
             f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
-        job = without_dedup(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
+        job = bench_env(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
         out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
     return 0
 
@@ -266,27 +275,37 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     _out_dir(path, out_dir, only)
     cw = None if cloudwatch is None else cloudwatch(cfg.region)
     logs = log_source(cfg, s3(cfg.region) if s3 and log_bucket else None, log_bucket)
-    missed = _run_all(api, cfg, exp, attempts, out_dir, repository, out, poll_s, cw, engine, logs)
+    missed = _run_all(api, cfg, exp, attempts, out_dir, repository, out, poll_s, cw, engine, logs, room(exp, cfg))
     if missed:
         again = " ".join(f"--only {f}" for f in missed)
-        raise LookupError(f"{len(missed)} of {len(attempts)} attempts INCOMPLETE ({'; '.join(missed.values())}); run "
+        raise LookupError(f"{len(missed)} of {len(attempts)} attempts INCOMPLETE ({'; '.join(dict.fromkeys(missed.values()))}); run "
                           f"them again: python -m bench run {path} --out {out_dir} {again} ...")
     out(f"collected {len(attempts)} attempts into {out_dir}; next: python -m bench report {out_dir}")
     return 0
 
 
 def _run_all(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempts: list[Attempt], out_dir: Path,
-             repository: str, out: Callable[[str], None], poll_s: float, cw, engine, logs) -> dict[str, str]:
-    """Every attempt in order, pinned while the pins' nodes exist; the incomplete ones with their reasons."""
+             repository: str, out: Callable[[str], None], poll_s: float, cw, engine, logs,
+             space: Room | None = None) -> dict[str, str]:
+    """Every attempt in order, pinned while the pins' nodes exist; the incomplete ones with their reasons. After
+    an INCOMPLETE attempt, whose saves stay, the experiment stops when the next attempt would not fit beside them
+    (``bench.storage``): the attempts not run are returned too."""
     pins: dict[str, list[str]] | None = None
     missed: dict[str, str] = {}
-    for a in attempts:
+    for i, a in enumerate(attempts):
         free = _removes_nodes(exp, a.arm)
         try:
             run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs,
                         None if free else pins)
         except (Overdue, FaultError) as err:  # recorded INCOMPLETE with the reason, the cluster left as found
             missed[a.folder] = str(err)
+            if space is not None and len(missed) > space.incomplete_held and attempts[i + 1:]:
+                why = (f"not run: the saves of {len(missed)} INCOMPLETE attempts stay on the file system (up to "
+                       f"{space.left / GB:,.0f} GB each) and the next attempt's {space.peak / GB:,.0f} GB would not "
+                       f"fit beside them in {space.usable / GB:,.0f} GB usable")
+                out(f"stopped after {a.folder}: {why.removeprefix('not run: ')}; run them again with --only")
+                missed |= {b.folder: why for b in attempts[i + 1:]}
+                break
             continue
         if not free and (pins is None or existing(api, pins) != pins):
             pins = node_set(out_dir / a.folder)  # the first finished attempt's nodes, or the set that replaced it

@@ -42,6 +42,13 @@ fresh run (its directory holds only the lease) would crash. The launcher passes 
 is empty or names no iteration (Megatron would exit, ``read_metadata``), one naming a missing save, or a
 save that holds none of the metadata by which Megatron recognises a checkpoint format (it would raise
 "unknown checkpoint format", ``_get_checkpoint_format``).
+
+**Saves removed at the end when asked** (``CLEAR_SAVES_ENV``, set by ``bench run``): Miles saves at the last
+rollout whatever the interval (radixark/miles 49cac7b5 ``miles/utils/misc.py:147-148``, ``train.py:121-125``)
+and the retain interval keeps the latest save, so a finished benchmark attempt would leave a whole save on the
+file system that the next attempt needs (``bench.storage``). Once the entry point has returned (every rollout
+done and saved), the launcher removes the saves under ``--save`` (``clear_saves``); a failed or stopped run
+keeps them, to resume from.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ LEASE_REFRESH_S = 30
 LEASE_STALE_MIN = 2
 """A lease not refreshed for this many minutes is stale (``find -mmin -2`` in the preStop hook)."""
 SAVE_TRIGGER = "SAVE_NOW"
+CLEAR_SAVES_ENV = "MILES_CLEAR_SAVES_AT_END"
+"""``1``: remove the run's saves once the entry point has returned (``clear_saves``)."""
 JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 """The driver's JobConfig as JSON, set by Ray's job supervisor; its ``metadata["job_submission_id"]`` is
 the submission id (ray 2.53.0 ``dashboard/modules/job/job_supervisor.py`` ``_get_driver_env_vars``,
@@ -210,6 +219,47 @@ def resume_flags(flags: list[str]) -> list[str]:
     return out
 
 
+ROLLOUT_STATE = "rollout"
+"""Miles' data-source state beside the save, ``rollout/global_dataset_state_dict_<id>.pt`` (radixark/miles
+49cac7b5 ``miles/rollout/data_source.py:135``)."""
+
+
+def _flag_value(flags: list[str], name: str) -> str | None:
+    for i, token in enumerate(flags):
+        if token == name and i + 1 < len(flags):
+            return flags[i + 1]
+        if token.startswith(f"{name}="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def clear_saves(flags: list[str]) -> list[str]:
+    """Remove what the run saved under ``--save``: Megatron's tracker first (so a half-cleared directory never
+    names a save that is gone), then its saves (``iter_<7 digits>``, ``release``: ``TRACKER``) and Miles'
+    rollout state; the lease, the driver logs and anything else stay. The names removed."""
+    import shutil
+    save = _flag_value(flags, "--save")
+    if save is None or not Path(save).is_dir():
+        return []
+    root = Path(save)
+    saves = [root / TRACKER] + sorted(p for p in root.iterdir() if p.is_dir() and (
+        p.name == "release" or (p.name.startswith("iter_") and p.name[5:].isdigit())))
+    state = root / ROLLOUT_STATE
+    saves += sorted(state.glob("global_dataset_state_dict_*.pt")) if state.is_dir() else []
+    removed = []
+    for path in saves:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        else:
+            continue
+        removed.append(str(path.relative_to(root)))
+    if state.is_dir() and not any(state.iterdir()):
+        state.rmdir()
+    return removed
+
+
 def run(argv: list[str]) -> None:
     """Run the entry point ``argv[0]`` with flags ``argv[1:]`` in this process, pinned."""
     entry = argv[0]
@@ -289,9 +339,12 @@ def main(args: list[str]) -> None:
     signal.signal(signal.SIGTERM, _stopper(lease))
     if lease is None:
         run(argv)
-        return
-    with lease:
-        run(argv)
+    else:
+        with lease:
+            run(argv)
+    if os.environ.get(CLEAR_SAVES_ENV) == "1":  # reached only when the entry point returned
+        removed = clear_saves(argv[1:])
+        print(f"miles_launcher: the run finished: removed its saves ({', '.join(removed) or 'none'})", flush=True)
 
 
 if __name__ == "__main__":
