@@ -48,7 +48,11 @@ Regenerate the vendored files::
 Slime (``slime`` command) has Miles' parser layout under ``slime/``; its output has the same
 structure (the framework's own flags under ``miles_flags``). SGLang (``sglang`` command): the
 ``ServerArgs`` flags of a release wheel, with the wheel's sha256; a list it cannot trust is refused and
-nothing written (``sglang_trust_problems``).
+nothing written (``sglang_trust_problems``). SGLang 0.5.23 (its fields under
+``sglang/srt/arg_groups/fields/``, read too) removed ``--cuda-graph-max-bs``, which the platform passes::
+
+    python scripts/extract_flags.py sglang --wheel sglang-0.5.23-*.whl --removed cuda-graph-max-bs \
+        --out workloads/schemas/sglang/0.5.23-flags.json
 """
 
 from __future__ import annotations
@@ -766,13 +770,23 @@ def extract_sglang(wheel: Path) -> dict:
     import hashlib
     import zipfile
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from workloads.checks.flags import SERVER_ARGS, parse_server_args
+    from workloads.checks.flags import SERVER_ARGS, parse_server_args, wheel_reader
+    read: set[str] = set()
     with zipfile.ZipFile(wheel) as z:
-        parsed = parse_server_args(z.read(SERVER_ARGS).decode())
+        reader = wheel_reader(z)
+
+        def recorded(path: str) -> str | None:
+            text = reader(path)
+            if text is not None:
+                read.add(path)
+            return text
+        parsed = parse_server_args(z.read(SERVER_ARGS).decode(), recorded)
     version = wheel.name.split("-")[1]
-    return {"origin": {"distribution": "sglang", "version": version, "wheel": wheel.name,
-                       "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "path": SERVER_ARGS},
-            "generated_by": GENERATED_BY, "flags": dict(sorted(parsed.flags.items())),
+    origin = {"distribution": "sglang", "version": version, "wheel": wheel.name,
+              "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(), "path": SERVER_ARGS}
+    if read:  # 0.5.23 on: the namespace classes' modules and the constants they import
+        origin["also_read"] = sorted(read)
+    return {"origin": origin, "generated_by": GENERATED_BY, "flags": dict(sorted(parsed.flags.items())),
             "choices": dict(sorted(parsed.choices.items()))}
 
 
@@ -781,7 +795,8 @@ def extract_sglang(wheel: Path) -> dict:
 FLOOR_SHARE = 0.5
 """A release with fewer flags than this share of the fewest any other profile's release has is a parse
 that missed where the release declares its flags (SGLang 0.5.23 moved the ``ServerArgs`` fields to
-``sglang/srt/arg_groups/fields/``: 9 flags read), not a release that dropped them. Half: the profiles'
+``sglang/srt/arg_groups/fields/``: 9 flags read before the parser followed them), not a release that
+dropped them. Half: the profiles'
 releases hold 341 (0.5.9) to 516 (0.5.19) flags, and the oldest passes against the newer ones."""
 
 
@@ -828,11 +843,12 @@ def sglang_flags_in_use() -> set[str]:
 
 
 def sglang_trust_problems(version: str, flags: dict[str, str], known: dict[str, dict[str, str]],
-                          in_use: set[str]) -> list[str]:
+                          in_use: set[str], removed: set[str] = frozenset()) -> list[str]:
     """Why SGLang ``version``'s extracted ``flags`` cannot be trusted, judged against the ``known``
     releases' lists: fewer flags than ``FLOOR_SHARE`` of the fewest any of them has, or a flag the
-    platform passes (``in_use``) that every known release has and this one lacks."""
-    out = []
+    platform passes (``in_use``) that every known release has and this one lacks, unless the maintainer
+    read the release and names it ``removed`` (a ``removed`` flag the list has is a mistake)."""
+    out = [f"SGLang {version}: --removed {f}, but the release has it" for f in sorted(removed & set(flags))]
     if known:
         fewest = min(known, key=lambda v: len(known[v]))
         floor = int(len(known[fewest]) * FLOOR_SHARE)
@@ -840,10 +856,12 @@ def sglang_trust_problems(version: str, flags: dict[str, str], known: dict[str, 
             out.append(f"SGLang {version}: {len(flags)} flags read, fewer than {floor} ({FLOOR_SHARE:.0%} of "
                        f"{fewest}'s {len(known[fewest])}): the release declares its flags where "
                        f"workloads/checks/flags.py parse_server_args does not read; extend it")
-    lacking = sorted(f for f in in_use if f not in flags and all(f in k for k in known.values()))
+    lacking = sorted(f for f in in_use if f not in set(flags) | removed and all(f in k for k in known.values()))
     if lacking:
         out.append(f"SGLang {version}: no {', '.join(lacking)}, which the platform passes and "
-                   f"{', '.join(sorted(known, key=lambda v: tuple(map(int, v.split('.')))))} all have; read the release's server_args before trusting this")
+                   f"{', '.join(sorted(known, key=lambda v: tuple(map(int, v.split('.')))))} all have; read the "
+                   f"release's server_args and sglang/srt/arg_groups/fields/ before trusting this (a flag the release "
+                   f"removed: --removed NAME)")
     return out
 
 
@@ -871,6 +889,10 @@ def main(argv: list[str] | None = None) -> None:
     wheel = sub.add_parser("sglang", help="SGLang's ServerArgs flags, read from a release wheel")
     wheel.add_argument("--wheel", type=Path, required=True, help="sglang-<version>-*.whl (pip download --no-deps)")
     wheel.add_argument("--out", type=Path, help="output file (default: stdout)")
+    wheel.add_argument("--removed", action="append", default=[], metavar="NAME",
+                       type=lambda name: "--" + name.lstrip("-"),
+                       help="a flag the platform passes that this release no longer has, found so by reading it, "
+                            "without its dashes (cuda-graph-max-bs); recorded in the list's origin; repeatable")
     for name, repo in (*FRAMEWORKS.items(), ("megatron", "radixark/Megatron-LM")):
         p = sub.add_parser(name)
         src = p.add_mutually_exclusive_group(required=True)
@@ -889,9 +911,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "sglang":
         doc = extract_sglang(args.wheel)
         version = doc["origin"]["version"]
-        problems = sglang_trust_problems(version, doc["flags"], known_sglang(but=version), sglang_flags_in_use())
+        problems = sglang_trust_problems(version, doc["flags"], known_sglang(but=version), sglang_flags_in_use(),
+                                         set(args.removed))
         if problems:
             raise SystemExit("refused, nothing written: " + "; ".join(problems))
+        if args.removed:
+            doc["origin"]["removed"] = sorted(args.removed)
         write(doc, args.out)
         return
     tree = tree_from(args)

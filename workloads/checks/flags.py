@@ -6,6 +6,8 @@ the check every generated argv goes through (``argv_problems``) against its soft
   ``A[T, Arg(...)]`` annotations: ``--<field-name-with-dashes>``, ``cli_name`` and ``aliases``,
   nothing for ``no_cli=True`` or for fields without help/Arg) and registers the rest with literal
   ``parser.add_argument("--x", ...)`` calls; both styles are read, with the literal ``choices``.
+  SGLang 0.5.23 declares those fields on namespace classes under ``sglang/srt/arg_groups/fields/``
+  (``NAMESPACES``), read from the same wheel.
 - Miles: the flag list of the pinned release (``workloads/schemas/miles/<tag>-flags.json``, vendored with its origin):
   Miles' own flags, the Megatron flags its examples use, and the ``--sglang-`` passthrough rule
   (every ServerArgs flag as ``--sglang-<flag>`` except the fields Miles sets itself).
@@ -19,6 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Callable
 
 from software import Profile, profile
 
@@ -71,13 +74,64 @@ def _literal_choices(inner: ast.AST) -> list | None:
     return None
 
 
-def parse_server_args(source: str) -> SGLangFlags:
-    tree = ast.parse(source)
-    constants = {t.id: v for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and isinstance(t := n.targets[0], ast.Name)
-                 and (v := _literal_list(n.value, {})) is not None}
-    out = SGLangFlags()
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+NAMESPACES = "_INPUT_NAMESPACES"
+"""SGLang 0.5.23 ``server_args.py``: the list of namespace classes (imported from
+``sglang/srt/arg_groups/fields/``) whose fields ``ServerArgs`` takes, and ``add_cli_args`` registers
+through ``add_cli_args_from_dataclass(parser, ServerArgs)`` (sglang 0.5.23 ``server_args.py:522, 353``,
+``arg_groups/fields/__init__.py:18`` ``collect_input_fields``, ``arg_groups/arg_utils.py:298``)."""
+
+Read = Callable[[str], "str | None"]
+"""Another file of the release by its path in the wheel (``sglang/srt/...py``); None where it has none."""
+
+
+def _module_path(module: str) -> list[str]:
+    base = module.replace(".", "/")
+    return [f"{base}.py", f"{base}/__init__.py"]
+
+
+def _read_module(module: str, read: Read) -> ast.Module | None:
+    for path in _module_path(module):
+        if (text := read(path)) is not None:
+            return ast.parse(text)
+    return None
+
+
+def _constants(tree: ast.Module, read: Read | None) -> dict[str, list]:
+    """The module's literal lists, and those it imports by name from another SGLang module where a
+    ``choices=`` or ``aliases=`` names one (0.5.23: ``sglang/srt/arg_groups/choices.py``)."""
+    out = {t.id: v for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+           and isinstance(t := n.targets[0], ast.Name) and (v := _literal_list(n.value, {})) is not None}
+    named = {k.value.id for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg in ("choices", "aliases")
+             and isinstance(k.value, ast.Name) and k.value.id not in out}
+    for node in tree.body:
+        wanted = [a for a in getattr(node, "names", []) if (a.asname or a.name) in named]
+        if read and wanted and isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang."):
+            source = _read_module(node.module, read)
+            found = _constants(source, None) if source else {}
+            out |= {a.asname or a.name: found[a.name] for a in wanted if a.name in found}
+    return out
+
+
+def _namespace_classes(tree: ast.Module, read: Read | None) -> list[tuple[ast.ClassDef, dict[str, list]]]:
+    """The namespace classes of ``NAMESPACES`` (none before 0.5.23), each with its module's constants."""
+    names = next((n.value.elts for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+                  and isinstance(n.targets[0], ast.Name) and n.targets[0].id == NAMESPACES
+                  and isinstance(n.value, ast.List)), [])
+    if names and read is None:
+        raise ValueError(f"server_args.py declares its fields in {NAMESPACES}: the release's other files are needed")
+    modules = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    out = []
+    for name in names:
+        source = _read_module(modules.get(getattr(name, "id", None), ""), read) if isinstance(name, ast.Name) else None
+        cls = next((n for n in source.body if isinstance(n, ast.ClassDef) and n.name == name.id), None) if source else None
+        if cls is None:
+            raise ValueError(f"{NAMESPACES}: {ast.unparse(name)} is not a class of a module the wheel holds")
+        out.append((cls, _constants(source, read)))
+    return out
+
+
+def _field_flags(cls: ast.ClassDef, constants: dict[str, list], out: SGLangFlags) -> None:
+    """The flags of ``cls``'s ``A[T, "help"]`` / ``A[T, Arg(...)]`` fields into ``out``."""
     for stmt in cls.body:
         if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
             continue
@@ -101,6 +155,18 @@ def parse_server_args(source: str) -> SGLangFlags:
             out.flags[n] = dest
         if choices is not None:
             out.choices[dest] = choices
+
+
+def parse_server_args(source: str, read: Read | None = None) -> SGLangFlags:
+    """The flags of ``sglang/srt/server_args.py`` (``source``): ``ServerArgs``' fields, those of the
+    namespace classes it collects (0.5.23 on: read with ``read``), and ``add_cli_args``' literal calls."""
+    tree = ast.parse(source)
+    constants = _constants(tree, read)
+    out = SGLangFlags()
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    for namespace, their_constants in _namespace_classes(tree, read):
+        _field_flags(namespace, their_constants, out)
+    _field_flags(cls, constants, out)
     add_cli = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "add_cli_args")
     for call in ast.walk(add_cli):
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
@@ -115,9 +181,15 @@ def parse_server_args(source: str) -> SGLangFlags:
     return out
 
 
+def wheel_reader(z: zipfile.ZipFile) -> Read:
+    """``Read`` over an open wheel."""
+    held = set(z.namelist())
+    return lambda path: z.read(path).decode() if path in held else None
+
+
 def sglang_flags_from_wheel(wheel: Path) -> SGLangFlags:
     with zipfile.ZipFile(wheel) as z:
-        return parse_server_args(z.read(SERVER_ARGS).decode())
+        return parse_server_args(z.read(SERVER_ARGS).decode(), wheel_reader(z))
 
 
 @dataclass
