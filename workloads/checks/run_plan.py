@@ -100,8 +100,11 @@ class _Cluster:
 class Planner:
     """Queue state of one stack; ``plan`` decides a list of runs."""
 
-    def __init__(self, cfg: "ProgramConfig"):
+    def __init__(self, cfg: "ProgramConfig", mixed_reclaims: bool = True):
         self.cfg = cfg
+        self.mixed_reclaims = mixed_reclaims
+        """Whether a reclaim that ``MAY_WAIT`` places its run; False plans the other outcome (its run waits, its
+        victims keep running)."""
         self.pools = {p.name: p for p in run_pools(cfg)}
         self.teams = {t.name: t for t in cfg.workloads.teams}
         self.queues = queue_shares(cfg.workloads.teams, cluster_gpus(cfg))
@@ -303,7 +306,8 @@ class Planner:
             waiting = []
             for run in self._in_queue_order(c, left):
                 free = dict(c.free)
-                victims = claim(c, run, running)
+                hedge = self._task_order(run, free) if how == "reclaim" else ""
+                victims = None if hedge and not self.mixed_reclaims else claim(c, run, running)
                 if victims is None:
                     waiting.append(run)
                     continue
@@ -316,7 +320,7 @@ class Planner:
                     c.held[pool] = c.held.get(pool, 0) + c.free[pool] - keep
                     c.free[pool] = keep
                 self._claimed[run.key] = (f"starts after {', '.join(v.name for v in victims)} checkpoint and stop"
-                                          + (self._task_order(run, free) if how == "reclaim" else ""))
+                                          + hedge)
                 self._decide(out, run, "waits", f"{how}s: its victims stop this session")
                 changed = True
             left = waiting
