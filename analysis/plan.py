@@ -1,4 +1,4 @@
-"""Offline plan of a stack: ``python -m analysis.plan <stack> [--json FILE] [--diagram FILE.svg]``.
+"""Offline plan of a stack: ``moe-rl plan <stack> [--json FILE] [--diagram FILE.svg]``.
 
 Runs the real program for the stack under Pulumi's mock engine (no Pulumi CLI, no AWS
 credentials, no network) and prints, per pool, instance type, capacity, nodes, GPUs, EFA
@@ -165,7 +165,7 @@ def run_lines(cfg: StackConfig) -> list[str]:
     m = derive(cfg)
     out = [f"Run: submitted through {m.settings.submit.value}"]
     if m.runs:
-        out = ["Runs: teams submit them (python -m workloads.cli.runs plan|submit "
+        out = ["Runs: teams submit them (moe-rl runs plan|submit "
                f"{cfg.stack} runs/<run>.yaml), each with its own Ray cluster in its team's queue"]
         storage = team_file_system_quotas(m.settings.teams, m.settings.storage.capacity_gib)
         ports = m.settings.reward.team_ports([t.name for t in m.settings.teams])

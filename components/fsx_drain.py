@@ -1,9 +1,9 @@
 """Wait, before a teardown, until the checkpoint file system has exported everything to S3.
 
-``python -m components.fsx_drain <file-system-id> --region <region> [--timeout-minutes 60]`` (the id is the
-stack output ``checkpointFileSystem``) polls CloudWatch until automatic export has nothing queued, then
-exits 0; 1 when the queue is not empty by the deadline, or FSx published nothing to judge by; 2 when
-CloudWatch cannot be asked. Run it after the runs stopped writing and before ``pulumi destroy``.
+``moe-rl fsx-drain <file-system-id> --region <region> [--timeout-minutes 60]`` (alias ``python -m
+components.fsx_drain``; the id is the stack output ``checkpointFileSystem``) polls CloudWatch until automatic
+export has nothing queued, then exits 0; 1 when the queue is not empty by the deadline, FSx published nothing
+to judge by, or CloudWatch cannot be asked (a refusal, as every ``moe-rl`` subcommand's: not bad input). Run it after the runs stopped writing and before ``pulumi destroy``.
 
 Why: a destroy deletes the file system, and with it whatever automatic export has not yet written to the
 bucket (the last checkpoint saved before the stop, the driver logs). AWS says how to know nothing is
@@ -30,7 +30,7 @@ PERIOD_SECONDS = 60
 QUIET_MINUTES = 5
 """How long the queue must have stayed empty: a save finishing just before the check queues again."""
 POLL_SECONDS = 60
-EXIT_DRAINED, EXIT_NOT_DRAINED, EXIT_NO_ANSWER = 0, 1, 2
+EXIT_DRAINED, EXIT_NOT_DRAINED, EXIT_NO_ANSWER = 0, 1, 1
 
 
 def ages(client: Any, file_system_id: str, now: datetime) -> list[float]:
@@ -64,12 +64,18 @@ def wait(client: Any, file_system_id: str, timeout_s: float, clock: Callable[[],
         sleep(POLL_SECONDS)
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m components.fsx_drain`` (``moe-rl fsx-drain``)."""
+    p = argparse.ArgumentParser(prog="python -m components.fsx_drain", description=__doc__.split("\n\n")[0])
+    p.add_argument("file_system_id", help="the stack output checkpointFileSystem (fs-...)")
+    p.add_argument("--region", required=True, help="the stack's region")
+    p.add_argument("--timeout-minutes", type=float, default=60, metavar="MINUTES",
+                   help="how long to wait for the queue to empty")
+    return p
+
+
 def main(argv: Sequence[str] | None = None, client: Any = None, sleep: Callable[[float], None] = time.sleep) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.fsx_drain", description=__doc__.split("\n\n")[0])
-    parser.add_argument("file_system_id", help="the stack output checkpointFileSystem (fs-...)")
-    parser.add_argument("--region", required=True)
-    parser.add_argument("--timeout-minutes", type=float, default=60)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
     client = client or boto3.client("cloudwatch", region_name=args.region)

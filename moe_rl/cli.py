@@ -64,6 +64,10 @@ SUBCOMMANDS = {
                       parser=_acceptance),
     "fsx-status": Sub("components.fsx_status", "the checkpoint file system's data repository associations "
                       "(exit 1 unless every one is AVAILABLE)", parser=_from("components.fsx_status")),
+    "fsx-drain": Sub("components.fsx_drain", "wait until the file system's automatic export queue is empty, before "
+                     "a destroy (exit 1 if it is not in time)", parser=_from("components.fsx_drain")),
+    "torchx": Sub("workloads.cli.torchx", "submit the stack's Miles run through TorchX's kubernetes scheduler",
+                  parser=_from("workloads.cli.torchx")),
 }
 
 

@@ -205,7 +205,6 @@ def _command(p: argparse.ArgumentParser, level: int, about: str = "", alias: str
 
 def cli_page() -> str:
     from moe_rl.cli import STACKS_ENV, SUBCOMMANDS, renamed_parsers
-    from workloads.cli import torchx
     out = [HEADER, "# Command lines", "",
            "`moe-rl` is the one installed command (`pip install -e .`; `moe_rl/cli.py`): each subcommand below is "
            "an existing command's own parser and main, whose `python -m` path stays as an alias. "
@@ -226,7 +225,6 @@ def cli_page() -> str:
             with renamed_parsers(sub.prog, f"moe-rl {name}"):
                 p = sub.parser(argv)
             out += _command(p, 2, alias=f"{sub.prog}{''.join(' ' + a for a in argv)}")
-    out += _command(torchx.parser(), 2)
     return "\n".join(out) + "\n"
 
 
@@ -281,7 +279,7 @@ or map every stack file to it once, in the editor's settings (VS Code `settings.
 
 The platform config alone (a tool that reads only that mapping) is `{schema}#/$defs/{title}`. The editor then
 completes keys and flags unknown ones, wrong types and out-of-range values as you type; the cross-field
-checks (a pool that does not fit, a team quota above the pool) are the gate's: `python -m analysis.plan <stack>`.
+checks (a pool that does not fit, a team quota above the pool) are the gate's: `moe-rl plan <stack>`.
 """
 
 
@@ -300,10 +298,10 @@ def render() -> dict[Path, str]:
             "Stack file", f"The `platform` config of `stacks/Pulumi.<stack>.yaml`, under `config:` → `{key}:` "
                           f"(`workloads.schema.stack.ProgramConfig`). Editors: [the JSON Schema](README.md)."),
         "run-file.md": Schema(RunFile.model_json_schema(by_alias=True), {}).page(
-            "Run file", "A run as a team submits it: `runs/<name>.yaml`, `python -m workloads.cli.runs submit "
-                        "<stack> <file>` (`workloads.schema.settings.RunFile`)."),
+            "Run file", "A run as a team submits it: `runs/<name>.yaml`, `moe-rl runs submit <stack> <file>` "
+                        "(`workloads.schema.settings.RunFile`)."),
         "experiment.md": Schema(Experiment.model_json_schema(by_alias=True), linked).page(
-            "Experiment file", "`experiments/<name>.yaml`, `python -m bench` (`bench.experiment.Experiment`)."),
+            "Experiment file", "`experiments/<name>.yaml`, `moe-rl bench` (`bench.experiment.Experiment`)."),
         "cli.md": cli_page(),
         "guardrails.md": guardrails_page(),
         "README.md": INDEX.format(command=COMMAND, schema=STACK_SCHEMA, key=key, title=stack["title"]),

@@ -19,7 +19,7 @@ class BreakerSettings(SchemaModel):
     hardware failures and the replacements made for them, over a sliding window (NVIDIA NVSentinel's
     fault-quarantine breaker counts the nodes it cordoned within ``circuitBreaker.duration``,
     docs/configuration/fault-quarantine.md). Once tripped, no node of the pool is replaced until
-    ``python -m nodes reset-breaker POOL``, which then holds until a new failure: EKS node auto-repair stops
+    ``moe-rl nodes reset-breaker POOL``, which then holds until a new failure: EKS node auto-repair stops
     above ``NodeRepairConfig.maxUnhealthyNodeThresholdCount``/``Percentage`` (EKS API reference,
     NodeRepairConfig), and NVSentinel's breaker, once tripped, "requires manual human intervention to
     reset" (docs.nvidia.com/nvsentinel, components/circuit-breaker)."""
@@ -35,7 +35,7 @@ class BreakerSettings(SchemaModel):
     """Trips instead of making another replacement when this many were requested in the last hour."""
     window_minutes: int = Field(120, ge=1)
     """The window hardware failures are counted over: an allowance, not a measurement; two hours holds
-    the burn-ins of the nodes of one scale-up (``python -m nodes plan`` prints a node's burn-in time)."""
+    the burn-ins of the nodes of one scale-up (``moe-rl nodes plan`` prints a node's burn-in time)."""
 
 
 class MeasuredFloor(SchemaModel):

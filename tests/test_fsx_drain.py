@@ -50,10 +50,10 @@ def test_no_datapoint_is_not_taken_for_an_empty_queue():
     assert code == 1 and "FSx published no AgeOfOldestQueuedMessage (AutoExport)" in text
 
 
-def test_cloudwatch_refusing_is_its_own_exit_code(capsys):
+def test_cloudwatch_refusing_is_a_refusal_not_bad_input(capsys):
     client = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(client)
     stub.add_client_error("get_metric_statistics", service_error_code="AccessDenied", http_status_code=403)
     with stub:
         code = fsx_drain.main([FS, "--region", "us-east-1"], client=client, sleep=lambda s: None)
-    assert code == 2 and "CloudWatch GetMetricStatistics failed" in capsys.readouterr().err
+    assert code == 1 and "CloudWatch GetMetricStatistics failed" in capsys.readouterr().err  # 2 is bad input

@@ -31,7 +31,7 @@ def test_help_lists_every_subcommand_and_the_exit_codes():
     assert done.exit_code == 0
     listed = {line.split()[0] for line in done.output.split("Commands:")[1].splitlines() if line[:3] == "  " + line[2:3]
               and line[2:3].strip()}
-    assert listed == set(SUBCOMMANDS) == {"plan", "runs", "bench", "nodes", "acceptance", "fsx-status", "profiles"}
+    assert listed == set(SUBCOMMANDS) == {"plan", "runs", "bench", "nodes", "acceptance", "fsx-status", "fsx-drain", "torchx", "profiles"}
     assert "0 done; 1 a refusal on the merits" in " ".join(done.output.split())
     assert "2 bad input" in " ".join(done.output.split())
 

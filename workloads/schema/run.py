@@ -121,7 +121,7 @@ class RunBase(SchemaModel):
     DNS-1035 label: KubeRay refuses a RayJob name that starts with a digit)."""
     entry_point: EntryPoint = EntryPoint.SYNC
     software: str = DEFAULT_PROFILE
-    """Software profile (``software/profiles.yaml``; ``python -m workloads.cli.runs profiles``): the image,
+    """Software profile (``software/profiles.yaml``; ``moe-rl profiles``): the image,
     the entry point's CLI dialect, the flag lists and the MoE rules of the run. Default: miles-0.1."""
     fabric: Literal["efa", "sockets"] = "efa"
     """How NCCL crosses nodes: ``efa`` through aws-ofi-nccl, or ``sockets`` (TCP over the pods'

@@ -21,7 +21,7 @@ admission-time check here, not something the scheduler enforces.
 - its directory on the file system (``team_directory``) and its checkpoint directory
   (``team_checkpoint_directory``), mounted alone in its namespace (fileset PVs/PVCs), so its pods see
   no other team's files and only its checkpoints are exported to the bucket;
-- the scripts its runs' pods use. Runs are submitted into the queue with ``python -m workloads.cli.runs``;
+- the scripts its runs' pods use. Runs are submitted into the queue with ``moe-rl runs``;
 - a Role for that command in its namespace, bound to the Kubernetes group ``rl-team-<name>`` that
   its members' EKS access entries carry.
 """
@@ -99,7 +99,7 @@ class TeamSettings(SchemaModel):
     file system, so one team's full directory never stops another's saves."""
     members: list[str] = []
     """IAM role or user ARNs whose sessions submit the team's runs: each gets an EKS access entry in
-    the Kubernetes group ``rl-team-<name>``, which may run ``python -m workloads.cli.runs`` in the team's
+    the Kubernetes group ``rl-team-<name>``, which may run ``moe-rl runs`` in the team's
     namespace and nowhere else."""
 
     @model_validator(mode="before")
