@@ -16,7 +16,8 @@ nor the pull of the workload image (its own, ``nodes.burn_in.PULL_SECONDS``) eat
 5. with a neighbour, once the node passed 1-4: a two-node all-reduce and an EFA ping-pong with another
    new node of the pool that the controller pairs it with (``nodes.pairs``); its failures are ``network``.
 
-Guarantees: the decision is kept in the pod's results folder before it is written, and written once;
+Guarantees: the decision is kept in the pod's results folder before it is written, and written once; a
+pass is written no sooner than ``preflight.PASSED_UPTIME_SECONDS`` after the node's boot (``hold``);
 a container that starts again after a start without a decision (it died, or the kubelet's liveness
 probe stopped it past its budget) records a failure naming the step it was in, never a pass; one that
 starts on a new boot (the node rebooted during the burn-in) starts the burn-in over and counts the
@@ -237,6 +238,17 @@ def decide(plan: dict, results: Path, clock: Callable[[], float] = time.time,
     return verdict
 
 
+def hold(plan: dict, verdict: dict, uptime: str | None = None, sleep: Callable[[float], None] | None = None) -> None:
+    """A pass is written no sooner than ``passedUptimeSeconds`` after the node's boot: a run pod's preflight
+    that finds the node up for less, and no boot of its own, refuses it as rebooted since its burn-in
+    (``preflight.check_boot``). Within the budget, which is at least that long (``nodes.burn_in.plan``)."""
+    if verdict["result"] != marks.PASSED:
+        return
+    left = plan.get("passedUptimeSeconds", 0) - float(Path(uptime or preflight.UPTIME).read_text().split()[0])
+    if left > 0:
+        (sleep or time.sleep)(left)
+
+
 def capability_labels(plan: dict, figures: dict) -> dict[str, str]:
     """Each capability label the pool's pods select, from the preflight checks that prove it; none when
     the preflight did not run."""
@@ -275,6 +287,7 @@ def main(argv: list[str] | None = None, api: incluster.Api | None = None) -> int
                                                                      os.environ.get("POD_IP", "")))
     print(f"burn-in {verdict['result']}: {verdict['reason'] or ''} {json.dumps(verdict['figures'])}", flush=True)
     if not (results / "written").exists():
+        hold(plan, verdict)
         report(api, node, plan, verdict, datetime.now(timezone.utc))
         (results / "written").write_text("1")
     return 0

@@ -25,6 +25,7 @@ from workloads.acceptance.compare import floor_of
 from workloads.acceptance.expected import expected, family_of
 from workloads.pod.fabric_bench import OPS
 from workloads.derive.model import WorkloadModel
+from workloads.pod.preflight import PASSED_UPTIME_SECONDS
 from workloads.render.ray import preflight_args
 
 CAPABILITY_CHECKS = {LABEL_GDRCOPY: ("gdrdrv",), LABEL_EFA_GDA: ("gdrdrv", "gin-gda")}
@@ -72,7 +73,8 @@ class PoolBurnIn:
     floors: tuple[Floor, ...]
     efa_devices: int
     budget_seconds: int
-    """The agent's budget: the allowances of the steps it runs (``AGENT_STEPS``), from its start."""
+    """The agent's budget: the allowances of the steps it runs (``AGENT_STEPS``), from its start, and no less
+    than ``PASSED_UPTIME_SECONDS`` (the agent holds a pass until the node has been up that long)."""
     steps: dict[str, int] = field(default_factory=dict)
     """Allowance per step, seconds; 0: the step does not apply."""
     replace: bool = False
@@ -101,7 +103,7 @@ class PoolBurnIn:
         return {"pool": self.pool.name, "gpus": self.group.gpus, "efaDevices": self.group.efa,
                 "preflight": list(self.preflight), "budgetSeconds": self.budget_seconds, "steps": dict(self.steps),
                 "dcgmLevel": self.dcgm_level, "dcgmSeconds": self.steps["dcgm"], "benchSizes": list(BENCH_SIZES),
-                "nodeSeconds": self.node_seconds,
+                "nodeSeconds": self.node_seconds, "passedUptimeSeconds": PASSED_UPTIME_SECONDS,
                 "loopbackFloorMBs": self.loopback_floor_mbs, "loopbackFloorAdvisory": not self.loopback_floor_source,
                 "capabilities": {k: list(v) for k, v in self.capabilities.items()},
                 "pairWaitSeconds": self.pair_wait_seconds,
@@ -166,7 +168,8 @@ def plan(m: WorkloadModel, pool: Pool, level: int, replace: bool = False,
              "efa": 2 * LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if pool.efa_devices > 1 else 0,
              "neighbours": wait + PAIR_BENCH_SECONDS + LOOPBACK_SECONDS_PER_DEVICE * pool.efa_devices if wait else 0}
     return PoolBurnIn(pool=pool, group=g, preflight=tuple(args), dcgm_level=level, floors=floors(pool, g),
-                      efa_devices=pool.efa_devices, budget_seconds=sum(steps[s] for s in AGENT_STEPS), steps=steps,
+                      efa_devices=pool.efa_devices, steps=steps,
+                      budget_seconds=max(sum(steps[s] for s in AGENT_STEPS), PASSED_UPTIME_SECONDS),
                       replace=replace, breaker=breaker,
                       loopback_floor_mbs=measured.mbs if measured else pool.instance.efa_loopback_floor_mbs,
                       loopback_floor_source=measured.source if measured else "",

@@ -67,7 +67,7 @@ REQUIRED = {2: ("memory", "pcie"),
 ``nvvs/src/NvidiaValidationSuite.cpp`` ``FillTestVectors``: medium adds ``memory`` and ``pcie``, long adds
 ``diagnostic``, ``memory_bandwidth``, ``targeted_stress``, ``targeted_power``, xlong adds ``memtest`` and
 ``pulse_test``; names from ``nvvs/include/PluginStrings.h``). Level 1 runs only the software checks.
-Left out: ``eud``/``cpu_eud`` (run only as root, which the container is not), ``nvbandwidth`` and
+Left out: ``eud``/``cpu_eud`` (run only as root, which the container never is: ``nodes.render.DCGM_USER``), ``nvbandwidth`` and
 ``nccl_tests`` (they need binaries beside DCGM; the burn-in measures NCCL itself)."""
 DCGM3_NAMES = {"memory": "GPU Memory", "pcie": "PCIe", "diagnostic": "Diagnostic", "targeted_stress": "Targeted Stress",
                "targeted_power": "Targeted Power", "memory_bandwidth": "Memory Bandwidth", "memtest": "Memtest",

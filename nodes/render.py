@@ -170,16 +170,33 @@ def network_policies() -> list[dict]:
         egress=[{"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(80)}])]
 
 
+DCGM_USER = 1000
+"""The DCGM container's user, never root, held by the kubelet (``runAsNonRoot``). As root, NVVS adds the EUD
+tests to level 3 and above (DCGM v4.5.2 nvvs/src/NvidiaValidationSuite.cpp:1151-1157, ``IsRunningAsRoot``:
+common/DcgmUtilities.cpp:1083-1086, ``geteuid() == 0``); the EUD plugin, closed source, would run with every
+capability dropped and fail, a software failure on every node of every pool. As any other user the suite
+leaves them out, and the host engine runs "as non-root. Some functionality will be limited" (v4.5.2
+hostengine/src/main.cpp:445). The id is arbitrary: the image needs no account for it."""
+DCGM_HOST_ENGINE = ["nv-hostengine", "--pid", f"{RESULTS_DIR}/nvhostengine.pid",
+                    "--log-filename", f"{RESULTS_DIR}/nv-hostengine.log", "--home-dir", RESULTS_DIR]
+"""Every file the host engine and its diagnostic write goes to the pod's results volume, an emptyDir the
+kubelet creates with mode 0777 (kubernetes v1.35.3 pkg/volume/emptydir/empty_dir.go, ``perm``), which
+``DCGM_USER`` can write: its defaults are root's (v4.5.2 hostengine/src/HostEngineCommandLine.cpp:422-427,
+``/var/run/nvhostengine.pid``, which the daemon exits on when it cannot write it, main.cpp:204-219;
+``/var/log/nv-hostengine.log``, common/DcgmLogging.h:55; the diagnostic's logs in ``--home-dir``, else
+``/var/log/nvidia-dcgm``, common/DcgmUtilities.cpp:1139-1146)."""
+
+
 def dcgm_script(b: PoolBurnIn) -> str:
     """Start the DCGM host engine (it daemonizes, nv-hostengine(8)), run the diagnostic within its own
     allowance, keep its JSON and exit code for the agent; never fail the container (the agent judges,
     so a failed diagnostic is reported rather than restarted)."""
-    r = RESULTS_DIR
+    r, engine = RESULTS_DIR, " ".join(DCGM_HOST_ENGINE)
     return "\n".join([
-        f"if ! nv-hostengine > {r}/dcgm.err 2>&1; then echo 127 > {r}/dcgm.rc; exit 0; fi",
+        f"if ! {engine} > {r}/dcgm.err 2>&1; then echo 127 > {r}/dcgm.rc; exit 0; fi",
         f"timeout {b.steps['dcgm']} dcgmi diag -r {b.dcgm_level} -j > {r}/dcgm.json 2>> {r}/dcgm.err",
         f"echo $? > {r}/dcgm.rc",
-        "nv-hostengine --term > /dev/null 2>&1 || true",
+        f"{' '.join(DCGM_HOST_ENGINE[:3])} --term > /dev/null 2>&1 || true",
         "exit 0"])
 
 
@@ -222,7 +239,7 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
     dcgm = {"name": "dcgm", "image": dcgm_image(m.software), "imagePullPolicy": "IfNotPresent",
             "command": ["sh", "-c", dcgm_script(b)],
             "resources": dcgm_resources(b),
-            "securityContext": security_context(),
+            "securityContext": {**security_context(), "runAsNonRoot": True, "runAsUser": DCGM_USER},
             "volumeMounts": [results]}
     env = {**g.env, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     agent = {"name": "agent", "image": m.image, "imagePullPolicy": "IfNotPresent",

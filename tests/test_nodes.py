@@ -119,6 +119,27 @@ def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     assert cm["data"]["fabric_bench.py"] == (ROOT / "workloads" / "pod" / "fabric_bench.py").read_text()
 
 
+def test_the_dcgm_container_never_runs_as_root_and_writes_only_its_results_volume():
+    """As root NVVS would add the closed EUD plugin at level 3 (DCGM v4.5.2 NvidiaValidationSuite.cpp:1151-1157),
+    which fails without capabilities on every node; the kubelet holds the user (``runAsNonRoot``), and the host
+    engine, whose defaults are root's paths, writes its pid file, log and the diagnostic's logs in the results
+    emptyDir."""
+    from nodes.render import RESULTS_DIR
+    objects = registered_objects(graph_of("p5en-prod"))
+    pod = named(objects, "DaemonSet", "burn-in-train")["spec"]["template"]["spec"]
+    dcgm = container(pod, "dcgm", init=True)
+    sc = dcgm["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0
+    assert {"name": "results", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "results", "mountPath": RESULTS_DIR} in dcgm["volumeMounts"]
+    lines = dcgm["command"][2].splitlines()
+    start, term = next(line for line in lines if "nv-hostengine" in line and "--term" not in line), \
+        next(line for line in lines if "--term" in line)
+    for flag in ("--pid", "--log-filename", "--home-dir"):
+        assert start.split(flag + " ", 1)[1].startswith(RESULTS_DIR), (flag, start)
+    assert term.split("--pid ", 1)[1].split()[0] == start.split("--pid ", 1)[1].split()[0]
+
+
 def test_burn_in_off_leaves_gpu_pools_untainted_and_registers_nothing():
     off = {"burnIn": {"enabled": False}}
     graph = variant_graph("p4d", off)

@@ -438,6 +438,30 @@ def test_the_capability_labels_are_set_from_the_preflight_after_a_reboot(node_en
     assert node["metadata"]["labels"][marks.RESULT_LABEL] == "passed"
 
 
+def test_a_pass_waits_until_the_node_has_been_up_as_long_as_a_run_pod_asks(tmp_path):
+    """A run pod made again after a reboot refuses a node up for less than ``passedUptimeSeconds``
+    (``preflight.check_boot``), so the burn-in writes no pass sooner: a node passed 120 s after its boot
+    waits the rest; a failure is written at once."""
+    uptime, slept = tmp_path / "uptime", []
+    uptime.write_text("120.00 900.00\n")
+    plan = {"passedUptimeSeconds": preflight.PASSED_UPTIME_SECONDS}
+    agent.hold(plan, {"result": marks.PASSED}, str(uptime), slept.append)
+    assert slept == [preflight.PASSED_UPTIME_SECONDS - 120]
+    agent.hold(plan, {"result": marks.FAILED}, str(uptime), slept.append)
+    uptime.write_text(f"{preflight.PASSED_UPTIME_SECONDS + 5}.0 0\n")
+    agent.hold(plan, {"result": marks.PASSED}, str(uptime), slept.append)
+    assert len(slept) == 1
+
+
+def test_the_agent_writes_a_pass_only_once_the_node_has_been_up_long_enough(node_env, train_plan, monkeypatch, tmp_path):
+    uptime, slept = tmp_path / "uptime", []
+    uptime.write_text("300.00 10.00\n")
+    monkeypatch.setattr(preflight, "UPTIME", str(uptime))
+    monkeypatch.setattr(time, "sleep", slept.append)
+    assert node_env["run"](train_plan).node["metadata"]["labels"][marks.RESULT_LABEL] == marks.PASSED
+    assert train_plan["passedUptimeSeconds"] - 300 in slept
+
+
 def test_a_reboot_during_the_burn_in_tests_again_instead_of_failing(node_env, train_plan, monkeypatch, tmp_path):
     """The node rebooted in the NCCL step (EKS auto-repair, a GPU XID): the pod's containers start again
     on the new boot with the old results folder; the burn-in starts over and counts the reboot."""

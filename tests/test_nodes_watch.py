@@ -4,6 +4,7 @@ what the preflight's own check prints (``workloads/pod/preflight.py``, called he
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -58,7 +59,32 @@ def _findings(monkeypatch, tmp_path) -> dict[str, tuple]:
         "sockets": (lambda: (monkeypatch.setattr(preflight.subprocess, "run", _network("Socket")),
                              preflight.check_nccl_network())[1], True),
         "reboot": (lambda: _rebooted(tmp_path), True),
+        "new pod after a reboot": (lambda: _new_pod_after_reboot(tmp_path), True),
     }
+
+
+def _new_pod_after_reboot(tmp_path) -> str | None:
+    """``check_boot`` in a pod made again after a reboot: no record, the node up 200 s."""
+    boot, uptime = tmp_path / "boot_id", tmp_path / "uptime"
+    boot.write_text("2a9c-second\n")
+    uptime.write_text("200.31 3105.62\n")  # proc(5): seconds up, seconds idle
+    return preflight.check_boot(str(tmp_path / "new-pod" / "boot"), str(boot), preflight.PASSED_UPTIME_SECONDS,
+                                str(uptime))
+
+
+def test_a_new_pod_on_a_node_up_for_less_than_any_burn_in_refuses_it_until_it_is_re_tested(tmp_path):
+    """The pod the reboot deleted (its node unreachable too long) or failed at re-admission is made again with
+    an empty volume: it is refused, and records nothing, so its next start is refused too; the same pod
+    started again on the boot it recorded is not; a node up long enough passes a new pod."""
+    boot, uptime, record = tmp_path / "boot_id", tmp_path / "uptime", tmp_path / "new-pod" / "boot"
+    first = _new_pod_after_reboot(tmp_path)
+    assert first.startswith("reboot: ") and not record.exists()
+    assert _new_pod_after_reboot(tmp_path) == first
+    uptime.write_text(f"{preflight.PASSED_UPTIME_SECONDS + 1}.0 9000.0\n")
+    assert preflight.check_boot(str(record), str(boot), preflight.PASSED_UPTIME_SECONDS, str(uptime)) is None
+    assert record.read_text() == "2a9c-second\n"
+    uptime.write_text("30.0 10.0\n")  # a recorded boot is the pod's own: its uptime is not asked
+    assert preflight.check_boot(str(record), str(boot), preflight.PASSED_UPTIME_SECONDS, str(uptime)) is None
 
 
 def _rebooted(tmp_path) -> str | None:
@@ -73,7 +99,7 @@ def _rebooted(tmp_path) -> str | None:
 
 @pytest.mark.parametrize("finding", ["gpus", "efa", "memlock", "hugepages", "gdrdrv", "driver option", "driver params",
                                      "nccl hangs", "sockets", "shm", "nccl version", "nccl unread", "gin type",
-                                     "ofi plugin", "gin plugin", "reboot"])
+                                     "ofi plugin", "gin plugin", "reboot", "new pod after a reboot"])
 def test_only_the_nodes_own_findings_re_test_it(finding, monkeypatch, tmp_path):
     check, nodes = _findings(monkeypatch, tmp_path)[finding]
     problem = check()
@@ -109,3 +135,38 @@ def test_a_run_pods_preflight_refuses_a_node_that_rebooted_under_it_and_its_budg
             assert volume == {"name": mount["name"], "emptyDir": {}}  # disk, not memory: it outlives a reboot
         budgets = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and o["spec"].get("maxUnavailable") == 0]
         assert budgets and all(b["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow" for b in budgets), stack
+
+
+def test_a_gpu_run_pod_outlasts_a_reboot_on_its_node_and_a_new_one_is_held_to_the_burn_ins_uptime():
+    """Every Ray GPU pod tolerates its node not ready or unreachable for ``NODE_DOWN_SECONDS`` (the API server
+    would give it 300 s), and its preflight refuses a node up for less than the burn-in's own hold (one value:
+    the agent's plan says the same); with the burn-in off, nothing re-tests a node, so no pod asks it."""
+    from conftest import graph_of
+    from test_workloads import variant_graph
+    from test_workloads_security import pod_specs, registered_objects
+
+    from workloads.render.ray import NODE_DOWN_SECONDS
+
+    def gpu_pods(objects):
+        return [pod for o in objects for _, pod in pod_specs(o)
+                if any(c["name"] == watch.PREFLIGHT_CONTAINER for c in pod.get("initContainers") or [])]
+
+    assert NODE_DOWN_SECONDS > 300
+    objects = registered_objects(graph_of("p5en-prod"))
+    agents = [c for o in objects if o["kind"] == "DaemonSet" for _, pod in pod_specs(o)
+              for c in pod["containers"] if c["name"] == "agent"]
+    for agent in agents:  # the reward pool's steps alone take less than the hold
+        plan = json.loads(agent["command"][agent["command"].index("--plan") + 1])
+        assert plan["passedUptimeSeconds"] == preflight.PASSED_UPTIME_SECONDS <= plan["budgetSeconds"], plan["pool"]
+    assert len(agents) == 3
+    pods = gpu_pods(objects)
+    assert pods
+    for pod in pods:
+        init = next(c for c in pod["initContainers"] if c["name"] == watch.PREFLIGHT_CONTAINER)
+        assert init["command"][init["command"].index("--min-uptime") + 1] == str(plan["passedUptimeSeconds"])
+        down = {t["key"]: t for t in pod["tolerations"] if t.get("effect") == "NoExecute"}
+        assert {k: (t["operator"], t["tolerationSeconds"]) for k, t in down.items()} == {
+            "node.kubernetes.io/not-ready": ("Exists", NODE_DOWN_SECONDS),
+            "node.kubernetes.io/unreachable": ("Exists", NODE_DOWN_SECONDS)}
+    off = gpu_pods(registered_objects(variant_graph("p5en-prod", {"burnIn": {"enabled": False}})))
+    assert off and not any("--min-uptime" in c["command"] for pod in off for c in pod["initContainers"])

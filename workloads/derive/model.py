@@ -75,6 +75,8 @@ class WorkloadModel:
     node_setups: Mapping[str, GpuNodeSetup]
     """Per GPU pool: what the stack's nodes install at boot, for every profile the stack admits
     (``node_setups``); a run's ``gpu_setups`` must be among it."""
+    burn_in: bool
+    """Every GPU node passes the burn-in (``burnIn.enabled``, ``nodes/``) before a run pod lands on it."""
 
     def node_labels(self, pool: Pool) -> dict[str, str]:
         """The labels the pool's nodes carry: the pool's own plus the capabilities their setup proves."""
@@ -179,4 +181,5 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         reward=L.reward_group(cfg), stage=L.preprocess_job(cfg), deepep=deepep, paths=paths(cfg), ref_model=ref_model(cfg),
         block_end=capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
-        images=images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg))
+        images=images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg),
+        burn_in=cfg.burn_in.enabled)

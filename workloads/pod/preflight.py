@@ -33,7 +33,11 @@ its node is named (``NODE_NAME`` from the downward API) to be cordoned. Checks:
   the pod's disk ``emptyDir`` keeps the boot id recorded there (pkg/volume/emptydir/empty_dir.go:246-256:
   a volume already set up is kept). Refused, the pod stays not Ready, so the run's disruption budget
   (``unhealthyPodEvictionPolicy: AlwaysAllow``) lets the burn-in controller evict it and the node is
-  re-tested before a run lands on it again (``nodes.retest``).
+  re-tested before a run lands on it again (``nodes.retest``). A pod with no record yet (``--min-uptime``,
+  where the burn-in runs) is refused on a node up for less than ``PASSED_UPTIME_SECONDS``: the burn-in
+  passes no node sooner after its boot (``nodes.agent``), so such a node rebooted after its last pass and
+  the pod is a new one (deleted with the node unreachable, or refused re-admission after the reboot, and
+  made again by KubeRay), whose empty volume would otherwise pass it unchecked.
 
 Usage: ``python3 preflight.py --gpus 8 --efa 16 --nccl 2.31.2 --gin gpu --shm-gib 256 --hugepages-mi 5120``
 (``--efa 0`` skips the EFA and plugin checks on pools without EFA).
@@ -90,14 +94,30 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 """The kernel's random id of this boot (proc(5)), the kubelet's ``status.nodeInfo.bootID``."""
 
 
-def check_boot(record: str, boot_id: str = BOOT_ID) -> str | None:
+UPTIME = "/proc/uptime"
+"""Seconds since this boot, first of its two numbers (proc(5))."""
+PASSED_UPTIME_SECONDS = 900
+"""The burn-in passes no node that has been up for less (``nodes.agent`` holds its pass until then), so a run
+pod that finds a node up for less, with no boot of its own recorded, follows a reboot the burn-in did not see.
+An allowance, not a measurement: longer than a GPU node takes from its kernel's start to a run pod's
+preflight (kubelet, the device plugins, an image already on the node), far shorter than a first burn-in
+(its image pulls alone are allowed 20 minutes, ``nodes.burn_in.PULL_SECONDS``)."""
+
+
+def check_boot(record: str, boot_id: str = BOOT_ID, min_uptime: float = 0, uptime: str = UPTIME) -> str | None:
     """The first run records this boot's id in ``record`` (the pod's own volume); a later run on another
-    boot is refused: the node rebooted under the pod and has not been checked since."""
+    boot is refused: the node rebooted under the pod and has not been checked since. With ``min_uptime``,
+    a first run on a node up for less is refused, and records nothing (its next run is refused again)."""
     now = Path(boot_id).read_text().strip()
     path = Path(record)
     try:
         first = path.read_text().strip()
     except FileNotFoundError:
+        up = float(Path(uptime).read_text().split()[0]) if min_uptime else 0.0
+        if up < min_uptime:
+            return (f"reboot: the node has been up {up:.0f} s, less than any burn-in pass ({min_uptime:.0f} s), "
+                    f"and this pod holds no boot of its own: the node rebooted since it was checked and is "
+                    f"checked again before a run lands there")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(now + "\n")
         return None
@@ -372,7 +392,7 @@ def check_shm(want_gib: int) -> str | None:
 
 def checks(args: argparse.Namespace) -> list[tuple[str, Callable[[], str | None]]]:
     nccl = loaded_nccl() if args.nccl else None
-    out = [("boot", lambda: check_boot(args.boot_record))] if args.boot_record else []
+    out = [("boot", lambda: check_boot(args.boot_record, min_uptime=args.min_uptime))] if args.boot_record else []
     out += [("gpus", lambda: check_gpus(args.gpus)), ("memlock", check_memlock),
             ("shm", lambda: check_shm(args.shm_gib))]
     if args.hugepages_mi:
@@ -407,6 +427,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--hugepages-mi", type=int, default=0)
     parser.add_argument("--sglang-engine", default="", help="JSON engine (rollout pods): SGLang resolves its ServerArgs")
     parser.add_argument("--boot-record", default="", help="file in the pod's volume: refuse a node that rebooted since")
+    parser.add_argument("--min-uptime", type=int, default=0,
+                        help="with --boot-record and no record yet: refuse a node up for fewer seconds")
     return parser.parse_args(argv)
 
 

@@ -17,14 +17,13 @@ from workloads.render.common import (
     env_list,
     fsx_volume,
     meta,
-    placement,
     pod_security_context,
     ray_labels,
     scripts_volume,
     security_context,
     shm_volume,
 )
-from workloads.render.ray import BOOT_VOLUME, preflight_container
+from workloads.render.ray import BOOT_VOLUME, gpu_placement, preflight_container
 from workloads.schema.run import DeepEPVersion
 
 from workloads.acceptance.parsers import (DEEPEP_TAG)
@@ -133,7 +132,7 @@ def acceptance_template(m: WorkloadModel, pool_name: str) -> dict:
     spec = {"restartPolicy": "Never", "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), "initContainers": [init], "containers": [c],
             "volumes": [shm_volume(g), fsx_volume(), scripts_volume(), BOOT_VOLUME],
-            **placement(g.pool, m.capabilities(g.pool))}
+            **gpu_placement(m, g)}
     # The Ray pods' labels: the stack's Ray NetworkPolicy admits TCP between them (torch's rendezvous,
     # NCCL's bootstrap); same image and service account as the Ray pods, so the same trust domain.
     return {"metadata": {"labels": ray_labels(COMPONENT)}, "spec": spec}

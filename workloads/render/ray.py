@@ -12,7 +12,7 @@ import yaml
 from workloads.derive import layout as L
 from workloads.derive.argv import SCRIPTS_DIR, driver, entry_and_flags
 from workloads.derive.model import WorkloadModel
-from workloads.pod.preflight import sglang_flags
+from workloads.pod.preflight import PASSED_UPTIME_SECONDS, sglang_flags
 from workloads.render.common import (
     FSX_VOLUME,
     HEAD_PORTS,
@@ -37,6 +37,22 @@ SCRIPTS_MOUNT = {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}
 BOOT_VOLUME = {"name": "preflight-boot", "emptyDir": {}}
 BOOT_MOUNT = {"name": "preflight-boot", "mountPath": "/var/run/rl-preflight"}
 """The pod's own disk volume where its preflight keeps the boot it first passed on (``preflight.check_boot``)."""
+NODE_DOWN_SECONDS = 1800
+"""How long a GPU pod stays bound to a node that is not ready or unreachable before it is evicted (the API
+server's default, which a pod's own toleration replaces, is 300 s: kubernetes v1.35.3
+plugin/pkg/admission/defaulttolerationseconds/admission.go:44-45,141-162). Long enough for a reboot (EKS
+node auto-repair's, a GPU reset) to keep the pod, and with it the boot record that refuses the node until
+it is re-tested; a pod made again finds no record and is refused by the node's uptime instead
+(``preflight.PASSED_UPTIME_SECONDS``). The price: a node that is gone for good holds its pods this long
+before KubeRay makes them again elsewhere. An allowance, not a measurement."""
+NODE_DOWN_TOLERATIONS = [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": NODE_DOWN_SECONDS}
+                         for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+
+
+def gpu_placement(m: WorkloadModel, g: L.Group) -> dict:
+    """Where a GPU pod of ``g`` goes (``placement``), tolerating its node down for ``NODE_DOWN_SECONDS``."""
+    spec = placement(g.pool, m.capabilities(g.pool))
+    return {**spec, "tolerations": [*spec.get("tolerations", []), *NODE_DOWN_TOLERATIONS]}
 
 # --- Ray -------------------------------------------------------------------------------------
 
@@ -84,7 +100,8 @@ def preflight_container(m: WorkloadModel, g: L.Group, main: dict) -> dict:
     return {"name": "preflight", "image": main["image"], "imagePullPolicy": "IfNotPresent",
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "command": ["python3", f"{SCRIPTS_DIR}/preflight.py", *preflight_args(m, g), *sglang_engine_args(m, g),
-                        "--boot-record", f"{BOOT_MOUNT['mountPath']}/boot"],
+                        "--boot-record", f"{BOOT_MOUNT['mountPath']}/boot",
+                        *(["--min-uptime", str(PASSED_UPTIME_SECONDS)] if m.burn_in else [])],
             "env": [*main.get("env", []), {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "resources": main["resources"], "securityContext": main["securityContext"],
             "volumeMounts": [*(v for v in main["volumeMounts"] if v != SCRIPTS_MOUNT), SCRIPTS_MOUNT, BOOT_MOUNT]}
@@ -111,7 +128,7 @@ def ray_pod_template(m: WorkloadModel, g: L.Group, head: bool = False) -> dict:
     c["securityContext"] = security_context(g)
     spec = {"serviceAccountName": m.service_account, "securityContext": pod_security_context(),
             "containers": [c], "volumes": [shm_volume(g), fsx_volume()],
-            **placement(g.pool, m.capabilities(g.pool) if g.gpus else None)}
+            **(gpu_placement(m, g) if g.gpus else placement(g.pool))}
     if g.gpus:
         spec["initContainers"] = [preflight_container(m, g, c)]
         spec["volumes"] += [scripts_volume(), BOOT_VOLUME]
