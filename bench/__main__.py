@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
 
 from typing import TYPE_CHECKING
 
-from workloads.cli.base import (cluster_parent, image_parent, read_input, read_stack, run_command, stack_dir_parent,
-                                stack_parent)
+from workloads.cli.base import (cluster_parent, formatted, image_parent, output_parent, read_input, read_stack,
+                                run_command, stack_dir_parent, stack_parent)
 
-from .experiment import load_experiment
+from .experiment import load_experiment, schedule
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.cli.runs_client import RunClient
@@ -33,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     est = sub.add_parser("estimate", help="what the experiment costs and how long it holds the nodes",
-                         parents=[stack_parent("stack whose pool prices to use (default: the experiment's)")])
+                         parents=[stack_parent("stack whose pool prices to use (default: the experiment's)"),
+                                  output_parent()])
     est.add_argument("experiment", type=Path, help="the experiment file (experiments/*.yaml)")
     run = sub.add_parser("run", help="submit the attempts one after another and collect their artifacts",
                          parents=[stack_dir_parent(), cluster_parent(), image_parent()])
@@ -72,9 +74,16 @@ def main(argv: Sequence[str] | None = None, client: "Callable[[], RunClient] | N
 def _dispatch(args: argparse.Namespace, client: "Callable[[], RunClient] | None", out: Callable[[str], None],
               aws: Callable[[str, str], object]) -> int:
     if args.command == "estimate":
-        from .cost import render_estimate
+        from .cost import estimate, render_estimate
         exp = read_input(load_experiment, args.experiment)
-        out(render_estimate(exp, read_stack(args, args.stack or exp.stack)))
+        stack = read_stack(args, args.stack or exp.stack)
+        if args.output == "text":
+            out(render_estimate(exp, stack))
+        else:
+            est = {k: v for k, v in asdict(estimate(exp, stack)).items() if k not in ("lines", "reserved")}  # text
+            data = {"experiment": exp.name, "stack": stack.stack, **est,
+                    "schedule": [{"attempt": a.folder, "nodes": dict(a.run.nodes)} for a in schedule(exp)]}
+            out(formatted(data, args.output).rstrip("\n"))
     elif args.command == "run":
         read_input(load_experiment, args.experiment)  # an invalid file is exit 2 before anything runs
         return _run(args, client, out, aws)

@@ -3,7 +3,7 @@ reached with the arguments as typed (``moe-rl runs plan p5en-shared runs/*.yaml`
 ``workloads.cli.runs.main(["plan", "p5en-shared", ...])``), so nothing is parsed twice; the ``python -m``
 paths stay as aliases. What this layer adds: one entry point and its help, ``--stacks DIR`` (given to
 every subcommand that reads a stack, as its ``--stack-dir``), the subcommands' own names in their usage
-lines, and shell completion (click's: subcommands, options, stack names).
+lines, and shell completion (click's: subcommands, options, stack names, and paths elsewhere).
 
 Exit codes (every subcommand): 0 done; 1 a refusal on the merits (a plan with violations, a run that never
 fits, a node not passed, a cluster or service that cannot be used); 2 bad input (an invalid or unknown stack,
@@ -123,7 +123,8 @@ def _stack_names(stacks: Path | None) -> list[str]:
 
 
 def _complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-    """Subcommands, options, and stack names where the (sub)parser takes a stack."""
+    """Subcommands, options, and stack names where the (sub)parser takes a stack; elsewhere the shell's
+    own completion of paths (a run or experiment file, an output file, a directory)."""
     sub = SUBCOMMANDS[ctx.command.name]
     argv = [*sub.prefix, *(ctx.params.get("args") or ())]
     p, words = chosen(sub.parser(argv), argv)
@@ -136,6 +137,8 @@ def _complete(ctx: click.Context, _param: click.Parameter, incomplete: str) -> l
           (not [w for w in words if not w.startswith("-")] and any(a.dest == "stack" and not a.option_strings
                                                                   for a in p._actions))):
         found += _stack_names(ctx.find_root().params.get("stacks"))
+    if not found and not incomplete.startswith("-"):
+        return [CompletionItem(incomplete, type="file")]
     return [CompletionItem(w) for w in found if w.startswith(incomplete)]
 
 

@@ -80,13 +80,20 @@ def test_data_subcommands_print_json_or_yaml(fmt, parse):
     done = invoke("runs", "plan", "p5en-shared", *runs, "-o", fmt)
     assert done.exit_code == 0, done.output
     assert {d["run"] for d in parse(done.output)} == {yaml.safe_load(open(r))["name"] for r in runs}
+    est = parse(invoke("bench", "estimate", str(ROOT / "experiments" / "example-ab.yaml"), "-o", fmt).output)
+    assert (est["experiment"], est["stack"], est["attempts"], len(est["schedule"])) == ("example-ab", "p5en-shared", 9, 9)
+    assert est["schedule"][0] == {"attempt": "nccl/r1", "nodes": {"train": 2, "rollout": 2}}
 
 
-def complete(words: str, env: dict | None = None) -> list[str]:
-    parts = words.split(" ")
-    done = invoke(env={"_MOE_RL_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": str(len(parts) - 1),
-                       **(env or {})})
-    return [line.split(",", 1)[1] for line in done.output.splitlines()]
+def completions(words: str) -> list[tuple[str, str]]:
+    """(type, value) of each completion click's bash script is given for ``words``."""
+    done = invoke(env={"_MOE_RL_COMPLETE": "bash_complete", "COMP_WORDS": words,
+                       "COMP_CWORD": str(len(words.split(" ")) - 1)})
+    return [tuple(line.split(",", 1)) for line in done.output.splitlines()]
+
+
+def complete(words: str) -> list[str]:
+    return [value for _type, value in completions(words)]
 
 
 def test_shell_completion_offers_subcommands_options_and_stacks(elsewhere):
@@ -95,6 +102,23 @@ def test_shell_completion_offers_subcommands_options_and_stacks(elsewhere):
     assert "--stack-dir" in complete("moe-rl runs plan --st")
     assert complete(f"moe-rl --stacks {elsewhere} nodes plan ") == ["elsewhere"]
     assert "p5en-prod" in complete("moe-rl plan p5en-")
+
+
+def test_shell_completion_leaves_file_arguments_to_the_shell():
+    """A run or experiment file, an output file: click's ``file`` type, so the shell completes the path."""
+    assert completions("moe-rl runs plan p5en-shared runs/gr") == [("file", "runs/gr")]
+    assert completions("moe-rl bench estimate exp") == [("file", "exp")]
+    assert completions("moe-rl plan p5en-shared --json ") == [("file", "")]
+    assert completions("moe-rl runs ") == [("plain", w) for w in ("plan", "submit", "list", "show", "follow",
+                                                                   "cancel", "profiles")]
+
+
+def test_the_bash_script_completes_from_the_installed_command():
+    """What ``eval "$(_MOE_RL_COMPLETE=bash_source moe-rl)"`` puts in the shell: a function that asks the
+    command back through the same variable."""
+    script = invoke(env={"_MOE_RL_COMPLETE": "bash_source"}).output
+    assert "complete -o nosort -F _moe_rl_completion moe-rl" in script
+    assert "_MOE_RL_COMPLETE=bash_complete $1" in script and "compopt -o default" in script
 
 
 def test_fsx_status_without_an_answer_is_a_refusal_not_bad_input(capsys):
