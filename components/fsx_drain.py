@@ -14,7 +14,9 @@ file system"). The stack's association exports automatically (``components.fsx.E
 export task cannot run beside automatic export ("Exporting changes to the data repository"), so this
 watches the metric: namespace ``AWS/FSx``, dimensions ``FileSystemId`` and ``Publisher`` =
 ``AutoExport`` (CloudWatch user guide, metrics of ``AWS::FSx::FileSystem``), statistic Maximum per minute.
-Drained: every datapoint of the last ``QUIET_MINUTES`` is 0, and there is at least one.
+Drained: every datapoint of the last ``QUIET_MINUTES`` is 0, there is at least one, and the newest is at most
+``FRESH_MINUTES`` old (CloudWatch publishes a minute some minutes late: without it, "the last five minutes"
+could be minutes -5 to -2, and a save queued since unseen).
 """
 
 from __future__ import annotations
@@ -29,21 +31,26 @@ NAMESPACE, METRIC, PUBLISHER = "AWS/FSx", "AgeOfOldestQueuedMessage", "AutoExpor
 PERIOD_SECONDS = 60
 QUIET_MINUTES = 5
 """How long the queue must have stayed empty: a save finishing just before the check queues again."""
+FRESH_MINUTES = 3
+"""The newest datapoint may be this old: an allowance, not a measurement (FSx publishes its metrics every minute,
+CloudWatch shows them a few minutes later)."""
 POLL_SECONDS = 60
 EXIT_DRAINED, EXIT_NOT_DRAINED, EXIT_NO_ANSWER = 0, 1, 1
 
 
-def ages(client: Any, file_system_id: str, now: datetime) -> list[float]:
-    """The queue's oldest message age (seconds), one Maximum per minute of the last ``QUIET_MINUTES``, oldest first."""
+def ages(client: Any, file_system_id: str, now: datetime) -> list[tuple[datetime, float]]:
+    """The queue's oldest message age (seconds), one Maximum per minute of the last ``QUIET_MINUTES``, oldest
+    first, each with its minute."""
     answer = client.get_metric_statistics(
         Namespace=NAMESPACE, MetricName=METRIC, StartTime=now - timedelta(minutes=QUIET_MINUTES), EndTime=now,
         Period=PERIOD_SECONDS, Statistics=["Maximum"],
         Dimensions=[{"Name": "FileSystemId", "Value": file_system_id}, {"Name": "Publisher", "Value": PUBLISHER}])
-    return [p["Maximum"] for p in sorted(answer.get("Datapoints", []), key=lambda p: p["Timestamp"])]
+    return [(p["Timestamp"], p["Maximum"]) for p in sorted(answer.get("Datapoints", []), key=lambda p: p["Timestamp"])]
 
 
-def drained(seen: list[float]) -> bool:
-    return bool(seen) and all(a == 0 for a in seen)
+def drained(seen: list[tuple[datetime, float]], now: datetime) -> bool:
+    return (bool(seen) and all(a == 0 for _, a in seen)
+            and now - seen[-1][0] <= timedelta(minutes=FRESH_MINUTES))
 
 
 def wait(client: Any, file_system_id: str, timeout_s: float, clock: Callable[[], datetime] | None = None,
@@ -52,11 +59,15 @@ def wait(client: Any, file_system_id: str, timeout_s: float, clock: Callable[[],
     clock = clock or (lambda: datetime.now(timezone.utc))
     deadline = clock() + timedelta(seconds=timeout_s)
     while True:
-        seen = ages(client, file_system_id, clock())
-        if drained(seen):
+        now = clock()
+        seen = ages(client, file_system_id, now)
+        if drained(seen, now):
             return EXIT_DRAINED, f"{file_system_id}: automatic export queue empty for {QUIET_MINUTES} minutes"
         if clock() >= deadline:
-            why = (f"oldest queued export {max(seen):.0f} s old" if seen else
+            late = seen and now - seen[-1][0] > timedelta(minutes=FRESH_MINUTES)
+            why = (f"oldest queued export {max(a for _, a in seen):.0f} s old" if seen and not late else
+                   f"CloudWatch's newest {METRIC} ({PUBLISHER}) is {(now - seen[-1][0]).total_seconds() / 60:.0f} "
+                   f"minutes old" if late else
                    f"FSx published no {METRIC} ({PUBLISHER}) in the last {QUIET_MINUTES} minutes")
             return EXIT_NOT_DRAINED, (f"{file_system_id}: not drained after {timeout_s / 60:.0f} minutes: {why}; "
                                       f"do not destroy yet (or run an export data repository task with automatic "
