@@ -30,9 +30,11 @@ Guarantees:
   (``nodes.policy``) narrow them to the pod's own node and the burn-in keys (the controller: its
   annotations on nodes);
 - the controller may evict only in the namespaces runs live in (``eviction_namespaces``: the
-  platform's Ray namespace and each team's), by a Role in each, never cluster-wide: every run pod there
-  is under a budget of ``maxUnavailable: 0`` that lets go only a pod that is not Ready
-  (``unhealthyPodEvictionPolicy: AlwaysAllow``), so the controller can take no more than a drain could.
+  platform's Ray namespace and each team's), by a Role in each, never cluster-wide: a run's head, trainers
+  and rollout pods there are under a budget of ``maxUnavailable: 0`` that lets go only a worker that is not
+  Ready (``unhealthyPodEvictionPolicy: AlwaysAllow``); a Spot rollout pool's workers
+  (``workloads.render.ray.protected_ray_groups``) and any other pod there are under none, so the controller
+  can evict those at will, as a drain could.
   Not narrowed by node with an admission policy: the API server admits an eviction on the ``Eviction``
   object alone (kubernetes v1.35.3 pkg/registry/core/pod/storage/eviction.go:150-154, ``createValidation``
   of the eviction), which names the pod but not its node, and a ValidatingAdmissionPolicy's CEL reads

@@ -432,3 +432,26 @@ def test_every_call_of_the_controller_is_allowed_by_the_rbac_the_stack_renders(h
     assert {r.resource for r in made} >= {"pods/eviction", "nodes", "pods", "configmaps", "events"}
     assert {r.verb for r in made if r.resource == "pods"} == {"list", "get", "create", "delete"}
     assert [r for r in made if not allows(rules, r)] == []
+
+
+def test_what_the_controller_may_evict_unguarded_is_what_the_docs_say():
+    """On a stack whose rollout pool is Spot (p4d), no budget in the namespaces the controller may evict in
+    holds the rollout workers: the operations page says so, instead of claiming every pod there is guarded."""
+    from conftest import ROOT, graph_of, load
+    from test_workloads_security import registered_objects
+
+    from nodes.render import eviction_namespaces
+    from workloads.derive.model import derive
+    from workloads.render.ray import ray_pod_labels
+
+    cfg = load("p4d")
+    m = derive(cfg)
+    assert m.rollout_spot
+    rollout = ray_pod_labels(m, "rollout")
+    guarded = [o for o in registered_objects(graph_of("p4d")) if o.get("kind") == "PodDisruptionBudget"
+               and o["metadata"]["namespace"] in eviction_namespaces(m)
+               and (o["spec"]["selector"].get("matchLabels") or {}).items() <= rollout.items()]
+    assert guarded == []
+    page = " ".join((ROOT / "docs" / "operations" / "burn-in.md").read_text().split())
+    assert "a Spot rollout pool's workers are under none" in page
+    assert "every pod it can evict is under a run budget" not in page

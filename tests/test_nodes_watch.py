@@ -133,8 +133,23 @@ def test_a_run_pods_preflight_refuses_a_node_that_rebooted_under_it_and_its_budg
             mount = next(m for m in init["volumeMounts"] if record.startswith(m["mountPath"] + "/"))
             volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
             assert volume == {"name": mount["name"], "emptyDir": {}}  # disk, not memory: it outlives a reboot
-        budgets = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and o["spec"].get("maxUnavailable") == 0]
+        budgets = [o for o in objects if o.get("kind") == "PodDisruptionBudget" and o["spec"].get("maxUnavailable") == 0
+                   and (o["spec"]["selector"].get("matchLabels") or {}).get("ray.io/node-type") != "head"]
         assert budgets and all(b["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow" for b in budgets), stack
+
+
+def test_the_heads_budget_never_lets_a_head_that_is_not_ready_go():
+    """The head carries no boot check and the run dies with it: its budget keeps IfHealthyBudget, which lets a
+    not-Ready pod go only while the budget is healthy (kubernetes v1.35.3 eviction.go:246-251), never with one
+    head and maxUnavailable 0; workers' budgets let a not-Ready one go (the burn-in's re-test)."""
+    from conftest import graph_of
+    from test_workloads_security import registered_objects
+    budgets = {o["metadata"]["name"]: o["spec"] for o in registered_objects(graph_of("p5en-prod"))
+               if o.get("kind") == "PodDisruptionBudget" and o["spec"]["selector"].get("matchLabels", {}).get("ray.io/cluster")}
+    head = next(b for b in budgets.values() if b["selector"]["matchLabels"]["ray.io/node-type"] == "head")
+    assert head["maxUnavailable"] == 0 and head["unhealthyPodEvictionPolicy"] == "IfHealthyBudget"
+    assert len(budgets) > 1 and all(b["unhealthyPodEvictionPolicy"] == "AlwaysAllow" for b in budgets.values()
+                                    if b["selector"]["matchLabels"]["ray.io/node-type"] == "worker")
 
 
 def test_a_gpu_run_pod_outlasts_a_reboot_on_its_node_and_a_new_one_is_held_to_the_burn_ins_uptime():

@@ -242,16 +242,21 @@ def protected_ray_groups(m: WorkloadModel) -> list[str]:
 def ray_pdb(m: WorkloadModel, group: str) -> dict:
     """maxUnavailable 0: a node group update, an EKS/Karpenter consolidation or ``kubectl drain``
     waits instead of evicting the pod. Deleting the pod (KubeRay, an operator) is not an eviction.
-    ``unhealthyPodEvictionPolicy: AlwaysAllow``: a pod that is not Ready (its preflight refuses the node,
-    e.g. after a reboot) is evicted whatever the budget (kubernetes v1.35.3
-    pkg/registry/core/pod/storage/eviction.go:238-245), so the burn-in can free its node (``nodes.retest``)."""
+    A worker's budget has ``unhealthyPodEvictionPolicy: AlwaysAllow``: a worker that is not Ready (its
+    preflight refuses the node, e.g. after a reboot) is evicted whatever the budget (kubernetes v1.35.3
+    pkg/registry/core/pod/storage/eviction.go:238-245), so the burn-in can free its node (``nodes.retest``);
+    a drain may then take a worker whose readiness probe fails for a while under load too. The head's keeps
+    ``IfHealthyBudget``: its probe also asks the GCS (KubeRay v1.6.2 ray-operator/controllers/ray/common/pod.go:
+    515-516), it carries no boot check, and evicting it ends the run; a head not Ready is evicted only while the
+    budget is healthy (eviction.go:246-251), which with one head and no disruption allowed it never is."""
     head = group == "head"
     selector = {RAY_CLUSTER_LABEL: L.RAY_CLUSTER, RAY_NODE_TYPE_LABEL: "head" if head else "worker"}
     if not head:
         selector[RAY_GROUP_LABEL] = group
     name = f"ray-{group}"
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(m, name, "ray"),
-            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow", "selector": {"matchLabels": selector}}}
+            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "IfHealthyBudget" if head else "AlwaysAllow",
+                     "selector": {"matchLabels": selector}}}
 
 
 def ray_pdbs(m: WorkloadModel) -> list[dict]:
