@@ -155,8 +155,8 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         "templates at another priority": (templates(lambda s: s.update(priorityClassName="rl-high")), "run's priority"),
         "templates without a priority": (templates(lambda s: s.pop("priorityClassName")), "run's priority"),
         "the orphan finalizer": (orphan, "orphan"),
-        "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), "heads no bigger"),
-        "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), "whole nodes"),
+        "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), HEAD),
+        "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), WHOLE),
         "a head template with pod-level resources": (group(0, _pod_level("60", "110G")), "per container"),
     }
 

@@ -116,11 +116,11 @@ def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str]
                   " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])"}
     pools = [{"name": "gpuPools", "expression": cel_list(sorted(gpu_pools))},
              {"name": "headPool", "expression": f"'{head_pool}'"}]
-    numbers = [*pools, *limit_variables(limits)] if limits else []
+    numbers = [*pools, *(limit_variables(limits) if limits else [])]
     labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
     ray = [("ray.io", "v1", ["rayjobs"]), ("ray.io", "v1", ["rayclusters"])]
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
-                     [containers, *numbers] if limits else [containers, *pools], unchanged=labelled,
+                     [containers, *numbers], unchanged=labelled,
                      match_conditions=[NOT_THE_FAULT_ENGINE]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
             *_policy(RAYJOB_POLICY, ray[:1], rayjob_rules(classes), numbers, unchanged=labelled, always=[NOT_ORPHANED]),

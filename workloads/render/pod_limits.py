@@ -110,20 +110,21 @@ def grace_bounded(spec: str) -> str:
     return f"!has({spec}.terminationGracePeriodSeconds) || {spec}.terminationGracePeriodSeconds <= variables.graceSeconds"
 
 
-def pod_limit_rules() -> list[tuple[str, str]]:
-    """(CEL, message) of the team pod policy."""
+def pod_limit_rules(spec: str = "object.spec") -> list[tuple[str, str]]:
+    """(CEL, message) of the team pod policy, of the pod spec at ``spec`` (a Ray pod template's too:
+    ``render.pod_rules``)."""
     return [
-        (whole_node("object.spec"),
+        (whole_node(spec),
          "a team's pod on a GPU pool holds a whole node: one container requests at least the run's pod of that "
          "pool (variables.gpuShapes: all the node's GPUs and EFA devices, its huge pages, the run's CPU and "
          "memory); a smaller pod keeps the node from every team's GPU work"),
-        (head_sized("object.spec"),
+        (head_sized(spec),
          "a team's pod on the head pool is no bigger than the platform's head (variables.headShape; one "
          "container, no sidecar)"),
-        (per_container("object.spec"),
+        (per_container(spec),
          "a team's pod states its resources per container (no pod-level spec.resources, which Volcano would "
          "size it by past the rules above)"),
-        (grace_bounded("object.spec"),
+        (grace_bounded(spec),
          "a team's pod stops within the platform's checkpoint grace (terminationGracePeriodSeconds at most "
          "variables.graceSeconds, capacityBlockEnd.checkpointMinutes): Volcano reclaims with the pod's own grace"),
     ]

@@ -9,6 +9,7 @@ huge pages or EFA devices only beside GPUs; its PodGroup, order and priority fix
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from components.faults import FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
@@ -47,106 +48,145 @@ FIXED_POD_METADATA = (("annotations", GROUP_ANNOTATION), ("annotations", TASK_PR
 """A pod's PodGroup, its order within it and its priority label: set when KubeRay creates it, never changed."""
 
 
-def _contexts(check: str) -> str:
+@dataclass(frozen=True)
+class PodAt:
+    """Where the checks find a pod's parts, in CEL: the pod under admission (``POD``), or a pod template of a Ray
+    cluster (``template_at``), whose pods KubeRay makes from it."""
+    spec: str
+    meta: str
+    head: str
+    """CEL: the pod is a Ray cluster's head."""
+    containers: str = ""
+    """A CEL list of every container, where the policy has one (``variables.containers``); else each list apart."""
+
+    @property
+    def template(self) -> bool:
+        return not self.containers
+
+    def all_containers(self, check: str) -> str:
+        """``check`` (a CEL predicate of ``c``) holds for every container, init and ephemeral ones included (a
+        template's lists are of three schema types, not joined)."""
+        if self.containers:
+            return f"{self.containers}.all(c, {check})"
+        return " && ".join([f"{self.spec}.containers.all(c, {check})",
+                            *(f"(!has({self.spec}.{k}) || {self.spec}.{k}.all(c, {check}))"
+                              for k in ("initContainers", "ephemeralContainers"))])
+
+    def of_meta(self, check: str) -> str:
+        """``check`` of the metadata, which a template may lack."""
+        return f"(!has({self.meta}) || ({check}))" if self.template else check
+
+
+POD = PodAt("object.spec", "object.metadata", f"has(object.metadata.labels) && '{RAY_NODE_TYPE_LABEL}' in "
+            f"object.metadata.labels && object.metadata.labels['{RAY_NODE_TYPE_LABEL}'] == 'head'", "variables.containers")
+
+
+def template_at(head: bool) -> PodAt:
+    """A pod template at ``t`` (a head's, else a worker group's)."""
+    return PodAt("t.spec", "t.metadata", "true" if head else "false")
+
+
+def _contexts(at: PodAt, check: str) -> str:
     """``check`` (a CEL predicate of ``s``, a securityContext) holds for the pod's and every container's."""
-    return (f"(!has(object.spec.securityContext) || [object.spec.securityContext].all(s, {check}))"
-            f" && variables.containers.all(c, !has(c.securityContext) || [c.securityContext].all(s, {check}))")
+    return (f"(!has({at.spec}.securityContext) || [{at.spec}.securityContext].all(s, {check}))"
+            f" && {at.all_containers(f'!has(c.securityContext) || [c.securityContext].all(s, {check})')}")
 
 
-
-def pod_rules(priority_classes: Iterable[str]) -> list[tuple[str, str]]:
-    """(CEL expression, message) of every check on a team pod, the Pod Security baseline list in its order."""
+def pod_rules(priority_classes: Iterable[str], at: PodAt = POD) -> list[tuple[str, str]]:
+    """(CEL expression, message) of every check on a team pod at ``at``, the Pod Security baseline list in its
+    order; of a template, those a template carries to its pods (not the scheduler, the priority label or the
+    PodGroup KubeRay sets, ``render.ray_rules`` holds its priority)."""
     classes = cel_list(sorted(priority_classes))
-    return [
-        (_contexts("!has(s.windowsOptions) || !has(s.windowsOptions.hostProcess) || !s.windowsOptions.hostProcess"),
-         "a team's pods may not run Windows HostProcess containers"),
-        ("!(has(object.spec.hostNetwork) && object.spec.hostNetwork) && !(has(object.spec.hostPID) && object.spec.hostPID)"
-         " && !(has(object.spec.hostIPC) && object.spec.hostIPC)",
-         "a team's pods may not use the node's network, PID or IPC namespaces"),
-        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
-         " || !c.securityContext.privileged)",
-         "a team's containers may not be privileged"),
-        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
-         " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'IPC_LOCK'))",
-         "a team's containers may add IPC_LOCK (RDMA memory registration) and no other capability"),
-        ("!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))",
-         "a team's pods may not mount a hostPath (other teams' volumes live under the node's kubelet directory)"),
-        ("variables.containers.all(c, !has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0))",
-         "a team's containers may not take a hostPort (with the VPC CNI's portmap it captures that port of the "
-         "node's addresses, the Pod Identity agent's included)"),
-        (_contexts("!has(s.appArmorProfile) || s.appArmorProfile.type in ['RuntimeDefault', 'Localhost']")
-         + " && (!has(object.metadata.annotations) || object.metadata.annotations.all(k, "
-           f"!k.startsWith('{APPARMOR_ANNOTATION}') || object.metadata.annotations[k] == 'runtime/default'"
-           " || object.metadata.annotations[k].startsWith('localhost/')))",
-         "a team's pods may not run AppArmor Unconfined"),
-        (_contexts("!has(s.seLinuxOptions) || ((!has(s.seLinuxOptions.type) || s.seLinuxOptions.type == ''"
-                   f" || s.seLinuxOptions.type in {cel_list(SELINUX_TYPES)})"
-                   " && (!has(s.seLinuxOptions.user) || s.seLinuxOptions.user == '')"
-                   " && (!has(s.seLinuxOptions.role) || s.seLinuxOptions.role == ''))"),
-         "a team's pods may not set an SELinux user or role, or a type other than the container types"),
-        ("variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.procMount)"
-         " || c.securityContext.procMount == 'Default')",
-         "a team's containers may not mount /proc Unmasked"),
-        (_contexts("!has(s.seccompProfile) || s.seccompProfile.type != 'Unconfined'"),
-         "a team's pods may not run seccomp Unconfined"),
-        ("!has(object.spec.securityContext) || !has(object.spec.securityContext.sysctls)"
-         f" || object.spec.securityContext.sysctls.all(x, x.name in {cel_list(SAFE_SYSCTLS)})",
-         "a team's pods may set only the namespaced sysctls Pod Security baseline allows"),
-        ("request.operation != 'CREATE' || !has(object.spec.nodeName) || object.spec.nodeName == ''",
-         "a team's pods may not be created bound to a node (spec.nodeName skips the scheduler, its queue and quota)"),
-        ("variables.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'RAY_AUTH_MODE'"
-         " || (has(e.value) && e.value == 'token')))",
-         "a team's containers may not turn Ray token authentication off (KubeRay keeps a RAY_AUTH_MODE the "
-         "template sets, common/pod.go:387-393, v1.7.0)"),
-        (f"has(object.spec.schedulerName) && object.spec.schedulerName == '{SCHEDULER}'",
+    s, meta, every = at.spec, at.meta, at.all_containers
+    pod_only = [] if at.template else [
+        (f"has({s}.schedulerName) && {s}.schedulerName == '{SCHEDULER}'",
          f"a team's pods are scheduled by Volcano (schedulerName {SCHEDULER}), in their team's queue"),
-        (f"has(object.spec.priorityClassName) && object.spec.priorityClassName in {classes}"
-         f" && has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels"
-         f" && object.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}']",
+        (f"has({s}.priorityClassName) && {s}.priorityClassName in {classes}"
+         f" && has({meta}.labels) && '{PRIORITY_LABEL}' in {meta}.labels"
+         f" && {s}.priorityClassName == {meta}.labels['{PRIORITY_LABEL}']",
          f"a team's pods run at their PodGroup's priority, one of the platform's run priorities {classes}: "
          f"spec.priorityClassName equal to the label {PRIORITY_LABEL} KubeRay copies from the RayJob, as it "
          "does to the PodGroup (volcano_scheduler.go:253-265); Volcano orders by the PodGroup's, the kubelet's "
-         "node-pressure eviction by the pod's"),
-        ("variables.containers.all(c, has(c.securityContext) && has(c.securityContext.capabilities)"
-         " && has(c.securityContext.capabilities.drop)"
-         " && c.securityContext.capabilities.drop.exists(d, d == 'ALL' || d == 'NET_RAW'))",
-         "a team's containers drop NET_RAW (capabilities.drop ALL or NET_RAW): raw sockets forge ARP and IP "
-         "packets to other teams' pods past their NetworkPolicies"),
+         "node-pressure eviction by the pod's")]
+    fixed = [] if at.template else [
         ("request.operation != 'UPDATE' || ("
          + " && ".join(_same(m, k) for m, k in FIXED_POD_METADATA) + ")",
          f"a team pod's PodGroup ({GROUP_ANNOTATION}), order ({TASK_PRIORITY}) and priority label "
-         f"({PRIORITY_LABEL}) are fixed when KubeRay creates it"),
-        (f"!has(object.spec.serviceAccountName) || object.spec.serviceAccountName != '{FIS_SERVICE_ACCOUNT}'",
+         f"({PRIORITY_LABEL}) are fixed when KubeRay creates it")]
+    created = "" if at.template else "request.operation != 'CREATE' || "
+    pool = f"{s}.nodeSelector['{POOL_LABEL}']"
+    return [
+        (_contexts(at, "!has(s.windowsOptions) || !has(s.windowsOptions.hostProcess) || !s.windowsOptions.hostProcess"),
+         "a team's pods may not run Windows HostProcess containers"),
+        (f"!(has({s}.hostNetwork) && {s}.hostNetwork) && !(has({s}.hostPID) && {s}.hostPID)"
+         f" && !(has({s}.hostIPC) && {s}.hostIPC)",
+         "a team's pods may not use the node's network, PID or IPC namespaces"),
+        (every("!has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged"),
+         "a team's containers may not be privileged"),
+        (every("!has(c.securityContext) || !has(c.securityContext.capabilities)"
+               " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a, a == 'IPC_LOCK')"),
+         "a team's containers may add IPC_LOCK (RDMA memory registration) and no other capability"),
+        (f"!has({s}.volumes) || {s}.volumes.all(v, !has(v.hostPath))",
+         "a team's pods may not mount a hostPath (other teams' volumes live under the node's kubelet directory)"),
+        (every("!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)"),
+         "a team's containers may not take a hostPort (with the VPC CNI's portmap it captures that port of the "
+         "node's addresses, the Pod Identity agent's included)"),
+        (_contexts(at, "!has(s.appArmorProfile) || s.appArmorProfile.type in ['RuntimeDefault', 'Localhost']")
+         + " && " + at.of_meta(
+             f"(!has({meta}.annotations) || {meta}.annotations.all(k, "
+             f"!k.startsWith('{APPARMOR_ANNOTATION}') || {meta}.annotations[k] == 'runtime/default'"
+             f" || {meta}.annotations[k].startsWith('localhost/')))"),
+         "a team's pods may not run AppArmor Unconfined"),
+        (_contexts(at, "!has(s.seLinuxOptions) || ((!has(s.seLinuxOptions.type) || s.seLinuxOptions.type == ''"
+                       f" || s.seLinuxOptions.type in {cel_list(SELINUX_TYPES)})"
+                       " && (!has(s.seLinuxOptions.user) || s.seLinuxOptions.user == '')"
+                       " && (!has(s.seLinuxOptions.role) || s.seLinuxOptions.role == ''))"),
+         "a team's pods may not set an SELinux user or role, or a type other than the container types"),
+        (every("!has(c.securityContext) || !has(c.securityContext.procMount) || c.securityContext.procMount == 'Default'"),
+         "a team's containers may not mount /proc Unmasked"),
+        (_contexts(at, "!has(s.seccompProfile) || s.seccompProfile.type != 'Unconfined'"),
+         "a team's pods may not run seccomp Unconfined"),
+        (f"!has({s}.securityContext) || !has({s}.securityContext.sysctls)"
+         f" || {s}.securityContext.sysctls.all(x, x.name in {cel_list(SAFE_SYSCTLS)})",
+         "a team's pods may set only the namespaced sysctls Pod Security baseline allows"),
+        (f"{created}!has({s}.nodeName) || {s}.nodeName == ''",
+         "a team's pods may not be created bound to a node (spec.nodeName skips the scheduler, its queue and quota)"),
+        (every("!has(c.env) || c.env.all(e, e.name != 'RAY_AUTH_MODE' || (has(e.value) && e.value == 'token'))"),
+         "a team's containers may not turn Ray token authentication off (KubeRay keeps a RAY_AUTH_MODE the "
+         "template sets, common/pod.go:387-393, v1.7.0)"),
+        *pod_only,
+        (every("has(c.securityContext) && has(c.securityContext.capabilities)"
+               " && has(c.securityContext.capabilities.drop)"
+               " && c.securityContext.capabilities.drop.exists(d, d == 'ALL' || d == 'NET_RAW')"),
+         "a team's containers drop NET_RAW (capabilities.drop ALL or NET_RAW): raw sockets forge ARP and IP "
+         "packets to other teams' pods past their NetworkPolicies"),
+        *fixed,
+        (f"!has({s}.serviceAccountName) || {s}.serviceAccountName != '{FIS_SERVICE_ACCOUNT}'",
          f"a team's pods may not run as the fault engine's account {FIS_SERVICE_ACCOUNT} (it deletes pods past "
          "the runs PodDisruptionBudget; only the pod AWS FIS creates uses it)"),
-        (_hosts_unset(),
+        (_hosts_unset(at),
          "a team's containers may not set a probe or lifecycle host (Pod Security baseline 1.34+, "
          "pod-security-admission policy/check_hostProbesAndhostLifecycle.go: the kubelet connects from the "
          "node, past the target's NetworkPolicy)"),
-        ("!has(object.spec.volumes) || object.spec.volumes.all(v, has(v.hostPath) || "
+        (f"!has({s}.volumes) || {s}.volumes.all(v, has(v.hostPath) || "
          + " || ".join(f"has(v.{t})" for t in VOLUME_TYPES) + ")",
          f"a team's pods may mount only the platform's volume types {cel_list(VOLUME_TYPES)}"),
-        ("!has(object.spec.tolerations) || object.spec.tolerations.all(t, has(t.key) && t.key != ''"
+        (f"!has({s}.tolerations) || {s}.tolerations.all(t, has(t.key) && t.key != ''"
          f" && !(t.key in {cel_list(UNTOUCHABLE_TAINTS)}))",
          f"a team's pods may not tolerate every taint (a toleration without a key) or the burn-in and "
          f"quarantine taints {cel_list(UNTOUCHABLE_TAINTS)}: untested or failed nodes"),
-        (preemptable(),
+        (at.of_meta(preemptable(meta)),
          f"a team's pods stay preemptable ({PREEMPTABLE} absent or 'true'): Volcano never preempts or reclaims "
          "a pod marked otherwise"),
-        (f"variables.containers.all(c, !has(c.resources) || ([c.resources].all(r, {_no_gpu_extras('r')})))",
+        (every(f"!has(c.resources) || ([c.resources].all(r, {_no_gpu_extras('r')}))"),
          f"a team's containers may not request huge pages or EFA devices without GPUs ({GPU}): they would hold "
          "a GPU node's huge pages or EFA devices and leave no room for GPU pods"),
-        (f"has(object.spec.nodeSelector) && '{POOL_LABEL}' in object.spec.nodeSelector"
-         f" && (object.spec.nodeSelector['{POOL_LABEL}'] in variables.gpuPools"
-         f" || (object.spec.nodeSelector['{POOL_LABEL}'] == variables.headPool && has(object.metadata.labels)"
-         f" && '{RAY_NODE_TYPE_LABEL}' in object.metadata.labels"
-         f" && object.metadata.labels['{RAY_NODE_TYPE_LABEL}'] == 'head'))",
+        (f"has({s}.nodeSelector) && '{POOL_LABEL}' in {s}.nodeSelector"
+         f" && ({pool} in variables.gpuPools || ({pool} == variables.headPool && {at.head}))",
          f"a team's pods run on the pools meant for them: the GPU pools, and a run's head on the head pool "
          f"(nodeSelector {POOL_LABEL}; never the system, memory or reward pools)"),
-        *pod_limit_rules(),
+        *pod_limit_rules(s),
     ]
-
-
 
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
@@ -159,7 +199,7 @@ def _same(meta: str, key: str) -> str:
     return f"{of('object')} == {of('oldObject')}"
 
 
-def _hosts_unset() -> str:
+def _hosts_unset(at: PodAt) -> str:
     """No container sets ``httpGet.host`` or ``tcpSocket.host`` in a probe or a postStart/preStop hook
     (pod-security-admission v0.34.0 policy/check_hostProbesAndhostLifecycle.go:29-56, 139-165)."""
     def unset(handler: str) -> str:
@@ -168,9 +208,7 @@ def _hosts_unset() -> str:
     probes = [f"(!has(c.{p}) || ({unset('c.' + p)}))" for p in PROBES]
     hooks = [f"(!has(c.lifecycle) || !has(c.lifecycle.{h}) || ({unset('c.lifecycle.' + h)}))"
              for h in ("postStart", "preStop")]
-    return f"variables.containers.all(c, {' && '.join(probes + hooks)})"
-
-
+    return at.all_containers(" && ".join(probes + hooks))
 
 
 def _no_gpu_extras(r: str) -> str:

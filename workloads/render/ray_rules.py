@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from workloads.render.pod_limits import grace_bounded, head_sized, per_container, whole_node
+from workloads.render.pod_rules import pod_rules, template_at
 from workloads.render.queue_rules import queue_rules
 from workloads.render.runs import NO_HEAD_RESTART, PRIORITY_LABEL, SUBMISSION_MODE
 
@@ -44,12 +44,6 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          f" && (!has({spec}.authOptions.enableK8sTokenAuth) || !{spec}.authOptions.enableK8sTokenAuth)",
          "a team's Ray cluster runs Ray token authentication with the token KubeRay generates for it "
          "(authOptions.mode token, no secretName)"),
-        (_templates(spec, f"({whole_node('t.spec')}) && ({head_sized('t.spec')}) && {per_container('t.spec')}"),
-         "a team's Ray pod templates hold whole nodes of the GPU pools and heads no bigger than the platform's "
-         "(variables.gpuShapes, variables.headShape), resources per container, as their pods must"),
-        (_templates(spec, grace_bounded("t.spec")),
-         "a team's Ray pod templates stop within the platform's checkpoint grace (terminationGracePeriodSeconds "
-         "at most variables.graceSeconds, capacityBlockEnd.checkpointMinutes)"),
         (f"has(object.metadata.labels) && '{PRIORITY_LABEL}' in object.metadata.labels && " + _templates(
             spec, f"has(t.spec.priorityClassName) && t.spec.priorityClassName == object.metadata.labels['{PRIORITY_LABEL}']"),
          f"a team's Ray pod templates name the run's priority (spec.priorityClassName = label {PRIORITY_LABEL}, "
@@ -61,14 +55,26 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          "a team's Ray cluster creates no other object through KubeRay: no autoscaler (its Role may patch "
          f"RayClusters and pods), no Ingress, GCS Redis cleanup Job, NetworkPolicy or mTLS objects (no "
          f"{', '.join(OPERATOR_FIELDS[1:])}, headGroupSpec.enableIngress or ingressOptions)"),
+        *template_rules(spec),
     ]
 
 
-def _templates(spec: str, check: str) -> str:
+def _templates(spec: str, check: str, worker_check: str | None = None) -> str:
     """``check`` (a CEL predicate of ``t``, a pod template) holds for every pod template of the Ray cluster
-    spec at ``spec``: the head's and each worker group's (two lists of two schema types, not joined)."""
+    spec at ``spec``: the head's and each worker group's (``worker_check`` there if given; two lists of two
+    schema types, not joined)."""
     return (f"[{spec}.headGroupSpec.template].all(t, {check})"
-            f" && (!has({spec}.workerGroupSpecs) || {spec}.workerGroupSpecs.all(g, [g.template].all(t, {check})))")
+            f" && (!has({spec}.workerGroupSpecs)"
+            f" || {spec}.workerGroupSpecs.all(g, [g.template].all(t, {worker_check or check})))")
+
+
+def template_rules(spec: str) -> list[tuple[str, str]]:
+    """Every pod rule a template carries to its pods (``render.pod_rules``, ``render.pod_limits``), on every pod
+    template of the Ray cluster spec at ``spec``, in the pod rule's words: admitted, a template whose pods the
+    pod policy refuses has KubeRay try to create them on every reconcile, its PodGroup held in the queue."""
+    head, worker = pod_rules((), template_at(head=True)), pod_rules((), template_at(head=False))
+    return [(_templates(spec, h, w), f"a team's Ray pod template makes a pod the pod policy refuses: {m}")
+            for (h, m), (w, _) in zip(head, worker, strict=True)]
 
 
 
