@@ -151,7 +151,8 @@ def test_every_shipped_run_and_arm_is_gang_bound_on_the_planned_pools(stack_name
 
 
 @pytest.mark.parametrize("team, nodes, why, refusal", [
-    ("beta", {"train": 9, "rollout": 1}, "queue", "nvidia.com/gpu 72 exceeds team beta's cap of 64 on that pool"),
+    # above team beta's cap on the train pool (its ResourceQuota), whatever its queue's limit
+    ("beta", {"train": 9, "rollout": 1}, "team-cap", "nvidia.com/gpu 72 exceeds team beta's cap of 64 on that pool"),
     ("alpha", {"train": 17, "rollout": 1}, "pool", "17 nodes requested, the pool has 16"),
     # within alpha's caps on each pool (16 and 32 nodes), above its queue's limit (392 GPUs less beta's 64 guaranteed)
     ("alpha", {"train": 16, "rollout": 26}, "limit", "336 GPUs, more than queue team-alpha's limit of 328"),
