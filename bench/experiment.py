@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from stackconfig.base import SchemaModel
 from stackconfig.errors import BadInput, describe_errors, file_problem
@@ -104,6 +104,11 @@ class Assumptions(SchemaModel):
     """Gang scheduling, image pull, model load and engine start of one attempt."""
 
 
+COLLECT = "collect"
+"""Validation context key: the cross-field problems are left to ``parse_experiment``, which says them with
+the arms' own (every problem of a file in one pass)."""
+
+
 class Experiment(SchemaModel):
     name: str = Field(pattern=NAME)
     stack: str
@@ -129,8 +134,16 @@ class Experiment(SchemaModel):
     estimate: Assumptions
 
     @model_validator(mode="after")
-    def _names(self) -> "Experiment":
-        """Every problem across fields, one line each (``parse_experiment`` says each as its own line)."""
+    def _names(self, info: ValidationInfo) -> "Experiment":
+        """Refuses what ``problems`` finds, unless validated with ``context={COLLECT: True}``: then
+        ``parse_experiment`` collects those problems with every arm's."""
+        problems = self.problems()
+        if problems and not (info.context or {}).get(COLLECT):
+            raise ValueError("\n".join(problems))
+        return self
+
+    def problems(self) -> list[str]:
+        """Every problem across fields, one line each naming its field path and what is allowed."""
         names = [a.name for a in self.arms]
         arms = ", ".join(names)
         problems = []
@@ -150,13 +163,11 @@ class Experiment(SchemaModel):
             prev = link.to
         if self.min_measured_steps > self.steps:
             problems.append(f"minMeasuredSteps: {self.min_measured_steps} is more than steps ({self.steps}); "
-                            f"allowed: 2..{self.steps}")
+                            f"allowed: {f'2..{self.steps}' if self.steps >= 2 else 'none below 2 steps'}")
         problems += [f"arms[{arm.name}].faults: step {f.at_step} is after the last step {self.total_steps}; "
                      f"allowed: 1..{self.total_steps}" for arm in self.arms for f in arm.faults
                      if f.at_step > self.total_steps]
-        if problems:
-            raise ValueError("\n".join(problems))
-        return self
+        return problems
 
     @property
     def total_steps(self) -> int:
@@ -245,11 +256,10 @@ def parse_experiment(raw: Any, source: str) -> Experiment:
     """An experiment from its parsed YAML, every arm validated as a run file; BadInput naming ``source``,
     one line per problem, each naming its field path and what is allowed."""
     try:
-        exp = Experiment.model_validate(raw)
-    except ValidationError as err:
-        raise BadInput([line for problem in describe_errors(raw, err) for line in problem.splitlines()],
-                       source) from None
-    problems = [p for arm in exp.arms for p in arm_problems(exp, arm.name)]
+        exp = Experiment.model_validate(raw, context={COLLECT: True})
+    except ValidationError as err:  # a field wrong as written: its arms are not read
+        raise BadInput(describe_errors(raw, err), source) from None
+    problems = exp.problems() + [p for arm in exp.arms for p in arm_problems(exp, arm.name)]
     if problems:
         raise BadInput(list(dict.fromkeys(problems)), source)  # a base problem is every arm's: said once
     return exp

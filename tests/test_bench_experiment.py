@@ -8,7 +8,8 @@ import yaml
 
 from bench.__main__ import main
 from bench.cost import estimate
-from bench.experiment import arm_run, deep_merge, differences, load_experiment, parse_experiment, schedule
+from bench.experiment import (Experiment, arm_run, deep_merge, differences, load_experiment, parse_experiment,
+                              schedule)
 from stackconfig.errors import BadInput
 from stackconfig.files import read_stack
 from workloads.schema.stack import ProgramConfig
@@ -90,11 +91,13 @@ def test_every_problem_is_its_own_line_naming_the_field_where_the_file_sets_it()
     assert err.value.lines() == ["bad.yaml: base.colour: unknown key", "bad.yaml: arms[nccl].set.nodez: unknown key",
                                  "bad.yaml: arms[deepep-v1].set.deepep.version: 'v9' is not allowed; allowed: "
                                  "'v2', 'v1' or 'off'"]
-    doc = raw()
-    doc.update(baseline="nope", minMeasuredSteps=40)
+    doc.update(baseline="nope", minMeasuredSteps=40)  # problems across fields, with the arms' own
     with pytest.raises(BadInput) as err:
         parse_experiment(doc, "bad.yaml")
-    assert [line.split(": ")[1] for line in err.value.lines()] == ["baseline", "minMeasuredSteps"]
+    assert [line.split(": ")[1] for line in err.value.lines()] == [
+        "baseline", "minMeasuredSteps", "base.colour", "arms[nccl].set.nodez", "arms[deepep-v1].set.deepep.version"]
+    with pytest.raises(ValueError, match="baseline: 'nope' is not an arm"):  # the model alone refuses them too
+        Experiment.model_validate(doc)
 
 
 def test_a_file_that_cannot_be_read_or_parsed_is_bad_input(tmp_path):
