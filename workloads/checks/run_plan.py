@@ -332,13 +332,16 @@ class Planner:
             self._decide(out, run, "waits", why)
         return changed
 
-    def plan(self, runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
-        """Decisions for ``runs`` (NeverFits first, for a run that can never be placed)."""
+    def plan(self, runs: Sequence[RunFile], running: frozenset[str] = frozenset(),
+             admitted: frozenset[str] = frozenset()) -> list[Decision]:
+        """Decisions for ``runs`` (NeverFits first, for a run that can never be placed); ``running`` hold their
+        nodes, ``admitted`` are waiting runs enqueue already let out of Pending (PodGroup Inqueue), which stay
+        so whatever is submitted after them."""
         for i, run in enumerate(runs):
             check_run(self.cfg, run)
             self.disk[run.key] = self._budget(run)
             self._file_order[run.key] = i
-        self._inqueue.clear()
+        self._inqueue = {r.key for r in runs if r.name in admitted or r.key in admitted}
         self._claimed.clear()
         c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
                      allocated={t: 0 for t in self.teams})
