@@ -11,9 +11,10 @@ the burn-in's service account only, deny (``failurePolicy: Fail``, binding ``Den
 The watcher's account (``nodes.watch``) gets the same pair, narrowed further: on its own node it may
 only set the result label to ``retest``, with the burn-in taint in place. The replacement
 controller's account (``nodes.controller``, on the system pool, so no own node) may change only the
-replacement and neighbour annotations of a node (``nodes.pairs``), and create only host pods
-(``nodes.pairs.host_pod``: the host label, the pair script in every container, no service-account token,
-no volume but a ConfigMap or an emptyDir, nothing of the host's); where it may evict is RBAC's
+replacement and neighbour annotations of a node (``nodes.pairs``), create only host pods
+(``nodes.pairs.host_pod``: the host label, one container running the pair script from a pool's deployed host
+image, no service-account token, no volume but a ConfigMap or an emptyDir, nothing of the host's), and
+create no ConfigMap but its breaker's; where it may evict is RBAC's
 (``nodes.render.eviction_roles``: an admission policy cannot see which node an eviction's pod is on).
 
 The node name reaches the request from the pod's bound service-account token: the API server puts
@@ -78,14 +79,25 @@ def retest_rules(taint_key: str) -> list[tuple[str, str]]:
              f"the watcher may only ask for a re-test ({RESULT_LABEL}={RETEST}, with the {taint_key} taint)")]
 
 
+HOST_IMAGES_PARAM = "burn-in-host-images"
+"""The ConfigMap (in the burn-in's namespace) the host-pod policy reads its images from (``paramKind``): each
+pool's host image, the same values as the controller's environment (``nodes.pairs.host_image_env``), so the
+deploy fills the stack registry's URL into both; a rule's own text never gets it (``stackconfig.images.fill``
+fills only strings that start with the registry token). Missing, every host pod is denied
+(``parameterNotFoundAction: Deny``); the controller may not create it (``configmap_rules``) nor, by RBAC,
+change it."""
+
+
 def host_pod_rules(host_label: str, script: str, adds: list[str] = ()) -> list[tuple[str, str]]:
     """What a pod the controller creates must be: a host pod of the check with a neighbour, and no more: one
-    container running ``python3 <script> --plan <json> --results <dir>`` and nothing else (no args, no
-    environment from Secrets or ConfigMaps), not privileged, no privilege escalation, every capability dropped
-    but ``adds`` (the agent's). The image is not pinned here: the rendered one holds the registry token the
-    deploy fills only in the controller's environment (``nodes.pairs.host_image_env``)."""
+    container running ``python3 <script> --plan <json> --results <dir>`` from one of the pools' deployed host
+    images (``HOST_IMAGES_PARAM``) and nothing else (no args, no environment from Secrets or ConfigMaps), not
+    privileged, no privilege escalation, every capability dropped but ``adds`` (the agent's)."""
     sc = "c.securityContext"
     return [
+        ("has(params.data) && object.spec.containers.all(c, has(c.image) && "
+         "params.data.exists(k, params.data[k] == c.image))",
+         f"a host pod runs a pool's deployed host image only (ConfigMap {HOST_IMAGES_PARAM})"),
         (f"has(object.metadata.labels) && {json.dumps(host_label)} in object.metadata.labels",
          "the burn-in controller creates only host pods"),
         ("has(object.spec.automountServiceAccountToken) && object.spec.automountServiceAccountToken == false",
@@ -111,6 +123,12 @@ def host_pod_rules(host_label: str, script: str, adds: list[str] = ()) -> list[t
     ]
 
 
+def configmap_rules(breaker: str) -> list[tuple[str, str]]:
+    """The controller creates no ConfigMap but its breaker's (RBAC cannot name what is created): not the host
+    images it is held to."""
+    return [(f"object.metadata.name == {json.dumps(breaker)}", f"the burn-in controller creates only ConfigMap {breaker}")]
+
+
 EVENT_RULES = [("dyn(object).involvedObject.kind == 'Node' && dyn(object).involvedObject.name == variables.nodeName",
                 "the burn-in may report only on the node its own pod runs on")]
 """``dyn``: the policy matches events.k8s.io/v1 Events too (matchPolicy Equivalent), converted to core/v1 before
@@ -119,7 +137,8 @@ server's type check reads ``object`` as each matched kind and finds no ``involve
 
 
 def _policy(name: str, username: str, operations: list[str], resource: str, variables: list[tuple[str, str]],
-            rules: list[tuple[str, str]]) -> list[dict]:
+            rules: list[tuple[str, str]], param: tuple[str, str] | None = None) -> list[dict]:
+    """The policy and its binding; ``param``: (namespace, name) of the ConfigMap its rules read as ``params``."""
     policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
               "metadata": {"name": name, "labels": dict(PART_OF)},
               "spec": {"failurePolicy": "Fail",
@@ -132,6 +151,9 @@ def _policy(name: str, username: str, operations: list[str], resource: str, vari
     binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
                "metadata": {"name": name, "labels": dict(PART_OF)},
                "spec": {"policyName": name, "validationActions": ["Deny"]}}
+    if param:
+        policy["spec"]["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
+        binding["spec"]["paramRef"] = {"namespace": param[0], "name": param[1], "parameterNotFoundAction": "Deny"}
     return [policy, binding]
 
 
@@ -155,10 +177,11 @@ def own_node_policies(prefix: str, user: str, taint_keys: tuple[str, ...], label
 
 def burn_in_policies(namespace: str, service_account: str, watch_account: str, replace_account: str,
                      burn_in_key: str, quarantine_key: str, capability_labels: tuple[str, ...] = (),
-                     host_pods: tuple[str, str, list[str]] = ("", "", [])) -> list[dict]:
+                     host_pods: tuple[str, str, list[str]] = ("", "", []), breaker: str = "") -> list[dict]:
     """The burn-in's (its result and capability labels, on its node), the watcher's (a re-test of its
     node) and the replacement controller's (its annotations, on any node; ``host_pods``: the host label and
-    script its pods carry), with bindings."""
+    script its pods carry, their images from ``HOST_IMAGES_PARAM``; ``breaker``: the one ConfigMap it creates),
+    with bindings."""
     account = "system:serviceaccount:{}:{}".format
     return [*own_node_policies(BURN_IN_PREFIX, account(namespace, service_account), (burn_in_key, quarantine_key),
                                (*LABELS, *capability_labels), ANNOTATIONS),
@@ -167,4 +190,6 @@ def burn_in_policies(namespace: str, service_account: str, watch_account: str, r
             *_policy(f"{REPLACE_PREFIX}-nodes", account(namespace, replace_account), ["UPDATE"], "nodes",
                      _node_vars(()), node_rules((), (), (REPLACEMENT_ANNOTATION, PEER_ANNOTATION))),
             *_policy(f"{REPLACE_PREFIX}-pods", account(namespace, replace_account), ["CREATE"], "pods", [],
-                     host_pod_rules(*host_pods))]
+                     host_pod_rules(*host_pods), (namespace, HOST_IMAGES_PARAM)),
+            *_policy(f"{REPLACE_PREFIX}-configmaps", account(namespace, replace_account), ["CREATE"], "configmaps", [],
+                     configmap_rules(breaker))]

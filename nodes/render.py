@@ -58,7 +58,7 @@ from .burn_in import QUARANTINE_TAINT, PoolBurnIn
 from .breaker import BREAKER
 from .marks import DONE, NODE_EVENTS_NAMESPACE, PASSED, RESULT_LABEL
 from .pairs import HOST_LABEL, host_image_env
-from .policy import burn_in_policies
+from .policy import HOST_IMAGES_PARAM, burn_in_policies
 
 NAMESPACE = "rl-burn-in"
 SERVICE_ACCOUNT = "burn-in"
@@ -335,6 +335,12 @@ def host_images(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict[str, str]:
             for pool, spec in controller_plan(m, plans)["hosts"].items()}
 
 
+def host_images_param(m: WorkloadModel, plans: list[PoolBurnIn]) -> dict:
+    """The ConfigMap the host-pod policy admits images from: the controller's own ``host_images``, which the
+    deploy fills alike (``nodes.policy.HOST_IMAGES_PARAM``)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(HOST_IMAGES_PARAM), "data": host_images(m, plans)}
+
+
 def host_capabilities(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[str]:
     """The capabilities a host container adds (its pool's agent's)."""
     return sorted({a for spec in controller_plan(m, plans)["hosts"].values() for c in spec["spec"]["containers"]
@@ -366,7 +372,7 @@ def burn_in_objects(m: WorkloadModel, plans: list[PoolBurnIn]) -> list[dict]:
         return []
     caps = tuple(sorted({k for b in plans for k in b.capabilities}))
     return [*base_objects(), *eviction_roles(eviction_namespaces(m)), *(daemonset(m, b) for b in plans),
-            watch_daemonset(m, plans), controller(m, plans),
+            watch_daemonset(m, plans), controller(m, plans), host_images_param(m, plans),
             *burn_in_policies(NAMESPACE, SERVICE_ACCOUNT, WATCH_ACCOUNT, REPLACE_ACCOUNT, plans[0].agent_plan["taint"]["key"],
                               QUARANTINE_TAINT.key, caps,
-                              (HOST_LABEL, f"{SCRIPTS_DIR}/pairs.py", host_capabilities(m, plans)))]
+                              (HOST_LABEL, f"{SCRIPTS_DIR}/pairs.py", host_capabilities(m, plans)), BREAKER)]

@@ -14,10 +14,12 @@ from test_nodes_agent import BURN_IN, GPU_TAINT, merge, new_node
 from test_workloads import k8s_version, variant, variant_graph
 from test_workloads_security import pod_specs, registered_objects
 
+from components.device_plugins import gpu_taints, tolerations
 from components.node_pool import EKS_TAINT_EFFECT
 from nodes import marks
 from nodes.burn_in import QUARANTINE_TAINT, plans
 from nodes.policy import burn_in_policies
+from nodes.pool_resources import NAME as ADVERTISER
 from nodes.render import NAMESPACE, REPLACE_ACCOUNT, SERVICE_ACCOUNT, WATCH_ACCOUNT
 from stackconfig.stack import LABEL_PREFIX, StackConfigError
 
@@ -73,6 +75,10 @@ def test_no_pod_of_a_run_tolerates_the_burn_in_taint_and_the_burn_in_tolerates_o
     for where, pod in pods:
         tolerated = pod.get("tolerations") or []
         assert all(t.get("key") for t in tolerated), f"{where}: tolerates every taint"
+        if where == f"DaemonSet/{ADVERTISER}":  # every GPU node, proven or not, as the device plugins
+            assert tolerated == tolerations(gpu_taints(cfg.pools)) and "nvidia.com/gpu" not in json.dumps(
+                container(pod, "advertise")["resources"])
+            continue
         if not where.startswith("DaemonSet/burn-in-"):
             assert not {BURN_IN["key"], QUARANTINE["key"]} & {t["key"] for t in tolerated}, where
             continue
@@ -145,7 +151,7 @@ def test_burn_in_off_leaves_gpu_pools_untainted_and_registers_nothing():
     graph = variant_graph("p4d", off)
     cfg = variant("p4d", off)
     assert all(BURN_IN["key"] not in {t[0] for t in _registered_taints(graph, cfg, p)} for p in cfg.pools)
-    assert not [o for o in registered_objects(graph) if o["kind"] == "DaemonSet"]
+    assert [o["metadata"]["name"] for o in registered_objects(graph) if o["kind"] == "DaemonSet"] == [ADVERTISER]
 
 
 def test_a_dcgm_level_for_a_pool_that_is_not_a_gpu_pool_is_refused():
@@ -180,12 +186,14 @@ def test_the_agents_budget_leaves_out_the_image_pull_and_the_dcgm_diagnostic():
 
 # --- the admission policy, evaluated ---------------------------------------------------------------------
 
-def evaluate(policy: dict, request: dict, obj: dict, old: dict | None) -> list[str] | None:
-    """The messages of the validations ``policy`` fails, or None when it does not match the request."""
+def evaluate(policy: dict, request: dict, obj: dict, old: dict | None, params: dict | None = None) -> list[str] | None:
+    """The messages of the validations ``policy`` fails, or None when it does not match the request; ``params``:
+    the object its binding's ``paramRef`` names."""
     import celpy
     from celpy import celtypes, json_to_cel
     env = celpy.Environment()
-    act = {"request": json_to_cel(request), "object": json_to_cel(obj), "oldObject": json_to_cel(old)}
+    act = {"request": json_to_cel(request), "object": json_to_cel(obj), "oldObject": json_to_cel(old),
+           "params": json_to_cel(params)}
     spec = policy["spec"]
     if not all(env.program(env.compile(c["expression"])).evaluate(act) for c in spec["matchConditions"]):
         return None

@@ -36,6 +36,16 @@ def rendered():
     return json.loads(command[command.index("--plan") + 1]), policies
 
 
+@pytest.fixture(scope="module")
+def deployed():
+    """The p5en-prod stack's deployed host images (the controller's environment) and the objects the host-pod
+    policy's binding names."""
+    objects = registered_objects(graph_of("p5en-prod"))
+    deployment = next(o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == REPLACE)
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return env, objects
+
+
 def _lone(name, waited, address="10.0.1.1", pool="train"):
     n = new_node(name, pool)
     n["metadata"]["annotations"][marks.WAITING_ANNOTATION] = json.dumps(
@@ -97,17 +107,30 @@ def test_a_host_pod_that_ended_is_deleted_and_a_lone_node_can_get_another(cluste
     assert controller.reconcile(c.api, plan, NOW, mark=lambda n: None) == ["n-new: proven node p-idle asked to check it"]
 
 
-def test_the_host_pod_is_a_valid_pod_the_controllers_policy_admits_and_nothing_else(rendered):
+def test_the_host_pod_is_a_valid_pod_the_controllers_policy_admits_and_nothing_else(rendered, deployed):
     plan, policies = rendered
+    env, objects = deployed
     assert set(plan["hosts"]) == {"train", "rollout"}  # the pools with EFA: checked with a neighbour
-    pod = pairs.host_pod(plan["hosts"]["train"], NAMESPACE, "p-idle", "n-new", "registry.example/agent@sha256:" + "0" * 64)
-    assert pod["spec"]["containers"][0]["image"] == "registry.example/agent@sha256:" + "0" * 64
+    image = env[pairs.host_image_env("train")]  # what the controller creates the pod with
+    pod = pairs.host_pod(plan["hosts"]["train"], NAMESPACE, "p-idle", "n-new", image)
     kubernetes_validate.validate(pod, k8s_version(load("p5en-prod")), strict=True)
     policy = policies["rl-burn-in-replace-pods"]
+    (binding,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and o["spec"]["policyName"] == policy["metadata"]["name"]]
+    ref = binding["spec"]["paramRef"]
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert ref["parameterNotFoundAction"] == "Deny"  # no images to admit: no host pod
+    (params,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == ref["name"]
+                 and o["metadata"]["namespace"] == ref["namespace"]]
+    assert params["data"] == {k: v for k, v in env.items() if k.startswith("HOST_IMAGE_")}  # filled alike
     request = {**request_from(None, f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"), "namespace": NAMESPACE}
-    assert evaluate(policy, request, pod, None) == []
+    assert evaluate(policy, request, pod, None, params) == []
     spec = pod["spec"]
     for bad, message in (
+            ({"spec": {"containers": [{**spec["containers"][0], "image": "evil.example/x:1"}]}},
+             "a pool's deployed host image only"),
+            ({"spec": {"containers": [{**spec["containers"][0], "image": plan["hosts"]["train"]["spec"]["containers"][0]
+                                       ["image"]}]}}, "a pool's deployed host image only"),
             ({"metadata": {"labels": {pairs.HOST_LABEL: None}}}, "the burn-in controller creates only host pods"),
             ({"spec": {"automountServiceAccountToken": True}}, "a host pod holds no service-account token"),
             ({"spec": {"containers": [{**spec["containers"][0], "command": ["sh", "-c", "x"]}]}}, "runs /opt/burn-in/pairs.py"),
@@ -127,9 +150,22 @@ def test_the_host_pod_is_a_valid_pod_the_controllers_policy_admits_and_nothing_e
                  "adds no capability but IPC_LOCK"))),
             ({"spec": {"containers": [spec["containers"][0], {**spec["containers"][0], "name": "second"}]}},
              "one container running python3")):
-        found = evaluate(policy, request, merge(pod, bad), None)
+        found = evaluate(policy, request, merge(pod, bad), None, params)
         assert found and message in found[0], (bad, found)
     assert evaluate(policy, {**request_from(None, "system:serviceaccount:x:y"), "namespace": NAMESPACE}, pod, None) is None
+
+
+def test_the_controller_creates_no_configmap_but_its_breaker(rendered):
+    """RBAC's ``create`` cannot name the object: the policy keeps the controller from making the host images'
+    ConfigMap (were it missing) or any other."""
+    from nodes.breaker import BREAKER
+    from nodes.policy import HOST_IMAGES_PARAM
+    _, policies = rendered
+    policy = policies["rl-burn-in-replace-configmaps"]
+    request = {**request_from(None, f"system:serviceaccount:{NAMESPACE}:{REPLACE_ACCOUNT}"), "namespace": NAMESPACE}
+    cm = lambda name: {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NAMESPACE}}  # noqa: E731
+    assert evaluate(policy, request, cm(BREAKER), None) == []
+    assert evaluate(policy, request, cm(HOST_IMAGES_PARAM), None) == [f"the burn-in controller creates only ConfigMap {BREAKER}"]
 
 
 def test_a_lone_agent_passes_with_the_proven_node_it_was_checked_from(node_env, train_plan, cluster, rendered, monkeypatch):

@@ -19,7 +19,7 @@ from fake_asg import FakeAws
 from kubernetes import client
 
 from components.gpu_node_setup import BURN_IN_TAINT
-from nodes import controller, incluster, marks, replace, watch
+from nodes import controller, incluster, marks, pairs, replace, watch
 from nodes.burn_in import QUARANTINE_TAINT
 from nodes.render import NAMESPACE, REPLACE, REPLACE_ACCOUNT, SERVICE_ACCOUNT, WATCH_ACCOUNT
 from workloads.checks.runs import load_run
@@ -187,5 +187,23 @@ def test_untested_nodes_hold_runs_off_and_the_controller_frees_and_replaces_thro
         with pytest.raises(incluster.ApiError) as refused:
             api.evict(NAMESPACE, others[0].metadata.name)
         assert refused.value.status == 403
+
+        # the controller's pods: only a host pod from a pool's deployed image (the ConfigMap its policy reads as
+        # params, filled like the controller's environment); it makes no ConfigMap but its breaker's. A policy's
+        # denial without a reason is 422 Invalid (k8s.io/apiserver v0.35.3
+        # pkg/admission/plugin/policy/validating/dispatcher.go:298-303).
+        image = {e.name: e.value for e in deployment.spec.template.spec.containers[0].env}[pairs.host_image_env("train")]
+        host = pairs.host_pod(plan["hosts"]["train"], NAMESPACE, spare, "checked-node", image)
+        for bad in ("evil.example/x:1", plan["hosts"]["train"]["spec"]["containers"][0]["image"]):
+            with pytest.raises(incluster.ApiError) as refused:
+                api.create_pod({**host, "spec": {**host["spec"], "containers": [
+                    {**host["spec"]["containers"][0], "image": bad}]}})
+            assert refused.value.status == 422 and "'rl-burn-in-replace-pods'" in str(refused.value), refused.value  # Invalid
+        api.create_pod(host)  # the same pod with the deployed image: admitted
+        api.delete_pod(NAMESPACE, host["metadata"]["name"])
+        with pytest.raises(incluster.ApiError) as refused:
+            api.save_config_map({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "host-images", "namespace": NAMESPACE}, "data": {"x": "evil"}})
+        assert refused.value.status == 422 and "'rl-burn-in-replace-configmaps'" in str(refused.value), refused.value
     finally:
         runs.delete_run(platform, run.team, name)
