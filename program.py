@@ -16,6 +16,7 @@ from components.registry import eks_addon_registry
 from components.reservations import Lookup, lookup, reservation_problems
 from nodes.burn_in import plans as burn_in_plans
 from nodes.component import BurnIn
+from nodes.pool_resources import advertiser_objects
 from nodes.render import burn_in_objects
 from stackconfig.chart_images import rendered
 from stackconfig.deploy import DeployPhase
@@ -35,7 +36,7 @@ def stack_objects(cfg: ProgramConfig, model: WorkloadModel) -> list[dict]:
     """Every Kubernetes object of the stack that can name an image, rendered as the program registers
     it (``tests/test_image_inventory.py`` holds the recorded graphs to exactly these)."""
     return [*k8s_objects(model), *custom_resources(model), *(run_objects(cfg, r).rayjob for r in cfg.workloads.runs),
-            *burn_in_objects(model, burn_in_plans(model, cfg))]
+            *burn_in_objects(model, burn_in_plans(model, cfg)), *advertiser_objects(model)]
 
 
 def chart_values(cfg: ProgramConfig, model: WorkloadModel) -> dict[str, tuple[str, dict]]:

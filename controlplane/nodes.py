@@ -3,7 +3,9 @@
 Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for):
 - capacity and allocatable: ``workloads.derive.resources.allocatable`` (vCPU less EKS kubeReserved,
   memory less VM overhead, kubeReserved and eviction threshold, pre-allocated 2-MiB huge pages, GPUs, the
-  EFA devices the device plugin advertises, max pods), the instance catalog behind it;
+  EFA devices the device plugin advertises, max pods), the instance catalog behind it; on a GPU node also its
+  pool's own GPU resource, as many as its GPUs (``stackconfig.labels.pool_gpu_resource``: what the platform's
+  advertiser, ``nodes.pool_resource``, writes into the node's status);
 - labels: the pool's and its node setup's (``WorkloadModel.node_labels``), the well-known ones the kubelet
   and EKS set (hostname, OS, architecture, instance type, zone, node group, capacity type) and the EKS
   network-topology labels (``EKS_NETWORK_LAYERS``; simulated: one layer-1 and layer-2 node above the zone's
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
+from stackconfig.labels import pool_gpu_resource
 from stackconfig.stack import CapacityType, Pool
 from components.gpu_node_setup import registration_taints
 from nodes.marks import PASSED, RESULT_LABEL
@@ -46,14 +49,14 @@ def zone(cfg, pool: Pool, index: int) -> str:
 
 def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
     """A node's capacity (= allocatable) as Kubernetes quantities: CPU, memory, pods, root volume, and the
-    huge pages, GPUs and EFA devices the pool's nodes advertise."""
+    huge pages, GPUs (and as many of the pool's own GPU resource) and EFA devices the pool's nodes advertise."""
     alloc = allocatable(pool, model.settings.efa_devices)
     out = {"cpu": f"{alloc.millicpu}m", "memory": str(alloc.memory), "pods": str(alloc.pods),
            "ephemeral-storage": f"{pool.root_volume_gib}Gi"}
     if alloc.hugepages:
         out[HUGEPAGES] = str(alloc.hugepages)
     if alloc.gpus:
-        out[GPU] = str(alloc.gpus)
+        out[GPU] = out[pool_gpu_resource(pool.name)] = str(alloc.gpus)
     if alloc.efa:
         out[EFA] = str(alloc.efa)
     return out

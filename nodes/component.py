@@ -13,7 +13,8 @@ for Amazon EC2 Auto Scaling). The controller's Deployment (re-test evictions alw
 EKS Pod Identity injects credentials into a pod only when the association
 exists as the pod is created (EKS user guide, pod-id-association), so a pod started first would run
 without them until it is recreated. The controller's eviction Roles go in the runs' namespaces
-(``run_namespaces``: the workloads' and each team's), after them.
+(``run_namespaces``: the workloads' and each team's), after them. The GPU resource advertiser
+(``nodes.pool_resources``) goes in with them the same way, whether or not the burn-in is on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from workloads.deploy.component import TYPED
 from workloads.derive.model import WorkloadModel
 
 from .burn_in import PoolBurnIn
+from .pool_resources import advertiser_objects
 from .render import EVICT, NAMESPACE, REPLACE_ACCOUNT, burn_in_objects
 
 KINDS = {**TYPED, "DaemonSet": k8s.apps.v1.DaemonSet}
@@ -52,7 +54,7 @@ class BurnIn(pulumi.ComponentResource):
         self._repository_url = platform.registry.repository_url
         system = platform.pools[m.system_pool.name].node_group
         plugins = [platform.device_plugins.nvidia, platform.device_plugins.efa]
-        objects = burn_in_objects(m, list(plans))
+        objects = [*burn_in_objects(m, list(plans)), *advertiser_objects(m)]
         first = [o for o in objects if o["kind"] not in LATER and o["metadata"]["name"] != EVICT]
         namespace = [self._object(o, [system]) for o in first if o["kind"] == "Namespace"]
         ready = [*namespace, *(self._object(o, [system, *namespace]) for o in first if o["kind"] != "Namespace")]

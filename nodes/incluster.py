@@ -62,6 +62,10 @@ class Api:
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict:
         return self._call("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
 
+    def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> dict:
+        """A merge patch of the node's ``status`` subresource (``nodes.advertise``)."""
+        return self._call("PATCH", f"/api/v1/nodes/{name}/status", patch, "application/merge-patch+json")
+
     def record(self, node: Mapping[str, Any], patch_of: Callable[[Mapping[str, Any]], dict], tries: int = 3) -> dict | None:
         """``patch_of(node)`` merge-patched on the node (the patch carries the ``resourceVersion`` it was
         made from); on a 409 (written by another since it was read) made again from a fresh read; None

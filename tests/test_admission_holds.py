@@ -158,7 +158,29 @@ def rayjob_attacks(rayjob: dict, grace_seconds: int) -> dict[str, tuple[dict, st
         "a 60-vCPU head template": (group(0, _sized({"cpu": "60", "memory": "110G"})), HEAD),
         "a 0-GPU trainer template": (group(1, _sized({"cpu": "2", "memory": "4Gi"})), WHOLE),
         "a head template with pod-level resources": (group(0, _pod_level("60", "110G")), "per container"),
+        **{f"workers: {name}": (_workers(rayjob, change), "runs workers") for name, change in IDLE_HEADS.items()},
     }
+
+
+IDLE_HEADS = {
+    "no worker groups": None,
+    "every group at 0 replicas": {"replicas": 0, "minReplicas": 0},
+    "maxReplicas 0": {"maxReplicas": 0, "minReplicas": 0},
+    "every group suspended": {"suspend": True},
+    "numOfHosts 0": {"numOfHosts": 0},
+}
+"""A Ray cluster of its head alone, KubeRay counting its workers (GetWorkerGroupDesiredReplicas, utils/util.go:389-407,
+v1.7.0): name -> the change to every worker group (None: no worker groups)."""
+
+
+def _workers(rayjob: dict, change: dict | None) -> dict:
+    out = copy.deepcopy(rayjob)
+    cluster = out["spec"]["rayClusterSpec"]
+    if change is None:
+        del cluster["workerGroupSpecs"]
+    for g in cluster.get("workerGroupSpecs", []):
+        g.update(change)
+    return out
 
 
 ORPHAN_DELETES = [{"propagationPolicy": "Orphan"}, {"orphanDependents": True},
@@ -228,8 +250,9 @@ def test_a_metadata_only_update_of_a_pod_is_judged(policies, rayjob):
 @pytest.mark.parametrize("name", ["templates' grace past the bound", "templates at another priority",
                                   "templates without a priority", "the orphan finalizer",
                                   "a 60-vCPU head template", "a 0-GPU trainer template",
-                                  "a head template with pod-level resources"])
-def test_a_rayjob_and_its_cluster_are_held_to_the_grace_the_priority_and_no_orphaning(policies, rayjob, grace, name):
+                                  "a head template with pod-level resources",
+                                  *(f"workers: {name}" for name in IDLE_HEADS)])
+def test_a_rayjob_and_its_cluster_are_held_to_the_grace_the_priority_workers_and_no_orphaning(policies, rayjob, grace, name):
     bad, part = rayjob_attacks(rayjob, grace)[name]
     messages = refused(policies[RAYJOB_POLICY], bad)
     assert messages and part in messages[0], messages

@@ -1,13 +1,14 @@
-"""Per-pool guarantees (issue 35 item 3): the per-pool GPU resource, each team's ResourceQuota per pool, and
-what ``runs plan`` reports of a guarantee it cannot meet. docs/design/scheduling.md ("Per-pool guarantees")."""
+"""Per-pool guarantees (issue 35 item 3): the per-pool GPU resource every team GPU pod requests (admission holds
+it to its pool), each team's Queue dimensions and ResourceQuota per pool, the planner judging per pool, and what
+``runs plan`` reports of a guarantee it cannot meet. docs/design/scheduling.md ("Per-pool guarantees")."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import kubernetes_validate
-import pytest
-from test_admission import cfg, rayjob, run_pods  # noqa: F401 (fixtures)
+from test_admission import cfg, policies, rayjob, refused, run_pods  # noqa: F401 (fixtures)
 from test_scheduling_rules import SHARED, run
 from test_workloads import k8s_version, variant
 
@@ -17,7 +18,8 @@ from workloads.checks.run_plan import Planner
 from workloads.cli.runs import main
 from workloads.derive.model import derive
 from workloads.derive.resources import GPU
-from workloads.render.teams import team_resource_quota
+from workloads.render.admission import POD_POLICY
+from workloads.render.teams import team_queue, team_resource_quota
 
 # Kubernetes' qualified name for an extended resource (apimachinery validation IsQualifiedName, one domain prefix)
 QUALIFIED = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -51,11 +53,12 @@ def test_every_gpu_pool_has_a_valid_resource_name_of_its_own():
     assert QUALIFIED.match(pool_gpu_resource("a" + "-" * 22 + "b"))  # the longest pool name
 
 
-def test_the_per_pool_quota_would_refuse_the_ninth_trainer_of_a_kubectl_rayjob_of_16_train_and_1_rollout():
+def test_the_per_pool_quota_refuses_the_ninth_trainer_of_a_kubectl_rayjob_of_16_train_and_1_rollout():
     """Beta may hold 64 train GPUs (8 nodes) and 128 rollout GPUs; summed, 192. A RayJob of 16 train and 1
     rollout nodes asks 136 GPUs, within the sum: a quota of sums admits every pod. Per pool, the ninth trainer
-    takes beta past its train cap. The pods here request the pool's resource as the design has them do; run pods
-    do not yet (test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource), so today the quota lines bind nothing."""
+    takes beta past its train cap: every team GPU pod requests its pool's resource (the run's own,
+    test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource; any other, admission:
+    test_a_pod_of_nvidia_gpus_alone_or_of_another_pools_resource_is_refused)."""
     cfg = variant(SHARED, {})
     m = derive(cfg)
     beta = next(t for t in cfg.workloads.teams if t.name == "beta")
@@ -70,23 +73,87 @@ def test_the_per_pool_quota_would_refuse_the_ninth_trainer_of_a_kubectl_rayjob_o
     assert _quota_admits(hard, [_gpu_pod("train")] * 8 + [_gpu_pod("rollout")] * 16) == 24
 
 
-@pytest.mark.xfail(strict=True, reason="issue 35 item 3 is not finished: run pods do not request their pool's "
-                   "resource yet, nothing advertises it and the Queue counts summed GPUs (docs/design/scheduling.md, "
-                   "'Per-pool guarantees')")
 def test_a_run_pod_on_a_gpu_pool_requests_its_pool_resource(rayjob):
     """Without it, the per-pool quota lines and queue dimensions count nothing of a team's run."""
     for pod in run_pods(rayjob)[1:]:
         pool = pod["spec"]["nodeSelector"][POOL_LABEL]
-        requests = pod["spec"]["containers"][0]["resources"]["requests"]
-        assert requests.get(pool_gpu_resource(pool)) == requests[GPU], pool
+        for part in ("requests", "limits"):
+            resources = pod["spec"]["containers"][0]["resources"][part]
+            assert resources.get(pool_gpu_resource(pool)) == resources[GPU], (pool, part)
 
 
-def test_two_honest_beta_runs_holding_every_train_node_leave_alphas_train_guarantee_reported_unmet():
-    """Each beta run keeps within beta's train cap (64); together they hold all 16 train nodes, and beta's
-    summed 192 GPUs leave only 56 to reclaim above its summed deserved 136. Alpha's run of 8 train nodes fits
-    its train guarantee of 64 and waits: the plan says so."""
+OWN_RESOURCE = "requests its GPU pool's own resource"
+
+
+def _resources(pod: dict, edit) -> dict:
+    """``pod`` with ``edit`` applied to its first container's requests and limits (both, as the run's are)."""
+    out = copy.deepcopy(pod)
+    for part in ("requests", "limits"):
+        edit(out["spec"]["containers"][0]["resources"][part])
+    return out
+
+
+def test_a_pod_of_nvidia_gpus_alone_or_of_another_pools_resource_is_refused(policies, rayjob):
+    """A pod asking ``nvidia.com/gpu`` without its pool's resource would escape the Queue's and the quota's
+    per-pool dimensions; one asking another pool's too would count against a pool it does not run on."""
+    head, trainer, rollout = run_pods(rayjob)
+    policy = policies[POD_POLICY]
+    assert refused(policy, trainer) == [] and refused(policy, rollout) == [] and refused(policy, head) == []
+    gpus_only = _resources(trainer, lambda r: r.pop(pool_gpu_resource("train")))
+    assert OWN_RESOURCE in " ".join(refused(policy, gpus_only))
+    other_pool = _resources(trainer, lambda r: r.update({pool_gpu_resource("rollout"): "8"}))
+    assert [m for m in refused(policy, other_pool) if OWN_RESOURCE in m] == refused(policy, other_pool)
+    fewer = _resources(trainer, lambda r: r.update({GPU: "8", pool_gpu_resource("train"): "4"}))
+    assert OWN_RESOURCE in " ".join(refused(policy, fewer))
+    init_gpus = copy.deepcopy(trainer)  # the main container is the run's; an init container takes GPUs alone
+    init_gpus["spec"]["initContainers"][0]["resources"] = {"requests": {GPU: "8"}, "limits": {GPU: "8"}}
+    assert [m for m in refused(policy, init_gpus) if OWN_RESOURCE in m] == refused(policy, init_gpus) != []
+    head_gpu = _resources(head, lambda r: r.update({GPU: "1"}))
+    assert OWN_RESOURCE in " ".join(refused(policy, head_gpu))
+
+
+def test_each_team_queue_counts_gpus_per_pool_only():
+    cfg = variant(SHARED, {})
+    m = derive(cfg)
+    alpha = next(t for t in cfg.workloads.teams if t.name == "alpha")
+    spec = team_queue(alpha, m.pools)["spec"]
+    train, rollout = pool_gpu_resource("train"), pool_gpu_resource("rollout")
+    assert spec["capability"] == {train: 128, rollout: 256} and spec["deserved"] == {train: 80, rollout: 168}
+    assert spec["guarantee"] == {"resource": {train: 64, rollout: 128}}
+
+
+def test_two_honest_beta_runs_no_longer_hold_every_train_node_and_alpha_starts():
+    """Each beta run keeps within beta's train cap (64); summed, the quota let the two hold all 16 train nodes. Per
+    pool, beta's ResourceQuota refuses the second, and alpha's run starts on the nodes it leaves."""
     cfg = variant(SHARED, {})
     runs = [run("b-1", "beta", train=8, rollout=4), run("b-2", "beta", train=8, rollout=4),
+            run("a-1", "alpha", train=8, rollout=8)]
+    planner = Planner(cfg)
+    decisions = planner.plan(runs)
+    assert [d.action for d in decisions] == ["starts", "waits", "starts"]
+    assert "would request 128 GPUs of pool train, more than its 64" in decisions[1].why
+    assert unmet_guarantees(planner, runs, decisions) == []
+
+
+def test_beta_holding_every_train_node_loses_them_to_alphas_train_guarantee_by_reclaim():
+    """Runs admitted before the quota counted pools (``--running``): beta holds all 16 train nodes, 128 GPUs
+    above its train deserved 48, and its rollout guarantee (64) without them. Alpha's run within its train
+    deserved reclaims beta's train nodes; nothing is reported unmet."""
+    cfg = variant(SHARED, {})
+    runs = [run("b-1", "beta", train=8, rollout=4), run("b-2", "beta", train=8, rollout=4),
+            run("a-1", "alpha", train=8, rollout=8)]
+    planner = Planner(cfg)
+    decisions = planner.plan(runs, frozenset({"b-1", "b-2"}))
+    assert [d.action for d in decisions] == ["running", "preempted", "starts"]
+    assert unmet_guarantees(planner, runs, decisions) == []
+
+
+def test_a_team_below_its_guarantee_on_one_pool_keeps_every_pool_and_the_plan_says_so():
+    """Volcano keeps a victim's queue at its guarantee on every dimension (capacity.go:1842-1851): beta, holding
+    32 rollout GPUs of its 64 guaranteed, loses no train node, though 80 above its train deserved. Alpha's run
+    fits its train guarantee and waits: the plan says so."""
+    cfg = variant(SHARED, {})
+    runs = [run("b-1", "beta", train=8, rollout=2), run("b-2", "beta", train=8, rollout=2),
             run("a-1", "alpha", train=8, rollout=8)]
     planner = Planner(cfg)
     decisions = planner.plan(runs, frozenset({"b-1", "b-2"}))
@@ -102,10 +169,10 @@ def test_a_run_above_its_guarantee_or_on_a_pool_without_one_is_not_reported():
     cfg = variant(SHARED, {})
     planner = Planner(cfg)
     # alpha asks 16 train nodes, above its 64 guaranteed train GPUs: not a guarantee
-    runs = [run("b-1", "beta", train=8, rollout=4), run("b-2", "beta", train=8, rollout=4),
+    runs = [run("b-1", "beta", train=8, rollout=2), run("b-2", "beta", train=8, rollout=2),
             run("a-1", "alpha", train=16, rollout=8)]
     assert unmet_guarantees(planner, runs, planner.plan(runs, frozenset({"b-1", "b-2"}))) == []
-    # beta has no train guarantee (alpha, within its deserved, keeps the train nodes)
+    # beta has no train guarantee (alpha, below its rollout guarantee, keeps the train nodes)
     runs = [run("a-1", "alpha", train=8, rollout=4), run("a-2", "alpha", train=8, rollout=4),
             run("b-1", "beta", train=1, rollout=1)]
     decisions = Planner(cfg).plan(runs, frozenset({"a-1", "a-2"}))
@@ -114,7 +181,7 @@ def test_a_run_above_its_guarantee_or_on_a_pool_without_one_is_not_reported():
 
 def test_runs_plan_prints_the_unmet_guarantee(tmp_path, capsys):
     files = []
-    for name, team, train, rollout in (("b-1", "beta", 8, 4), ("b-2", "beta", 8, 4), ("a-1", "alpha", 8, 8)):
+    for name, team, train, rollout in (("b-1", "beta", 8, 2), ("b-2", "beta", 8, 2), ("a-1", "alpha", 8, 8)):
         f = tmp_path / f"{name}.yaml"
         f.write_text(f"name: {name}\nteam: {team}\nnodes: {{train: {train}, rollout: {rollout}}}\n"
                      f"software: miles-0.1\nmodel: Qwen/Qwen3-30B-A3B\nparallel: {{tensor: 4, expert: 8}}\n")

@@ -64,20 +64,21 @@ def test_a_run_that_can_never_fit_is_refused_naming_run_pool_and_resource(bad, m
 
 
 def test_a_run_above_its_queues_limit_never_starts_and_plan_exits_1(tmp_path, capsys):
-    """Volcano's capacity plugin holds a queue to its capability or the cluster's GPUs not guaranteed to
-    other queues, whichever is less (capacity.go:1081-1088), and enqueue never admits a job above it
-    (enqueue.go:95): alpha's 16 + 32 nodes (384 GPUs) exceed 392 - 64 (beta's guarantee) = 328, so the run
-    would wait for ever. The plan says so and exits 1; ``runs submit`` refuses it too."""
+    """Volcano's capacity plugin holds a queue to its capability or the GPUs not guaranteed to other queues,
+    whichever is less, on each dimension (capacity.go:1081-1088), one per GPU pool, and enqueue never admits a
+    job above it on one it requests (enqueue.go:95): alpha's 32 rollout nodes (256 GPUs) exceed 256 - 64 (beta's
+    rollout guarantee) = 192, so the run would wait for ever. The plan says so and exits 1; ``runs submit``
+    refuses it too."""
     seed = run("seed", "alpha", train=16, rollout=32)
-    message = (r"run seed: 384 GPUs, more than queue team-alpha's limit of 328 \(the cluster's 392 GPUs less the "
-               r"64 guaranteed to other queues\)")
+    message = (r"run seed: pool rollout: 256 GPUs, more than queue team-alpha's limit of 192 there \(the pool's 256 "
+               r"GPUs less the 64 guaranteed to other queues\)")
     with pytest.raises(NeverFits, match=message):
         plan_runs(variant(SHARED, {}), [seed])
     path = tmp_path / "seed.yaml"
     path.write_text(yaml.safe_dump(seed.model_dump(mode="json", by_alias=True, exclude_defaults=True)))
     assert main(["plan", SHARED, str(path)]) == 1
     assert main(["submit", SHARED, str(path), "--dry-run"]) == 1
-    assert "more than queue team-alpha's limit of 328" in capsys.readouterr().err
+    assert "more than queue team-alpha's limit of 192" in capsys.readouterr().err
 
 
 def test_a_run_too_large_for_any_tier_is_refused_when_hard_and_placed_when_soft():

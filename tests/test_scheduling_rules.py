@@ -133,9 +133,9 @@ def test_the_scheduler_runs_capacity_not_proportion_with_preempt_and_reclaim():
 
 
 # --- one scenario per scheduling rule ---------------------------------------------------------------
-# p5en-shared: train 16 and rollout 32 p5en nodes (8 GPUs each) and 2 reward nodes of 4 GPUs: 392 GPUs.
-# alpha: guarantee 64 + 128 = 192, deserved 80 + 168 = 248, capability 128 + 256 = 384;
-# beta:  guarantee  0 +  64 =  64, deserved 48 +  88 = 136, capability  64 + 128 = 192.
+# p5en-shared: train 16 and rollout 32 p5en nodes (8 GPUs each: 128 and 256 GPUs); a queue dimension per pool.
+# alpha: train guarantee 64, deserved 80, capability 128; rollout 128, 168, 256;
+# beta:  train guarantee  0, deserved 48, capability  64; rollout  64,  88, 128.
 
 def run(name, team, priority="normal", **nodes) -> RunFile:
     return RunFile(name=name, team=team, priority=priority, nodes=nodes)
@@ -147,32 +147,37 @@ def decisions(runs, running=(), override=None):
 
 def test_queue_numbers_are_the_capacity_plugins():
     """realCapability = min(capability, cluster - all guarantees + own guarantee) (capacity.go:1081-1088);
-    deserved within it and at least the guarantee (:1136-1141)."""
+    deserved within it and at least the guarantee (:1136-1141); each per pool dimension."""
     queues = Planner(variant(SHARED, {})).queues
-    assert (queues["alpha"].limit, queues["alpha"].deserved) == (min(384, 392 - 256 + 192), 248) == (328, 248)
-    assert (queues["beta"].limit, queues["beta"].deserved) == (192, 136)
+    alpha, beta = queues["alpha"].pools, queues["beta"].pools
+    assert (alpha["train"].limit, alpha["train"].deserved) == (min(128, 128 - 64 + 64), 80) == (128, 80)
+    assert (alpha["rollout"].limit, alpha["rollout"].deserved) == (min(256, 256 - 192 + 128), 168) == (192, 168)
+    assert (beta["train"].limit, beta["train"].deserved) == (min(64, 128 - 64 + 0), 48) == (64, 48)
+    assert (beta["rollout"].limit, beta["rollout"].deserved) == (min(128, 256 - 192 + 64), 88) == (128, 88)
+    assert queues["alpha"].share({"train": 40, "rollout": 126}) == 0.75  # the largest pool's, 126/168
 
 
 def test_a_team_at_its_cap_has_its_pods_refused_by_its_resource_quota_and_preempts_nothing():
     """Kubernetes' ResourceQuota admission refuses a pod that takes the namespace's requests over
-    ``hard`` (the team's gpu-quota is the sum of its caps, ``render.teams.team_resource_quota``)."""
+    ``hard`` (the team's gpu-quota holds each pool's resource at its cap there, ``render.teams.pool_gpu_quota``)."""
     d = decisions([run("b-low", "beta", "low", train=8, rollout=16), run("b-high", "beta", "high", train=1, rollout=1)],
                   running=["b-low"])
     assert d["b-low"].action == "running" and d["b-high"].action == "waits"
-    assert d["b-high"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 208 GPUs, "
-                               "more than its 192")
+    assert d["b-high"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 72 GPUs "
+                               "of pool train, more than its 64")
 
 
 def test_the_pods_kuberay_made_of_a_run_the_quota_refuses_hold_quota_against_the_runs_after_it():
     """KubeRay creates a run's worker pods one by one, trainers first, and ends a reconcile at the first pod
-    the quota refuses (ray-project/kuberay v1.7.0 raycluster_controller.go:1069, 1203-1211): the 12 pods it made
-    of b-2 hold 96 GPUs of beta's quota, so b-3, small enough for what b-1 leaves, waits too (found by
-    tests/controlplane/test_cp_planner.py against the real API server)."""
+    the quota refuses (ray-project/kuberay v1.7.0 raycluster_controller.go:1069, 1203-1211): the 4 trainers and 8
+    rollout engines it made of b-2 hold beta's train quota (32 of its 64 GPUs besides b-1's 32) and rollout quota, so
+    b-3, small enough for what b-1 leaves, waits too (found by tests/controlplane/test_cp_planner.py against the
+    real API server)."""
     d = decisions([run("b-1", "beta", "normal", train=4, rollout=8), run("b-2", "beta", "normal", train=4, rollout=12),
                    run("b-3", "beta", "normal", train=1, rollout=1)], running=["b-1"])
     assert [d[r].action for r in ("b-1", "b-2", "b-3")] == ["running", "waits", "waits"]
-    assert d["b-3"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 208 GPUs, "
-                            "more than its 192")
+    assert d["b-3"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 72 GPUs "
+                            "of pool train, more than its 64")
 
 
 def test_a_run_over_its_queues_limit_stays_pending_and_never_preempts_its_own_team_even_on_free_nodes():
@@ -181,10 +186,10 @@ def test_a_run_over_its_queues_limit_stays_pending_and_never_preempts_its_own_te
     (actions/preempt/preempt.go:113-115), and so does reclaim (actions/reclaim/reclaim.go:72-74)."""
     d = decisions([run("a-low", "alpha", "low", train=8, rollout=24),
                    run("a-high", "alpha", "high", train=4, rollout=8)],
-                  running=["a-low"])  # 256 GPUs held; 8 train and 8 rollout nodes free
+                  running=["a-low"])  # 192 rollout GPUs held; 8 train and 8 rollout nodes free
     assert d["a-low"].action == "running" and d["a-high"].action == "waits"
-    assert d["a-high"].why.startswith("Pending: queue team-alpha holds 256 GPUs, 352 with this run, above its "
-                                      "limit 328 (capability 384")
+    assert d["a-high"].why.startswith("Pending: queue team-alpha holds 192 GPUs of pool rollout, 256 with this run, "
+                                      "above its limit 192 there (capability 256")
 
 
 def test_free_nodes_go_to_the_queue_with_the_lowest_share_of_its_deserved_not_to_the_first_submitted():
@@ -210,25 +215,22 @@ def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoint
     d = decisions(runs, running=["a-low", "b"])
     assert d["a-low"].action == "preempted" and d["a-high"].action == "starts" and d["b"].action == "running"
     assert d["a-low"].why == "preempt by a-high (high): asked to checkpoint, stops within 30 min"
-    assert d["a-high"].why == ("starts after a-low checkpoint and stop; queue team-alpha holds 128 GPUs "
-                               "(deserved 248, limit 328)")
+    assert d["a-high"].why == ("starts after a-low checkpoint and stop; queue team-alpha holds GPUs of pool train 64 "
+                               "(deserved 80, limit 128), rollout 64 (deserved 168, limit 192)")
     same = decisions([runs[0], runs[1], run("a-same", "alpha", "low", train=8, rollout=8)], running=["a-low", "b"])
     assert same["a-low"].action == "running" and same["a-same"].action == "waits"  # the same priority never preempts
 
 
 def test_a_run_started_in_one_session_is_a_victim_in_the_next():
     """Only Running tasks are victims (actions/reclaim/reclaim.go:189, actions/preempt/preempt.go:199-201):
-    beta's new run takes the free nodes first (share 32/136 < 128/248), alpha's cannot reclaim it in
-    that session, and does in the next, once it runs and holds beta above its deserved."""
-    runs = [run("a0", "alpha", train=2, rollout=14), run("b0", "beta", train=2, rollout=2),
-            run("b-new", "beta", train=8, rollout=12), run("a-new", "alpha", train=8, rollout=1)]
-    d = decisions(runs, running=["a0", "b0"])  # beta 192, 56 above its deserved; alpha needs 4 more train nodes
+    beta's new run takes the free nodes first (share max(8/48, 16/88) < 104/168), alpha's cannot reclaim it in
+    that session (b0's two rollout engines are not enough), and does in the next, once it runs and holds beta's
+    rollout pool above its deserved (112 > 88: three engines may go, capacity.go:536-547)."""
+    runs = [run("a0", "alpha", train=1, rollout=13), run("b0", "beta", train=1, rollout=2),
+            run("b-new", "beta", train=1, rollout=12), run("a-new", "alpha", train=1, rollout=8)]
+    d = decisions(runs, running=["a0", "b0"])  # a-new needs 8 rollout nodes, 5 left free once b-new starts
     assert d["a-new"].action == "starts" and d["b0"].action == "running" and d["b-new"].action == "preempted"
     assert d["b-new"].why == "starts, then reclaim by a-new (normal): asked to checkpoint, stops within 30 min"
-    # Pod by pod, only while beta is above its deserved (capacity.go:536-547): at 144 GPUs one pod goes, not four.
-    runs[2] = run("b-new", "beta", train=8, rollout=6)
-    d = decisions(runs, running=["a0", "b0"])
-    assert d["a-new"].action == "waits" and d["b-new"].action == "starts"
 
 
 def test_a_team_within_its_deserved_reclaims_from_a_reclaimable_team_above_its_own():
@@ -251,29 +253,34 @@ def test_no_team_reclaims_beyond_its_deserved():
     d = decisions([run("b-big", "beta", train=8, rollout=16), run("a0", "alpha", train=8, rollout=16),
                    run("a-new", "alpha", "low", train=8, rollout=8)], running=["b-big", "a0"])
     assert d["a-new"].action == "waits" and d["b-big"].action == "running"
-    assert d["a-new"].why.endswith("reclaim: team alpha would hold 320 GPUs, above its deserved 248")
+    assert d["a-new"].why.endswith("reclaim: team alpha would hold 128 GPUs of pool train, above its deserved 80 "
+                                   "there")  # per pool: its rollout (128 + 64 <= 168) does not make up for it
 
 
-def test_reclaim_never_takes_a_team_below_its_guarantee():
-    """checkGuaranteeConstraint (capacity.go:1842-1850): allocated less the victim's pod stays >= guarantee."""
-    teams = [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "cap": 128},
+def test_reclaim_never_takes_a_team_below_its_guarantee_on_any_pool():
+    """checkGuaranteeConstraint (capacity.go:1842-1851, read at :515-518): allocated less the victim's pod keeps
+    every dimension of the guarantee (``guarantee.LessEqual``), so a team below its guarantee on one pool loses
+    no pod on any pool."""
+    teams = [{"name": "alpha", "gpus": {"train": {"guarantee": 64, "deserved": 72, "cap": 128},
                                         "rollout": {"deserved": 128, "cap": 256}}},
-             {"name": "beta", "gpus": {"train": {"guarantee": 61, "cap": 64},
-                                       "rollout": {"guarantee": 124, "cap": 128}}}]
+             {"name": "beta", "gpus": {"train": {"guarantee": 56, "cap": 64},
+                                       "rollout": {"guarantee": 120, "cap": 128}}}]
     runs = [run("b-big", "beta", train=8, rollout=16), run("a0", "alpha", train=8, rollout=8),
-            run("a-new", "alpha", "low", train=1, rollout=1)]  # beta 192 > its 185; 192 - 8 < 185
-    d = decisions(runs, running=["b-big", "a0"], override={"workloads": {"teams": teams}})
-    assert d["a-new"].action == "waits" and d["b-big"].action == "running"
-    teams[1]["gpus"]["train"]["guarantee"] = 60  # 192 - 8 >= 184: reclaimable
+            run("a-new", "alpha", "low", train=1, rollout=1)]  # beta train 64 > its 56; 64 - 8 >= 56
     d = decisions(runs, running=["b-big", "a0"], override={"workloads": {"teams": teams}})
     assert d["a-new"].action == "starts" and d["b-big"].action == "preempted"
+    runs[0] = run("b-big", "beta", train=8, rollout=14)  # beta's rollout 112, below its guarantee there
+    d = decisions(runs, running=["b-big", "a0"], override={"workloads": {"teams": teams}})
+    assert d["a-new"].action == "waits" and d["b-big"].action == "running"
 
 
-def test_volcano_sums_a_teams_pools_so_per_pool_caps_bound_one_run_only():
-    """The Queue and the ResourceQuota count nvidia.com/gpu, not pools: beta's 64 training GPUs bound
-    each run (``check_run``), two runs together may hold more."""
+def test_per_pool_caps_bound_the_team_not_only_one_run():
+    """The Queue and the ResourceQuota count each pool's own resource (``rl.platform/gpu-<pool>``): beta's 64
+    training GPUs bound its runs together, not only each (``check_run``)."""
     d = decisions([run("b1", "beta", train=8, rollout=1), run("b2", "beta", train=1, rollout=1)])
-    assert d["b1"].action == d["b2"].action == "starts"
+    assert d["b1"].action == "starts" and d["b2"].action == "waits"
+    assert d["b2"].why == ("ResourceQuota gpu-quota refuses its pods: team beta's pods would request 72 GPUs "
+                           "of pool train, more than its 64")
 
 
 def _shared_teams() -> list[dict]:
@@ -295,15 +302,15 @@ def _plan(tmp_path, extra: str, running: str) -> dict[str, str]:
 def test_the_plan_command_follows_the_rules_on_two_teams_overlapping_demand(tmp_path):
     """The sample runs (alpha's grpo-qwen3-30b, 8 train nodes, normal; beta's beta-lr-sweep, 4, low)
     and a third run already running. With alpha's probe holding 8 of the 16 training nodes, only one
-    of the two fits: beta's queue, at 0/136 of its deserved, is served before alpha's at 128/248,
-    whatever the runs' priorities, and alpha (128 + 192 > 248) may not reclaim."""
+    of the two fits: beta's queue, at share 0, is served before alpha's at max(64/80, 64/168),
+    whatever the runs' priorities, and alpha (64 + 64 > 80 train GPUs) may not reclaim."""
     lines = _plan(tmp_path, "name: alpha-probe\nteam: alpha\nnodes: {train: 8, rollout: 8}\n", "alpha-probe")
     assert " starts " in lines["beta-lr-sweep"] and " waits " in lines["grpo-qwen3-30b"]
     assert lines["grpo-qwen3-30b"].endswith("pool train: 8 nodes needed, 4 free; preempt: no lower-priority run of "
-                                            "team alpha frees enough; reclaim: team alpha would hold 320 GPUs, above "
-                                            "its deserved 248")
-    # With beta's probe instead (beta 192 GPUs, 56 above its deserved; 12 training nodes), alpha's run
-    # is within its deserved and reclaims beta's lowest-priority run.
+                                            "team alpha frees enough; reclaim: team alpha would hold 128 GPUs of pool "
+                                            "train, above its deserved 80 there")
+    # With beta's probe instead (beta's train pool 96 GPUs, 48 above its deserved; 12 training nodes), alpha's
+    # run is within its deserved on each pool and reclaims beta's lowest-priority run.
     lines = _plan(tmp_path, "name: beta-probe\nteam: beta\nnodes: {train: 8, rollout: 4}\n",
                   "beta-lr-sweep,beta-probe")
     assert "preempted" in lines["beta-lr-sweep"] and "reclaim by grpo-qwen3-30b (normal)" in lines["beta-lr-sweep"]

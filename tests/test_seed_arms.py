@@ -111,7 +111,7 @@ def test_bench_refuses_an_experiment_that_never_starts_before_any_attempt(tmp_pa
     assert main(["run", str(exp), "--out", str(tmp_path / "out"), "--log-bucket", "b"],
                 client=lambda: submitted.append("client") or pytest.fail("a cluster was contacted")) == 1
     err = capsys.readouterr()
-    assert "more than queue team-alpha's limit of 328" in err.err and "apiVersion" not in err.out
+    assert "more than queue team-alpha's limit of 192" in err.err and "apiVersion" not in err.out
     assert submitted == [] and not (tmp_path / "out").exists()
 
 

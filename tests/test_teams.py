@@ -63,8 +63,10 @@ def test_quota_numbers(teams, pools):
     alpha, beta = teams
     q = team_queue(alpha, pools)
     assert q["metadata"]["name"] == "team-alpha" and "namespace" not in q["metadata"]
-    assert q["spec"] == {"reclaimable": True, "priority": 0, "capability": {"nvidia.com/gpu": 192},
-                         "deserved": {"nvidia.com/gpu": 96}, "guarantee": {"resource": {"nvidia.com/gpu": 96}}}
+    # one dimension per pool (docs/design/scheduling.md, "Per-pool guarantees"), no nvidia.com/gpu sum
+    train, rollout = "rl.platform/gpu-train", "rl.platform/gpu-rollout"
+    assert q["spec"] == {"reclaimable": True, "priority": 0, "capability": {train: 128, rollout: 64},
+                         "deserved": {train: 64, rollout: 32}, "guarantee": {"resource": {train: 64, rollout: 32}}}
     assert team_queue(beta, pools)["spec"]["priority"] == 5
     assert team_queue(beta, pools)["spec"]["reclaimable"] is False
     rq = team_resource_quota(alpha, pools, head(pools))

@@ -25,7 +25,7 @@ from workloads.derive.model import derive
 from workloads.deploy.submit import run_objects
 from workloads.schema.run import RunFile
 from workloads.checks import gate
-from workloads.checks.queues import cluster_gpus, queue_shares
+from workloads.checks.queues import gpu_pools, queue_shares
 from workloads.derive import layout as L
 from workloads.derive.deepep import resolve_deepep
 from workloads.derive.paths import CHECKPOINT_DIR, paths
@@ -150,14 +150,13 @@ def job_argv(rayjob: dict) -> list[str]:
 
 
 def full_run(cfg) -> RunFile:
-    """The largest run of a runs-mode stack's first team: every training node, and as many rollout nodes as
-    its queue may hold beside them (a run above the queue's limit never starts: check_queue_limit)."""
-    train, rollout = cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT)
+    """The largest run of a runs-mode stack's first team: as many training and rollout nodes as its queue may
+    hold on each pool (a run above the queue's limit there never starts: check_queue_limit)."""
     team = cfg.workloads.teams[0].name
-    room = queue_shares(cfg.workloads.teams, cluster_gpus(cfg))[team].limit - train.nodes.desired * train.instance.gpus
-    return RunFile(name="all-nodes", team=team,
-                   nodes={train.name: train.nodes.desired, rollout.name: min(rollout.nodes.desired,
-                                                                             room // rollout.instance.gpus)})
+    shares = queue_shares(cfg.workloads.teams, gpu_pools(cfg))[team].pools
+    return RunFile(name="all-nodes", team=team, nodes={
+        p.name: min(p.nodes.desired, shares[p.name].limit // p.instance.gpus)
+        for p in (cfg.pool(Role.TRAIN), cfg.pool(Role.ROLLOUT))})
 
 
 def ray_cluster(cfg, graph: mocks.Graph) -> dict:

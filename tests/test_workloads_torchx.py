@@ -109,6 +109,10 @@ def test_torchx_pods_match_the_rayclusters_resources_and_placement(stack):
             assert parse_quantity(shm["sizeLimit"]) == parse_quantity(want_shm["sizeLimit"]), name
             mounts = {m["mountPath"] for m in got_c["volumeMounts"]}
             assert {"/dev/shm", paths(cfg).mount} <= mounts
+            volumes = {v["name"] for v in got["spec"]["volumes"]}
+            for c in [*got["spec"].get("initContainers", []), *got["spec"]["containers"]]:
+                # the API server refuses a pod whose mount names no volume of the pod
+                assert {m["name"] for m in c.get("volumeMounts", [])} <= volumes, (name, c["name"])
     if stack == "p5en-prod":  # the figures, in the TorchX request too
         assert (len(tasks["trainer"]), len(tasks["rollout"])) == (16, 32)
         for t in tasks["trainer"] + tasks["rollout"]:

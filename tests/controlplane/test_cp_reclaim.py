@@ -5,11 +5,14 @@ docs/design/scheduling.md, "What the plan cannot see", for a run that also needs
 reclaim evicts beta's pods with the pods' own grace period (``checkpointMinutes``, rendered as
 ``terminationGracePeriodSeconds``); kwok removes them exactly at their deletion time
 (``controlplane.cluster.POD_DELETE_AT_DEADLINE``: the worst case, a preStop that waits the whole grace
-period); alpha's gang is bound within a few scheduling sessions after that, none of its pods earlier, and
-no pod of alpha was a victim."""
+period); alpha's gang is bound within a few scheduling sessions after that, none of its pods earlier (no
+claim pod has a node while a victim is left, its earliest bind time no earlier than the victims' deletion
+time), every pod Volcano evicts, the first to the last, is beta-over's, no pod of alpha was a victim, and
+none is evicted in the ``SESSIONS`` sessions after the claim is bound."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pytest
@@ -63,43 +66,66 @@ def test_alpha_reclaims_its_guarantee_from_beta_within_the_grace_period_and_a_fe
             runs.all_running(platform, team, f"{name}-1", 1 + sum(nodes.values()))
         alpha_before = {p.metadata.uid for p in _pods(core, "alpha")}
         runs.submit(platform, files[2], runs.member_of(platform, "alpha"))
-        victims = eventually("a pod evicted", lambda: [p for team in ("alpha", "beta") for p in _pods(core, team)
-                                                       if p.metadata.deletion_timestamp], 60)
-        early = [p.metadata.name for p in _pods(core, "alpha") if p.metadata.labels[RUN_LABEL] == "alpha-claim"
-                 and p.spec.node_name]
-        gone = max(eventually(f"{p.metadata.name} removed", lambda p=p: _gone(core, p), grace + 30, every=0.2)
-                   for p in victims)
+        watch = Evictions(core)
+        eventually("a pod evicted, then every evicted pod removed", watch.look, grace + 90, every=0.2)
         claim = runs.all_running(platform, "alpha", "alpha-claim-1", 3, timeout=60)
+        runs.through_sessions(platform, SESSIONS, watch.no_more)
         alpha_after = {p.metadata.uid for p in _pods(core, "alpha")}
     finally:
         for name, team, _, _ in RUNS:
             if platform.admin.get(*runs.RAYJOB, f"{name}-1", namespace_of(team)):
                 runs.delete_run(platform, team, f"{name}-1")
+    victims = list(watch.victims.values())
     assert all(p.metadata.namespace == namespace_of("beta") and p.metadata.labels[RUN_LABEL] == "beta-over"
                for p in victims), [p.metadata.name for p in victims]
     assert alpha_before <= alpha_after, "a pod of alpha's running run was deleted"
     assert all(p.metadata.deletion_grace_period_seconds == grace for p in victims), [p.metadata for p in victims]
+    late = {p.metadata.name: f"{watch.gone[p.metadata.uid] - p.metadata.deletion_timestamp.timestamp():+.1f} s"
+            for p in victims if abs(watch.gone[p.metadata.uid] - p.metadata.deletion_timestamp.timestamp()) > LAG}
+    assert not late, f"victims seen removed this far from their deletion time: {late}"
+    assert not watch.early, f"claim pods bound before every victim was gone: {sorted(watch.early)}"
     deadline = max(p.metadata.deletion_timestamp.timestamp() for p in victims)
-    assert abs(gone - deadline) <= LAG, f"victims seen removed {gone - deadline:+.1f} s from their deletion time"
-    assert not early, f"claim pods bound before the victims were gone: {early}"
-    bound = max(_scheduled(p) for p in claim)
-    assert deadline - 1 <= bound <= deadline + SESSIONS, (
-        f"claim bound {bound - deadline:+.0f} s from the victims' deletion time (grace {grace} s), allowed "
-        f"-1..{SESSIONS}")
-    print(f"reclaim: claim bound {bound - (deadline - grace):.0f} s after the eviction (grace {grace} s)")
+    first, last = min(_scheduled(p) for p in claim), max(_scheduled(p) for p in claim)
+    assert deadline - 1 <= first and last <= deadline + SESSIONS, (
+        f"claim pods bound {first - deadline:+.0f}..{last - deadline:+.0f} s from the victims' deletion time "
+        f"(grace {grace} s), allowed -1..{SESSIONS}")
+    print(f"reclaim: claim bound {last - (deadline - grace):.0f} s after the eviction (grace {grace} s)")
+
+
+@dataclass
+class Evictions:
+    """Both teams' pods, polled: each pod seen being deleted (a victim) as first seen, when each was first seen
+    gone, and the claim's pods seen on a node before every victim was gone."""
+
+    core: client.CoreV1Api
+    victims: dict[str, client.V1Pod] = field(default_factory=dict)
+    gone: dict[str, float] = field(default_factory=dict)
+    early: set[str] = field(default_factory=set)
+
+    def pods(self) -> list[client.V1Pod]:
+        return [p for team in ("alpha", "beta") for p in _pods(self.core, team)]
+
+    def look(self) -> bool:
+        """One poll; True once some pod was evicted and every evicted pod is gone."""
+        pods, now = self.pods(), datetime.now(timezone.utc).timestamp()
+        for pod in pods:
+            if pod.metadata.deletion_timestamp:
+                self.victims.setdefault(pod.metadata.uid, pod)
+        present = {p.metadata.uid for p in pods}
+        for uid in self.victims.keys() - present:
+            self.gone.setdefault(uid, now)
+        if not self.victims or len(self.gone) < len(self.victims):
+            self.early |= {p.metadata.name for p in pods if p.metadata.labels[RUN_LABEL] == "alpha-claim"
+                           and p.spec.node_name}
+        return bool(self.victims) and len(self.gone) == len(self.victims)
+
+    def no_more(self) -> str | None:
+        """A complaint if a pod is being deleted (a further eviction)."""
+        deleted = [p.metadata.name for p in self.pods() if p.metadata.deletion_timestamp]
+        return f"pods evicted after the claim was bound: {deleted}" if deleted else None
 
 
 def _scheduled(pod: client.V1Pod) -> float:
     """When the pod was bound: its PodScheduled condition turning True (the API server's binding sets it)."""
     return next(c.last_transition_time.timestamp() for c in pod.status.conditions
                 if c.type == "PodScheduled" and c.status == "True")
-
-
-def _gone(core: client.CoreV1Api, pod: client.V1Pod) -> float | None:
-    try:
-        core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-    except client.ApiException as e:
-        if e.status == 404:
-            return datetime.now(timezone.utc).timestamp()
-        raise
-    return None

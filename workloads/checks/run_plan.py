@@ -8,15 +8,18 @@ that loses a pod stops. docs/design/scheduling.md ("Scheduling rules") states th
 session, after the runs already running:
 
 1. quota: the team namespace's ResourceQuota admits a run's pods only while the team's pods request
-   no more GPUs than its cap (runs in file order, the order they are submitted);
+   no more GPUs of each pool than its cap there (runs in file order, the order they are submitted);
 2. enqueue: a run leaves Pending only when its queue's allocated + admitted GPUs + its own fit the
-   queue's limit (``QueueShare.limit``); a Pending run never preempts nor reclaims;
+   queue's limit on every pool (``PoolShare.limit``); a Pending run never preempts nor reclaims;
 3. allocate: queues by priority, then least allocated/deserved; within a queue runs by priority,
    then file order; a run starts when every pool it needs has the nodes free;
 4. preempt: an admitted run takes the nodes of Running lower-priority runs of its own team;
-5. reclaim: an admitted run whose team stays within its deserved share takes, pod by pod, nodes of
-   Running runs of reclaimable teams while such a team is above its deserved share and keeps its
-   guarantee without the pod.
+5. reclaim: an admitted run whose team stays within its deserved share on each of its pools takes, pod
+   by pod, nodes of Running runs of reclaimable teams while such a team is above its deserved share on
+   the pod's pool and keeps its guarantee on every pool without the pod.
+
+Queues count one dimension per GPU pool (``checks.queues``; docs/design/scheduling.md, "Per-pool
+guarantees"), so shares, limits and reclaim are judged per pool.
 
 A victim is asked for a checkpoint through the save sentinel and has ``checkpointMinutes`` (the pods'
 termination grace period) to write it before its pods stop; a run that loses a pod stops whole, and
@@ -38,7 +41,7 @@ from typing import TYPE_CHECKING, Sequence
 from workloads.schema.run import RunFile
 from workloads.derive.checkpoint_budget import GB, GIB, USABLE_FRACTION, budget
 from workloads.derive.deepep import expert_precision
-from workloads.checks.queues import cluster_gpus, queue_shares
+from workloads.checks.queues import gpu_pools, queue_shares
 from workloads.schema.teams import QUOTA_NAME
 from workloads.checks.runs import check_run, run_config, run_pools
 
@@ -76,24 +79,24 @@ class _Cluster:
     free: dict[str, int]
     disk_free: int
     """Bytes of the shared file system not yet budgeted to a run (``checkpoint_budget``)."""
-    allocated: dict[str, int]
-    """Team -> GPUs its placed runs hold."""
+    allocated: dict[str, dict[str, int]]
+    """Team -> pool -> GPUs its placed runs hold."""
     placed: list[RunFile] = field(default_factory=list)
     held: dict[str, int] = field(default_factory=dict)
     """Pool -> nodes of stopping victims no run may take before the next session."""
 
-    def take(self, run: RunFile, gpus: int, disk: int) -> None:
+    def take(self, run: RunFile, gpus: dict[str, int], disk: int) -> None:
         self.disk_free -= disk
         for pool, n in run.nodes.items():
             self.free[pool] -= n
-        self.allocated[run.team] += gpus
+            self.allocated[run.team][pool] = self.allocated[run.team].get(pool, 0) + gpus[pool]
         self.placed.append(run)
 
-    def release(self, run: RunFile, gpus: int, disk: int) -> None:
+    def release(self, run: RunFile, gpus: dict[str, int], disk: int) -> None:
         self.disk_free += disk
         for pool, n in run.nodes.items():
             self.free[pool] += n
-        self.allocated[run.team] -= gpus
+            self.allocated[run.team][pool] -= gpus[pool]
         self.placed.remove(run)
 
 
@@ -107,7 +110,7 @@ class Planner:
         victims keep running)."""
         self.pools = {p.name: p for p in run_pools(cfg)}
         self.teams = {t.name: t for t in cfg.workloads.teams}
-        self.queues = queue_shares(cfg.workloads.teams, cluster_gpus(cfg))
+        self.queues = queue_shares(cfg.workloads.teams, gpu_pools(cfg))
         self.values = cfg.workloads.priority_classes
         self.grace = cfg.workloads.capacity_block_end.checkpoint_minutes
         self.usable = int(cfg.workloads.storage.capacity_gib * GIB * USABLE_FRACTION)
@@ -129,9 +132,6 @@ class Planner:
     def gpus(self, run: RunFile) -> dict[str, int]:
         return {pool: n * self.pools[pool].instance.gpus for pool, n in run.nodes.items()}
 
-    def _total(self, run: RunFile) -> int:
-        return sum(self.gpus(run).values())
-
     def _job_order(self, run: RunFile) -> tuple[int, int]:
         """Higher PriorityClass first (plugins/priority/priority.go:71-89), then submitted first."""
         return -self.values[run.priority], self._file_order[run.key]
@@ -140,7 +140,7 @@ class Planner:
         """Higher queue priority, then lower allocated/deserved, then one with a deserved
         (capacity.go:1183-1193, 1544-1561); then the stack's team order (creation)."""
         q = self.queues[team]
-        return -q.priority, q.share(c.allocated[team]), not q.deserved, list(self.teams).index(team)
+        return -q.priority, q.share(c.allocated[team]), not q.deserves, list(self.teams).index(team)
 
     def _in_queue_order(self, c: _Cluster, runs: list[RunFile]) -> Iterator[RunFile]:
         """``runs`` as a session serves them: the first queue's first run, then queues re-ordered by
@@ -159,70 +159,81 @@ class Planner:
             if disk > c.disk_free else []
         return short + full
 
-    def _created(self, run: RunFile, room: int) -> int:
+    def _created(self, run: RunFile, room: dict[str, int]) -> dict[str, int]:
         """GPUs of the pods of a run the quota refuses that exist nonetheless: KubeRay creates the head, then
         each worker group's pods one by one in the RayCluster's order (trainers, then rollout engines: the
         pools' order) and ends a reconcile at the first pod refused (ray-project/kuberay v1.7.0
         raycluster_controller.go:1069, 1203-1211), retrying it later; the pods made before it hold quota."""
-        held = 0
+        held = {pool: 0 for pool in self.pools}
         for pool, spec in self.pools.items():
             for _ in range(run.nodes.get(pool, 0)):
-                if held + spec.instance.gpus > room:
+                if held[pool] + spec.instance.gpus > room.get(pool, 0):
                     return held
-                held += spec.instance.gpus
+                held[pool] += spec.instance.gpus
         return held
 
     def _with_pods(self, pending: list[RunFile], running: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
-        """Runs whose pods the team's ResourceQuota admits (requests.nvidia.com/gpu = the sum of its
-        caps), in the order they were submitted; KubeRay retries the others' pods, and those of their pods
-        it made first hold quota (``_created``)."""
-        pods = {t: sum(self._total(r) for r in running if r.team == t) for t in self.teams}
+        """Runs whose pods the team's ResourceQuota admits (``requests.rl.platform/gpu-<pool>`` = its cap on
+        each pool, ``render.teams.pool_gpu_quota``), in the order they were submitted; KubeRay retries the
+        others' pods, and those of their pods it made first hold quota (``_created``)."""
+        pods = {t: {p: sum(self.gpus(r).get(p, 0) for r in running if r.team == t) for p in self.pools}
+                for t in self.teams}
         out_runs = []
         for run in pending:
-            cap = self.queues[run.team].capability
-            if pods[run.team] + self._total(run) > cap:
+            shares, held, asks = self.queues[run.team].pools, pods[run.team], self.gpus(run)
+            over = [p for p, n in asks.items() if held[p] + n > shares[p].capability]
+            if over:
+                p = over[0]
                 self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} refuses its pods: team {run.team}'s pods "
-                             f"would request {pods[run.team] + self._total(run)} GPUs, more than its {cap}")
-                pods[run.team] += self._created(run, cap - pods[run.team])
+                             f"would request {held[p] + asks[p]} GPUs of pool {p}, more than its {shares[p].capability}")
+                for pool, n in self._created(run, {q: s.capability - held[q] for q, s in shares.items()}).items():
+                    held[pool] += n
                 continue
-            pods[run.team] += self._total(run)
+            for pool, n in asks.items():
+                held[pool] += n
             out_runs.append(run)
         return out_runs
 
     def _enqueue(self, c: _Cluster, runs: list[RunFile], out: dict[str, Decision]) -> list[RunFile]:
         """Runs out of Pending: those admitted in an earlier session stay Inqueue; another is admitted
-        when its queue's allocated + admitted + its own GPUs fit its limit (actions/enqueue/
+        when its queue's allocated + admitted + its own GPUs fit its limit on every pool (actions/enqueue/
         enqueue.go:81-103, capacity.go:1680-1692)."""
-        admitted = {t: 0 for t in self.teams}
+        admitted: dict[str, dict[str, int]] = {t: {} for t in self.teams}
+
+        def admit(run: RunFile) -> None:
+            for pool, n in self.gpus(run).items():
+                admitted[run.team][pool] = admitted[run.team].get(pool, 0) + n
         for run in runs:
             if run.key in self._inqueue:
-                admitted[run.team] += self._total(run)
+                admit(run)
         for run in sorted(runs, key=self._job_order):
             if run.key in self._inqueue:
                 continue
-            q, g = self.queues[run.team], self._total(run)
-            held = c.allocated[run.team] + admitted[run.team]
-            if held + g > q.limit:
-                self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held} GPUs, {held + g} "
-                             f"with this run, above its limit {q.limit} (capability {q.capability}, at most the "
-                             f"cluster's GPUs not guaranteed to other queues); a Pending run neither preempts "
-                             f"nor reclaims")
+            q, g = self.queues[run.team], self.gpus(run)
+            held = {p: c.allocated[run.team].get(p, 0) + admitted[run.team].get(p, 0) for p in g}
+            over = q.over_limit({p: held[p] + n for p, n in g.items()})
+            if over:
+                p, share = over[0], q.pools[over[0]]
+                self._decide(out, run, "waits", f"Pending: queue team-{run.team} holds {held[p]} GPUs of pool {p}, "
+                             f"{held[p] + g[p]} with this run, above its limit {share.limit} there (capability "
+                             f"{share.capability}, at most the pool's GPUs not guaranteed to other queues); a "
+                             f"Pending run neither preempts nor reclaims")
                 continue
-            admitted[run.team] += g
+            admit(run)
             self._inqueue.add(run.key)
         return [r for r in runs if r.key in self._inqueue]
 
     def _evict(self, c: _Cluster, run: RunFile, candidates: list[RunFile],
-               may_take: Callable[[RunFile, int], bool]) -> list[RunFile] | None:
+               may_take: Callable[[RunFile, str, int], bool]) -> list[RunFile] | None:
         """Victims whose pods free the nodes ``run`` lacks, pod by pod (one pod per node), the
-        lowest-priority, latest run first, each pod only if ``may_take(victim, its GPUs)``; None when
+        lowest-priority, latest run first, each pod only if ``may_take(victim, its pool, its GPUs)``; None when
         they cannot free enough. A victim stops whole: the nodes the run does not take are held until
         the next session (its pods are still stopping)."""
         need = {p: n - c.free[p] for p, n in run.nodes.items() if n > c.free[p]}
         chosen: list[RunFile] = []
         for victim in sorted(reversed(candidates), key=lambda v: self.values[v.priority]):
             for pool, pods in victim.nodes.items():
-                while need.get(pool, 0) > 0 and pods > 0 and may_take(victim, self.pools[pool].instance.gpus):
+                while need.get(pool, 0) > 0 and pods > 0 and may_take(victim, pool, self.pools[pool].instance.gpus):
                     need[pool], pods = need[pool] - 1, pods - 1
                     if victim not in chosen:
                         chosen.append(victim)
@@ -230,7 +241,7 @@ class Planner:
         if any(n > 0 for n in need.values()) or self.disk[run.key] > c.disk_free + freed_disk:
             return None
         for victim in chosen:
-            c.release(victim, self._total(victim), self.disk[victim.key])
+            c.release(victim, self.gpus(victim), self.disk[victim.key])
         return chosen
 
     def _preempt(self, c: _Cluster, run: RunFile, running: list[RunFile]) -> list[RunFile] | None:
@@ -238,43 +249,44 @@ class Planner:
         plugins/priority/priority.go:111-149); enqueue already held the queue to its limit."""
         lower = [v for v in running if v.team == run.team and v in c.placed
                  and self.values[v.priority] < self.values[run.priority]]
-        return self._evict(c, run, lower, lambda v, gpus: True)
+        return self._evict(c, run, lower, lambda v, pool, gpus: True)
 
     def _reclaim(self, c: _Cluster, run: RunFile, running: list[RunFile]) -> list[RunFile] | None:
         """Running runs of other, reclaimable teams (actions/reclaim/reclaim.go:188-201) while the
-        run's team stays within its deserved (capacity.go:648-715); a pod goes only while its team is
-        above its deserved (:536-547) and keeps its guarantee without it (:515-518)."""
-        if c.allocated[run.team] + self._total(run) > self.queues[run.team].deserved:
+        run's team stays within its deserved on each of its pools (capacity.go:648-715,
+        ``QueueShare.above_deserved``); a pod goes only while its team is above its deserved on the pod's
+        pool (:536-547) and keeps its guarantee on every pool without it (:515-518, ``QueueShare.may_lose``)."""
+        if self.queues[run.team].above_deserved(c.allocated[run.team], self.gpus(run)):
             return None
-        left = dict(c.allocated)
+        left = {t: dict(a) for t, a in c.allocated.items()}
 
-        def may_take(v: RunFile, gpus: int) -> bool:
-            q = self.queues[v.team]
-            if left[v.team] > q.deserved and left[v.team] - gpus >= q.guarantee:
-                left[v.team] -= gpus
+        def may_take(v: RunFile, pool: str, gpus: int) -> bool:
+            if self.queues[v.team].may_lose(left[v.team], pool, gpus):
+                left[v.team][pool] = left[v.team].get(pool, 0) - gpus
                 return True
             return False
         others = [v for v in running if v.team != run.team and v in c.placed and self.queues[v.team].reclaimable]
         return self._evict(c, run, others, may_take)
 
     def _why_waiting(self, c: _Cluster, run: RunFile, blockers: list[str]) -> str:
-        q, used = self.queues[run.team], c.allocated[run.team]
-        reclaim = (f"reclaim: team {run.team} would hold {used + self._total(run)} GPUs, above its deserved "
-                   f"{q.deserved}" if used + self._total(run) > q.deserved else
+        q, used, asks = self.queues[run.team], c.allocated[run.team], self.gpus(run)
+        above = q.above_deserved(used, asks)
+        reclaim = (f"reclaim: team {run.team} would hold {used.get(above[0], 0) + asks[above[0]]} GPUs of pool "
+                   f"{above[0]}, above its deserved {q.pools[above[0]].deserved} there" if above else
                    "reclaim: no reclaimable team above its deserved frees enough")
         return (f"whole gang or nothing: {'; '.join(blockers)}; preempt: no lower-priority run of team {run.team} "
                 f"frees enough; {reclaim}")
 
     def _holds(self, c: _Cluster, run: RunFile, what: str) -> str:
-        q = self.queues[run.team]
-        return (f"{what}; queue team-{run.team} holds {c.allocated[run.team]} GPUs "
-                f"(deserved {q.deserved}, limit {q.limit})")
+        q, used = self.queues[run.team], c.allocated[run.team]
+        held = ", ".join(f"{p} {used.get(p, 0)} (deserved {s.deserved}, limit {s.limit})" for p, s in q.pools.items())
+        return f"{what}; queue team-{run.team} holds GPUs of pool {held}"
 
     def _decide(self, out: dict[str, Decision], run: RunFile, action: str, why: str) -> None:
         out[run.key] = Decision(run.name, run.team, run.priority, action, why, self.gpus(run))
 
     def _start(self, c: _Cluster, run: RunFile) -> None:
-        c.take(run, self._total(run), self.disk[run.key])
+        c.take(run, self.gpus(run), self.disk[run.key])
         self._inqueue.discard(run.key)
 
     def _task_order(self, run: RunFile, free: dict[str, int]) -> str:
@@ -344,10 +356,10 @@ class Planner:
         self._inqueue = {r.key for r in runs if r.name in admitted or r.key in admitted}
         self._claimed.clear()
         c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
-                     allocated={t: 0 for t in self.teams})
+                     allocated={t: {} for t in self.teams})
         out: dict[str, Decision] = {}
         for run in (r for r in runs if r.name in running or r.key in running):
-            c.take(run, self._total(run), self.disk[run.key])
+            c.take(run, self.gpus(run), self.disk[run.key])
             self._decide(out, run, "running", "holds its nodes")
         for _ in range(2 * len(runs) + 1):  # each session starts or stops a run, or nothing changes
             for pool, n in c.held.items():

@@ -26,7 +26,8 @@ from workloads.derive.model import WorkloadModel, admitted_profiles, derive, gpu
 from workloads.render.teams import TEAM_SERVICE_ACCOUNT, namespace_of
 from workloads.schema.settings import Submission
 from workloads.schema.run import RunFile, RunSpec
-from workloads.checks.queues import cluster_gpus, queue_shares
+from workloads.checks.queues import gpu_pools, queue_shares
+from workloads.checks.teams import pool_gpus
 from workloads.checks.stack import validate_run
 from workloads.derive.topology import run_tiers, unplaceable
 
@@ -100,18 +101,19 @@ def check_run(cfg: "ProgramConfig", run: RunFile) -> None:
 
 
 def check_queue_limit(cfg: "ProgramConfig", run: RunFile) -> None:
-    """NeverFits when the run alone needs more GPUs than its team's queue may ever hold: Volcano's enqueue
-    admits a job only while the queue's allocated + admitted + its own GPUs fit the queue's limit
-    (actions/enqueue/enqueue.go:81-103, capacity.go:1680-1692), so such a run stays Pending for ever."""
-    total = sum(n * next(p for p in cfg.pools if p.name == pool).instance.gpus for pool, n in run.nodes.items())
-    cluster = cluster_gpus(cfg)
-    queue = queue_shares(cfg.workloads.teams, cluster)[run.team]
-    if total > queue.limit:  # within every pool's cap (above): the limit is what the other queues leave
-        others = cluster - queue.limit
-        raise NeverFits(f"run {run.name}: {total} GPUs, more than queue team-{run.team}'s limit of {queue.limit} "
-                        f"(the cluster's {cluster} GPUs less the {others} guaranteed to other queues), so it would "
-                        f"stay Pending for ever; allowed: at most {queue.limit} GPUs, or a stack whose other teams "
-                        f"guarantee less")
+    """NeverFits when the run alone needs more GPUs of a pool than its team's queue may ever hold there: Volcano's
+    enqueue admits a job only while the queue's allocated + admitted + its own fit the queue's limit on every
+    dimension the job requests, one per GPU pool (actions/enqueue/enqueue.go:81-103, capacity.go:1680-1692), so
+    such a run stays Pending for ever."""
+    pools = {p.name: p for p in gpu_pools(cfg)}
+    gpus = {pool: n * pools[pool].instance.gpus for pool, n in run.nodes.items()}
+    queue = queue_shares(cfg.workloads.teams, list(pools.values()))[run.team]
+    for pool in queue.over_limit(gpus):  # within every pool's cap (above): the limit is what the other queues leave
+        share, size = queue.pools[pool], pool_gpus(pools[pool])
+        raise NeverFits(f"run {run.name}: pool {pool}: {gpus[pool]} GPUs, more than queue team-{run.team}'s limit "
+                        f"of {share.limit} there (the pool's {size} GPUs less the {size - share.limit} guaranteed to "
+                        f"other queues), so it would stay Pending for ever; allowed: at most {share.limit} GPUs of "
+                        f"pool {pool}, or a stack whose other teams guarantee less there")
 
 
 def _sized(pool: Pool, nodes: int) -> Pool:

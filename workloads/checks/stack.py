@@ -14,11 +14,11 @@ from stackconfig.stack import CapacityType, Role
 
 from workloads.derive.argv import engine_gpus, miles_argv, model_dim
 from workloads.derive import moe_backend as moe
-from workloads.checks.teams import validate_members, validate_teams
+from workloads.checks.teams import validate_head_room, validate_members, validate_teams
 from workloads.derive.checkpoint_budget import GB, budget
 from workloads.derive.sglang_budget import check_hybrid_ranks
 
-from workloads.derive.layout import gpu_pools
+from workloads.derive.layout import gpu_pools, head_pool, heads_per_node
 from workloads.derive.deepep import expert_precision, moe_case, ref_model, resolve_deepep
 from workloads.derive.images import images, pinned_by_digest
 from workloads.checks.profile import validate_profile
@@ -54,6 +54,8 @@ def validate_images(cfg: "ProgramConfig") -> None:
 def validate_teams_of(cfg: "ProgramConfig") -> None:
     """The teams against the GPU pools and the cluster's admins (``schema.teams``' checks)."""
     validate_teams(cfg.workloads.teams, cfg.pools)
+    if cfg.workloads.ray.head_pool in (None, *(p.name for p in cfg.pools)):  # else validate_ray names it
+        validate_head_room(cfg.workloads.teams, head_pool(cfg), heads_per_node(cfg))
     validate_members(cfg.workloads.teams, cfg.cluster.admin_role_arns)
     team_file_system_quotas(cfg.workloads.teams, cfg.workloads.storage.capacity_gib)
 

@@ -62,3 +62,17 @@ def validate_teams(teams: Sequence[TeamSettings], pools: Iterable[Pool]) -> None
                 raise ValueError(f"workloads.teams[{claims[-1][0]}].gpus.{name}.{what}: {plural} over pool {name} "
                                  f"sum to {sum(g for _, g in claims)} ({parts}), more than its {total} GPUs at desired "
                                  f"size; allowed: a sum <= {total}")
+
+
+def validate_head_room(teams: Sequence[TeamSettings], head_pool: Pool, per_node: int) -> None:
+    """Every team's ``maxRuns`` heads at once fit the head pool at its desired size (``per_node`` heads a node):
+    Volcano places a run's head only with its whole gang, so heads beyond it would keep another team's runs
+    waiting for a head while their GPUs, within their guarantee, stand idle."""
+    slots = per_node * head_pool.nodes.desired
+    runs = [(t.name, t.max_runs) for t in teams]
+    if sum(n for _, n in runs) > slots:
+        parts = " + ".join(f"{n} {r}" for n, r in runs)
+        raise ValueError(f"workloads.teams[{runs[-1][0]}].maxRuns: the teams' runs at once sum to {sum(n for _, n in runs)} "
+                         f"({parts}), more heads than the {slots} the head pool {head_pool.name} holds at its desired "
+                         f"size ({head_pool.nodes.desired} nodes of {per_node} heads); allowed: a sum <= {slots}, or more "
+                         f"nodes (pools[{head_pool.name}].nodes.desired)")

@@ -27,11 +27,12 @@ from torchx.specs.overlays import JOIN, set_overlay
 from workloads.derive import layout as L
 from workloads.derive.argv import driver
 from stackconfig.images import with_repository
+from stackconfig.labels import pool_gpu_resource
 
 from workloads.derive.model import WorkloadModel
 from workloads.render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
                             pod_security_context, scripts_volume, security_context, shm_volume)
-from workloads.render.ray import SCRIPTS_MOUNT, entrypoint_resources, preflight_container
+from workloads.render.ray import BOOT_VOLUME, SCRIPTS_MOUNT, entrypoint_resources, gpu_placement, preflight_container
 from workloads.derive.resources import EFA, HUGEPAGES, MI
 
 HEAD_ROLE = "head"
@@ -76,7 +77,11 @@ def worker_script(g: L.Group) -> str:
 
 
 def resource(g: L.Group) -> specs.Resource:
+    """The group's pod resources as TorchX states them: GPUs, and as devices its pool's own GPU resource (as
+    ``render.common.container_resources``), EFA devices and huge pages."""
     devices = {}
+    if g.gpus:
+        devices[pool_gpu_resource(g.pool.name)] = g.gpus
     if g.efa:
         devices[EFA] = g.efa
     if g.hugepages_mi:
@@ -94,7 +99,8 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) 
     role = specs.Role(name=name, image=image, entrypoint="bash", args=args, num_replicas=g.replicas,
                       resource=resource(g), env={**g.env, "RAY_NODE_TYPE_NAME": g.name},
                       mounts=[specs.VolumeMount(src=FSX_CLAIM, dst_path=m.paths.mount)])
-    spec = {**placement(g.pool, m.capabilities(g.pool) if g.gpus else None), "serviceAccountName": m.service_account,
+    where = gpu_placement(m, g) if g.gpus else placement(g.pool)
+    spec = {**where, "serviceAccountName": m.service_account,
             "securityContext": pod_security_context(), JOIN("volumes", on="name"): [shm_volume(g)],
             # One container per pod; its name varies per replica, its image does not.
             JOIN("containers", on="image"): [{"image": image, "securityContext": security_context(g)}]}
@@ -102,7 +108,7 @@ def _role(m: WorkloadModel, g: L.Group, args: list[str], name: str, image: str) 
         main = {"image": image, "resources": container_resources(g), "env": env_list(g.env),
                 "securityContext": security_context(g), "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]}
         spec["initContainers"] = [preflight_container(m, g, main)]
-        spec[JOIN("volumes", on="name")].append(scripts_volume())
+        spec[JOIN("volumes", on="name")] += [scripts_volume(), BOOT_VOLUME]
         spec[JOIN("containers", on="image")][0][JOIN("volumeMounts", on="name")] = [SCRIPTS_MOUNT]  # the launcher
     # The stack's Ray NetworkPolicy selects these labels: the pods of one TorchX run talk to each
     # other (and to the reward service) like the RayCluster's.

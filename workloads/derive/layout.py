@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from stackconfig.stack import CapacityType, Pool, Role
 
-from workloads.derive.resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, whole_node
+from workloads.derive.resources import GI, POD_HUGEPAGES_MI, allocatable, efa_devices, usable, whole_node
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
@@ -106,6 +106,13 @@ def ray_head(cfg: "ProgramConfig") -> Group:
     mem_g = r.head_memory_gib * GI // 1000 ** 3
     return Group(name="head", pool=head_pool(cfg), replicas=1, cpu=r.head_cpu, memory_g=mem_g,
                  shm_bytes=(r.head_memory_gib // 4) * GI)
+
+
+def heads_per_node(cfg: "ProgramConfig") -> int:
+    """Run heads (``ray_head``) one node of the head pool holds beside its DaemonSets (``resources.usable``)."""
+    head = ray_head(cfg)
+    mcpu, memory = usable(allocatable(head.pool, cfg.workloads.efa_devices))
+    return min(mcpu // (head.cpu * 1000), memory // head.memory_bytes)
 
 
 def ray_workers(cfg: "ProgramConfig") -> list[Group]:

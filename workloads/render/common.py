@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stackconfig.labels import pool_gpu_resource
 from stackconfig.stack import POOL_LABEL, Pool
 
 from workloads.derive import layout as L
@@ -74,10 +75,13 @@ def env_list(env: dict[str, str]) -> list[dict]:
 
 
 def container_resources(g: L.Group) -> dict:
-    """requests == limits: whole cores, decimal gigabytes, all GPUs, all EFA, huge pages."""
+    """requests == limits: whole cores, decimal gigabytes, all GPUs and as many of the pool's own GPU
+    resource (``stackconfig.labels.pool_gpu_resource``: what the team Queues and ResourceQuotas count per
+    pool, docs/design/scheduling.md "Per-pool guarantees"), all EFA, huge pages."""
     r: dict[str, str] = {"cpu": str(g.cpu), "memory": f"{g.memory_g}G"}
     if g.gpus:
         r[GPU] = str(g.gpus)
+        r[pool_gpu_resource(g.pool.name)] = str(g.gpus)
     if g.efa:
         r[EFA] = str(g.efa)
     if g.hugepages_mi:

@@ -7,6 +7,14 @@ with the numbers derived from the stack's pools and the instance catalog (``deri
   GPU with every EFA device, 2 vCPU) would keep a GPU node from every team's GPU work while Volcano never
   reclaims it for a team under its guarantee. Requests add up over a pod's containers, so one container
   of the run's shape is a lower bound for the pod; a larger one never fits a node.
+- **One pool's GPUs**: a team pod's containers each request their pool's own GPU resource
+  (``stackconfig.labels.pool_gpu_resource``) in the count of their ``nvidia.com/gpu``, and no other pool's; a
+  pod off the GPU pools requests neither. The team Queues and ResourceQuotas count GPUs by these resources
+  only (docs/design/scheduling.md, "Per-pool guarantees"): a pod of ``nvidia.com/gpu`` alone would escape
+  both. Equal per container, so equal for the pod however its containers add up (the sum of the containers,
+  the largest init container). A node of another pool advertises none of the resource, so the pod is held to
+  its pool (Volcano checks every dimension of a pod against the node's idle resources, a missing one as
+  zero: actions/allocate/allocate.go:901, api/resource_info.go:438-470, v1.15.1).
 - **The head pool**: a run's head is no bigger than the platform's head (``derive.layout.ray_head``): one
   container, no sidecar, every container within the head's CPU and memory; otherwise two heads could fill
   the head pool and hold every team's gang Pending.
@@ -27,9 +35,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from stackconfig.labels import pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
 
 from workloads.derive.model import WorkloadModel
+from workloads.derive.resources import GPU
 from workloads.render.common import container_resources
 
 
@@ -40,13 +50,16 @@ class PodLimits:
     head: Mapping[str, str]
     """The platform head's requests (cpu, memory)."""
     grace_seconds: int
+    gpu_resources: Mapping[str, str]
+    """GPU pool -> its own GPU resource (``stackconfig.labels.pool_gpu_resource``)."""
 
 
 def pod_limits(m: WorkloadModel) -> PodLimits:
     """The stack's: each GPU group's pod shape, the head's, and the checkpoint grace of ``render.runs``."""
     return PodLimits(gpu_shapes={g.pool.name: container_resources(g)["requests"] for g in m.workers if g.gpus},
                      head=container_resources(m.head)["requests"],
-                     grace_seconds=m.settings.capacity_block_end.checkpoint_minutes * 60)
+                     grace_seconds=m.settings.capacity_block_end.checkpoint_minutes * 60,
+                     gpu_resources={p.name: pool_gpu_resource(p.name) for p in m.pools if p.instance.is_gpu})
 
 
 def _map(values: Mapping[str, object]) -> str:
@@ -61,7 +74,8 @@ def limit_variables(limits: PodLimits) -> list[dict]:
     """The policy variables the checks below read."""
     return [{"name": "gpuShapes", "expression": _map(limits.gpu_shapes)},
             {"name": "headShape", "expression": _map(limits.head)},
-            {"name": "graceSeconds", "expression": str(limits.grace_seconds)}]
+            {"name": "graceSeconds", "expression": str(limits.grace_seconds)},
+            {"name": "gpuResources", "expression": _map(limits.gpu_resources)}]
 
 
 def request(c: str, k: str) -> str:
@@ -87,6 +101,18 @@ def whole_node(spec: str) -> str:
     return (f"!({_on(spec, f'{pool} in variables.gpuPools')})"
             f" || {pool} in variables.gpuShapes && {spec}.containers.exists(c, {shape}.all(k,"
             f" quantity({request('c', 'k')}).compareTo(quantity({shape}[k])) >= 0))")
+
+
+def one_pools_gpus(spec: str) -> str:
+    """Every container and init container of the pod spec at ``spec`` requests its pool's GPU resource
+    (``variables.gpuResources``) as much as ``nvidia.com/gpu``, off the GPU pools none, and no other pool's
+    (ephemeral containers may state no resources)."""
+    pool = f"(has({spec}.nodeSelector) && '{POOL_LABEL}' in {spec}.nodeSelector ? {spec}.nodeSelector['{POOL_LABEL}'] : '')"
+    own = f"({pool} in variables.gpuResources ? {request('c', f'variables.gpuResources[{pool}]')} : '0')"
+    none = f"quantity({request('c', 'variables.gpuResources[p]')}).compareTo(quantity('0')) == 0"
+    check = (f"quantity({request('c', repr(GPU))}).compareTo(quantity({own})) == 0"
+             f" && variables.gpuResources.all(p, p == {pool} || {none})")
+    return f"{spec}.containers.all(c, {check}) && (!has({spec}.initContainers) || {spec}.initContainers.all(c, {check}))"
 
 
 def head_sized(spec: str) -> str:
@@ -118,6 +144,9 @@ def pod_limit_rules(spec: str = "object.spec") -> list[tuple[str, str]]:
          "a team's pod on a GPU pool holds a whole node: one container requests at least the run's pod of that "
          "pool (variables.gpuShapes: all the node's GPUs and EFA devices, its huge pages, the run's CPU and "
          "memory); a smaller pod keeps the node from every team's GPU work"),
+        (one_pools_gpus(spec),
+         "a team's pod requests its GPU pool's own resource (variables.gpuResources) in the count of its "
+         f"{GPU} in every container, and no other pool's: the team Queues and quotas count GPUs by pool"),
         (head_sized(spec),
          "a team's pod on the head pool is no bigger than the platform's head (variables.headShape; one "
          "container, no sidecar)"),

@@ -55,8 +55,21 @@ def cluster_rules(spec: str) -> list[tuple[str, str]]:
          "a team's Ray cluster creates no other object through KubeRay: no autoscaler (its Role may patch "
          f"RayClusters and pods), no Ingress, GCS Redis cleanup Job, NetworkPolicy or mTLS objects (no "
          f"{', '.join(OPERATOR_FIELDS[1:])}, headGroupSpec.enableIngress or ingressOptions)"),
+        (_runs_workers(spec),
+         "a team's Ray cluster runs workers: a worker group of at least one pod (replicas within minReplicas.."
+         "maxReplicas, numOfHosts at least 1, not suspended: KubeRay's GetWorkerGroupDesiredReplicas, "
+         "utils/util.go:389-407, v1.7.0); a cluster of its head alone holds a head-pool slot with no GPU work"),
         *template_rules(spec),
     ]
+
+
+def _runs_workers(spec: str) -> str:
+    """A worker group of the Ray cluster spec at ``spec`` makes at least one pod, as KubeRay counts them."""
+    replicas, low = "(has(g.replicas) ? g.replicas : 0)", "(has(g.minReplicas) ? g.minReplicas : 0)"
+    high = "(has(g.maxReplicas) ? g.maxReplicas : 2147483647)"
+    desired = f"({replicas} < {low} ? {low} : ({replicas} > {high} ? {high} : {replicas}))"
+    return (f"has({spec}.workerGroupSpecs) && {spec}.workerGroupSpecs.exists(g, !(has(g.suspend) && g.suspend)"
+            f" && (!has(g.numOfHosts) || g.numOfHosts > 0) && {desired} > 0)")
 
 
 def _templates(spec: str, check: str, worker_check: str | None = None) -> str:

@@ -39,11 +39,6 @@ def _sum_caps(team: TeamSettings) -> int:
     return sum(q.cap for q in team.gpus.values())
 
 
-def _sum_guarantees(team: TeamSettings) -> int:
-    """GPUs the team is guaranteed, over all its pools."""
-    return sum(q.guarantee for q in team.gpus.values())
-
-
 def team_efa(team: TeamSettings, pools: Iterable[Pool]) -> int:
     """EFA devices that go with the team's GPU caps: per pool cap / GPUs per node x EFA per node, rounded up."""
     by_name = {p.name: p for p in pools}
@@ -57,23 +52,25 @@ def team_namespace(team: TeamSettings) -> dict:
 
 
 def team_queue(team: TeamSettings, pools: Iterable[Pool]) -> dict:
-    """The team's Volcano Queue for the ``capacity`` plugin: guarantee <= deserved <= capability, each
-    the sum over the team's pools, in GPUs. Volcano's queue webhook (failurePolicy Fail) refuses a
-    guarantee without a deserved at least as large, and a deserved above the capability (volcano
-    v1.15.1 pkg/webhooks/admission/queues/validate/validate_queue.go:242-290); no parent, so its
-    hierarchy checks pass (:373-376, :531-571). A zero deserved or guarantee is left out: the plugin
-    reads an absent one as empty (capacity.go:1060, :1078-1080).
-
-    Volcano quotas are per resource (``nvidia.com/gpu``), not per pool: a team with quota on two GPU
-    pools gets one GPU total here; the per-pool split is checked by ``validate_teams`` only.
-    """
-    guarantee, deserved = _sum_guarantees(team), sum(q.deserved for q in team.gpus.values())
+    """The team's Volcano Queue for the ``capacity`` plugin: guarantee <= deserved <= capability on each of the
+    team's GPU pools, in that pool's own resource (``stackconfig.labels.pool_gpu_resource``), and no
+    ``nvidia.com/gpu`` dimension: the plugin judges every dimension on its own (enqueue, reclaimer, victims,
+    guarantees: docs/design/scheduling.md, "Per-pool guarantees"), where a sum would let one pool's share
+    stand for another's. Volcano's queue webhook (failurePolicy Fail) refuses a guarantee without a deserved at
+    least as large, and a deserved above the capability (volcano v1.15.1
+    pkg/webhooks/admission/queues/validate/validate_queue.go:242-290); no parent, so its hierarchy checks pass
+    (:373-376, :531-571). A zero deserved or guarantee is left out: the plugin reads an absent one as empty
+    (capacity.go:1060, :1078-1080), and a dimension the deserved lacks makes the team's pods there immediate
+    victims once its guarantee is kept (:1855-1871)."""
+    gpus = {pool_gpu_resource(p): q for p, q in team.gpus.items()}
     spec: dict[str, Any] = {"reclaimable": team.reclaimable, "priority": team.priority,
-                            "capability": {GPU: _sum_caps(team)}}
+                            "capability": {r: q.cap for r, q in gpus.items()}}
+    deserved = {r: q.deserved for r, q in gpus.items() if q.deserved}
+    guarantee = {r: q.guarantee for r, q in gpus.items() if q.guarantee}
     if deserved:
-        spec["deserved"] = {GPU: deserved}
+        spec["deserved"] = deserved
     if guarantee:
-        spec["guarantee"] = {"resource": {GPU: guarantee}}
+        spec["guarantee"] = {"resource": guarantee}
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
             "metadata": {"name": namespace_of(team.name), "labels": team_labels(team, "volcano-queue")},
             "spec": spec}
@@ -131,9 +128,10 @@ def team_limit_range(team: TeamSettings) -> dict:
 
 def pool_gpu_quota(team: TeamSettings, pools: Iterable[Pool]) -> dict[str, str]:
     """``requests.<pool GPU resource>``: the team's cap on each GPU pool of the stack, 0 on one it has no quota
-    on (a ResourceQuota constrains only the resources it lists). With every team GPU pod requesting its
-    pool's resource (docs/design/scheduling.md, "Per-pool guarantees"), no set of a team's pods holds more of
-    a pool than its cap there, whatever their sum."""
+    on (a ResourceQuota constrains only the resources it lists). Every team GPU pod requests its pool's
+    resource as much as its GPUs (admission: ``render.pod_limits.one_pools_gpus``), so no set of a team's pods
+    holds more of a pool than its cap there, whatever their sum (docs/design/scheduling.md, "Per-pool
+    guarantees")."""
     return {f"requests.{pool_gpu_resource(p.name)}": str(team.gpus[p.name].cap if p.name in team.gpus else 0)
             for p in pools if p.instance.is_gpu}
 

@@ -1,0 +1,68 @@
+"""Advertises a GPU node's pool resource (``stackconfig.labels.pool_gpu_resource``): run by the GPU resource
+DaemonSet (``nodes.pool_resources``) on every GPU node, with the standard library and ``incluster`` only.
+
+Every ``--interval`` seconds it reads its own node and, once the NVIDIA device plugin has advertised
+``nvidia.com/gpu``, sets ``status.capacity[<its pool's resource>]`` to the same count by a merge patch of the
+node's status, when it is not that already. An extended resource no device plugin manages is advertised this
+way (Kubernetes docs, "Advertise Extended Resources for a Node": a PATCH of the node's ``status.capacity``);
+the kubelet keeps the key in its own status updates and copies it to allocatable (kubernetes v1.35.3
+pkg/kubelet/nodestatus/setters.go:265-313), but zeroes every extended resource when the node registers again
+without a device-manager checkpoint (pkg/kubelet/kubelet_node_status.go:190-204), hence the re-reading. The
+node's pool is its ``--pool-label``; ``--resources`` maps each GPU pool to its resource. The admission policy
+``rl-gpu-resource-own-node`` lets this account write only that one key of its own node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Mapping
+
+try:  # in the pod: the ConfigMap puts it beside this file
+    import incluster
+except ImportError:
+    from nodes import incluster
+
+GPU = "nvidia.com/gpu"
+
+
+def wanted(node: Mapping, resources: Mapping[str, str], pool_label: str) -> dict | None:
+    """The status patch that makes the node's pool resource equal its GPUs; None when it is already, or the node
+    is not of a GPU pool, or its GPUs are not advertised yet."""
+    pool = (node.get("metadata", {}).get("labels") or {}).get(pool_label)
+    capacity = node.get("status", {}).get("capacity") or {}
+    key, gpus = resources.get(pool), capacity.get(GPU)
+    if key is None or gpus in (None, "0") or capacity.get(key) == gpus:
+        return None
+    return {"status": {"capacity": {key: gpus}}}
+
+
+def step(api: incluster.Api, name: str, resources: Mapping[str, str], pool_label: str) -> dict | None:
+    """Read the node, write the patch it needs; the patch written, if any."""
+    patch = wanted(api.node(name), resources, pool_label)
+    if patch is not None:
+        api.patch_node_status(name, patch)
+    return patch
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--resources", required=True, help="JSON: GPU pool -> its resource name")
+    ap.add_argument("--pool-label", required=True)
+    ap.add_argument("--interval", type=float, default=30)
+    args = ap.parse_args(argv)
+    api, name, resources = incluster.Api(), os.environ["NODE_NAME"], json.loads(args.resources)
+    while True:
+        try:
+            if (patch := step(api, name, resources, args.pool_label)) is not None:
+                print(f"node {name}: set {json.dumps(patch['status']['capacity'])}", flush=True)
+        except (incluster.ApiError, OSError) as e:  # the API server unreachable or a refused write: tried again
+            print(f"node {name}: {e}", file=sys.stderr, flush=True)
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The GPU resource advertiser's Kubernetes objects: every GPU node advertises its pool's own resource
+(``stackconfig.labels.pool_gpu_resource``) as many as its GPUs, which the team Queues and ResourceQuotas count
+per pool and every team GPU pod requests (docs/design/scheduling.md, "Per-pool guarantees").
+
+Guarantees:
+- one DaemonSet (``nodes.advertise``) on every GPU pool's nodes, whether or not the stack's burn-in is on,
+  tolerating exactly the taints the device plugins tolerate (``components.device_plugins.gpu_taints``: the
+  pools', the burn-in's and the quarantine taint), so a node's resource is there before the burn-in lifts its
+  taint; no GPU, a little CPU and memory, a read-only root, the workload image (every GPU node pulls it);
+- RBAC: get nodes and patch the nodes' status, nothing else; the admission policy ``rl-gpu-resource-own-node``
+  (matched to its account only, ``failurePolicy: Fail``) narrows that to the node its pod runs on (the
+  service-account token's node name, as ``nodes.policy``), to one key of ``status.capacity``: the node's pool
+  resource, equal to its ``nvidia.com/gpu``; every other part of the status, the labels and annotations as
+  they were;
+- default-deny NetworkPolicies: the pods reach the API server (443) and DNS only;
+- ``pulumi up`` does not wait for the DaemonSet (``pulumi.com/skipAwait``): GPU nodes join over many minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from components.device_plugins import gpu_taints, tolerations
+from stackconfig.labels import pool_gpu_resource
+from stackconfig.stack import POOL_LABEL
+from workloads.derive.model import WorkloadModel
+from workloads.render.common import env_list, labels, pod_security_context, security_context
+from workloads.render.network_policies import ANYWHERE, _tcp, baseline, policy
+
+from .advertise import GPU
+from .policy import PART_OF, _NODE
+
+NAMESPACE = "rl-gpu-resources"
+ACCOUNT = "gpu-resource-advertiser"
+NAME = "gpu-resource-advertiser"
+POLICY = "rl-gpu-resource-own-node"
+SCRIPTS_DIR = "/opt/gpu-resource"
+HERE = Path(__file__).resolve().parent
+SCRIPT_FILES = {"advertise.py": HERE / "advertise.py", "incluster.py": HERE / "incluster.py"}
+OTHER_STATUS = ("allocatable", "phase", "conditions", "addresses", "daemonEndpoints", "nodeInfo", "images",
+                "volumesInUse", "volumesAttached", "config", "runtimeHandlers", "features", "declaredFeatures")
+"""Every NodeStatus field but ``capacity`` (Kubernetes v1.35 core/v1 NodeStatus)."""
+
+
+def resources(m: WorkloadModel) -> dict[str, str]:
+    """GPU pool -> its own resource."""
+    return {p.name: pool_gpu_resource(p.name) for p in m.pools if p.instance.is_gpu}
+
+
+def _meta(name: str, namespace: str | None = NAMESPACE) -> dict:
+    md = {"name": name, "labels": labels(name)}
+    if namespace:
+        md["namespace"] = namespace
+    return md
+
+
+def _policy_meta(name: str) -> dict:
+    """A NetworkPolicy's metadata, named apart from the burn-in's (the two register in one component)."""
+    return _meta(f"{NAME}-{name}")
+
+
+def daemonset(m: WorkloadModel) -> dict:
+    small = {"cpu": "20m", "memory": "64Mi"}
+    c = {"name": "advertise", "image": m.image, "imagePullPolicy": "IfNotPresent",
+         "command": ["python3", f"{SCRIPTS_DIR}/advertise.py", "--resources", json.dumps(resources(m), sort_keys=True),
+                     "--pool-label", POOL_LABEL],
+         "env": [*env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
+                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+         "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
+         "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": sorted(resources(m))}]}]}}}
+    pod_labels = labels(NAME)
+    md = _meta(NAME)
+    md["annotations"] = {"pulumi.com/skipAwait": "true"}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": md,
+            "spec": {"selector": {"matchLabels": pod_labels},
+                     "template": {"metadata": {"labels": pod_labels},
+                                  "spec": {"serviceAccountName": ACCOUNT, "securityContext": pod_security_context(),
+                                           "affinity": affinity, "tolerations": tolerations(gpu_taints(m.pools)),
+                                           "containers": [c],
+                                           "volumes": [{"name": "scripts", "configMap": {"name": NAME}}]}}}}
+
+
+def _same(field: str) -> str:
+    """``status.<field>`` as it was. ``dyn``: the API server's type check has no type for a resource list (its
+    quantities are int-or-string), as in ``workloads.render.pod_limits.request``."""
+    new, old = f"dyn(object.status).{field}", f"dyn(oldObject.status).{field}"
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+def policy_rules() -> list[tuple[str, str]]:
+    """(CEL, message) of ``POLICY``: what a status write of the advertiser's account may change."""
+    meta = " && ".join(f"(has(object.metadata.{f}) ? object.metadata.{f} : {{}}) == "
+                       f"(has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {{}})" for f in ("labels", "annotations"))
+    new, old = "variables.capacity", "variables.oldCapacity"
+    return [
+        ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
+         "the GPU resource advertiser may write only the node its own pod runs on (service-account token node-name)"),
+        (meta + " && " + " && ".join(_same(f) for f in OTHER_STATUS),
+         "the GPU resource advertiser may change only status.capacity"),
+        (f"{new}.all(k, k == variables.key || (k in {old} && {old}[k] == {new}[k]))"
+         f" && {old}.all(k, k == variables.key || k in {new})",
+         "the GPU resource advertiser may set only its node's pool resource (variables.resources)"),
+        (f"variables.key == '' || !(variables.key in {new}) || ('{GPU}' in {new}"
+         f" && string({new}[variables.key]) == string({new}['{GPU}']))",
+         f"the GPU resource advertiser sets its node's pool resource to the node's {GPU}"),
+    ]
+
+
+def advertiser_policy(pool_resources: dict[str, str]) -> list[dict]:
+    """``POLICY`` and its binding, for the advertiser's account; ``pool_resources``: GPU pool -> its resource."""
+    capacity = "has({0}.status) && has(dyn({0}.status).capacity) ? dyn({0}.status).capacity : {{}}"
+    variables = [("nodeName", _NODE),
+                 ("resources", "{" + ", ".join(f"'{p}': '{r}'" for p, r in sorted(pool_resources.items())) + "}"),
+                 ("pool", f"has(object.metadata.labels) && '{POOL_LABEL}' in object.metadata.labels"
+                          f" ? object.metadata.labels['{POOL_LABEL}'] : ''"),
+                 ("key", "variables.pool in variables.resources ? variables.resources[variables.pool] : ''"),
+                 ("capacity", capacity.format("object")), ("oldCapacity", capacity.format("oldObject"))]
+    user = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+    md = {"name": POLICY, "labels": dict(PART_OF)}
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                              "operations": ["UPDATE"], "resources": ["nodes/status"]}]},
+                      "matchConditions": [{"name": "advertiser-service-account",
+                                           "expression": f"request.userInfo.username == {json.dumps(user)}"}],
+                      "variables": [{"name": n, "expression": e} for n, e in variables],
+                      "validations": [{"expression": e, "message": msg} for e, msg in policy_rules()]}},
+            {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": dict(md), "spec": {"policyName": POLICY, "validationActions": ["Deny"]}}]
+
+
+def advertiser_objects(m: WorkloadModel) -> list[dict]:
+    """Namespace, account, RBAC, scripts, NetworkPolicies, the admission policy, then the DaemonSet; nothing
+    when the stack has no GPU pool."""
+    if not resources(m):
+        return []
+    rbac = "rbac.authorization.k8s.io/v1"
+    role = _meta(NAME, None)
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(NAMESPACE, None)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ACCOUNT)},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": role,
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]},
+        {"apiVersion": rbac, "kind": "ClusterRoleBinding", "metadata": role,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(NAME),
+         "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
+        *baseline(_policy_meta), policy(_policy_meta("allow-api"), None, "GPU resource advertiser -> API server 443/TCP",
+                                        egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}]),
+        *advertiser_policy(resources(m)),
+        daemonset(m),
+    ]
