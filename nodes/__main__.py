@@ -1,10 +1,10 @@
-"""``python -m nodes``: the GPU nodes' burn-in, seen and steered from outside.
+"""The GPU nodes' burn-in, seen and steered from outside (``moe-rl nodes``).
 
-    python -m nodes status [--context C] [--json]     every GPU node: pool, result, figures, age, reason
-    python -m nodes plan STACK [--stack-dir DIR]       the burn-in time each GPU pool adds before its nodes work
-    python -m nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
-                                                       preflight refused since they passed)
-    python -m nodes reset-breaker POOL                 close a pool's tripped replacement breaker (after a look)
+    moe-rl nodes status [--context C] [--json]     every GPU node: pool, result, figures, age, reason
+    moe-rl nodes plan STACK [--stack-dir DIR]       the burn-in time each GPU pool adds before its nodes work
+    moe-rl nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
+                                                    preflight refused since they passed)
+    moe-rl nodes reset-breaker POOL                 close a pool's tripped replacement breaker (after a look)
 
 ``status`` also prints each pool's tripped replacement breaker; it exits 1 when a GPU node is not
 passed (failed, testing or not tested), so a script can wait on it;
@@ -79,7 +79,7 @@ def kube_client(context: str | None) -> NodesClient:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m nodes``."""
+    """The command line of ``moe-rl nodes`` (alias ``python -m nodes``)."""
     from workloads.cli.base import cluster_parent, stack_parent
     p = argparse.ArgumentParser(prog="python -m nodes", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
