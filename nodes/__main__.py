@@ -1,7 +1,8 @@
 """The GPU nodes' burn-in, seen and steered from outside (``moe-rl nodes``).
 
     moe-rl nodes status [--context C] [--json]     every GPU node: pool, result, figures, age, reason
-    moe-rl nodes plan STACK [--stack-dir DIR]       the burn-in time each GPU pool adds before its nodes work
+    moe-rl nodes plan STACK [--stack-dir DIR] [-o json|yaml]
+                                                    the burn-in time each GPU pool adds before its nodes work
     moe-rl nodes retest NODE... | --refused         taint again and re-test (--refused: the nodes a run's
                                                     preflight refused since they passed)
     moe-rl nodes reset-breaker POOL                 close a pool's tripped replacement breaker (after a look)
@@ -47,27 +48,45 @@ def status_table(rows: Sequence[NodeRow]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(x, widths)) + "  " + x[-1] for x in [head, *body]]
 
 
-def _floor_origin(b) -> str:
-    return f" (measured: {b.loopback_floor_source})" if b.loopback_floor_source else " (derived: below it warns)"
-
-
-def plan_table(stack: str, stack_dir: Path) -> list[str]:
+def plan_data(stack: str, stack_dir: Path) -> dict:
+    """The burn-in each GPU pool of ``stack`` runs before its nodes take work (``nodes.burn_in.plans``), as
+    JSON types: what ``plan`` prints, and all of ``plan -o json|yaml``. ``pools`` is empty when burn-in is off."""
     from workloads.derive.model import derive
     from workloads.checks import gate
 
     from .burn_in import plans
     cfg = gate.read(stack, stack_dir)
     found = plans(derive(cfg), cfg)
-    if not found:
+    return {"stack": stack, "burn_in": bool(found), "pools": [{
+        "pool": b.pool.name, "instance_type": b.pool.instance_type, "nodes": b.pool.nodes.desired,
+        "dcgm_level": b.dcgm_level, "node_seconds": b.node_seconds, "steps": dict(b.steps),
+        "floors": [asdict(f) for f in b.floors],
+        "efa_loopback_floor_mbs": b.loopback_floor_mbs if b.steps["efa"] else None,
+        "efa_loopback_floor_source": b.loopback_floor_source or None, "replace_failed": b.replace} for b in found]}
+
+
+def _loopback(pool: dict) -> str:
+    """The pool's EFA loopback floor and where it comes from, where the burn-in runs the EFA step."""
+    floor, source = pool["efa_loopback_floor_mbs"], pool["efa_loopback_floor_source"]
+    if floor is None:
+        return ""
+    return f"; EFA loopback >= {floor:g} MB/s" + (f" (measured: {source})" if source else " (derived: below it warns)")
+
+
+def plan_table(plan: dict) -> list[str]:
+    """``plan_data``'s plan as the lines ``plan`` prints."""
+    stack = plan["stack"]
+    if not plan["burn_in"]:
         return [f"stack {stack}: burn-in off (burnIn.enabled: false); GPU nodes take work as soon as they join"]
     lines = [f"stack {stack}: each new GPU node is tainted until its burn-in passes"]
-    for b in found:
-        steps = ", ".join(f"{k} {v // 60} min" for k, v in b.steps.items() if v)
-        floors = ", ".join(f"{f.op} >= {f.busbw:g} GB/s{' (advisory)' if f.advisory else ''}" for f in b.floors)
-        lines.append(f"  {b.pool.name}: {b.pool.instance_type} x {b.pool.nodes.desired}, DCGM level {b.dcgm_level}, "
-                     f"up to {b.node_seconds // 60} min per node ({steps}); floors: {floors or 'none for this family'}"
-                     f"{f'; EFA loopback >= {b.loopback_floor_mbs:g} MB/s{_floor_origin(b)}' if b.steps['efa'] else ''}"
-                     f"{'; nodes failed for a hardware reason replaced' if b.replace else ''}")
+    for b in plan["pools"]:
+        steps = ", ".join(f"{k} {v // 60} min" for k, v in b["steps"].items() if v)
+        floors = ", ".join(f"{f['op']} >= {f['busbw']:g} GB/s{' (advisory)' if f['advisory'] else ''}"
+                           for f in b["floors"])
+        lines.append(f"  {b['pool']}: {b['instance_type']} x {b['nodes']}, DCGM level {b['dcgm_level']}, "
+                     f"up to {b['node_seconds'] // 60} min per node ({steps}); "
+                     f"floors: {floors or 'none for this family'}{_loopback(b)}"
+                     f"{'; nodes failed for a hardware reason replaced' if b['replace_failed'] else ''}")
     return lines
 
 
@@ -80,14 +99,15 @@ def kube_client(context: str | None) -> NodesClient:
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``moe-rl nodes`` (alias ``python -m nodes``)."""
-    from workloads.cli.base import cluster_parent, stack_parent
+    from workloads.cli.base import cluster_parent, output_parent, stack_parent
     p = argparse.ArgumentParser(prog="python -m nodes", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     cluster = cluster_parent()
     s = sub.add_parser("status", parents=[cluster], help="every GPU node: pool, burn-in result, figures, age, reason; "
                                                          "exit 1 unless every one passed")
     s.add_argument("--json", action="store_true", help="the rows as JSON")
-    sub.add_parser("plan", parents=[stack_parent()], help="the burn-in time each GPU pool adds before its nodes work")
+    sub.add_parser("plan", parents=[stack_parent(), output_parent()],
+                   help="the burn-in time each GPU pool adds before its nodes work")
     r = sub.add_parser("retest", parents=[cluster], help="taint nodes again and re-test them")
     r.add_argument("nodes", nargs="*", help="node names")
     r.add_argument("--refused", action="store_true", help="also the nodes a run's preflight refused since they passed")
@@ -108,7 +128,12 @@ def main(argv: Sequence[str] | None = None, client: Callable[[], NodesClient] | 
 
 def _dispatch(args: argparse.Namespace, client: Callable[[], NodesClient] | None, out: Callable[[str], None]) -> int:
     if args.command == "plan":
-        for line in plan_table(args.stack, args.stack_dir):
+        plan = plan_data(args.stack, args.stack_dir)
+        if args.output != "text":
+            from workloads.cli.base import formatted
+            out(formatted(plan, args.output).rstrip("\n"))
+            return 0
+        for line in plan_table(plan):
             out(line)
         return 0
     api = client() if client else kube_client(args.context)

@@ -2,8 +2,8 @@
 
     python -m workloads.cli.runs plan   <stack> runs/*.yaml [--running a,b]   # offline; exit 1 if a run never fits
     python -m workloads.cli.runs submit <stack> runs/x.yaml [--dry-run] [--resume] [--repository URL]
-    python -m workloads.cli.runs list   [--team T]
-    python -m workloads.cli.runs show   <team> <run>
+    python -m workloads.cli.runs list   [--team T] [-o json|yaml]
+    python -m workloads.cli.runs show   <team> <run> [-o json|yaml]
     python -m workloads.cli.runs follow <team> <run>
     python -m workloads.cli.runs cancel <team> <run> [--now]
     python -m workloads.cli.runs profiles [<profile>] [--build]        # software profiles and their pins
@@ -67,11 +67,11 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("run", type=Path, help="the run file")
     submit.add_argument("--dry-run", action="store_true", help="print the objects; contact no cluster")
     submit.add_argument("--resume", action="store_true", help="submit the next attempt of a run")
-    lst = sub.add_parser("list", parents=[cluster], help="every run's attempts and state")
+    lst = sub.add_parser("list", parents=[cluster, output_parent()], help="every run's attempts and state")
     lst.add_argument("--team", help="one team's runs (a team member may read no other namespace)")
     for name, text in (("show", "a run's attempts, gang and pods"), ("follow", "stream a run's driver log"),
                        ("cancel", "stop a run after it checkpoints")):
-        cmd = sub.add_parser(name, parents=[cluster], help=text)
+        cmd = sub.add_parser(name, parents=[cluster, output_parent()] if name == "show" else [cluster], help=text)
         cmd.add_argument("team", help="the run's team (namespace team-<team>)")
         cmd.add_argument("run", help="the run's name (its run file's name:)")
     sub.choices["cancel"].add_argument("--now", action="store_true", help="no checkpoint: delete the pods at once")
@@ -175,9 +175,20 @@ def _table(api: RunClient, team: str | None, out: Callable[[str], None]) -> None
             f"{s.job_status or '-':<10} {s.message}")
 
 
+def _data(api: RunClient, args: argparse.Namespace) -> list | dict:
+    """What ``list`` or ``show`` prints, as JSON types (``-o json|yaml``): each attempt's ``RunStatus``
+    fields; for ``show`` also the gang's (PodGroup's) phase and each pod's phase by name."""
+    if args.command == "list":
+        return [asdict(s) for s in api.list(args.team)]
+    shown = api.show(args.team, args.run)
+    return {**shown, "attempts": [asdict(s) for s in shown["attempts"]]}
+
+
 def on_cluster(args: argparse.Namespace, client: Callable[[], RunClient], out: Callable[[str], None]) -> int:
     api = client()
-    if args.command == "list":
+    if args.command in ("list", "show") and args.output != "text":
+        out(formatted(_data(api, args), args.output).rstrip("\n"))
+    elif args.command == "list":
         _table(api, args.team, out)
     elif args.command == "show":
         shown = api.show(args.team, args.run)
