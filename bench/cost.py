@@ -244,6 +244,11 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
     space = room(exp, stack)
     if space is not None:
         out += [""] + space.describe().splitlines()
+    from .deadlines import deadlines  # the run command's own deadlines
+    out += ["", "Deadlines of bench run, per arm (past one an attempt is INCOMPLETE; the hours below count start-up "
+                "and steps only, each save adds its time to its attempt):"]
+    for arm in exp.arms:
+        out += [f"  {arm.name}: " + "\n    ".join(deadlines(exp, arm.name, stack).describe())]
     out += ["", f"total: {est.attempts} attempts, {est.hours:.1f} h holding the nodes, {est.node_hours:,.1f} "
                 f"node-hours, {cost}"]
     if est.reserved:

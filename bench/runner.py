@@ -116,7 +116,7 @@ class AttemptRun:
         self.records: list[dict] = []
         self.submitted: list[str] = []
         """The RayJobs this attempt submitted (an earlier run of the same attempt may have left others)."""
-        self.watch = Watch(deadlines(exp, attempt.arm), attempt.folder)
+        self.watch = Watch(deadlines(exp, attempt.arm, cfg), attempt.folder)
         bench = exp.arm(attempt.arm).serving
         self.serving = None if bench is None else ServingRun(bench, attempt.run.team, attempt.run.name)
 
@@ -126,7 +126,7 @@ class AttemptRun:
                                      self.repository))
         self.api.submit(with_fault_target(job) if self.faults else job)
         self.submitted.append(job["metadata"]["name"])
-        self.watch.submitted()
+        self.watch.submitted(loads=run.attempt > 1)  # an earlier attempt of the run may have left a save
 
     def jobs(self, run) -> list[dict]:
         return [j for j in self.api.rayjobs(run.team, run.name) if j["metadata"]["name"] in self.submitted]

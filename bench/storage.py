@@ -18,6 +18,12 @@ whether the next one still has the room it needs.
   ``--only`` resumes from them. They take up to ``saves_kept`` saves; ``bench run`` goes on to the next attempt
   only while its peak fits beside the saves of every INCOMPLETE attempt so far (``Room.incomplete_held``), else it
   stops there and names the attempts not run (``runner``).
+- **How long a save takes** (``save_time``): one save's bytes (``CheckpointBudget.save_bytes``) at the file
+  system's provisioned throughput, ``workloads.storage.throughputPerTib`` MB/s (10^6 B/s) per TiB of
+  ``capacityGib`` (FSx for Lustre's ``PerUnitStorageThroughput``, set by ``components.fsx``; AWS FSx for
+  Lustre User Guide, "Managing throughput capacity"). That is the most the file system serves all its
+  clients together, so a save shared with other runs' I/O takes longer; ``bench.deadlines`` allows
+  ``SLACK`` times it.
 """
 
 from __future__ import annotations
@@ -26,13 +32,51 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from workloads.checks.runs import run_config
-from workloads.derive.checkpoint_budget import GB, budget
+from workloads.derive.checkpoint_budget import GB, GIB, budget
 from workloads.derive.deepep import expert_precision
 
-from .experiment import Experiment, schedule
+from .experiment import Experiment, arm_run, schedule
 
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
+
+
+MB = 1000 ** 2
+"""FSx's MB/s per TiB of storage: 10^6 bytes (the smaller reading, so the longer save)."""
+TIB = 1024 ** 4
+
+
+@dataclass(frozen=True)
+class SaveTime:
+    save: int
+    """Bytes of one save (``CheckpointBudget.save_bytes``)."""
+    capacity_gib: int
+    per_tib: int
+    """``workloads.storage.throughputPerTib``, MB/s per TiB."""
+
+    @property
+    def rate(self) -> float:
+        """Bytes a second the file system is provisioned for: its TiB x ``per_tib`` MB/s."""
+        return self.capacity_gib * GIB / TIB * self.per_tib * MB
+
+    @property
+    def seconds(self) -> float:
+        return self.save / self.rate
+
+    def describe(self) -> str:
+        return (f"a save of {self.save / GB:,.0f} GB at {self.rate / MB:,.0f} MB/s (capacityGib {self.capacity_gib:,} = "
+                f"{self.capacity_gib * GIB / TIB:,.2f} TiB x throughputPerTib {self.per_tib} MB/s) takes "
+                f"{self.seconds / 60:,.1f} min")
+
+
+def save_time(exp: Experiment, cfg: "ProgramConfig", arm: str) -> SaveTime | None:
+    """One save of ``arm``'s attempts on ``cfg``'s file system; None when its parameter count is unknown."""
+    seen = run_config(cfg, arm_run(exp, arm))
+    b = budget(seen, expert_precision(seen))
+    if b is None:
+        return None
+    storage = cfg.workloads.storage
+    return SaveTime(b.save_bytes, storage.capacity_gib, storage.throughput_per_tib)
 
 
 @dataclass(frozen=True)

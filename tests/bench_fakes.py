@@ -184,6 +184,11 @@ class FakeRuns(RunClient):
         """RayJob -> group -> the nodes its affinity allows (None: any node of its pool)."""
         self.stalled: set[str] = set()
         """RayJobs waiting for a rollout engine that cannot come back: no step advances."""
+        self.save_s = 0.0
+        """Seconds a save takes (synchronous, as Megatron's): the job logs no step until it is written. With a
+        time set the last rollout saves too, as Miles' does (0: only the periodic saves, as the tests before)."""
+        self.saving: dict[str, tuple[datetime, int]] = {}
+        """RayJob -> (when its save is written, the step saved): its line is logged then."""
         self.polls, self.max_polls = 0, 3000
         self.last_poll: datetime | None = None
 
@@ -311,6 +316,12 @@ class FakeRuns(RunClient):
                 continue
             for i in range(STEPS_PER_POLL):
                 at = since + (now - since) * (i + 1) / STEPS_PER_POLL
+                if name in self.saving:
+                    done, saved = self.saving[name]
+                    if at < done:
+                        break  # the save is still being written
+                    self.logs[name].append(_saved(saved, done))
+                    del self.saving[name]
                 if self.next_step[name] >= self.total:
                     job["status"] |= {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
                                       "endTime": at.isoformat()}
@@ -318,8 +329,11 @@ class FakeRuns(RunClient):
                     break
                 step = self.next_step[name]
                 self.logs[name] += _perf(step, at)
-                if (step + 1) % self.interval == 0:
-                    self.logs[name].append(_saved(step, at))
+                if (step + 1) % self.interval == 0 or (self.save_s and step + 1 == self.total):  # Miles: the last too
+                    if self.save_s:
+                        self.saving[name] = (at + timedelta(seconds=self.save_s), step)
+                    else:
+                        self.logs[name].append(_saved(step, at))
                 self.next_step[name] += 1
         return sorted((j for j in self.jobs.values() if run is None or j["metadata"]["labels"][RUN_LABEL] == run),
                       key=lambda j: j["metadata"]["name"])

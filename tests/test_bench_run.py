@@ -445,3 +445,42 @@ def test_only_runs_one_incomplete_attempt_again_and_the_experiment_becomes_repor
     jobs = json.loads((tmp_path / "o" / "deepep-v1" / "r2" / "rayjob.json").read_text())["items"]
     assert [j["metadata"]["name"] for j in jobs] == ["example-ab-deepep-v1-r2-2"]  # not the cancelled attempt 1
     assert main(["report", str(tmp_path / "o"), "--no-plots"]) == 0
+
+
+SEED_P5EN = Path("experiments/seed-p5en.yaml")
+
+
+@pytest.mark.parametrize("late", [0, 1])
+def test_a_step_that_saves_may_take_its_save_and_no_more(tmp_path, capsys, late):
+    """seed-p5en saves 9,394 GB after steps 20, 40 and 45, about 30 min each on p5en-seed's file system
+    (21,600 GiB x 250 MB/s/TiB); the next-step deadline was 3 x stepSeconds (540 s), so its attempts ended
+    INCOMPLETE at the first save. A save taking its derived time (the file system's provisioned throughput)
+    passes; one taking longer than 3 x that plus 3 x stepSeconds is still a hang."""
+    from bench.deadlines import SLACK, deadlines
+    from bench.experiment import load_experiment
+    from bench.storage import save_time
+    from test_first_deploy import pinned_stack_dir
+    exp = load_experiment(SEED_P5EN)
+    stack_dir = pinned_stack_dir(tmp_path, "p5en-seed")
+    cfg = gate.read("p5en-seed", stack_dir)
+    save = save_time(exp, cfg, "slime")
+    assert round(save.save / 1e9) == 9394
+    assert 29 * 60 < save.seconds < 30 * 60  # 9,394 GB / (21,600 / 1,024 TiB x 250 MB/s)
+    limits = deadlines(exp, "slime", cfg)
+    assert limits.saves_after == {19, 39, 44} and limits.step_s == SLACK * exp.estimate.step_seconds
+    fake = FakeRuns(save_interval=20, total=45)
+    fake.save_s = save.seconds if not late else SLACK * (save.seconds + exp.estimate.step_seconds) + 60
+    _, aws = _aws(fake)
+    lines: list[str] = []
+    out = tmp_path / "o"
+    code = main(["run", str(SEED_P5EN), "--out", str(out), "--log-bucket", "b", "--repository", REPOSITORY,
+                 "--stack-dir", str(stack_dir), "--only", "slime/r1"], client=lambda: fake, out=lines.append, aws=aws)
+    err = capsys.readouterr().err
+    if not late:
+        assert code == 0, err
+        jobs = json.loads((out / "slime" / "r1" / "rayjob.json").read_text())["items"]
+        assert [j["status"]["jobStatus"] for j in jobs] == ["SUCCEEDED"]
+        assert sum("successfully saved checkpoint" in line for line in fake.logs["seed-p5en-slime-r1-1"]) == 3
+    else:
+        assert code == 1
+        assert f"no step after step 19 for" in err and f"(deadline {limits.next_step_s(19):.0f} s, with its save)" in err

@@ -103,3 +103,13 @@ def test_run_stops_after_an_incomplete_attempt_whose_saves_leave_the_next_too_li
     runner._run_all(None, gate.read(seed_ab.stack), seed_ab, schedule(seed_ab), Path("out"), "", lambda _: None, 0,
                     None, None, None, room(seed_ab, gate.read(seed_ab.stack)))
     assert len(ran) == 5  # 4 INCOMPLETE attempts' saves fit beside the next one's peak, not 5
+
+
+def test_estimate_says_how_long_a_save_takes_and_the_deadline_of_a_step_that_saves(capsys):
+    """seed-p5en: 9,394 GB a save on p5en-seed's 21,600 GiB at 250 MB/s per TiB (5,273 MB/s) is 29.7 min; a step
+    that saves may take 3 x (180 s + that) before bench run calls the attempt INCOMPLETE."""
+    assert main(["estimate", str(SEED_SHAPE)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("a save of 9,394 GB at 5,273 MB/s (capacityGib 21,600 = 21.09 TiB x throughputPerTib 250 MB/s) takes "
+            "29.7 min") in text
+    assert "next step 540 s, after a step that saves (the log's steps 19, 39, 44) 98 min" in text
