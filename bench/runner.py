@@ -6,7 +6,8 @@ the run sees it and its RayJob (``submit.run_objects``), the Kubernetes calls (`
 submit, list, next attempt), the image repository (``stackconfig.versions.with_repository``).
 
 Guarantees: every attempt after the first is pinned to the first one's nodes (``pinning``) while those
-nodes exist: before each submission (a resubmission after a fault included) a pool whose pinned node
+nodes exist (an ``--only`` re-run to those of the first attempt already collected that the report compares,
+``first_pins``): before each submission (a resubmission after a fault included) a pool whose pinned node
 is gone is left unpinned and the next finished attempt's nodes become the set, and the attempts of an
 arm whose faults terminate a node are never pinned (its replacement node has a new name); ``report``
 refuses a comparison across node sets unless asked. ``--dry-run`` prints every attempt's RayJob in
@@ -47,7 +48,7 @@ from workloads.schema.stack import ProgramConfig
 from workloads.checks import gate
 from workloads.derive.checkpoint_budget import GB
 
-from .artifacts import EXPERIMENT_FILE
+from .artifacts import EXPERIMENT_FILE, INCOMPLETE
 from .collect import Seen, collect, incomplete, log_source
 from .deadlines import CLOCK, Overdue, Watch, deadlines
 from .experiment import Attempt, Experiment, load_experiment, schedule
@@ -234,6 +235,19 @@ def chosen(attempts: list[Attempt], only: list[str] | None) -> list[Attempt]:
     return [a for a in attempts if a.folder in only]
 
 
+def first_pins(exp: Experiment, out_dir: Path, skip: set[str]) -> tuple[str, dict[str, list[str]]] | None:
+    """For ``--only``: the first attempt already collected in ``out_dir``, in run order, that the report compares
+    (an arm without faults, not marked INCOMPLETE, not one of ``skip``) and its node set, which the report holds
+    every compared attempt to (``checks.check_same_nodes``); None when there is none."""
+    for a in schedule(exp):
+        folder = out_dir / a.folder
+        if a.folder in skip or exp.arm(a.arm).faults or (folder / INCOMPLETE).is_file() \
+                or not (folder / "nodes.json").is_file():
+            continue
+        return a.folder, node_set(folder)
+    return None
+
+
 def _out_dir(path: Path, out_dir: Path, only: list[str] | None) -> None:
     """``out_dir`` with the experiment file in it; ``--only`` runs into a directory of this very file."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -275,7 +289,14 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
     _out_dir(path, out_dir, only)
     cw = None if cloudwatch is None else cloudwatch(cfg.region)
     logs = log_source(cfg, s3(cfg.region) if s3 and log_bucket else None, log_bucket)
-    missed = _run_all(api, cfg, exp, attempts, out_dir, repository, out, poll_s, cw, engine, logs, room(exp, cfg))
+    pins = None
+    if only:  # pinned like the attempts collected before, where their nodes still exist (``existing``)
+        first = first_pins(exp, out_dir, set(only))
+        if first is not None:
+            out(f"--only: pinned to the nodes of {first[0]}, the first attempt the report compares")
+            pins = first[1]
+    missed = _run_all(api, cfg, exp, attempts, out_dir, repository, out, poll_s, cw, engine, logs, room(exp, cfg),
+                      pins)
     if missed:
         again = " ".join(f"--only {f}" for f in missed)
         raise LookupError(f"{len(missed)} of {len(attempts)} attempts INCOMPLETE ({'; '.join(dict.fromkeys(missed.values()))}); run "
@@ -286,11 +307,11 @@ def run_experiment(path: Path, out_dir: Path | None, dry_run: bool, client: Call
 
 def _run_all(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempts: list[Attempt], out_dir: Path,
              repository: str, out: Callable[[str], None], poll_s: float, cw, engine, logs,
-             space: Room | None = None) -> dict[str, str]:
-    """Every attempt in order, pinned while the pins' nodes exist; the incomplete ones with their reasons. After
-    an INCOMPLETE attempt, whose saves stay, the experiment stops when the next attempt would not fit beside them
-    (``bench.storage``): the attempts not run are returned too."""
-    pins: dict[str, list[str]] | None = None
+             space: Room | None = None, pins: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """Every attempt in order, pinned while the pins' nodes exist (``pins``: the set to start from, else the first
+    finished attempt's); the incomplete ones with their reasons. After an INCOMPLETE attempt, whose saves stay,
+    the experiment stops when the next attempt would not fit beside them (``bench.storage``): the attempts not run
+    are returned too."""
     missed: dict[str, str] = {}
     for i, a in enumerate(attempts):
         free = _removes_nodes(exp, a.arm)

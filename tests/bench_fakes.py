@@ -175,6 +175,8 @@ class FakeRuns(RunClient):
         self.gone: set[str] = set()
         self.nodes = {pool: [f"{pool}-{i}" for i in range(2)] for pool in ("train", "rollout")}
         """Each pool's nodes; a terminated one is replaced by a new node of the group (a new name)."""
+        self.spare: dict[str, list[str]] = {}
+        """Pool -> nodes beyond the run's size (one pod a node of ``nodes``), tried first: an unpinned pod may land there."""
         self.submitted: list[dict] = []
         self.cancelled: list[str] = []
         self.execs: list[list[str]] = []
@@ -242,7 +244,8 @@ class FakeRuns(RunClient):
     def place(self, job: str, group: str, pool: str) -> str | None:
         """A node of the pool the group's affinity allows and no pod of the job holds (one GPU pod a node)."""
         allowed, taken = self.allowed[job].get(group), {p.spec.node_name for p in self.pods if self._job_of(p) == job}
-        return next((n for n in self.nodes[pool] if n not in taken and (allowed is None or n in allowed)), None)
+        return next((n for n in self.spare.get(pool, []) + self.nodes[pool]
+                     if n not in taken and (allowed is None or n in allowed)), None)
 
     def _job_of(self, pod) -> str:
         return f"{pod.metadata.labels[RUN_LABEL]}-{pod.metadata.labels[ATTEMPT_LABEL]}"

@@ -484,3 +484,25 @@ def test_a_step_that_saves_may_take_its_save_and_no_more(tmp_path, capsys, late)
     else:
         assert code == 1
         assert f"no step after step 19 for" in err and f"(deadline {limits.next_step_s(19):.0f} s, with its save)" in err
+
+
+def test_an_only_rerun_is_pinned_to_the_nodes_the_report_compares(tmp_path, capsys):
+    """`--only` started unpinned: on a pool with a spare node the re-run could land elsewhere and the report then
+    refused the experiment (other nodes than the first attempt's). It is pinned to the first compared attempt's
+    nodes, where they still exist."""
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    exp = yaml.safe_load(EXAMPLE.read_text())
+    exp["arms"] = [a for a in exp["arms"] if not a.get("faults")]
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    fake.unschedulable.add("example-ab-deepep-v1-r2")
+    assert _run(path, fake, aws, tmp_path / "o")[0] == 1
+    fake.unschedulable.clear()
+    fake.spare["rollout"] = ["rollout-9"]  # a spare node, free and found first
+    code, text = _run(path, fake, aws, tmp_path / "o", "--only", "deepep-v1/r2")
+    assert code == 0, capsys.readouterr().err
+    assert main(["report", str(tmp_path / "o"), "--no-plots"]) == 0, capsys.readouterr().err
+    pins = {g["groupName"]: _hostnames(g) for g in fake.submitted[-1]["spec"]["rayClusterSpec"]["workerGroupSpecs"]}
+    assert pins == {"trainer": {"train-0", "train-1"}, "rollout": {"rollout-0", "rollout-1"}}
+    assert "--only: pinned to the nodes of nccl/r1, the first attempt the report compares" in text
