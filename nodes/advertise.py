@@ -2,8 +2,15 @@
 DaemonSet (``nodes.pool_resources``) on every GPU node, with the standard library and ``incluster`` only.
 
 Every ``--interval`` seconds it reads its own node and, once the NVIDIA device plugin has advertised
-``nvidia.com/gpu``, sets ``status.capacity[<its pool's resource>]`` to the same count by a merge patch of the
-node's status, when it is not that already. An extended resource no device plugin manages is advertised this
+``nvidia.com/gpu``, sets ``status.capacity[<its pool's resource>]`` to the node's *allocatable* ``nvidia.com/gpu``
+(0 included) by a merge patch of the node's status, when it is not that already. Allocatable, not capacity: the
+kubelet's device manager counts a device plugin's unhealthy devices in the resource's capacity and only its
+healthy ones in its allocatable (kubernetes v1.35 pkg/kubelet/cm/devicemanager/manager.go ``GetCapacity``), and
+for a resource no device plugin manages it copies capacity to allocatable unchanged (setters.go, below). So the
+pool resource's allocatable, which Volcano sums into the cluster total its queues' ``realCapability`` comes from
+(v1.15.1 pkg/scheduler/framework/session.go:273-275), counts the GPUs a pod can be given, and a node whose GPUs
+all fail or whose device plugin went away (capacity and allocatable 0) advertises 0 rather than keeping the
+last count. An extended resource no device plugin manages is advertised this
 way (Kubernetes docs, "Advertise Extended Resources for a Node": a PATCH of the node's ``status.capacity``);
 the kubelet keeps the key in its own status updates and copies it to allocatable (kubernetes v1.35.3
 pkg/kubelet/nodestatus/setters.go:265-313), but zeroes every extended resource when the node registers again
@@ -30,12 +37,13 @@ GPU = "nvidia.com/gpu"
 
 
 def wanted(node: Mapping, resources: Mapping[str, str], pool_label: str) -> dict | None:
-    """The status patch that makes the node's pool resource equal its GPUs; None when it is already, or the node
-    is not of a GPU pool, or its GPUs are not advertised yet."""
+    """The status patch that makes the node's pool resource equal its allocatable GPUs (the healthy ones, 0
+    included); None when it is already, or the node is not of a GPU pool, or its GPUs are not advertised yet."""
     pool = (node.get("metadata", {}).get("labels") or {}).get(pool_label)
-    capacity = node.get("status", {}).get("capacity") or {}
-    key, gpus = resources.get(pool), capacity.get(GPU)
-    if key is None or gpus in (None, "0") or capacity.get(key) == gpus:
+    status = node.get("status", {})
+    capacity, allocatable = status.get("capacity") or {}, status.get("allocatable") or {}
+    key, gpus = resources.get(pool), allocatable.get(GPU)
+    if key is None or gpus is None or capacity.get(key) == gpus:
         return None
     return {"status": {"capacity": {key: gpus}}}
 

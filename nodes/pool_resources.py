@@ -10,8 +10,8 @@ Guarantees:
 - RBAC: get nodes and patch the nodes' status, nothing else; the admission policy ``rl-gpu-resource-own-node``
   (matched to its account only, ``failurePolicy: Fail``) narrows that to the node its pod runs on (the
   service-account token's node name, as ``nodes.policy``), to one key of ``status.capacity``: the node's pool
-  resource, equal to its ``nvidia.com/gpu``; every other part of the status, the labels and annotations as
-  they were;
+  resource, equal to its allocatable ``nvidia.com/gpu`` (its healthy GPUs, ``nodes.advertise``); every other part
+  of the status, the labels and annotations as they were;
 - default-deny NetworkPolicies: the pods reach the API server (443) and DNS only;
 - ``pulumi up`` does not wait for the DaemonSet (``pulumi.com/skipAwait``): GPU nodes join over many minutes.
 """
@@ -95,6 +95,7 @@ def policy_rules() -> list[tuple[str, str]]:
     meta = " && ".join(f"(has(object.metadata.{f}) ? object.metadata.{f} : {{}}) == "
                        f"(has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {{}})" for f in ("labels", "annotations"))
     new, old = "variables.capacity", "variables.oldCapacity"
+    alloc = "variables.allocatable"  # the rule above keeps it as it was: the kubelet's, not this write's
     return [
         ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
          "the GPU resource advertiser may write only the node its own pod runs on (service-account token node-name)"),
@@ -103,21 +104,23 @@ def policy_rules() -> list[tuple[str, str]]:
         (f"{new}.all(k, k == variables.key || (k in {old} && {old}[k] == {new}[k]))"
          f" && {old}.all(k, k == variables.key || k in {new})",
          "the GPU resource advertiser may set only its node's pool resource (variables.resources)"),
-        (f"variables.key == '' || !(variables.key in {new}) || ('{GPU}' in {new}"
-         f" && string({new}[variables.key]) == string({new}['{GPU}']))",
-         f"the GPU resource advertiser sets its node's pool resource to the node's {GPU}"),
+        (f"variables.key == '' || !(variables.key in {new}) || ('{GPU}' in {alloc}"
+         f" && string({new}[variables.key]) == string({alloc}['{GPU}']))",
+         f"the GPU resource advertiser sets its node's pool resource to the node's allocatable {GPU}"),
     ]
 
 
 def advertiser_policy(pool_resources: dict[str, str]) -> list[dict]:
     """``POLICY`` and its binding, for the advertiser's account; ``pool_resources``: GPU pool -> its resource."""
     capacity = "has({0}.status) && has(dyn({0}.status).capacity) ? dyn({0}.status).capacity : {{}}"
+    allocatable = "has(object.status) && has(dyn(object.status).allocatable) ? dyn(object.status).allocatable : {}"
     variables = [("nodeName", _NODE),
                  ("resources", "{" + ", ".join(f"'{p}': '{r}'" for p, r in sorted(pool_resources.items())) + "}"),
                  ("pool", f"has(object.metadata.labels) && '{POOL_LABEL}' in object.metadata.labels"
                           f" ? object.metadata.labels['{POOL_LABEL}'] : ''"),
                  ("key", "variables.pool in variables.resources ? variables.resources[variables.pool] : ''"),
-                 ("capacity", capacity.format("object")), ("oldCapacity", capacity.format("oldObject"))]
+                 ("capacity", capacity.format("object")), ("oldCapacity", capacity.format("oldObject")),
+                 ("allocatable", allocatable)]
     user = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
     md = {"name": POLICY, "labels": dict(PART_OF)}
     return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,

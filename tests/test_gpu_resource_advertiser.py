@@ -21,10 +21,14 @@ USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 RESOURCES = {"train": "rl.platform/gpu-train", "rollout": "rl.platform/gpu-rollout"}
 
 
-def _node(name: str = "train-000", pool: str = "train", capacity: dict | None = None) -> dict:
+def _node(name: str = "train-000", pool: str = "train", capacity: dict | None = None,
+          allocatable: dict | None = None) -> dict:
+    """A node as the kubelet reports it; ``allocatable`` what differs from ``capacity`` (a device plugin's
+    unhealthy devices are in its resource's capacity, not its allocatable: devicemanager ``GetCapacity``)."""
     capacity = {"cpu": "192", "nvidia.com/gpu": "8"} if capacity is None else capacity
     return {"metadata": {"name": name, "labels": {POOL_LABEL: pool}, "resourceVersion": "1"},
-            "spec": {"taints": []}, "status": {"capacity": dict(capacity), "allocatable": dict(capacity),
+            "spec": {"taints": []}, "status": {"capacity": dict(capacity),
+                                               "allocatable": {**capacity, **(allocatable or {})},
                                                "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
@@ -45,6 +49,7 @@ def test_the_advertiser_sets_its_pools_resource_to_the_nodes_gpus_once_they_are_
     api = FakeApi(_node(capacity={"cpu": "192"}))  # the device plugin has not registered yet
     assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None and api.patches == []
     api.nodes["train-000"]["status"]["capacity"]["nvidia.com/gpu"] = "8"
+    api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "8"
     assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
         "rl.platform/gpu-train": "8"}}}
     assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None  # already so: nothing written
@@ -107,3 +112,34 @@ def test_the_advertiser_may_set_only_its_pools_resource_of_its_own_node_to_its_g
     }
     admitted = [what for what, (request, new) in refusals.items() if not evaluate(policy, request, new, old)]
     assert admitted == []
+
+
+def test_the_advertiser_follows_the_allocatable_gpus_down_to_zero():
+    """The kubelet counts a device plugin's unhealthy GPUs in ``nvidia.com/gpu``'s capacity only and copies the pool
+    resource's capacity to its allocatable (kubernetes v1.35 devicemanager ``GetCapacity``, nodestatus ``MachineInfo``):
+    the pool resource, which Volcano sums into every queue's ``realCapability``, must follow the allocatable GPUs,
+    to 0 when none is healthy or the device plugin is gone."""
+    api = FakeApi(_node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"},
+                        allocatable={"nvidia.com/gpu": "7"}))  # one GPU unhealthy
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "7"}}}
+    api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # every GPU unhealthy
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "0"}}}
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None
+    api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "8"  # healthy again
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "8"}}}
+
+
+def test_the_policy_holds_the_pool_resource_to_the_allocatable_gpus(policy):
+    old = _node(allocatable={"nvidia.com/gpu": "7"})  # capacity 8, one GPU unhealthy
+    to = {n: _written(old, lambda node, n=n: node["status"]["capacity"].update({"rl.platform/gpu-train": n}))
+          for n in ("7", "8")}
+    assert evaluate(policy, request_from("train-000", USER), to["7"], old) == []
+    assert evaluate(policy, request_from("train-000", USER), to["8"], old) == [
+        "the GPU resource advertiser sets its node's pool resource to the node's allocatable nvidia.com/gpu"]
+    none = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"},
+                 allocatable={"nvidia.com/gpu": "0"})
+    zero = _written(none, lambda n: n["status"]["capacity"].update({"rl.platform/gpu-train": "0"}))
+    assert evaluate(policy, request_from("train-000", USER), zero, none) == []

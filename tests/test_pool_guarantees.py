@@ -189,3 +189,56 @@ def test_runs_plan_prints_the_unmet_guarantee(tmp_path, capsys):
     assert main(["plan", SHARED, *files, "--running", "b-1,b-2"]) == 0
     assert ("guarantee unmet: team alpha pool train: 0 of its 64 guaranteed GPUs held and run a-1 waits for 64 "
             "more within it; team beta 128 GPUs on the pool") in capsys.readouterr().out.splitlines()
+
+
+GUARANTEE_RULE = ("Volcano reclaims no pod of a queue that would be under its guarantee on any pool without it "
+                  "(capacity.go:1840-1851)")
+
+
+def test_a_team_above_its_deserved_but_under_another_pools_guarantee_is_named_as_the_reason_a_claim_waits():
+    """Beta's runs hold 64 train GPUs, 16 above its train deserved (48), and 16 rollout GPUs, under its rollout
+    guarantee (64). Alpha's claim keeps alpha within its train deserved (64 + 16 = 80), so only Volcano's guarantee
+    check keeps beta's train pods (``checkGuaranteeConstraint``: every dimension of the guarantee, capacity.go:
+    1840-1851, read at :516 and :630). The plan names that rule, the team and the pool it is under its guarantee
+    on, not "no reclaimable team above its deserved". With beta's rollout at its guarantee the same claim reclaims."""
+    cfg = variant(SHARED, {})
+    running = frozenset({"beta-1", "beta-2", "alpha-base"})
+
+    def runs(beta_rollout: int) -> list:
+        return [run("beta-1", "beta", train=4, rollout=beta_rollout),
+                run("beta-2", "beta", train=4, rollout=beta_rollout),
+                run("alpha-base", "alpha", train=8, rollout=16), run("alpha-claim", "alpha", train=2, rollout=1)]
+    decisions = Planner(cfg).plan(runs(1), running)
+    assert [d.action for d in decisions] == ["running", "running", "running", "waits"]
+    assert decisions[3].why.endswith(
+        "reclaim: team beta holds 64 GPUs of pool train, above its deserved 48 there, but is under its guarantee on "
+        f"pool rollout (16 of its 64 guaranteed GPUs held): {GUARANTEE_RULE}, so team beta keeps its pods on every "
+        "pool")
+    decisions = Planner(cfg).plan(runs(4), running)  # beta's rollout 64: its guarantee, no less
+    assert [d.action for d in decisions] == ["running", "preempted", "running", "starts"]
+
+
+def test_the_guarantee_check_spans_every_pool_and_the_pods_own_pool():
+    """``QueueShare.under_guarantee``: the pools where the queue would hold less than its guarantee without the
+    pod; any makes the pod stay (``may_lose``), whatever its pool's deserved."""
+    beta = Planner(variant(SHARED, {})).queues["beta"]
+    assert beta.under_guarantee({"train": 64, "rollout": 16}, "train", 8) == ["rollout"]
+    assert not beta.may_lose({"train": 64, "rollout": 16}, "train", 8)
+    assert beta.under_guarantee({"train": 64, "rollout": 64}, "train", 8) == []
+    assert beta.may_lose({"train": 64, "rollout": 64}, "train", 8)
+    assert beta.under_guarantee({"train": 64, "rollout": 64}, "rollout", 8) == ["rollout"]  # the pod's own pool
+    assert not beta.may_lose({"train": 48, "rollout": 64}, "train", 8)  # at its deserved: not above it
+
+
+def test_runs_plan_names_the_guarantee_that_keeps_the_other_teams_pods(tmp_path, capsys):
+    files = []
+    for name, team, train, rollout in (("b-1", "beta", 8, 2), ("b-2", "beta", 8, 2), ("a-1", "alpha", 8, 8)):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(f"name: {name}\nteam: {team}\nnodes: {{train: {train}, rollout: {rollout}}}\n"
+                     f"software: miles-0.1\nmodel: Qwen/Qwen3-30B-A3B\nparallel: {{tensor: 4, expert: 8}}\n")
+        files.append(str(f))
+    assert main(["plan", SHARED, *files, "--running", "b-1,b-2"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("a-1 ")]
+    assert line.endswith("reclaim: team beta holds 128 GPUs of pool train, above its deserved 48 there, but is under "
+                         f"its guarantee on pool rollout (32 of its 64 guaranteed GPUs held): {GUARANTEE_RULE}, so "
+                         "team beta keeps its pods on every pool")

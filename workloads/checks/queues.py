@@ -66,18 +66,28 @@ class QueueShare:
         a trainer's only dimension the deserved names is its pool's)."""
         return [p for p, n in asks.items() if used.get(p, 0) + n > self.pools[p].deserved]
 
-    def may_lose(self, used: Mapping[str, int], pool: str, gpus: int) -> bool:
-        """Whether a pod of ``gpus`` GPUs on ``pool`` may be reclaimed from this queue holding ``used``: the queue
-        keeps its guarantee on every pool without it (``checkGuaranteeConstraint``, capacity.go:1842-1851, read
-        by the reclaim at :515-518: ``guarantee.LessEqual`` compares every dimension of the guarantee), and is
-        above its deserved on the pod's pool, or has no deserved there (an immediate victim, :1855-1871;
-        ``checkDeservedExceedance``, :1876-1893)."""
+    def under_guarantee(self, used: Mapping[str, int], pool: str, gpus: int) -> list[str]:
+        """The pools where the queue, holding ``used`` less a pod of ``gpus`` GPUs on ``pool``, holds less than its
+        guarantee: the reclaim keeps such a pod (``checkGuaranteeConstraint``, capacity.go:1840-1851, read at :516
+        and in the gang path at :630: ``guarantee.LessEqual(allocated - pod, Zero)`` compares every dimension of
+        the guarantee, a dimension the rest lacks counting as zero, api/resource_info.go:439-472). A pool other
+        than ``pool`` is in it while the queue holds less than its guarantee there now: then no pod of the queue,
+        on any pool, may be reclaimed."""
         left = {p: used.get(p, 0) - (gpus if p == pool else 0) for p in self.pools}
-        if any(left[p] < s.guarantee for p, s in self.pools.items()):
-            return False
+        return [p for p, s in self.pools.items() if left[p] < s.guarantee]
+
+    def above_deserved_on(self, used: Mapping[str, int], pool: str) -> bool:
+        """Whether a pod on ``pool`` passes the reclaim's deserved test: the queue holds more than its deserved
+        there (``checkDeservedExceedance``, capacity.go:1876-1893), or has no deserved there (an immediate
+        victim, :1855-1871)."""
         share = self.pools.get(pool)
         return share is None or not share.deserved or used.get(pool, 0) > share.deserved
 
+    def may_lose(self, used: Mapping[str, int], pool: str, gpus: int) -> bool:
+        """Whether a pod of ``gpus`` GPUs on ``pool`` may be reclaimed from this queue holding ``used``: the queue
+        keeps its guarantee on every pool without it (``under_guarantee`` is empty) and passes the deserved test
+        there (``above_deserved_on``)."""
+        return not self.under_guarantee(used, pool, gpus) and self.above_deserved_on(used, pool)
 
 def gpu_pools(cfg: "ProgramConfig") -> list[Pool]:
     """The stack's GPU pools."""

@@ -16,7 +16,8 @@ session, after the runs already running:
 4. preempt: an admitted run takes the nodes of Running lower-priority runs of its own team;
 5. reclaim: an admitted run whose team stays within its deserved share on each of its pools takes, pod
    by pod, nodes of Running runs of reclaimable teams while such a team is above its deserved share on
-   the pod's pool and keeps its guarantee on every pool without the pod.
+   the pod's pool and keeps its guarantee on every pool without the pod (a team under its guarantee on
+   one pool keeps its pods on every pool; a run waiting on that is told which team and pool, ``_Kept``).
 
 Queues count one dimension per GPU pool (``checks.queues``; docs/design/scheduling.md, "Per-pool
 guarantees"), so shares, limits and reclaim are judged per pool.
@@ -100,6 +101,19 @@ class _Cluster:
         self.placed.remove(run)
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A pod the reclaim could not take for its team's guarantee: the team holds more than its deserved on the
+    pod's pool (or has none there) but, without the pod, less than its guarantee on ``under``."""
+
+    team: str
+    pool: str
+    used: dict[str, int]
+    """Pool -> GPUs the team holds when the pod is tried (less the pods already taken from it)."""
+    gpus: int
+    under: list[str]
+
+
 class Planner:
     """Queue state of one stack; ``plan`` decides a list of runs."""
 
@@ -122,6 +136,9 @@ class Planner:
         """Runs enqueue admitted (PodGroup Inqueue) that hold no nodes yet."""
         self._claimed: dict[str, str] = {}
         """Run -> how it starts, for a run whose victims stop in this session (it starts in the next)."""
+        self._kept: dict[str, list[_Kept]] = {}
+        """Run -> the pods its reclaim of this session found above their team's deserved but kept for the team's
+        guarantee, one per team (``_why_waiting`` names them)."""
 
     def _budget(self, run: RunFile) -> int:
         """Checks the run on its own nodes (``run_config``) and returns its file system budget."""
@@ -255,24 +272,52 @@ class Planner:
         """Running runs of other, reclaimable teams (actions/reclaim/reclaim.go:188-201) while the
         run's team stays within its deserved on each of its pools (capacity.go:648-715,
         ``QueueShare.above_deserved``); a pod goes only while its team is above its deserved on the pod's
-        pool (:536-547) and keeps its guarantee on every pool without it (:515-518, ``QueueShare.may_lose``)."""
+        pool (:536-547) and keeps its guarantee on every pool without it (:516, :1840-1851,
+        ``QueueShare.may_lose``); the pods kept only for the guarantee are recorded (``_kept``) for the waiting
+        run's reason."""
         if self.queues[run.team].above_deserved(c.allocated[run.team], self.gpus(run)):
             return None
         left = {t: dict(a) for t, a in c.allocated.items()}
+        kept = self._kept.setdefault(run.key, [])
 
         def may_take(v: RunFile, pool: str, gpus: int) -> bool:
-            if self.queues[v.team].may_lose(left[v.team], pool, gpus):
+            q = self.queues[v.team]
+            if q.may_lose(left[v.team], pool, gpus):
                 left[v.team][pool] = left[v.team].get(pool, 0) - gpus
                 return True
+            if q.above_deserved_on(left[v.team], pool) and all(k.team != v.team for k in kept):
+                under = q.under_guarantee(left[v.team], pool, gpus)
+                kept.append(_Kept(v.team, pool, dict(left[v.team]), gpus, under))
             return False
         others = [v for v in running if v.team != run.team and v in c.placed and self.queues[v.team].reclaimable]
         return self._evict(c, run, others, may_take)
 
+    def _kept_line(self, k: _Kept) -> str:
+        """Why the reclaim keeps ``k``'s pods: the team's guarantee on the pools it would be under without one."""
+        share = self.queues[k.team].pools.get(k.pool)
+        held = k.used.get(k.pool, 0)
+        above = (f"above its deserved {share.deserved} there" if share is not None and share.deserved
+                 else "where it has no deserved")
+        now = [p for p in k.under if k.used.get(p, 0) < self.queues[k.team].pools[p].guarantee]
+        rule = ("Volcano reclaims no pod of a queue that would be under its guarantee on any pool without it "
+                "(capacity.go:1840-1851)")
+        if now:
+            under = ", ".join(f"pool {p} ({k.used.get(p, 0)} of its {self.queues[k.team].pools[p].guarantee} "
+                              f"guaranteed GPUs held)" for p in now)
+            return (f"team {k.team} holds {held} GPUs of pool {k.pool}, {above}, but is under its guarantee on "
+                    f"{under}: {rule}, so team {k.team} keeps its pods on every pool")
+        guarantee = self.queues[k.team].pools[k.pool].guarantee
+        return (f"team {k.team} holds {held} GPUs of pool {k.pool}, {above}, but would hold {held - k.gpus} there "
+                f"without one more pod, under its guarantee {guarantee}: {rule}, so team {k.team} keeps its pods "
+                f"on pool {k.pool}")
+
     def _why_waiting(self, c: _Cluster, run: RunFile, blockers: list[str]) -> str:
         q, used, asks = self.queues[run.team], c.allocated[run.team], self.gpus(run)
         above = q.above_deserved(used, asks)
+        kept = self._kept.get(run.key, [])
         reclaim = (f"reclaim: team {run.team} would hold {used.get(above[0], 0) + asks[above[0]]} GPUs of pool "
                    f"{above[0]}, above its deserved {q.pools[above[0]].deserved} there" if above else
+                   "reclaim: " + "; ".join(self._kept_line(k) for k in kept) if kept else
                    "reclaim: no reclaimable team above its deserved frees enough")
         return (f"whole gang or nothing: {'; '.join(blockers)}; preempt: no lower-priority run of team {run.team} "
                 f"frees enough; {reclaim}")
@@ -303,6 +348,7 @@ class Planner:
     def _session(self, c: _Cluster, pending: list[RunFile], running: list[RunFile],
                  out: dict[str, Decision]) -> bool:
         """One scheduling session; True when a run started or stopped."""
+        self._kept = {}
         admitted = self._enqueue(c, self._with_pods(pending, running, out), out)
         changed, left, started = False, [], []
         for run in self._in_queue_order(c, admitted):
