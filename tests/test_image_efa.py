@@ -7,7 +7,11 @@
 - aws-ofi-nccl's ``ncclGinPlugin_v14`` interface (the same Dockerfile's gate: v11/v13 are exported by
   builds without EFA-GDA, e.g. aws-ofi-nccl 1.20.0 in a 1.50.0-named installer);
 - a DeepEP tree with the EFA fixes (``workloads/image/Dockerfile``'s ``# contract: deepep-tree``), run
-  here on made-up trees and in the contract stage on the sgl-deep-ep 0.1.2 wheel's tree."""
+  here on made-up trees and in the contract stage on the sgl-deep-ep 0.1.2 wheel's tree; among them the QP
+  clamp AWS's NeMo-RL build gates grep for (``unordered_gin_qps`` in ``deep_ep/buffers/elastic.py``,
+  awslabs/awsome-distributed-ai 3.test_cases/pytorch/nemo-rl/deepep-v2-efa/setup_nemo_rl_deepep_efa.sh), or
+  the fork's C++ bound on the unordered kernels' QPs (``kMaxGinContextCnt``, amazon-contributing/DeepEP@2542d96
+  gin_resource_alloc.cuh) in trees whose elastic.py no longer names it."""
 
 from __future__ import annotations
 
@@ -25,6 +29,12 @@ RECIPES = (RECIPE, ROOT / "workloads" / "image" / "slime.Dockerfile")
 UNORDERED = ("deep_ep/include/deep_ep/impls/hybrid_dispatch_unordered.cuh",
              "deep_ep/include/deep_ep/impls/hybrid_combine_unordered.cuh")
 PROBE = "def _get_sysfs_rdma_gbs(nic_name: str) -> float:\n"
+ELASTIC = "deep_ep/buffers/elastic.py"
+CLAMP = "num_allocated_qps = max(_C.min_unordered_gin_qps, min(num_allocated_qps, _C.max_unordered_gin_qps))\n"
+GIN_ALLOC = "deep_ep/include/deep_ep/common/gin_resource_alloc.cuh"
+GIN_BOUND = "static constexpr int kMaxGinContextCnt = kMaxGinContextBudget;\n"
+NCCL_CU = "csrc/kernels/backend/nccl.cu"
+FIXED = {**{u: "" for u in UNORDERED}, "deep_ep/utils/envs.py": PROBE, ELASTIC: CLAMP}
 
 
 def test_the_efa_installer_runs_without_its_ngc_branch():
@@ -60,13 +70,24 @@ def _check(tree) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("missing", [*UNORDERED, "deep_ep/utils/envs.py"])
+@pytest.mark.parametrize("missing", [*UNORDERED, "deep_ep/utils/envs.py", ELASTIC])
 def test_a_deepep_tree_without_the_efa_fixes_fails_the_build(tmp_path, missing):
-    files = {**{u: "" for u in UNORDERED}, "deep_ep/utils/envs.py": PROBE}
-    files[missing] = "" if missing.endswith("envs.py") else None
+    files = dict(FIXED)
+    files[missing] = "" if missing.endswith(".py") else None  # a .py without its fix, a kernel absent
     done = _check(_tree(tmp_path, {k: v for k, v in files.items() if v is not None}))
     assert done.returncode != 0 and missing.rsplit("/", 1)[-1].split(".")[0] in done.stderr, done.stderr
-    whole = _check(_tree(tmp_path / "fixed", {**{u: "" for u in UNORDERED}, "deep_ep/utils/envs.py": PROBE}))
+    whole = _check(_tree(tmp_path / "fixed", FIXED))
+    assert whole.returncode == 0, whole.stderr
+
+
+def test_the_qp_clamp_may_be_the_unordered_kernels_cpp_bound(tmp_path):
+    """A fork tree that resolves the unordered kernels' QPs in C++ (11 by default, at most kMaxGinContextCnt,
+    asserted in nccl.cu) and whose elastic.py no longer names unordered_gin_qps passes; the header without
+    the assertion does not."""
+    files = {**FIXED, ELASTIC: "", GIN_ALLOC: GIN_BOUND}
+    done = _check(_tree(tmp_path / "header", files))
+    assert done.returncode != 0 and "QP clamp" in done.stderr, done.stderr
+    whole = _check(_tree(tmp_path / "both", {**files, NCCL_CU: "ctx <= elastic::gin_alloc::kMaxGinContextCnt"}))
     assert whole.returncode == 0, whole.stderr
 
 

@@ -32,26 +32,35 @@ deepep-v2-efa-official/README.md, tables 5/6 of results/p5en_2n4n_20260825): 489
 5740.8 at 12 SMs and 9668.2 at 6, 11701.0 us at 4 nodes against 11898.5 and 13549.4; at 2 nodes and 128
 tokens it also dispatches fastest (147.3 against 169.4 us). Measured on p5en only: other families take the
 same count, which keeps them off the division (measure them with ``python -m bench``)."""
-AUTO_HYBRID_QPS = 65
-"""The QPs DeepEP allocates by default in hybrid mode, the smaller of its two automatic values (sgl-deep-ep
-0.1.2 deep_ep/buffers/elastic.py:328-332: 65 with fast RDMA atomics, else 129)."""
+AUTO_HYBRID_QPS = 129
+"""The QPs DeepEP allocates by default in hybrid mode on EFA: sgl-deep-ep 0.1.2 deep_ep/buffers/elastic.py:
+328-332 allocates 65 when ``check_fast_rdma_atomic_support()`` is True, else 129, and that check is True only
+when ``ibstat`` names the NIC ``EP_NIC_NAME`` (default ``mlx5_0``) with CA type MT4131 (deep_ep/utils/envs.py:
+21, 223-242); EFA has no such NIC, so 129. On that tree a 24-SM dispatch then uses 129 QPs, more than
+aws-ofi-nccl's 128-slot GIN request ring (awslabs/awsome-distributed-ai 3.test_cases/pytorch/nemo-rl/
+deepep-v2-efa/README.md, trap 2): the image builds amazon-contributing/DeepEP only with its QP clamp, which
+uses fewer (workloads/image/Dockerfile ``# contract: deepep-tree``). The rank check below counts 0.1.2's QPs."""
 
 
 def hybrid_qps(num_sms: int) -> int:
-    """The QPs a hybrid-mode dispatch uses for ``num_sms`` SMs (sgl-deep-ep 0.1.2 deep_ep/buffers/elastic.py:
-    836-853 ``get_theoretical_num_qps``: one per channel and one for notify, capped by the allocation);
-    fewer than the engine's ranks hangs its first dispatch."""
+    """The QPs a hybrid-mode dispatch uses for ``num_sms`` SMs on EFA (sgl-deep-ep 0.1.2
+    deep_ep/buffers/elastic.py:836-853 ``get_theoretical_num_qps``: one per channel and one for notify,
+    capped by the allocation, :929-930 and :1087-1088); fewer than the engine's ranks hangs its first
+    dispatch."""
     return min(num_sms * 16 + 1, AUTO_HYBRID_QPS)
 
 
 def check_hybrid_ranks(nodes: int, ranks: int) -> None:
     """ValueError naming ``workloads.run.rollout.nodesPerEngine`` when an engine has more ranks than the QPs
-    ``HYBRID_NUM_SMS`` gives it."""
+    ``HYBRID_NUM_SMS`` gives it; the allowed count is in whole nodes of ``ranks // nodes`` GPUs."""
     qps = hybrid_qps(HYBRID_NUM_SMS)
     if ranks > qps:
+        per_node = ranks // nodes
+        most = qps // per_node
         raise ValueError(f"workloads.run.rollout.nodesPerEngine: {nodes} nodes per engine are {ranks} DeepEP V2 "
-                         f"ranks, more than the {qps} QPs its hybrid mode allocates ({HYBRID_NUM_SMS} SMs; fewer QPs "
-                         f"than ranks hangs the first dispatch); allowed: at most {qps} GPUs per engine")
+                         f"ranks, more than the {qps} QPs its hybrid mode uses ({HYBRID_NUM_SMS} SMs; fewer QPs "
+                         f"than ranks hangs the first dispatch); allowed: at most {most} nodes per engine "
+                         f"({most * per_node} GPUs)")
 
 
 def memory_defaults(gpu_mib: int, tp: int) -> tuple[int, int]:
