@@ -66,7 +66,11 @@ CLOCK = Clock()
 def save_steps(exp: Experiment, arm: str) -> frozenset[int]:
     """The 0-based rollout ids after which Miles saves: (id + 1) a multiple of ``--save-interval``
     (``saveInterval``, rendered by ``workloads.derive.argv``), and the last rollout whatever the interval
-    (radixark/miles 49cac7b5 miles/utils/misc.py:147-151, as ``workloads.derive.checkpoint_budget`` cites)."""
+    (radixark/miles 49cac7b5 miles/utils/misc.py:147-151, as ``workloads.derive.checkpoint_budget`` cites).
+    ``should_run_periodic_action`` also saves at an epoch's end ((id + 1) a multiple of the rollouts per epoch,
+    the prompts over ``rolloutBatchSize``); the repo does not know a data set's prompt count, so that save is not
+    counted: dapo-math-17k's about 17,000 prompts make about 66 rollouts an epoch at seed-p5en's 256, more than its
+    45 steps (the other experiments' batches are smaller)."""
     interval, total = arm_run(exp, arm).save_interval, exp.total_steps
     return frozenset({i for i in range(total) if (i + 1) % interval == 0} | ({total - 1} if total else set()))
 
