@@ -214,10 +214,15 @@ def miles_flags(path: Path) -> MilesFlags:
 
 
 def argv_pairs(argv: list[str]) -> list[tuple[str, list[str]]]:
-    """(flag, values) in order; values are the tokens up to the next ``--flag``."""
+    """(flag, values) in order; values are the tokens up to the next ``--flag``. ``--flag=value`` is
+    ``--flag`` with ``value``, as argparse reads it (CPython 3.11.7 Lib/argparse.py:2247-2249,
+    ``_parse_optional``: the option string before the first ``=``)."""
     out: list[tuple[str, list[str]]] = []
     for tok in argv:
-        if tok.startswith("--"):
+        if tok.startswith("--") and "=" in tok:
+            flag, _, value = tok.partition("=")
+            out.append((flag, [value]))
+        elif tok.startswith("--"):
             out.append((tok, []))
         elif out:
             out[-1][1].append(tok)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from software import Framework, profiles
 
+from workloads.checks.extra_args import extra_arg_problem
 from workloads.checks.flags import argv_pairs, argv_problems
 from workloads.derive.profile import image_field, multi_node_engines, run_profile
 
@@ -38,6 +39,8 @@ def validate_profile(cfg: "ProgramConfig", argv: list[str], image: str) -> None:
         field = "workloads.run.extraArgs" if any(pr.split(":")[0].split()[0] in extra for pr in problems) \
             else "workloads.run.software"
         raise ValueError(f"{field}: software {p.name} does not accept: {'; '.join(problems)}")
+    if (taken := extra_arg_problem(cfg)) is not None:  # after the lists: a flag no list has is named as such
+        raise ValueError(taken)
     if p.image.digest_required and "@sha256:" not in image:
         raise ValueError(f"{image_field(p)}: software {p.name} resolves {', '.join(p.image.required_args)} at build "
                          f"time, so only a digest names what was built; {image!r} has none; allowed: "

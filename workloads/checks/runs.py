@@ -28,6 +28,7 @@ from workloads.schema.settings import Submission
 from workloads.schema.run import RunFile, RunSpec
 from workloads.checks.queues import gpu_pools, queue_shares
 from workloads.checks.teams import pool_gpus
+from workloads.checks.extra_args import extra_arg_problem
 from workloads.checks.stack import validate_run
 from workloads.derive.topology import run_tiers, unplaceable
 
@@ -52,7 +53,8 @@ def load_run(path: Path) -> RunFile:
 
 
 def input_problems(cfg: "ProgramConfig", run: RunFile) -> list[str]:
-    """What ``run`` names that the stack does not declare, one ``<field>: <problem>; allowed: ...`` each."""
+    """What ``run`` names that the stack does not declare, and a flag of its ``extraArgs`` that the platform
+    renders (``workloads.checks.extra_args``), one ``<field>: <problem>; allowed: ...`` each."""
     teams = [t.name for t in cfg.workloads.teams]
     out = []
     if run.team not in teams:
@@ -63,6 +65,12 @@ def input_problems(cfg: "ProgramConfig", run: RunFile) -> list[str]:
     wanted = sorted(p.name for p in run_pools(cfg))
     out += [f"nodes.{name}: {name!r} is not the stack's training or rollout pool; allowed: {', '.join(wanted)}"
             for name in run.nodes if name not in wanted]
+    if run.extra_args and not out:
+        try:  # a run whose command line cannot be rendered is refused by validate_run, naming the field
+            taken = extra_arg_problem(run_view(cfg, run), field="extraArgs")
+        except ValueError:
+            taken = None
+        out += [taken.replace("workloads.run.", "")] if taken else []
     return out
 
 
@@ -125,18 +133,24 @@ def run_config(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
     """The stack as ``run`` sees it, checked like the stack's own run (ValueError "run <name>: ...")."""
     check_run(cfg, run)
     check_reward_share(cfg, run)
-    spec = RunSpec.model_validate(run.model_dump(exclude={"schema_version", "team", "priority", "nodes", "topology"}))
-    # The team's own port of the reward service (its --rm-url), the one its namespace may reach.
-    reward = cfg.workloads.reward.model_copy(update={"port": team_reward_port(cfg, run.team)})
-    workloads = cfg.workloads.model_copy(update={"run": spec, "runs": [], "reward": reward})
-    pools = [_sized(p, run.nodes[p.name]) if p.name in run.nodes else p for p in cfg.pools]
-    seen = cfg.model_copy(update={"pools": pools, "workloads": workloads})
+    seen = run_view(cfg, run)
     try:
         validate_run(seen)
     except ValueError as err:
         raise ValueError(f"run {run.name}: {str(err).replace('workloads.run.', '')}") from None
     check_capabilities(cfg, seen, run)
     return seen
+
+
+def run_view(cfg: "ProgramConfig", run: RunFile) -> "ProgramConfig":
+    """The stack as ``run`` sees it, unchecked: its run in ``workloads.run``, its GPU pools at the run's
+    node counts, its team's port of the reward service."""
+    spec = RunSpec.model_validate(run.model_dump(exclude={"schema_version", "team", "priority", "nodes", "topology"}))
+    # The team's own port of the reward service (its --rm-url), the one its namespace may reach.
+    reward = cfg.workloads.reward.model_copy(update={"port": team_reward_port(cfg, run.team)})
+    workloads = cfg.workloads.model_copy(update={"run": spec, "runs": [], "reward": reward})
+    pools = [_sized(p, run.nodes[p.name]) if p.name in run.nodes else p for p in cfg.pools]
+    return cfg.model_copy(update={"pools": pools, "workloads": workloads})
 
 
 def check_reward_share(cfg: "ProgramConfig", run: RunFile) -> None:

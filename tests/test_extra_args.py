@@ -1,0 +1,135 @@
+"""A run's ``extraArgs`` cannot undo what the platform renders (issue 34, review34 defect A1): a flag of the
+rendered Miles/Megatron/SGLang command line, in ``--flag value`` or ``--flag=value`` form, is refused with
+one line naming the file, the field and what to set instead, through the one gate (the stack's own run,
+its declared runs, ``runs plan``, ``runs submit``, ``bench``) with exit 2; other flags stay accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+from test_workloads import FP8_V2, merge, variant
+
+from bench.experiment import arm_run, load_experiment
+from stackconfig.errors import BadInput
+from stackconfig.stack import StackConfigError
+from workloads.checks import extra_args, gate
+from workloads.checks.extra_args import extra_arg_problem, platform_flags
+from workloads.checks.runs import input_problems, run_config, run_model, run_view
+from workloads.cli.runs import main as runs_main
+from workloads.derive.argv import entry_and_flags, miles_argv
+
+SEED = ROOT / "experiments" / "seed-p5en.yaml"
+SHARED = "p5en-shared"
+V2_RUN = ROOT / "runs" / "deepep-v2-qwen3-30b-fp8.yaml"
+NCCL_RUN = ROOT / "runs" / "grpo-qwen3-30b.yaml"
+
+ENGINE_A2A = ["--sglang-moe-a2a-backend", "deepep_v2", "--sglang-deepep-v2-mode", "hybrid"]
+"""Review case 1: the NCCL arm switched to DeepEP V2 engines, with none of the env and budget V2 needs."""
+TRAINER_FLEX = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepepv2"]
+"""Review case 2: the trainer back on Megatron's flex/deepepv2 dispatcher, the issue-34 A2 hang."""
+NOT_THE_PLATFORMS = ["--seed", "1234", "--sglang-router-port", "30000"]
+"""The seed's own extra flag and the serving bench's router port: the platform renders neither."""
+
+
+def _with_extra(run, extra: list[str]):
+    return run.model_copy(update={"extra_args": [*run.extra_args, *extra]})
+
+
+def _nccl_arm():
+    exp = load_experiment(SEED)
+    return gate.read(exp.stack), arm_run(exp, "miles-nccl")
+
+
+def test_review_case_1_engines_switched_to_deepep_v2_on_the_nccl_arm_are_refused():
+    cfg, run = _nccl_arm()
+    assert "--sglang-moe-a2a-backend" not in miles_argv(run_config(cfg, run))  # the arm renders no all-to-all
+    bad = _with_extra(run, ENGINE_A2A)
+    with pytest.raises(BadInput, match=r"^run [\w-]+: extraArgs: --sglang-moe-a2a-backend is set by the platform .*"
+                                       r"allowed: leave it out, and set deepep\.version"):
+        run_model(cfg, bad)
+    assert input_problems(cfg, bad) == [extra_arg_problem(run_view(cfg, bad), "extraArgs").replace("workloads.run.", "")]
+
+
+def test_review_case_2_the_trainer_switched_to_flex_deepepv2_is_refused_by_runs_plan_and_submit(tmp_path, capsys):
+    doc = yaml.safe_load(V2_RUN.read_text())
+    for extra in (TRAINER_FLEX, ["--moe-token-dispatcher-type=flex", "--moe-flex-dispatcher-backend=deepepv2"]):
+        path = tmp_path / "flex.yaml"
+        path.write_text(yaml.safe_dump(doc | {"extraArgs": extra}))
+        assert runs_main(["plan", SHARED, str(path)]) == 2
+        assert runs_main(["submit", SHARED, str(path), "--dry-run"]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"runs: {path}: extraArgs: {extra[0]} is set by the platform (workloads/derive/argv.py), and a "
+                       f"repeated flag replaces its value (argparse keeps the last); allowed: leave it out, and set "
+                       f"deepep.version (and deepep.sglangMode): the platform derives the all-to-all, expert runner "
+                       f"and trainer dispatcher from it (workloads/derive/moe_backend.py)"] * 2
+
+
+def test_the_stacks_own_run_and_its_declared_runs_are_refused_by_the_gate():
+    with pytest.raises(StackConfigError, match=r"\n  workloads\.run\.extraArgs: --moe-token-dispatcher-type is set by "
+                                               r"the platform"):
+        variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"extraArgs": TRAINER_FLEX}}}))
+    with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --sglang-moe-a2a-backend=deepep_v2 is set "
+                                               r"by the platform"):
+        variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"deepep": {"version": "off"},
+                                                                  "extraArgs": ["--sglang-moe-a2a-backend=deepep_v2"]}}}))
+
+
+def test_bench_refuses_an_experiment_whose_extra_args_undo_the_platform(tmp_path, capsys):
+    from bench.__main__ import main
+    doc = yaml.safe_load(SEED.read_text())
+    doc["base"]["extraArgs"] = [*doc["base"]["extraArgs"], *ENGINE_A2A]
+    exp = tmp_path / "seed-a2a.yaml"
+    exp.write_text(yaml.safe_dump(doc))
+    assert main(["run", str(exp), "--dry-run"]) == 2
+    # estimate refuses too, with exit 1: bench/cost.py:198 re-raises every run refusal as a plain ValueError
+    assert main(["estimate", str(exp)]) != 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("extraArgs: --sglang-moe-a2a-backend is set by the platform" in e for e in err)
+
+
+def test_flags_the_platform_does_not_render_stay_accepted(tmp_path, capsys):
+    cfg, run = _nccl_arm()
+    ok = _with_extra(run, NOT_THE_PLATFORMS)
+    assert input_problems(cfg, ok) == [] and miles_argv(run_config(cfg, ok))[-4:] == NOT_THE_PLATFORMS
+    path = tmp_path / "seed.yaml"
+    path.write_text(yaml.safe_dump(yaml.safe_load(NCCL_RUN.read_text()) | {"extraArgs": ["--seed=7"]}))
+    assert runs_main(["plan", SHARED, str(path)]) == 0
+    assert variant("p5en-prod", merge(FP8_V2, {"workloads": {"run": {"extraArgs": NOT_THE_PLATFORMS}}}))
+
+
+@pytest.mark.parametrize("arm", ["slime", "miles-tp", "miles-nccl", "miles-deepep-v2"])
+def test_every_flag_the_renderer_emits_is_refused_in_both_forms(arm):
+    exp = load_experiment(SEED)
+    cfg = gate.read(exp.stack)
+    seen = run_config(cfg, arm_run(exp, arm))
+    rendered = entry_and_flags(miles_argv(seen))[1]
+    flags = {t for t in rendered if t.startswith("--")} - set(seen.workloads.run.extra_args)
+    assert flags <= platform_flags(seen)
+    for flag in sorted(flags):
+        for extra in ([flag, "1"], [f"{flag}=1"]):
+            run = seen.workloads.run.model_copy(update={"extra_args": extra})
+            probe = seen.model_copy(update={"workloads": seen.workloads.model_copy(update={"run": run})})
+            assert extra_arg_problem(probe) is not None, (arm, extra)
+
+
+def test_a_flag_only_another_value_of_a_run_field_renders_is_refused():
+    """The NCCL arm renders no ``--sglang-deepep-v2-mode`` and no ``--use-kl-loss``; deepep.version and
+    grpo.klLossCoef render them, so they are the platform's too."""
+    cfg, run = _nccl_arm()
+    seen = run_config(cfg, run)
+    argv = miles_argv(seen)
+    for flag in ("--sglang-deepep-v2-mode", "--use-kl-loss", "--moe-enable-deepep"):
+        assert flag not in argv and flag in platform_flags(seen), flag
+
+
+def test_a_flag_the_renderer_starts_to_emit_is_refused_with_no_change_to_the_check(monkeypatch):
+    cfg, run = _nccl_arm()
+    seen = run_view(cfg, _with_extra(run, ["--some-new-platform-flag", "1"]))  # no flag list has it: unchecked view
+    assert extra_arg_problem(seen) is None
+    real = extra_args.miles_argv
+    monkeypatch.setattr(extra_args, "miles_argv", lambda c: [*real(c), "--some-new-platform-flag", "2"])
+    problem = extra_arg_problem(seen)
+    assert problem is not None and problem.startswith("workloads.run.extraArgs: --some-new-platform-flag is set by")
