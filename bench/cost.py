@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from stackconfig.errors import BadInput
 from stackconfig.files import STACKS_DIR
 from typing import TYPE_CHECKING, Any
 
@@ -194,6 +195,8 @@ def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
                                  f"pools: {', '.join(pools)}")
         try:
             run_objects(stack, run)
+        except BadInput as err:  # bad input stays bad input (exit 2), each problem said of its arm
+            raise BadInput([f"arm {attempt.arm}: {line}" for line in err.lines()]) from None
         except ValueError as err:
             raise ValueError(f"arm {attempt.arm}: {err}") from None
         rates = [(count, _pool_price(prices, pools[name])) for name, count in run.nodes.items()]
