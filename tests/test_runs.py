@@ -53,6 +53,19 @@ def test_no_run_is_evicted_when_evicting_cannot_free_enough():
     assert d["a-high"].action == "waits" and d["a-low"].action == "running" and d["b"].action == "running"
 
 
+def test_a_run_past_its_teams_max_runs_waits_for_the_quota_not_the_scheduler():
+    """The team ResourceQuota counts RayJobs (``maxRuns``): the next is refused at submission, however free the
+    nodes (the control-plane tier saw the fourth of a team's small runs refused with 403)."""
+    cfg = variant(SHARED, {})
+    most = next(t.max_runs for t in cfg.workloads.teams if t.name == "alpha")
+    runs_ = [run(f"a{i}", "alpha", train=1, rollout=1) for i in range(most + 1)]
+    d = decisions(cfg, [run("b", "beta", train=1, rollout=1), *runs_], running=["a0"])
+    assert [d[r.name].action for r in runs_] == ["running", *["starts"] * (most - 1), "waits"]
+    assert d[runs_[-1].name].why.startswith("ResourceQuota gpu-quota count/rayjobs.ray.io: team alpha may hold "
+                                            f"{most} RayJobs at once"), d[runs_[-1].name].why
+    assert d["b"].action == "starts"  # another team's count is its own
+
+
 @pytest.mark.parametrize("bad, message", [
     (run("big", "alpha", train=17, rollout=1), "run big: pool train: 17 nodes requested, the pool has 16"),
     (run("greedy", "beta", train=9, rollout=1), "run greedy: pool train: nvidia.com/gpu 72 exceeds team beta's cap of 64"),

@@ -407,15 +407,31 @@ class Planner:
         for run in (r for r in runs if r.name in running or r.key in running):
             c.take(run, self.gpus(run), self.disk[run.key])
             self._decide(out, run, "running", "holds its nodes")
+        refused = self._beyond_max_runs(runs, out)
         for _ in range(2 * len(runs) + 1):  # each session starts or stops a run, or nothing changes
             for pool, n in c.held.items():
                 c.free[pool] += n
             c.held = {}
             on_nodes = list(c.placed)
-            pending = [r for r in runs if r.key not in out or out[r.key].action == "waits"]
+            pending = [r for r in runs if r.key not in refused and (r.key not in out or out[r.key].action == "waits")]
             if not self._session(c, pending, on_nodes, out):
                 break
         return [out[r.key] for r in runs]
+
+    def _beyond_max_runs(self, runs: Sequence[RunFile], out: dict[str, Decision]) -> set[str]:
+        """Runs past their team's ``maxRuns`` (the running first, then in file order): the ResourceQuota's
+        ``count/rayjobs.ray.io`` refuses their RayJob at submission, so they wait outside the scheduler."""
+        held = {t: sum(out.get(r.key) is not None and r.team == t for r in runs) for t in self.teams}
+        refused = set()
+        for run in (r for r in runs if r.key not in out):
+            held[run.team] += 1
+            most = self.teams[run.team].max_runs
+            if held[run.team] > most:
+                refused.add(run.key)
+                self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} count/rayjobs.ray.io: team {run.team} "
+                                                 f"may hold {most} RayJobs at once (teams[{run.team}].maxRuns); "
+                                                 f"submit is refused until one of its runs is deleted")
+        return refused
 
 
 def plan_runs(cfg: "ProgramConfig", runs: Sequence[RunFile], running: frozenset[str] = frozenset()) -> list[Decision]:
