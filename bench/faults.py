@@ -15,7 +15,8 @@ its team's templates, the IAM policy ``components.faults`` outputs). Every fault
   "aws:eks:pod-delete"): SIGKILL, no preStop hook, so no save-on-stop checkpoint
   (``render.runs.SAVE_ON_STOP``) runs. The template selects the label ``FAULT_TARGET_LABEL`` in the team
   namespace; before starting it, every pod there carrying the label must be this attempt's (a
-  teammate's fault arm would carry it too: refused, nothing injected);
+  teammate's fault arm would carry it too: refused, nothing injected), and after it FIS' resolved target
+  must be one of them (a teammate's pod labelled in between can be hit: the attempt is then INCOMPLETE);
 - ``terminate-gpu-node``: ``aws:ec2:terminate-instances`` on the EC2 instance of one rollout pod's
   node, tagged ``FAULT_TAG`` with a value of its own (``components.faults.fault_tag``) just before,
   the cluster's template pointed at that value (``UpdateExperimentTemplate``), and the started
