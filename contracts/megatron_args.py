@@ -16,11 +16,12 @@ available"). Input and output as ``trainer_args.py``; PYTHONPATH holds the tree.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 import types
+
+from child_jobs import serve  # beside this script: its directory is on sys.path
 
 
 def check(job: dict) -> dict:
@@ -54,11 +55,5 @@ def check(job: dict) -> dict:
         return {"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc(limit=-4)}
 
 
-def main() -> int:
-    results = [check(job) for job in json.load(sys.stdin)]
-    sys.stdout.write("\n" + json.dumps(results) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(check))

@@ -11,11 +11,12 @@ answer the pool's GPU from the catalog. Miles, Megatron and SGLang come from PYT
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 import types
+
+from child_jobs import serve  # beside this script: its directory is on sys.path
 
 
 def check(job: dict) -> dict:
@@ -37,11 +38,5 @@ def check(job: dict) -> dict:
         return {"ok": False, "error": f"{type(err).__name__}: {err}", "trace": traceback.format_exc(limit=-4)}
 
 
-def main() -> int:
-    results = [check(job) for job in json.load(sys.stdin)]
-    sys.stdout.write("\n" + json.dumps(results) + "\n")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve(check))

@@ -425,9 +425,9 @@ def test_a_fault_the_member_may_not_start_is_refused_before_anything_runs(tmp_pa
     assert "refused (" in err and "attach the stack output benchFaults.nodePolicy" in err
 
 
-def test_only_runs_one_incomplete_attempt_again_and_the_experiment_becomes_reportable(tmp_path, capsys):
-    """One attempt INCOMPLETE made the whole experiment unreportable; `--only <arm>/r<n>` runs it again
-    under a fresh attempt number into the same directory, and the report then reads every attempt."""
+def _one_attempt_incomplete(tmp_path):
+    """The example's arms without faults run on the fake cluster, attempt deepep-v1/r2 never scheduled (bench run
+    exits 1): the fake runs, AWS and the experiment file."""
     fake = FakeRuns(save_interval=10, total=33)
     _, aws = _aws(fake)
     exp = yaml.safe_load(EXAMPLE.read_text())
@@ -436,6 +436,13 @@ def test_only_runs_one_incomplete_attempt_again_and_the_experiment_becomes_repor
     path.write_text(yaml.safe_dump(exp))
     fake.unschedulable.add("example-ab-deepep-v1-r2")
     assert _run(path, fake, aws, tmp_path / "o")[0] == 1
+    return fake, aws, path
+
+
+def test_only_runs_one_incomplete_attempt_again_and_the_experiment_becomes_reportable(tmp_path, capsys):
+    """One attempt INCOMPLETE made the whole experiment unreportable; `--only <arm>/r<n>` runs it again
+    under a fresh attempt number into the same directory, and the report then reads every attempt."""
+    fake, aws, path = _one_attempt_incomplete(tmp_path)
     assert main(["report", str(tmp_path / "o"), "--no-plots"]) == 1
     assert "deepep-v1/r2: marked INCOMPLETE by bench run" in capsys.readouterr().err
     fake.unschedulable.clear()
@@ -490,14 +497,7 @@ def test_an_only_rerun_is_pinned_to_the_nodes_the_report_compares(tmp_path, caps
     """`--only` started unpinned: on a pool with a spare node the re-run could land elsewhere and the report then
     refused the experiment (other nodes than the first attempt's). It is pinned to the first compared attempt's
     nodes, where they still exist."""
-    fake = FakeRuns(save_interval=10, total=33)
-    _, aws = _aws(fake)
-    exp = yaml.safe_load(EXAMPLE.read_text())
-    exp["arms"] = [a for a in exp["arms"] if not a.get("faults")]
-    path = tmp_path / "e.yaml"
-    path.write_text(yaml.safe_dump(exp))
-    fake.unschedulable.add("example-ab-deepep-v1-r2")
-    assert _run(path, fake, aws, tmp_path / "o")[0] == 1
+    fake, aws, path = _one_attempt_incomplete(tmp_path)
     fake.unschedulable.clear()
     fake.spare["rollout"] = ["rollout-9"]  # a spare node, free and found first
     code, text = _run(path, fake, aws, tmp_path / "o", "--only", "deepep-v1/r2")

@@ -179,7 +179,8 @@ def test_a_run_above_its_guarantee_or_on_a_pool_without_one_is_not_reported():
     assert decisions[2].action == "waits" and unmet_guarantees(Planner(cfg), runs, decisions) == []
 
 
-def test_runs_plan_prints_the_unmet_guarantee(tmp_path, capsys):
+def _plan_beta_on_train(tmp_path, capsys) -> list[str]:
+    """``runs plan`` of beta's two runs holding all 16 train nodes, running, and alpha's run after them."""
     files = []
     for name, team, train, rollout in (("b-1", "beta", 8, 2), ("b-2", "beta", 8, 2), ("a-1", "alpha", 8, 8)):
         f = tmp_path / f"{name}.yaml"
@@ -187,8 +188,12 @@ def test_runs_plan_prints_the_unmet_guarantee(tmp_path, capsys):
                      f"software: miles-0.1\nmodel: Qwen/Qwen3-30B-A3B\nparallel: {{tensor: 4, expert: 8}}\n")
         files.append(str(f))
     assert main(["plan", SHARED, *files, "--running", "b-1,b-2"]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_runs_plan_prints_the_unmet_guarantee(tmp_path, capsys):
     assert ("guarantee unmet: team alpha pool train: 0 of its 64 guaranteed GPUs held and run a-1 waits for 64 "
-            "more within it; team beta 128 GPUs on the pool") in capsys.readouterr().out.splitlines()
+            "more within it; team beta 128 GPUs on the pool") in _plan_beta_on_train(tmp_path, capsys)
 
 
 GUARANTEE_RULE = ("Volcano reclaims no pod of a queue that would be under its guarantee on any pool without it "
@@ -231,14 +236,7 @@ def test_the_guarantee_check_spans_every_pool_and_the_pods_own_pool():
 
 
 def test_runs_plan_names_the_guarantee_that_keeps_the_other_teams_pods(tmp_path, capsys):
-    files = []
-    for name, team, train, rollout in (("b-1", "beta", 8, 2), ("b-2", "beta", 8, 2), ("a-1", "alpha", 8, 8)):
-        f = tmp_path / f"{name}.yaml"
-        f.write_text(f"name: {name}\nteam: {team}\nnodes: {{train: {train}, rollout: {rollout}}}\n"
-                     f"software: miles-0.1\nmodel: Qwen/Qwen3-30B-A3B\nparallel: {{tensor: 4, expert: 8}}\n")
-        files.append(str(f))
-    assert main(["plan", SHARED, *files, "--running", "b-1,b-2"]) == 0
-    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("a-1 ")]
+    (line,) = [x for x in _plan_beta_on_train(tmp_path, capsys) if x.startswith("a-1 ")]
     assert line.endswith("reclaim: team beta holds 128 GPUs of pool train, above its deserved 48 there, but is under "
                          f"its guarantee on pool rollout (32 of its 64 guaranteed GPUs held): {GUARANTEE_RULE}, so "
                          "team beta keeps its pods on every pool")
