@@ -178,6 +178,17 @@ def _pool_price(prices: Prices, pool: Any) -> float | None:
     return prices.node(_pool_node(pool))[0]
 
 
+def attempt_hours(exp: Experiment, stack: StackConfig, arm: str) -> float:
+    """One attempt of ``arm`` holding its nodes: start-up, every step, and every save at the file system's
+    provisioned rate (``storage.save_time``, after the rollouts of ``deadlines.save_steps``): Megatron saves
+    synchronously, the run's nodes waiting."""
+    from .deadlines import save_steps
+    from .storage import save_time
+    save = save_time(exp, stack, arm)
+    saves_s = len(save_steps(exp, arm)) * save.seconds if save else 0.0
+    return (exp.estimate.startup_minutes * 60 + exp.total_steps * exp.estimate.step_seconds + saves_s) / 3600
+
+
 def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
     """Cost and duration from the stack's pool prices and the experiment's stated assumptions; each
     attempt's objects made as ``bench run`` makes them (what run refuses, this refuses)."""
@@ -185,8 +196,7 @@ def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
 
     prices = stack_prices(stack)
     pools = {p.name: p for p in stack.pools}
-    per_attempt_h = (exp.estimate.startup_minutes * 60 + exp.total_steps * exp.estimate.step_seconds) / 3600
-    lines, total_usd, node_hours, priced = [], 0.0, 0.0, True
+    lines, total_usd, node_hours, priced, hours = [], 0.0, 0.0, True, 0.0
     for attempt in schedule(exp):
         run = attempt.run
         for name in run.nodes:
@@ -202,12 +212,12 @@ def estimate(exp: Experiment, stack: StackConfig) -> Estimate:
         rates = [(count, _pool_price(prices, pools[name])) for name, count in run.nodes.items()]
         usd_h = None if any(r is None for _, r in rates) else sum(c * r for c, r in rates)
         priced = priced and usd_h is not None
-        nodes = sum(run.nodes.values())
+        nodes, per_attempt_h = sum(run.nodes.values()), attempt_hours(exp, stack, attempt.arm)
+        hours += per_attempt_h
         node_hours += nodes * per_attempt_h
         total_usd += (usd_h or 0.0) * per_attempt_h
         rate, cost = ("no price", "-") if usd_h is None else (f"${usd_h:,.2f}/h", f"${usd_h * per_attempt_h:,.2f}")
         lines.append(f"{attempt.folder:<28} {nodes:>5}  {per_attempt_h:6.2f} h  {rate:>12}  {cost:>10}")
-    hours = per_attempt_h * len(lines)
     used = {n for a in schedule(exp) for n in a.run.nodes}
     reserved = []
     for name in sorted(used):
@@ -248,8 +258,8 @@ def render_estimate(exp: Experiment, stack: StackConfig) -> str:
     if space is not None:
         out += [""] + space.describe().splitlines()
     from .deadlines import deadlines  # the run command's own deadlines
-    out += ["", "Deadlines of bench run, per arm (past one an attempt is INCOMPLETE; the hours below count start-up "
-                "and steps only, each save adds its time to its attempt):"]
+    out += ["", "Deadlines of bench run, per arm (past one an attempt is INCOMPLETE; the hours above count start-up, "
+                "steps and saves):"]
     for arm in exp.arms:
         out += [f"  {arm.name}: " + "\n    ".join(deadlines(exp, arm.name, stack).describe())]
     out += ["", f"total: {est.attempts} attempts, {est.hours:.1f} h holding the nodes, {est.node_hours:,.1f} "
