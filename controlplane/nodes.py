@@ -5,7 +5,8 @@ Per node of a pool (``pool.nodes.desired`` of them, or a count the test asks for
   memory less VM overhead, kubeReserved and eviction threshold, pre-allocated 2-MiB huge pages, GPUs, the
   EFA devices the device plugin advertises, max pods), the instance catalog behind it; on a GPU node also its
   pool's own GPU resource, as many as its GPUs (``stackconfig.labels.pool_gpu_resource``: what the platform's
-  advertiser, ``nodes.pool_resource``, writes into the node's status);
+  advertiser, ``nodes.pool_resources``, writes into the node's status); on a head-pool node its head slots
+  (``stackconfig.labels.HEAD_SLOT_RESOURCE``, ``nodes.pool_resources.head_slots``: the advertiser's figure);
 - labels: the pool's and its node setup's (``WorkloadModel.node_labels``), the well-known ones the kubelet
   and EKS set (hostname, OS, architecture, instance type, zone, node group, capacity type) and the EKS
   network-topology labels (``EKS_NETWORK_LAYERS``; simulated: one layer-1 and layer-2 node above the zone's
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import CapacityType, Pool
 from components.gpu_node_setup import registration_taints
 from nodes.marks import PASSED, RESULT_LABEL
+from nodes.pool_resources import head_slots
 from workloads.derive.model import WorkloadModel
 from workloads.derive.resources import EFA, GPU, HUGEPAGES, allocatable
 from workloads.derive.topology import EKS_NETWORK_LAYERS
@@ -49,7 +51,8 @@ def zone(cfg, pool: Pool, index: int) -> str:
 
 def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
     """A node's capacity (= allocatable) as Kubernetes quantities: CPU, memory, pods, root volume, and the
-    huge pages, GPUs (and as many of the pool's own GPU resource) and EFA devices the pool's nodes advertise."""
+    huge pages, GPUs (and as many of the pool's own GPU resource) and EFA devices the pool's nodes advertise; a
+    head-pool node's head slots."""
     alloc = allocatable(pool, model.settings.efa_devices)
     out = {"cpu": f"{alloc.millicpu}m", "memory": str(alloc.memory), "pods": str(alloc.pods),
            "ephemeral-storage": f"{pool.root_volume_gib}Gi"}
@@ -59,6 +62,8 @@ def quantities(pool: Pool, model: WorkloadModel) -> dict[str, str]:
         out[GPU] = out[pool_gpu_resource(pool.name)] = str(alloc.gpus)
     if alloc.efa:
         out[EFA] = str(alloc.efa)
+    if pool.name == model.head_pool.name:
+        out[HEAD_SLOT_RESOURCE] = str(head_slots(model))
     return out
 
 

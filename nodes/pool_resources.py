@@ -1,17 +1,21 @@
 """The GPU resource advertiser's Kubernetes objects: every GPU node advertises its pool's own resource
 (``stackconfig.labels.pool_gpu_resource``) as many as its GPUs, which the team Queues and ResourceQuotas count
-per pool and every team GPU pod requests (docs/design/scheduling.md, "Per-pool guarantees").
+per pool and every team GPU pod requests (docs/design/scheduling.md, "Per-pool guarantees"); every head-pool
+node advertises ``stackconfig.labels.HEAD_SLOT_RESOURCE`` as many as the run heads it holds
+(``workloads.derive.layout.heads_per_node``), which every run head requests one of and the team
+ResourceQuotas bound at ``maxRuns`` (docs/design/tenancy.md, "Head pool").
 
 Guarantees:
-- one DaemonSet (``nodes.advertise``) on every GPU pool's nodes, whether or not the stack's burn-in is on,
-  tolerating exactly the taints the device plugins tolerate (``components.device_plugins.gpu_taints``: the
-  pools', the burn-in's and the quarantine taint), so a node's resource is there before the burn-in lifts its
-  taint; no GPU, a little CPU and memory, a read-only root, the workload image (every GPU node pulls it);
+- one DaemonSet (``nodes.advertise``) on every GPU pool's and the head pool's nodes, whether or not the
+  stack's burn-in is on, tolerating exactly the taints the device plugins tolerate
+  (``components.device_plugins.gpu_taints``: the pools', the burn-in's and the quarantine taint) and the head
+  pool's, so a node's resource is there before the burn-in lifts its taint; no GPU, a little CPU and memory, a read-only root, the workload image (every GPU node pulls it);
 - RBAC: get nodes and patch the nodes' status, nothing else; the admission policy ``rl-gpu-resource-own-node``
   (matched to its account only, ``failurePolicy: Fail``) narrows that to the node its pod runs on (the
-  service-account token's node name, as ``nodes.policy``), to one key of ``status.capacity``: the node's pool
-  resource, equal to its allocatable ``nvidia.com/gpu`` (its healthy GPUs, ``nodes.advertise``); every other part
-  of the status, the labels and annotations as they were;
+  service-account token's node name, as ``nodes.policy``), to one key of ``status.capacity``: on a GPU node its
+  pool resource, equal to its allocatable ``nvidia.com/gpu`` (its healthy GPUs, ``nodes.advertise``), on a
+  head-pool node its head slots, equal to the heads a node holds; every other part of the status, the labels,
+  annotations, finalizers and owner references as they were;
 - default-deny NetworkPolicies: the pods reach the API server (443) and DNS only;
 - ``pulumi up`` does not wait for the DaemonSet (``pulumi.com/skipAwait``): GPU nodes join over many minutes.
 """
@@ -22,8 +26,9 @@ import json
 from pathlib import Path
 
 from components.device_plugins import gpu_taints, tolerations
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
+from workloads.derive.layout import heads_on
 from workloads.derive.model import WorkloadModel
 from workloads.render.common import env_list, labels, pod_security_context, security_context
 from workloads.render.network_policies import ANYWHERE, _tcp, baseline, policy
@@ -41,11 +46,27 @@ SCRIPT_FILES = {"advertise.py": HERE / "advertise.py", "incluster.py": HERE / "i
 OTHER_STATUS = ("allocatable", "phase", "conditions", "addresses", "daemonEndpoints", "nodeInfo", "images",
                 "volumesInUse", "volumesAttached", "config", "runtimeHandlers", "features", "declaredFeatures")
 """Every NodeStatus field but ``capacity`` (Kubernetes v1.35 core/v1 NodeStatus)."""
+UNCHANGED_METADATA = (("labels", "{}"), ("annotations", "{}"), ("finalizers", "[]"), ("ownerReferences", "[]"))
+"""Metadata a status write keeps as it was (field, CEL of its absent value). The node status strategy resets only
+``spec`` (kubernetes pkg/registry/core/node/strategy.go ``nodeStatusStrategy.PrepareForUpdate``): a finalizer would
+keep a removed instance's Node (and its resources, counted by Volcano), an owner reference would let the garbage
+collector delete the Node (review35 C1)."""
 
 
 def resources(m: WorkloadModel) -> dict[str, str]:
     """GPU pool -> its own resource."""
     return {p.name: pool_gpu_resource(p.name) for p in m.pools if p.instance.is_gpu}
+
+
+def head_slots(m: WorkloadModel) -> int:
+    """What a head-pool node advertises of ``HEAD_SLOT_RESOURCE``: the run heads it holds."""
+    return heads_on(m.head, m.settings.efa_devices)
+
+
+def _tolerated(m: WorkloadModel) -> list[dict]:
+    """The GPU pools' taints (``gpu_taints``), then the head pool's that are not among them."""
+    gpu = gpu_taints(m.pools)
+    return tolerations([*gpu, *(t for t in m.head_pool.taints if t not in gpu)])
 
 
 def _meta(name: str, namespace: str | None = NAMESPACE) -> dict:
@@ -64,13 +85,14 @@ def daemonset(m: WorkloadModel) -> dict:
     small = {"cpu": "20m", "memory": "64Mi"}
     c = {"name": "advertise", "image": m.image, "imagePullPolicy": "IfNotPresent",
          "command": ["python3", f"{SCRIPTS_DIR}/advertise.py", "--resources", json.dumps(resources(m), sort_keys=True),
-                     "--pool-label", POOL_LABEL],
+                     "--pool-label", POOL_LABEL,
+                     "--head-pool", m.head_pool.name, "--head-slots", str(head_slots(m))],
          "env": [*env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
                  {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
          "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
          "volumeMounts": [{"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True}]}
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": sorted(resources(m))}]}]}}}
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": sorted({*resources(m), m.head_pool.name})}]}]}}}
     pod_labels = labels(NAME)
     md = _meta(NAME)
     md["annotations"] = {"pulumi.com/skipAwait": "true"}
@@ -78,7 +100,7 @@ def daemonset(m: WorkloadModel) -> dict:
             "spec": {"selector": {"matchLabels": pod_labels},
                      "template": {"metadata": {"labels": pod_labels},
                                   "spec": {"serviceAccountName": ACCOUNT, "securityContext": pod_security_context(),
-                                           "affinity": affinity, "tolerations": tolerations(gpu_taints(m.pools)),
+                                           "affinity": affinity, "tolerations": _tolerated(m),
                                            "containers": [c],
                                            "volumes": [{"name": "scripts", "configMap": {"name": NAME}}]}}}}
 
@@ -92,33 +114,42 @@ def _same(field: str) -> str:
 
 def policy_rules() -> list[tuple[str, str]]:
     """(CEL, message) of ``POLICY``: what a status write of the advertiser's account may change."""
-    meta = " && ".join(f"(has(object.metadata.{f}) ? object.metadata.{f} : {{}}) == "
-                       f"(has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {{}})" for f in ("labels", "annotations"))
+    meta = " && ".join(f"(has(object.metadata.{f}) ? object.metadata.{f} : {empty}) == "
+                       f"(has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {empty})" for f, empty in UNCHANGED_METADATA)
     new, old = "variables.capacity", "variables.oldCapacity"
     alloc = "variables.allocatable"  # the rule above keeps it as it was: the kubelet's, not this write's
     return [
         ("variables.nodeName != '' && object.metadata.name == variables.nodeName",
          "the GPU resource advertiser may write only the node its own pod runs on (service-account token node-name)"),
         (meta + " && " + " && ".join(_same(f) for f in OTHER_STATUS),
-         "the GPU resource advertiser may change only status.capacity"),
+         "the GPU resource advertiser may change only status.capacity (labels, annotations, finalizers and "
+         "ownerReferences as they were)"),
         (f"{new}.all(k, k == variables.key || (k in {old} && {old}[k] == {new}[k]))"
          f" && {old}.all(k, k == variables.key || k in {new})",
-         "the GPU resource advertiser may set only its node's pool resource (variables.resources)"),
-        (f"variables.key == '' || !(variables.key in {new}) || ('{GPU}' in {alloc}"
+         "the GPU resource advertiser may set only its node's pool resource (variables.resources), or on the "
+         f"head pool its {HEAD_SLOT_RESOURCE}"),
+        (f"variables.key in ['', '{HEAD_SLOT_RESOURCE}'] || !(variables.key in {new}) || ('{GPU}' in {alloc}"
          f" && string({new}[variables.key]) == string({alloc}['{GPU}']))",
          f"the GPU resource advertiser sets its node's pool resource to the node's allocatable {GPU}"),
+        (f"variables.key != '{HEAD_SLOT_RESOURCE}' || !(variables.key in {new})"
+         f" || string({new}[variables.key]) == variables.headSlots",
+         f"the GPU resource advertiser sets a head-pool node's {HEAD_SLOT_RESOURCE} to the heads a node holds "
+         "(variables.headSlots)"),
     ]
 
 
-def advertiser_policy(pool_resources: dict[str, str]) -> list[dict]:
-    """``POLICY`` and its binding, for the advertiser's account; ``pool_resources``: GPU pool -> its resource."""
+def advertiser_policy(pool_resources: dict[str, str], head_pool: str, slots: int) -> list[dict]:
+    """``POLICY`` and its binding, for the advertiser's account; ``pool_resources``: GPU pool -> its resource;
+    ``head_pool``'s nodes advertise ``slots`` head slots."""
     capacity = "has({0}.status) && has(dyn({0}.status).capacity) ? dyn({0}.status).capacity : {{}}"
     allocatable = "has(object.status) && has(dyn(object.status).allocatable) ? dyn(object.status).allocatable : {}"
     variables = [("nodeName", _NODE),
                  ("resources", "{" + ", ".join(f"'{p}': '{r}'" for p, r in sorted(pool_resources.items())) + "}"),
                  ("pool", f"has(object.metadata.labels) && '{POOL_LABEL}' in object.metadata.labels"
                           f" ? object.metadata.labels['{POOL_LABEL}'] : ''"),
-                 ("key", "variables.pool in variables.resources ? variables.resources[variables.pool] : ''"),
+                 ("headPool", f"'{head_pool}'"), ("headSlots", f"'{slots}'"),
+                 ("key", "variables.pool in variables.resources ? variables.resources[variables.pool]"
+                         f" : (variables.pool == variables.headPool ? '{HEAD_SLOT_RESOURCE}' : '')"),
                  ("capacity", capacity.format("object")), ("oldCapacity", capacity.format("oldObject")),
                  ("allocatable", allocatable)]
     user = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
@@ -155,6 +186,6 @@ def advertiser_objects(m: WorkloadModel) -> list[dict]:
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
         *baseline(_policy_meta), policy(_policy_meta("allow-api"), None, "GPU resource advertiser -> API server 443/TCP",
                                         egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}]),
-        *advertiser_policy(resources(m)),
+        *advertiser_policy(resources(m), m.head_pool.name, head_slots(m)),
         daemonset(m),
     ]

@@ -16,3 +16,11 @@ def pool_gpu_resource(pool: str) -> str:
     ``^[a-z][a-z0-9-]{0,23}$``) keeps it a valid extended resource name: a domain prefix other than
     ``kubernetes.io``, a name part under 63 characters."""
     return f"{LABEL_PREFIX}/gpu-{pool}"
+
+
+HEAD_SLOT_RESOURCE = f"{LABEL_PREFIX}/head-slot"
+"""The extended resource each node of the head pool advertises, as many as the run heads it holds
+(``workloads.derive.layout.heads_per_node``), and every run head requests one of: a team's ResourceQuota
+bounds it at the team's ``maxRuns`` and counts a Terminating head until its grace ends, so a team's deleted
+runs whose heads still stop take the team's own runs, not another team's head room (docs/design/tenancy.md,
+"Head pool")."""

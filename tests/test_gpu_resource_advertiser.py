@@ -58,14 +58,15 @@ def test_the_advertiser_sets_its_pools_resource_to_the_nodes_gpus_once_they_are_
     assert advertise.wanted(_node(pool="system"), RESOURCES, POOL_LABEL) is None
 
 
-def test_the_daemonset_runs_on_every_gpu_pool_through_the_burn_in_and_registers_its_policy():
+def test_the_daemonset_runs_on_every_gpu_pool_and_the_head_pool_through_the_burn_in_and_registers_its_policy():
     m = derive(variant("p5en-shared", {}))
     objects = advertiser_objects(m)
     ds = next(o for o in objects if o["kind"] == "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     gpu = sorted(p.name for p in m.pools if p.instance.is_gpu)
-    assert term["matchExpressions"] == [{"key": POOL_LABEL, "operator": "In", "values": gpu}]
+    assert term["matchExpressions"] == [{"key": POOL_LABEL, "operator": "In", "values": sorted([*gpu, m.head_pool.name])}]
+    assert m.head_pool.taints == () and m.head_pool.name not in gpu  # so the GPU pools' tolerations are all it needs
     assert pod["tolerations"] == tolerations(gpu_taints(m.pools))  # the burn-in and quarantine taints included
     (c,) = pod["containers"]
     assert json.loads(c["command"][c["command"].index("--resources") + 1]) == {p: pool_gpu_resource(p) for p in gpu}
@@ -143,3 +144,18 @@ def test_the_policy_holds_the_pool_resource_to_the_allocatable_gpus(policy):
                  allocatable={"nvidia.com/gpu": "0"})
     zero = _written(none, lambda n: n["status"]["capacity"].update({"rl.platform/gpu-train": "0"}))
     assert evaluate(policy, request_from("train-000", USER), zero, none) == []
+
+
+def test_the_advertiser_may_not_add_a_finalizer_or_owner_to_its_own_node(policy):
+    """review35 C1: the node status strategy resets only ``spec`` (kubernetes pkg/registry/core/node/strategy.go
+    ``nodeStatusStrategy.PrepareForUpdate``), so a status write could otherwise keep a removed instance's Node
+    (finalizer) or have the garbage collector delete it (owner reference)."""
+    old = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"})
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "0b5e6f1c-0000-4000-8000-000000000000"}
+    edits = {"a finalizer": lambda n: n["metadata"].update(finalizers=["example.com/keep"]),
+             "an owner reference": lambda n: n["metadata"].update(ownerReferences=[owner])}
+    admitted = [what for what, edit in edits.items()
+                if not evaluate(policy, request_from("train-000", USER), _written(old, edit), old)]
+    assert admitted == []
+    kept = _written(old, lambda n: n["metadata"].update(finalizers=["example.com/keep"]))
+    assert evaluate(policy, request_from("train-000", USER), kept, kept) == []  # one already there stays allowed

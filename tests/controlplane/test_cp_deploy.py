@@ -2,7 +2,7 @@
 server (its schemas, the admission plugins EKS enables, the ValidatingAdmissionPolicies the stack itself
 installs, Volcano's webhooks) as the deploying identity, and what the controllers make of them runs where
 it should: each DaemonSet on exactly the nodes meant for it (the watcher on every passed GPU node, a pool's
-burn-in on each of its nodes not yet passed, the GPU resource advertiser on every GPU node), each Deployment's rendered replicas available, each Job done."""
+burn-in on each of its nodes not yet passed, the GPU resource advertiser on every GPU and head-pool node), each Deployment's rendered replicas available, each Job done."""
 
 from __future__ import annotations
 
@@ -57,8 +57,9 @@ def test_every_object_of_the_graph_is_admitted_and_every_daemonset_is_on_its_nod
     platform = _platform(stack)  # deploy raises, naming each refused object
     gpu = [p for p in platform.cfg.pools if p.instance.is_gpu]
     nodes = sum(p.nodes.desired for p in gpu)
+    advertised = nodes + platform.model.head_pool.nodes.desired  # GPU nodes and the head pool's (head slots)
     burn_in = {f"burn-in-{p.name}": (0, 0) for p in gpu}  # every node of a proven platform has passed
-    _daemon_sets_on(platform, {WATCHER: (nodes, nodes), ADVERTISER: (nodes, nodes), **burn_in})
+    _daemon_sets_on(platform, {WATCHER: (nodes, nodes), ADVERTISER: (advertised, advertised), **burn_in})
     # an idle node of each GPU pool back to untested: its pool's burn-in goes there, the watcher leaves it. Only
     # idle nodes: a burn-in pod takes the node's GPUs (p5en-prod's reference RayCluster and the reward replicas
     # hold every node of their pools; there this step is skipped).
@@ -73,11 +74,12 @@ def test_every_object_of_the_graph_is_admitted_and_every_daemonset_is_on_its_nod
         for name in untested.values():
             core.patch_node(name, {"metadata": {"labels": {RESULT_LABEL: None}}})
         _daemon_sets_on(platform, {WATCHER: (nodes - len(untested), nodes - len(untested)),
-                                   ADVERTISER: (nodes, nodes), **burn_in, **{f"burn-in-{pool}": (1, 1) for pool in untested}})
+                                   ADVERTISER: (advertised, advertised), **burn_in,
+                                   **{f"burn-in-{pool}": (1, 1) for pool in untested}})
     finally:
         for name in untested.values():
             core.patch_node(name, {"metadata": {"labels": {RESULT_LABEL: PASSED}}})
-    _daemon_sets_on(platform, {WATCHER: (nodes, nodes), ADVERTISER: (nodes, nodes), **burn_in})
+    _daemon_sets_on(platform, {WATCHER: (nodes, nodes), ADVERTISER: (advertised, advertised), **burn_in})
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -27,7 +27,7 @@ from torchx.specs.overlays import JOIN, set_overlay
 from workloads.derive import layout as L
 from workloads.derive.argv import driver
 from stackconfig.images import with_repository
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 
 from workloads.derive.model import WorkloadModel
 from workloads.render.common import (FSX_CLAIM, RAY_PODS, SHM_VOLUME, container_resources, env_list, placement,
@@ -78,8 +78,10 @@ def worker_script(g: L.Group) -> str:
 
 def resource(g: L.Group) -> specs.Resource:
     """The group's pod resources as TorchX states them: GPUs, and as devices its pool's own GPU resource (as
-    ``render.common.container_resources``), EFA devices and huge pages."""
+    ``render.common.container_resources``), EFA devices and huge pages, the head's head slot."""
     devices = {}
+    if g.head_slots:
+        devices[HEAD_SLOT_RESOURCE] = g.head_slots
     if g.gpus:
         devices[pool_gpu_resource(g.pool.name)] = g.gpus
     if g.efa:

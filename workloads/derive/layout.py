@@ -38,6 +38,8 @@ class Group:
     gpus: int = 0
     efa: int = 0
     hugepages_mi: int = 0
+    head_slots: int = 0
+    """Of ``stackconfig.labels.HEAD_SLOT_RESOURCE`` (requests = limits): 1 for a run's head, else 0."""
     shm_bytes: int = 0
     ray_resources: dict[str, float] = field(default_factory=dict)
     ipc_lock: bool = False
@@ -105,13 +107,18 @@ def ray_head(cfg: "ProgramConfig") -> Group:
     r = cfg.workloads.ray
     mem_g = r.head_memory_gib * GI // 1000 ** 3
     return Group(name="head", pool=head_pool(cfg), replicas=1, cpu=r.head_cpu, memory_g=mem_g,
-                 shm_bytes=(r.head_memory_gib // 4) * GI)
+                 shm_bytes=(r.head_memory_gib // 4) * GI, head_slots=1)
 
 
 def heads_per_node(cfg: "ProgramConfig") -> int:
     """Run heads (``ray_head``) one node of the head pool holds beside its DaemonSets (``resources.usable``)."""
-    head = ray_head(cfg)
-    mcpu, memory = usable(allocatable(head.pool, cfg.workloads.efa_devices))
+    return heads_on(ray_head(cfg), cfg.workloads.efa_devices)
+
+
+def heads_on(head: Group, efa_devices: dict[str, int] | None = None) -> int:
+    """``heads_per_node`` of the head group ``head``: what a head-pool node advertises of
+    ``stackconfig.labels.HEAD_SLOT_RESOURCE`` (``nodes.pool_resources``)."""
+    mcpu, memory = usable(allocatable(head.pool, efa_devices))
     return min(mcpu // (head.cpu * 1000), memory // head.memory_bytes)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import POOL_LABEL, Pool
 
 from workloads.derive import layout as L
@@ -77,8 +77,11 @@ def env_list(env: dict[str, str]) -> list[dict]:
 def container_resources(g: L.Group) -> dict:
     """requests == limits: whole cores, decimal gigabytes, all GPUs and as many of the pool's own GPU
     resource (``stackconfig.labels.pool_gpu_resource``: what the team Queues and ResourceQuotas count per
-    pool, docs/design/scheduling.md "Per-pool guarantees"), all EFA, huge pages."""
+    pool, docs/design/scheduling.md "Per-pool guarantees"), all EFA, huge pages; a run's head its one head slot
+    (``stackconfig.labels.HEAD_SLOT_RESOURCE``: what a team's quota bounds at ``maxRuns``)."""
     r: dict[str, str] = {"cpu": str(g.cpu), "memory": f"{g.memory_g}G"}
+    if g.head_slots:
+        r[HEAD_SLOT_RESOURCE] = str(g.head_slots)
     if g.gpus:
         r[GPU] = str(g.gpus)
         r[pool_gpu_resource(g.pool.name)] = str(g.gpus)

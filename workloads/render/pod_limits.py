@@ -18,6 +18,12 @@ with the numbers derived from the stack's pools and the instance catalog (``deri
 - **The head pool**: a run's head is no bigger than the platform's head (``derive.layout.ray_head``): one
   container, no sidecar, every container within the head's CPU and memory; otherwise two heads could fill
   the head pool and hold every team's gang Pending.
+- **Head slots**: a team pod on the head pool requests exactly one ``stackconfig.labels.HEAD_SLOT_RESOURCE`` in
+  its one container (at most one in an init container, so one for the pod), and a team pod elsewhere none in
+  any container or init container. Head-pool nodes
+  advertise as many as the heads they hold (``nodes.pool_resources``), and the team's ResourceQuota holds
+  them at its ``maxRuns`` (``render.teams.team_resource_quota``), counting a Terminating head until its grace
+  ends: a team's heads, lingering ones included, never take more than its ``maxRuns`` of the head pool.
 - **Termination**: the grace period is at most the platform's ``capacityBlockEnd.checkpointMinutes``, the one
   ``render.runs`` gives a run's pods. Volcano reclaims and preempts with a plain DELETE, so with the pod's
   own grace (volcano v1.15.1 pkg/scheduler/cache/cache.go:270-316, ``defaultEvictor.Evict``); the kubelet
@@ -35,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
 
 from workloads.derive.model import WorkloadModel
@@ -125,6 +131,20 @@ def head_sized(spec: str) -> str:
             f" && (!has({spec}.initContainers) || {spec}.initContainers.all(c, !has(c.restartPolicy) && {within})))")
 
 
+def one_head_slot(spec: str) -> str:
+    """On the head pool, every container (``head_sized``: one) requests exactly one head slot and every init
+    container at most one (a run's head stages its data in an init container of the head's resources,
+    ``render.runs``); elsewhere no container or init container requests any. A pod requests the larger of its
+    containers' sum and its largest init container (``resourcehelper.PodRequests``), so one on the head pool."""
+    slot = f"quantity({request('c', repr(HEAD_SLOT_RESOURCE))})"
+    on_head_pool = _on(spec, f"{spec}.nodeSelector['{POOL_LABEL}'] == variables.headPool")
+
+    def every(containers: str, check: str) -> str:
+        return f"(!has({spec}.{containers}) || {spec}.{containers}.all(c, {slot}.compareTo(quantity('{check[1]}')) {check[0]} 0))"
+    return (f"({on_head_pool} ? {every('containers', ('==', 1))} && {every('initContainers', ('<=', 1))}"
+            f" : {every('containers', ('==', 0))} && {every('initContainers', ('==', 0))})")
+
+
 def per_container(spec: str) -> str:
     """No pod-level ``resources`` (PodLevelResources, on by default since Kubernetes 1.34): Volcano sizes a pod
     by them (volcano v1.15.1 pkg/scheduler/api/pod_info.go:241-254), while the rules above and the team quota's
@@ -156,4 +176,7 @@ def pod_limit_rules(spec: str = "object.spec") -> list[tuple[str, str]]:
         (grace_bounded(spec),
          "a team's pod stops within the platform's checkpoint grace (terminationGracePeriodSeconds at most "
          "variables.graceSeconds, capacityBlockEnd.checkpointMinutes): Volcano reclaims with the pod's own grace"),
+        (one_head_slot(spec),
+         f"a team's pod on the head pool requests exactly one {HEAD_SLOT_RESOURCE} in its container (at most one "
+         "in an init container), and a pod elsewhere none: the team quota counts heads by it, lingering ones included"),
     ]

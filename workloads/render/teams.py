@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from stackconfig.labels import pool_gpu_resource
+from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import Pool
 
 from workloads.derive.layout import Group
@@ -83,8 +83,14 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
       team's share, not the stack's; admission refuses either without GPUs, ``render.admission``);
     - CPU and memory: those GPU nodes plus one run head (``head``) per such node. A pod that states no
       CPU or memory request is then refused. This does not bound what a team puts on the head pool (its
-      CPU figure is the GPU nodes'): admission lets only a run's head onto it, and ``count/rayjobs``
-      (``maxRuns``) bounds how many heads;
+      CPU figure is the GPU nodes'): admission lets only a run's head onto it, at most the platform's head;
+    - head slots: ``maxRuns`` of ``stackconfig.labels.HEAD_SLOT_RESOURCE``, which every team pod on the head
+      pool requests exactly one of (admission, ``render.pod_limits.one_head_slot``). Unlike ``count/rayjobs``,
+      which frees when a RayJob is deleted, this counts a head until it is gone: the quota charges a
+      Terminating pod until its grace period has passed (kubernetes pkg/quota/v1/evaluator/core/pods.go
+      ``QuotaV1Pod``: a pod with ``deletionTimestamp`` and ``deletionGracePeriodSeconds`` is not counted only
+      once ``now`` is past their sum), so a deleted run's head stopping for up to its grace (1800 s, the
+      save on stop) takes this team's ``maxRuns``, never the head room ``validate_head_room`` keeps for the others;
     - counts: ``maxRuns`` RayJobs and Ray clusters, two Services per run (KubeRay's head Service and the
       RayJob's stable one), twice the pods of ``maxRuns`` heads and every GPU node (an attempt's pods
       terminating while the next starts);
@@ -105,6 +111,7 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
     hugepages = sum(allocatable(p).hugepages * n for p, n in caps)
     hard[f"requests.{HUGEPAGES}"] = str(hugepages)
     pods = 2 * (team.max_runs + heads)
+    hard[f"requests.{HEAD_SLOT_RESOURCE}"] = str(team.max_runs)
     hard.update({"count/rayjobs.ray.io": str(team.max_runs), "count/rayclusters.ray.io": str(team.max_runs),
                  "pods": str(pods), "services": str(2 * team.max_runs)})
     hard["requests.ephemeral-storage"] = hard["limits.ephemeral-storage"] = str(team.ephemeral_storage_gib * GI * pods)

@@ -84,10 +84,12 @@ class TeamSettings(SchemaModel):
     priority: int = Field(0, ge=0)
     """Queue priority: Volcano's capacity plugin serves a higher one first (capacity.go:1183-1193)."""
     max_runs: int = Field(3, ge=1, le=64)
-    """RayJobs the team may hold at once (ResourceQuota ``count/rayjobs.ray.io``): each brings one head
-    onto the head pool, so this bounds what the team places there; pods and Services follow from it. The
-    teams' together may not exceed the heads the head pool holds at its desired size
-    (``checks.teams.validate_head_room``): two teams at the default fit two c7i.16xlarge (six heads)."""
+    """RayJobs the team may hold at once (ResourceQuota ``count/rayjobs.ray.io``) and head slots
+    (``requests.rl.platform/head-slot``): each run's head requests one, and the quota counts a stopping
+    head until its grace ends, so the team's heads, a deleted run's included, take at most this many of the
+    head pool; pods and Services follow from it. The teams' together may not exceed the heads the head
+    pool holds at its desired size (``checks.teams.validate_head_room``): two teams at the default fit two
+    c7i.16xlarge (six heads)."""
     ephemeral_storage_gib: int = Field(50, ge=1, le=4096)
     """Local ephemeral storage (container layer, logs, emptyDir on disk) each container may use: the
     LimitRange's default request and limit, and its maximum. The kubelet evicts a pod over its own limit
