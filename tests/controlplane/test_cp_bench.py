@@ -33,7 +33,7 @@ from controlplane import nodes, runs, stack
 from controlplane.kube import eventually
 from controlplane.session import STACK_DIR, platform_of
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("reference-stacks")]
+pytestmark = pytest.mark.controlplane
 EXPERIMENT = ROOT / "experiments" / "example-ab.yaml"
 ARM = "nccl"
 POLL_S = 0.5

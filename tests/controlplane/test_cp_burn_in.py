@@ -28,7 +28,7 @@ from workloads.render.teams import namespace_of
 from controlplane import runs
 from controlplane.kube import eventually
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("small-and-burn-in")]
+pytestmark = pytest.mark.controlplane
 RUN = ROOT / "runs" / "grpo-qwen3-30b.yaml"
 NEEDED = {"train": 8, "rollout": 16}
 """The run's nodes per pool."""

@@ -17,7 +17,7 @@ from controlplane import stack
 from controlplane.kube import eventually
 from controlplane.session import platform_of
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("reference-stacks")]
+pytestmark = pytest.mark.controlplane
 STACKS = ["p5en-prod", "p5en-shared"]
 WATCHER = "burn-in-watch"
 

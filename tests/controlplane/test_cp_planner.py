@@ -53,7 +53,7 @@ from controlplane import runs
 from controlplane.kube import eventually
 from controlplane.platform import Platform
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("small-and-burn-in")]
+pytestmark = pytest.mark.controlplane
 MIXES = int(os.environ.get("MOE_RL_PLANNER_MIXES", "8"))
 SEED = int(os.environ.get("MOE_RL_PLANNER_SEED", "20262002"))
 QUIET_SESSIONS = 3

@@ -29,7 +29,7 @@ from workloads.schema.labels import RUN_LABEL
 from controlplane import runs
 from controlplane.kube import eventually
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("small-and-burn-in")]
+pytestmark = pytest.mark.controlplane
 OWN_RESOURCE = "requests its GPU pool's own resource"
 """The pool resource rule's message (``render.pod_limits.one_pools_gpus``)."""
 NAME = "p5en-pools"

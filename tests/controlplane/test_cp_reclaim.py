@@ -29,7 +29,7 @@ from workloads.schema.labels import RUN_LABEL
 from controlplane import runs
 from controlplane.kube import eventually
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("small-and-burn-in")]
+pytestmark = pytest.mark.controlplane
 SESSIONS = 5
 """Scheduling sessions (the chart's ``scheduler_schedule_period``, 1 s) within which the claim is bound once
 the victims are gone (API timestamps are whole seconds)."""

@@ -34,7 +34,7 @@ from controlplane.versions import COMPONENTS
 from controlplane.kube import eventually
 from controlplane.session import platform_of
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("reference-stacks")]
+pytestmark = pytest.mark.controlplane
 SESSIONS = 5
 """Scheduling sessions (one a second: the chart's ``scheduler_schedule_period``) a waiting run is watched for."""
 

@@ -38,7 +38,7 @@ from controlplane.kube import Kube, eventually, refusal
 from controlplane.operators import KUBERAY_SERVICE_ACCOUNT
 from controlplane.session import platform_of
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.xdist_group("reference-stacks")]
+pytestmark = pytest.mark.controlplane
 BETA_RUN = ROOT / "runs" / "beta-lr-sweep.yaml"
 ALPHA, BETA = namespace_of("alpha"), namespace_of("beta")
 SELF_REVIEWS = {("authorization.k8s.io", "selfsubjectaccessreviews", "create"),
