@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 
 import celpy
 import kubernetes_validate
@@ -78,16 +79,18 @@ def _value(expression: str, activation: dict):
 
 
 def refused(policy: dict, obj: dict | None, operation: str = "CREATE", old: dict | None = None,
-            options: dict | None = None) -> list[str]:
-    """The messages of ``policy``'s validations that ``obj`` fails; an evaluation error fails too
-    (``failurePolicy: Fail``). ``options``: the request's (a DELETE's DeleteOptions)."""
+            options: dict | None = None, first: bool = False) -> list[str]:
+    """The messages of ``policy``'s validations that ``obj`` fails (``first``: the first only, as the API server
+    reports it, the rest not evaluated); an evaluation error fails too (``failurePolicy: Fail``). ``options``:
+    the request's (a DELETE's DeleteOptions)."""
     spec = policy["spec"]
     assert operation in [o for r in spec["matchConstraints"]["resourceRules"] for o in r["operations"]]
     activation = {"object": json_to_cel(obj), "oldObject": json_to_cel(old),
                   "request": json_to_cel({"operation": operation, "namespace": TEAM_NS, "options": options})}
     variables = {v["name"]: _value(v["expression"], activation) for v in spec.get("variables", [])}
     activation["variables"] = celtypes.MapType({celtypes.StringType(k): v for k, v in variables.items()})
-    return [v["message"] for v in spec["validations"] if not _holds(_value(v["expression"], activation))]
+    failed = (v["message"] for v in spec["validations"] if not _holds(_value(v["expression"], activation)))
+    return list(itertools.islice(failed, 1 if first else None))
 
 
 def _holds(result) -> bool:
