@@ -13,11 +13,15 @@ intranode test and the expert-parallel engines), run from a checkout inside the 
   (``workloads.render.acceptance``). DeepEP V2 needs NCCL 2.30.4 or newer (deepseek-ai/DeepEP@dd758caf
   README.md "Requirements"): a host whose torch brings an older NCCL runs it only inside the workload image.
 - ``engines``: FILE is a JSON list of rendered engines (``PYTHONPATH=. python contracts/tests/sglang_engines.py``
-  writes every engine the product renders, with the model's config.json folder; those that fit the host run). Each starts as Miles would start
+  writes every engine the product renders, with the model's config.json folder, and then each expert-parallel
+  experiment arm whose engines span several nodes once more at one node per engine, named "... (one-host
+  variant, not shipped)" with ``variant_of`` its arm's engine: EP over the node's GPUs, DeepEP V2 in the
+  direct mode the platform renders for one node; those whose GPU count fits the host run: the count only, so
+  seed-p5en's variants, DeepSeek's FP8 weights over 8 GPUs, need eight H200s, not H100s). Each starts as Miles would start
   it (``--sglang-*`` flags, TP/EP/DP sizes, the rollout pod's environment) with ``--load-format dummy``
   on the model's config.json (contracts/data/models), answers one request, and stops. Each engine left out is
-  named with why: one across nodes (seed-p5en's Miles EP arms: 16 GPUs over two nodes, the hybrid DeepEP V2
-  path over EFA) needs two hosts, never one; exit 1 when no engine ran.
+  named with why: one across nodes (seed-p5en's and seed-ab's Miles EP arms as shipped: 16 GPUs over two
+  nodes, the hybrid DeepEP V2 path over EFA) needs two hosts, never one; exit 1 when no engine ran.
 
 Standard library, plus torch for ``nccl``; exit 0 only when every check passed.
 """

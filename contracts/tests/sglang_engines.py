@@ -2,7 +2,9 @@
 and declared runs, each run file of runs/ (one per software profile) on the shared stack, each arm of
 experiments/*.yaml on its stack. An engine is the rendered Miles argv (its ``--sglang-*`` flags and layout),
 the rollout pod's environment (the Ray job's env vars over the rollout group's container env), the
-rollout node's GPU memory from the instance catalog and the model's config.json (contracts/data/models)."""
+rollout node's GPU memory from the instance catalog and the model's config.json (contracts/data/models).
+``one_host_variants`` adds, for scripts/gpu_host_checks.py alone, each multi-node expert-parallel arm at one
+node per engine: not shipped engines, and not in ``engines()``."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.experiment import arm_run, load_experiment
+from bench.experiment import arm_run, deep_merge, load_experiment
 from stackconfig.files import stack_names
 from stackconfig.stack import Role
 from workloads.derive.argv import entry_and_flags
@@ -102,6 +104,35 @@ def engines() -> list[Engine]:
     return out
 
 
+ONE_NODE = {"rollout": {"nodesPerEngine": 1}}
+"""The override that makes an arm's one-host variant (run-file fields, as an arm's ``set``)."""
+VARIANT = " at one node per engine (one-host variant, not shipped)"
+
+
+def one_host_variants() -> list[Engine]:
+    """Each experiment arm whose engines span several nodes with expert parallelism (seed-ab's and
+    seed-p5en's miles-nccl and miles-deepep-v2: EP16 over two nodes), once more with the arm's ``set`` plus
+    ``rollout.nodesPerEngine: 1``: EP over one node's GPUs, so one 8-GPU host can start it. Rendered by the
+    same path as the shipped arms (``arm_run`` -> ``run_model``, whose ``run_config`` runs the stack's
+    ``validate_run`` on it): for DeepEP V2 ``moe_backend.choose`` gives ``--sglang-deepep-v2-mode direct``
+    on one node (``hybrid`` across nodes) and ``env.rollout_env`` adds ``EP_DISABLE_GIN=1``. Each spec names
+    the shipped engine it varies in ``variant_of``. The arms' other fields are unchanged, so the variant's
+    memory is sized for the arm's own rollout GPUs (seed-p5en's DeepSeek model needs eight H200s)."""
+    out: list[Engine] = []
+    for path in sorted((ROOT / "experiments").glob("*.yaml")):
+        exp = load_experiment(path)
+        cfg = gate.read(exp.stack)
+        for a in exp.arms:
+            shipped = arm_run(exp, a.name).rollout
+            if shipped.nodes_per_engine == 1 or not shipped.expert_parallel:
+                continue
+            one = exp.model_copy(update={"arms": [a.model_copy(update={"set": deep_merge(a.set, ONE_NODE)})]})
+            name = f"{path.name} arm {a.name} on {exp.stack}"
+            e = engine(name + VARIANT, run_model(cfg, arm_run(one, a.name)))
+            out.append(Engine(e.name, e.sglang, {**e.spec, "variant_of": name}))
+    return out
+
+
 def resolve(batch: list[Engine]) -> list[dict]:
     """One child per SGLang version (its wheel first on the path): each engine's result, in order."""
     version = {e.sglang for e in batch}
@@ -115,5 +146,5 @@ def resolve(batch: list[Engine]) -> list[dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-if __name__ == "__main__":  # the engines as JSON, for scripts/gpu_host_checks.py engines (PYTHONPATH=. from the root)
-    json.dump([e.spec for e in engines()], sys.stdout, indent=1)
+if __name__ == "__main__":  # the engines and the one-host variants as JSON, for scripts/gpu_host_checks.py engines
+    json.dump([e.spec for e in engines() + one_host_variants()], sys.stdout, indent=1)  # (PYTHONPATH=. from the root)
