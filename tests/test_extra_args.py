@@ -132,3 +132,12 @@ def test_a_flag_the_renderer_starts_to_emit_is_refused_with_no_change_to_the_che
     monkeypatch.setattr(extra_args, "miles_argv", lambda c: [*real(c), "--some-new-platform-flag", "2"])
     problem = extra_arg_problem(seen)
     assert problem is not None and problem.startswith("workloads.run.extraArgs: --some-new-platform-flag is set by")
+
+
+@pytest.mark.parametrize("written", [["--custom-config-path", "/tmp/flex.yaml"], ["--custom-config-path=/tmp/flex.yaml"]])
+def test_a_config_file_flag_is_refused_whatever_the_renderer_emits(written):
+    """Miles' --custom-config-path sets each key of its YAML file on the parsed arguments (a file holding
+    ``moe_token_dispatcher_type: flex`` brings back the trainer hang); the flag-by-flag check cannot see in it."""
+    with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --custom-config-path.* sets flags from a "
+                                               r"file"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": written}}})

@@ -155,6 +155,12 @@ def moe_flags() -> set[str]:
     return {t for t in every.sglang_args("--sglang-") + every.megatron_args() if t.startswith("--")}
 
 
+CONFIG_FILE_FLAGS = {"--custom-config-path": "Miles loads the YAML file it names and sets each of its keys on the "
+                                              "parsed arguments, after the command line"}
+"""Flags that set other flags from a file, so any of the platform's (``moe_token_dispatcher_type: flex`` brings back
+the trainer hang): refused whatever the renderer emits."""
+
+
 def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArgs") -> str | None:
     """``<field>: <flag> is set by the platform ...; allowed: ...`` for the first extra flag the platform
     renders (``--flag value`` or ``--flag=value``), else None."""
@@ -162,6 +168,10 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
     if not extra:
         return None
     given = [(t.partition("=")[0], t) for t in extra if t.startswith("--")]
+    for flag, written in given:
+        if flag in CONFIG_FILE_FLAGS:
+            return (f"{field}: {written} sets flags from a file ({CONFIG_FILE_FLAGS[flag]}), the platform's among "
+                    f"them; allowed: each flag in extraArgs itself")
     platform = platform_flags(cfg)
     for flag, written in given:
         if flag in platform:
