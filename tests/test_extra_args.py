@@ -141,3 +141,14 @@ def test_a_config_file_flag_is_refused_whatever_the_renderer_emits(written):
     with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --custom-config-path.* sets flags from a "
                                                r"file"):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": written}}})
+
+
+@pytest.mark.parametrize("alias, rendered", [("--sglang-ep", "--sglang-ep-size"),
+                                             ("--sglang-expert-parallel-size", "--sglang-ep-size"),
+                                             ("--persistent-save-interval", "--save-interval")])
+def test_an_alias_of_a_rendered_flag_is_refused(alias, rendered):
+    """argparse keeps the last value per argument, whatever name set it: an alias undoes the platform's as the
+    rendered name does (SGLang's ServerArgs field, Megatron's dest, from the vendored flag lists)."""
+    with pytest.raises(StackConfigError, match=rf"workloads\.run\.extraArgs: {alias} is set by the platform \(as "
+                                               rf"{rendered}: both set the same argument\)"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": [alias, "8"]}}})

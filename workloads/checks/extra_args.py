@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.checks.flags import argv_pairs
+from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
 from workloads.derive.argv import entry_and_flags, miles_argv, model_args
 from workloads.derive.moe_backend import MoEBackend
 from workloads.derive.profile import run_profile
@@ -172,11 +172,24 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
         if flag in CONFIG_FILE_FLAGS:
             return (f"{field}: {written} sets flags from a file ({CONFIG_FILE_FLAGS[flag]}), the platform's among "
                     f"them; allowed: each flag in extraArgs itself")
-    platform = platform_flags(cfg)
+    pf = profile_flags(cfg.workloads.run.software)
+    platform = {dest(pf, f): f for f in sorted(platform_flags(cfg))}
     for flag, written in given:
-        if flag in platform:
+        if (rendered := platform.get(dest(pf, flag))) is not None:
             moe = moe_flags()
-            return (f"{field}: {written} is set by the platform (workloads/derive/argv.py), and a repeated flag "
-                    f"replaces its value (argparse keeps the last); allowed: leave it out, and set "
-                    f"{replacement(flag, cfg, moe)}")
+            alias = "" if rendered == flag else f" (as {rendered}: both set the same argument)"
+            return (f"{field}: {written} is set by the platform{alias} (workloads/derive/argv.py), and a repeated "
+                    f"flag replaces its value (argparse keeps the last); allowed: leave it out, and set "
+                    f"{replacement(rendered, cfg, moe)}")
     return None
+
+
+def dest(pf: ProfileFlags, flag: str) -> str:
+    """The argument ``flag`` sets, as its parser declares it: SGLang's ServerArgs field behind the ``--sglang-``
+    prefix (``--sglang-ep`` and ``--sglang-ep-size`` both ``ep_size``), the ``dest`` of Megatron's or the
+    framework's declaration (``--persistent-save-interval`` is ``save_interval``), else the flag itself."""
+    if flag.startswith(pf.sglang_prefix):
+        bare = "--" + flag[len(pf.sglang_prefix):]
+        return "sglang:" + pf.sglang.get(bare, bare)
+    decl = pf.framework.get(flag) or pf.megatron.get(flag) or {}
+    return decl.get("dest") or flag.lstrip("-").replace("-", "_")
