@@ -182,10 +182,8 @@ def attempt_hours(exp: Experiment, stack: StackConfig, arm: str) -> float:
     """One attempt of ``arm`` holding its nodes: start-up, every step, and every save at the file system's
     provisioned rate (``storage.save_time``, after the rollouts of ``deadlines.save_steps``): Megatron saves
     synchronously, the run's nodes waiting."""
-    from .deadlines import save_steps
-    from .storage import save_time
-    save = save_time(exp, stack, arm)
-    saves_s = len(save_steps(exp, arm)) * save.seconds if save else 0.0
+    from .deadlines import one_save_s, save_steps
+    saves_s = len(save_steps(exp, arm)) * one_save_s(exp, arm, stack)
     return (exp.estimate.startup_minutes * 60 + exp.total_steps * exp.estimate.step_seconds + saves_s) / 3600
 
 

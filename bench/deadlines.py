@@ -105,14 +105,20 @@ class Deadlines:
                 f"{self.attempt_s / 3600:,.1f} h", f"({self.basis})"]
 
 
+def one_save_s(exp: Experiment, arm: str, cfg: "ProgramConfig") -> float:
+    """Seconds one save of ``arm`` takes on ``cfg``'s file system (``storage.save_time``; 0 when unknown)."""
+    from .storage import save_time
+    save = save_time(exp, cfg, arm)
+    return save.seconds if save is not None else 0.0
+
+
 def deadlines(exp: Experiment, arm: str, cfg: "ProgramConfig") -> Deadlines:
     """The deadlines of ``arm``'s attempts on ``cfg``'s stack (its file system sets the save time)."""
     from .storage import save_time
 
     est, faults = exp.estimate, exp.arm(arm).faults
     startup, step = est.startup_minutes * 60, est.step_seconds
-    save = save_time(exp, cfg, arm)
-    save_s = save.seconds if save is not None else 0.0
+    save, save_s = save_time(exp, cfg, arm), one_save_s(exp, arm, cfg)
     saves = save_steps(exp, arm)
     redo = startup + save_s + arm_run(exp, arm).save_interval * step + save_s
     attempt = startup + save_s + exp.total_steps * step + len(saves) * save_s + len(faults) * redo

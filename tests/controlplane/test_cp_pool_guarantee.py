@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import pytest
 from kubernetes import client
 from small_shared import CHECKPOINT_MINUTES, small_shared
-from test_cp_reclaim import LAG, SESSIONS, _file, _pods, _scheduled
+from test_cp_reclaim import LAG, SESSIONS, _file, _pods, _run_one_by_one, _scheduled
 
 from stackconfig.labels import pool_gpu_resource
 from workloads.checks.run_plan import Planner
@@ -57,9 +57,7 @@ def test_alpha_reclaims_its_train_guarantee_from_beta_above_its_per_pool_shares(
     assert decisions["alpha-claim"].action == "starts" and decisions["beta-2"].action == "preempted", decisions
     grace = CHECKPOINT_MINUTES * 60
     try:
-        for f, (name, team, _, nodes) in zip(files[:3], RUNS[:3]):
-            runs.submit(platform, f, runs.member_of(platform, team))
-            runs.all_running(platform, team, f"{name}-1", 1 + sum(nodes.values()))
+        _run_one_by_one(platform, files[:3], RUNS[:3])
         gpus_only, other_pool = _hostile(core, "beta-1")
         assert POD_POLICY in _refusal(core, gpus_only), "a pod of nvidia.com/gpu alone admitted"
         assert OWN_RESOURCE in _refusal(core, other_pool), "a pod of another pool's resource admitted"

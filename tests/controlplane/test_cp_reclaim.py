@@ -49,6 +49,14 @@ def _file(tmp_path, name: str, team: str, priority: str, nodes: dict):
     return path
 
 
+def _run_one_by_one(platform, files: list, specs) -> None:
+    """Each run of ``files`` (``specs``: its row of a RUNS table) submitted as its team's member, then waited for
+    until all its pods run, before the next."""
+    for f, (name, team, _, nodes) in zip(files, specs):
+        runs.submit(platform, f, runs.member_of(platform, team))
+        runs.all_running(platform, team, f"{name}-1", 1 + sum(nodes.values()))
+
+
 def _pods(core: client.CoreV1Api, team: str) -> list[client.V1Pod]:
     return core.list_namespaced_pod(namespace_of(team), label_selector=RUN_LABEL).items
 
@@ -61,9 +69,7 @@ def test_alpha_reclaims_its_guarantee_from_beta_within_the_grace_period_and_a_fe
     assert decisions["beta-over"].action == "preempted" and decisions["alpha-claim"].action == "starts", decisions
     grace = CHECKPOINT_MINUTES * 60
     try:
-        for f, (name, team, _, nodes) in zip(files[:2], RUNS[:2]):
-            runs.submit(platform, f, runs.member_of(platform, team))
-            runs.all_running(platform, team, f"{name}-1", 1 + sum(nodes.values()))
+        _run_one_by_one(platform, files[:2], RUNS[:2])
         alpha_before = {p.metadata.uid for p in _pods(core, "alpha")}
         runs.submit(platform, files[2], runs.member_of(platform, "alpha"))
         watch = Evictions(core)

@@ -157,6 +157,7 @@ def moe_flags() -> set[str]:
 
 CONFIG_FILE_FLAGS = {"--custom-config-path": "Miles loads the YAML file it names and sets each of its keys on the "
                                               "parsed arguments, after the command line"}
+# radixark/miles 49cac7b5 miles/utils/arguments.py:3475-3480: setattr(args, k, v) for every key of the file.
 """Flags that set other flags from a file, so any of the platform's (``moe_token_dispatcher_type: flex`` brings back
 the trainer hang): refused whatever the renderer emits."""
 
