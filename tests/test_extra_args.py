@@ -5,6 +5,7 @@ its declared runs, ``runs plan``, ``runs submit``, ``bench``) with exit 2; other
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -134,13 +135,28 @@ def test_a_flag_the_renderer_starts_to_emit_is_refused_with_no_change_to_the_che
     assert problem is not None and problem.startswith("workloads.run.extraArgs: --some-new-platform-flag is set by")
 
 
-@pytest.mark.parametrize("written", [["--custom-config-path", "/tmp/flex.yaml"], ["--custom-config-path=/tmp/flex.yaml"]])
-def test_a_config_file_flag_is_refused_whatever_the_renderer_emits(written):
-    """Miles' --custom-config-path sets each key of its YAML file on the parsed arguments (a file holding
-    ``moe_token_dispatcher_type: flex`` brings back the trainer hang); the flag-by-flag check cannot see in it."""
-    with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --custom-config-path.* sets flags from a "
-                                               r"file"):
+@pytest.mark.parametrize("written", [
+    ["--custom-config-path", "/tmp/flex.yaml"], ["--custom-config-path=/tmp/flex.yaml"],  # Miles: every key set on args
+    ["--yaml-cfg", "/tmp/megatron.yaml"],  # Megatron: the whole namespace replaced by the file's
+    ["--sglang-config", "/tmp/engines.yaml"],  # Miles: engine groups and ServerArgs overrides applied last
+    ["--sglang-cuda-graph-config", '{"decode": {"max_bs": 1024}}'],  # SGLang: the JSON over --cuda-graph-*
+    ["--sglang-json-model-override-args", '{"num_experts_per_tok": 16}'],  # SGLang: the engines' model config
+    ["--sglang-decrypted-config-file", "other.json"],  # SGLang: another config.json for the engines' model
+    ["--nccl-communicator-config-path", "/tmp/nccl.yaml"]])  # Megatron: NCCL's network per process group
+def test_a_flag_that_takes_settings_from_a_file_or_json_is_refused_whatever_the_renderer_emits(written):
+    """Each of these loads settings the flag-by-flag check cannot see (a file holding
+    ``moe_token_dispatcher_type: flex`` brings back the trainer hang); traced in workloads/checks/extra_args_traced.py."""
+    with pytest.raises(StackConfigError, match=rf"workloads\.run\.extraArgs: {re.escape(written[0])}.* takes settings "
+                                               rf"from a file or JSON \(.*\), the platform's among them; allowed: "):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": written}}})
+
+
+def test_a_file_flag_that_sets_none_of_the_platforms_settings_stays_accepted():
+    """Traced and left allowed (extra_args_traced's docstring): Megatron's --use-checkpoint-args never runs on
+    Miles' parse path, Miles' --eval-config holds evaluation data sets, SGLang's --deepep-config is the legacy
+    DeepEP dispatcher's alone."""
+    assert variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
+        "--use-checkpoint-args", "--eval-config", "/tmp/eval.yaml", "--sglang-deepep-config", "{}"]}}})
 
 
 @pytest.mark.parametrize("alias, rendered", [("--sglang-ep", "--sglang-ep-size"),

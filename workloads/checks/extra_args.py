@@ -12,7 +12,8 @@ rendered once per variant of the run (each boolean field of the run flipped, eac
 each of its values, each zero number made positive: one field at a time; variants the rules refuse are
 skipped), and every flag of the MoE backend (``MoEBackend`` with all its fields set: the SGLang all-to-all,
 runner and DeepEP modes, the Megatron dispatcher). A flag the renderer starts to emit is refused with no
-change here; ``REPLACEMENT`` only words the refusal.
+change here; ``REPLACEMENT`` only words the refusal. Flags that take settings from a file or JSON
+(``workloads.checks.extra_args_traced``) are refused first, whatever the renderer emits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from workloads.checks.extra_args_traced import config_file_problem
 from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
 from workloads.derive.argv import entry_and_flags, miles_argv, model_args
 from workloads.derive.moe_backend import MoEBackend
@@ -155,25 +157,18 @@ def moe_flags() -> set[str]:
     return {t for t in every.sglang_args("--sglang-") + every.megatron_args() if t.startswith("--")}
 
 
-CONFIG_FILE_FLAGS = {"--custom-config-path": "Miles loads the YAML file it names and sets each of its keys on the "
-                                              "parsed arguments, after the command line"}
-# radixark/miles 49cac7b5 miles/utils/arguments.py:3475-3480: setattr(args, k, v) for every key of the file.
-"""Flags that set other flags from a file, so any of the platform's (``moe_token_dispatcher_type: flex`` brings back
-the trainer hang): refused whatever the renderer emits."""
-
-
 def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArgs") -> str | None:
-    """``<field>: <flag> is set by the platform ...; allowed: ...`` for the first extra flag the platform
-    renders (``--flag value`` or ``--flag=value``), else None."""
+    """``<field>: <flag> ...; allowed: ...`` for the first extra flag that takes settings from a file or JSON
+    (``extra_args_traced.CONFIG_FILE_ARGS``), else for the first the platform renders (``--flag value`` or
+    ``--flag=value``), else None."""
     extra = cfg.workloads.run.extra_args
     if not extra:
         return None
     given = [(t.partition("=")[0], t) for t in extra if t.startswith("--")]
-    for flag, written in given:
-        if flag in CONFIG_FILE_FLAGS:
-            return (f"{field}: {written} sets flags from a file ({CONFIG_FILE_FLAGS[flag]}), the platform's among "
-                    f"them; allowed: each flag in extraArgs itself")
     pf = profile_flags(cfg.workloads.run.software)
+    for flag, written in given:
+        if (problem := config_file_problem(dest(pf, flag), written, field)) is not None:
+            return problem
     platform = {dest(pf, f): f for f in sorted(platform_flags(cfg))}
     for flag, written in given:
         if (rendered := platform.get(dest(pf, flag))) is not None:

@@ -1,0 +1,80 @@
+"""Flags of ``extraArgs`` refused for what their upstream code does, not because the renderer emits them
+(``workloads.checks.extra_args`` refuses those): each was traced at the pinned versions (radixark/miles
+49cac7b5, radixark/Megatron-LM 235952df, the sglang 0.5.19 wheel), and each key is the argument a flag sets
+as ``extra_args.dest`` names it (``"sglang:<ServerArgs field>"`` behind ``--sglang-``, else the parser's
+dest), so every alias of a refused flag is refused with it.
+
+``CONFIG_FILE_ARGS``: flags that take settings from a file or a JSON value, so a setting the platform renders
+can come back through them, past the flag-by-flag check. Traced and left allowed, because they set no setting
+the platform renders:
+
+- Megatron ``--use-checkpoint-args`` / ``--use-mp-args-from-checkpoint-args``: read only by
+  ``parse_and_validate_args`` (235952df megatron/training/arguments.py:105-120), which Miles never calls: it
+  calls Megatron's ``parse_args`` and ``validate_args`` itself (miles/utils/arguments.py:2676,
+  miles/backends/megatron_utils/arguments.py:4), so they have no effect.
+- Megatron ``--heterogeneous-layers-config-path`` / ``-encoded-json``: compares the architecture flags with
+  the file and raises on a difference (arguments.py:189-265); it sets none of them.
+- Megatron ``--kitchen-config-file``, ``--te-precision-config-file`` (a quantization recipe,
+  megatron/training/argument_utils.py:483-495), ``--tp-comm-overlap-cfg``, the data-path files: their own
+  subsystem's settings, none the platform renders.
+- Miles ``--eval-config``: evaluation data sets and their sampling defaults only (miles/utils/arguments.py:
+  2754-2769). Miles' ``--config`` is the FSDP backend's (miles/backends/fsdp_utils/arguments.py:71): no
+  profile's flag list accepts it, so ``argv_problems`` already refuses it.
+- SGLang ``--deepep-config``: read only by the legacy DeepEP dispatcher (sglang/srt/layers/moe/token_dispatcher/
+  deepep.py:334-354: its SM count and normal-mode chunk configs); DeepEP V2 never reads it and the platform
+  sets no legacy DeepEP size. SGLang's other ``*-config`` flags (speculative, sparse-KV, KV-event, multimodal,
+  loader, cache backends) are read by their own subsystems only.
+- Miles' ``--custom-*-path`` hooks name Python code, which can do anything; no check here can read it.
+"""
+
+from __future__ import annotations
+
+EACH_FLAG = "each flag in extraArgs itself"
+
+CONFIG_FILE_ARGS: dict[str, tuple[str, str]] = {
+    # radixark/miles 49cac7b5 miles/utils/arguments.py:3475-3480 (miles_validate_args, called after the parse,
+    # :2708): setattr(args, k, v) for every key of the file.
+    "custom_config_path": ("Miles loads the YAML file it names and sets each of its keys on the parsed arguments, "
+                           "after the command line", EACH_FLAG),
+    # radixark/Megatron-LM 235952df megatron/training/arguments.py:155-158 (37f91617 :105-109, 3714d81 :111-115):
+    # args = load_yaml(args.yaml_cfg), megatron/training/yaml_arguments.py:499-516 ("argparse arguments will be
+    # ignored"); Miles parses through that function (miles/utils/arguments.py:2676).
+    "yaml_cfg": ("Megatron replaces every parsed argument with the YAML file's, the command line ignored", EACH_FLAG),
+    # Miles 49cac7b5 miles/ray/rollout/rollout_server.py:136-146 and :45-74: the YAML's server groups give the
+    # engines, each with its own GPUs per engine and ServerArgs overrides; miles/backends/sglang_utils/
+    # sglang_engine.py:799-801 applies the overrides last ("a per-group override wins over every args-derived
+    # default"). SGLang's own --config is not passed through (Miles' _SKIPPED_SERVER_ARGS, arguments.py:39-41).
+    "sglang:config": ("Miles deploys the rollout engines from the YAML file: GPUs per engine and any SGLang "
+                      "setting per server group, applied over the --sglang-* flags",
+                      "workloads.run.rollout, and each --sglang- flag in extraArgs itself"),
+    # sglang 0.5.19 sglang/srt/arg_groups/cuda_graph_hook.py:91-96: the JSON is applied last, over the
+    # --cuda-graph-* flags (server_args.py:1851-1858 "JSON wins over the per-phase --cuda-graph-* convenience
+    # flags and over legacy flags"), the rendered --cuda-graph-max-bs included.
+    "sglang:cuda_graph_config": ("SGLang takes the CUDA-graph settings in the JSON over the --cuda-graph-* flags",
+                                 EACH_FLAG),
+    # sglang 0.5.19 sglang/srt/configs/model_config.py:328, 336-341 and utils/hf_transformers/config.py:266-275:
+    # each key of the JSON is set on the engines' model config (hidden size, top-k, experts, ...).
+    "sglang:json_model_override_args": ("SGLang sets each key of the JSON on the engines' model config",
+                                        "workloads.run.model (and modelArgs)"),
+    # sglang 0.5.19 sglang/srt/configs/model_config.py:330-331, 616-620: the engines' model config is read from
+    # this file instead of the checkpoint's config.json.
+    "sglang:decrypted_config_file": ("SGLang reads the engines' model config from that file instead of the "
+                                     "checkpoint's config.json", "workloads.run.model"),
+    # Megatron-LM 235952df megatron/core/parallel_state.py:751-762 loads the YAML, get_nccl_options :149-179 sets
+    # per process group NCCL's net_name (IB or socket) and CTA counts; Miles passes the path
+    # (miles/backends/megatron_utils/initialize.py:45-56).
+    "nccl_communicator_config_path": ("Megatron sets NCCL's network (IB or socket) and CTA counts per process "
+                                      "group from the YAML file",
+                                      "nothing per run: the platform sets NCCL's environment (workloads/derive/env.py)"),
+}
+"""The argument -> (what its upstream code does with the file or JSON, what to set instead)."""
+
+
+def config_file_problem(key: str, written: str, field: str) -> str | None:
+    """``<field>: <written> takes settings from a file or JSON (...); allowed: ...`` for a ``CONFIG_FILE_ARGS``
+    key, else None."""
+    if key not in CONFIG_FILE_ARGS:
+        return None
+    what, allowed = CONFIG_FILE_ARGS[key]
+    return (f"{field}: {written} takes settings from a file or JSON ({what}), the platform's among them; "
+            f"allowed: {allowed}")
