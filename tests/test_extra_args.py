@@ -168,3 +168,41 @@ def test_an_alias_of_a_rendered_flag_is_refused(alias, rendered):
     with pytest.raises(StackConfigError, match=rf"workloads\.run\.extraArgs: {alias} is set by the platform \(as "
                                                rf"{rendered}: both set the same argument\)"):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": [alias, "8"]}}})
+
+
+BUDGET_FLAGS = [["--sglang-cuda-graph-bs", "1024"], ["--sglang-cuda-graph-bs-decode", "1", "1024"],
+                ["--sglang-cuda-graph-max-bs-prefill", "16384"], ["--sglang-piecewise-cuda-graph-tokens", "16384"],
+                ["--sglang-cuda-graph-backend-prefill", "breakable"], ["--sglang-enable-breakable-cuda-graph"],
+                ["--sglang-pp-size", "2"], ["--sglang-pipeline-parallel-size", "2"],
+                ["--sglang-speculative-algorithm", "EAGLE"]]
+"""Flags that change what the DeepEP V2 budget sized (workloads/checks/extra_args_traced.py BUDGET_ARGS), aliases
+included: the decode graph's batch, the prefill graph's sizes and backend, the pipeline stages, speculative tokens."""
+
+
+@pytest.mark.parametrize("written", BUDGET_FLAGS)
+def test_a_flag_that_changes_what_the_deepep_v2_budget_sized_is_refused_naming_the_budget(written):
+    cfg = gate.read("p5en-prod")
+    assert extra_args.rollout_budget(cfg) is not None  # miles-deepep-v2: every run there has the budget
+    with pytest.raises(StackConfigError, match=rf"workloads\.run\.extraArgs: {re.escape(written[0])} changes what the "
+                                               rf"DeepEP V2 rollout budget sizes \(.*\); allowed: leave it out, and set "
+                                               rf"workloads\.run\.rollout \(the DeepEP V2 budget sizes it"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": written}}})
+
+
+def test_budget_flags_stay_accepted_where_no_budget_applies_and_those_that_only_lower_it_everywhere():
+    """SGLang 0.5.19 only lowers the KV pool to --max-total-tokens and bounds a prefill batch by the budget's
+    chunk whatever --max-prefill-tokens says (extra_args_traced's BUDGET_ARGS docstring); miles-0.1 has no budget."""
+    lowering = ["--sglang-max-total-tokens", "100000", "--sglang-max-prefill-tokens", "4096"]
+    assert variant("p5en-prod", {"workloads": {"run": {"extraArgs": lowering}}})
+    cfg = gate.read("p5en-shared")
+    assert cfg.workloads.run.software == "miles-0.1" and extra_args.rollout_budget(cfg) is None
+    assert variant("p5en-shared", {"workloads": {"run": {"extraArgs": [*lowering, "--sglang-cuda-graph-bs", "1024"]}}})
+
+
+def test_a_budget_flag_in_a_run_file_is_refused_by_runs_plan(tmp_path, capsys):
+    doc = yaml.safe_load(V2_RUN.read_text())
+    path = tmp_path / "graph.yaml"
+    path.write_text(yaml.safe_dump(doc | {"extraArgs": ["--sglang-cuda-graph-bs=1024"]}))
+    assert runs_main(["plan", SHARED, str(path)]) == 2  # the run file names software miles-deepep-v2
+    assert capsys.readouterr().err.startswith(f"runs: {path}: extraArgs: --sglang-cuda-graph-bs=1024 changes what the "
+                                              f"DeepEP V2 rollout budget sizes")

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.checks.extra_args_traced import config_file_problem
+from workloads.checks.extra_args_traced import budget_problem, config_file_problem
 from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
-from workloads.derive.argv import entry_and_flags, miles_argv, model_args
+from workloads.derive.argv import entry_and_flags, miles_argv, model_args, rollout_budget
 from workloads.derive.moe_backend import MoEBackend
 from workloads.derive.profile import run_profile
 
@@ -160,7 +160,8 @@ def moe_flags() -> set[str]:
 def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArgs") -> str | None:
     """``<field>: <flag> ...; allowed: ...`` for the first extra flag that takes settings from a file or JSON
     (``extra_args_traced.CONFIG_FILE_ARGS``), else for the first the platform renders (``--flag value`` or
-    ``--flag=value``), else None."""
+    ``--flag=value``), else, where the run has a DeepEP V2 rollout budget, for the first that changes what it
+    sized (``extra_args_traced.BUDGET_ARGS``), else None."""
     extra = cfg.workloads.run.extra_args
     if not extra:
         return None
@@ -177,6 +178,10 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
             return (f"{field}: {written} is set by the platform{alias} (workloads/derive/argv.py), and a repeated "
                     f"flag replaces its value (argparse keeps the last); allowed: leave it out, and set "
                     f"{replacement(rendered, cfg, moe)}")
+    if rollout_budget(cfg) is not None:
+        for flag, written in given:
+            if (problem := budget_problem(dest(pf, flag), written, field)) is not None:
+                return problem
     return None
 
 

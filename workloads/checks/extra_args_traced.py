@@ -78,3 +78,55 @@ def config_file_problem(key: str, written: str, field: str) -> str | None:
     what, allowed = CONFIG_FILE_ARGS[key]
     return (f"{field}: {written} takes settings from a file or JSON ({what}), the platform's among them; "
             f"allowed: {allowed}")
+
+
+BUDGET = "workloads.run.rollout (the DeepEP V2 budget sizes it: workloads/derive/sglang_budget.py)"
+BUDGET_ARGS: dict[str, str] = {
+    # sglang 0.5.19 sglang/srt/arg_groups/memory_hook.py:154-159: an explicit list makes its largest size the
+    # decode graph's max batch, over the rendered --cuda-graph-max-bs the budget sized its reserve and buffer for.
+    "sglang:cuda_graph_bs_decode": "its largest size becomes the decode CUDA graph's batch, over the rendered "
+                                   "--sglang-cuda-graph-max-bs",
+    # memory_hook.py:185-192, 219-221: the prefill graph's sizes come from the prefill chunk (2048 tokens with MLA),
+    # which the budget sizes; reserve_for_graph_mb (:316-324) counts them outside the static memory fraction.
+    "sglang:cuda_graph_max_bs_prefill": "it sets the prefill CUDA graph's sizes, which SGLang derives from the "
+                                        "prefill chunk the budget sizes",
+    "sglang:cuda_graph_bs_prefill": "it sets the prefill CUDA graph's sizes, which SGLang derives from the prefill "
+                                    "chunk the budget sizes",
+    # cuda_graph_hook.py:106-115: an explicit prefill backend skips SGLang's rules that turn the prefill graph off
+    # for DP attention and all-to-all backends (:169-323), so it captures up to the prefill graph's largest size
+    # per rank, which SGLang's DeepEP V2 check does not bound (moe_hook.py:379-423 checks the chunk and the
+    # decode graph only). Refused whatever the backend, disabled included (its deprecated aliases set it too).
+    "sglang:cuda_graph_backend_prefill": "an explicit prefill graph backend skips SGLang's rules that turn that "
+                                         "graph off for DP attention and all-to-all engines",
+    # memory_hook.py:236, 253 reserve tp_size * pp_size / 8 GiB; overrides.py:1832-1833 grows prefill chunks toward
+    # --max-prefill-tokens under PP dynamic chunking. Miles passes it beside tp_size = every GPU of the engine
+    # (miles 49cac7b5 miles/backends/sglang_utils/sglang_engine.py:731-733).
+    "sglang:pp_size": "the budget sizes an engine of one pipeline stage",
+    # moe_hook.py:410-423: the decode graph's tokens are its batch times the draft tokens per request, against
+    # the per-rank capacity the budget sizes for one token per request (and :362-376 refuses a DeepEP V2 draft).
+    "sglang:speculative_algorithm": "speculative decoding multiplies the decode graph's tokens by the draft "
+                                    "tokens, and the budget sizes one token per request",
+}
+"""Arguments refused when the run has a DeepEP V2 rollout budget (``workloads.derive.argv.rollout_budget``):
+they change what it sized (prefill chunk, decode graph batch, request pool, static memory, buffer capacity),
+beside the flags it renders. Read in sglang 0.5.19 and left allowed:
+
+- ``--max-total-tokens``: only lowers the KV pool the static fraction gives (mem_cache/kv_cache_configurator.py:
+  2082-2091, a larger value is ignored with a warning) and the prefill graph's largest size (memory_hook.py:
+  206-210), so it frees memory and cannot take the buffer's.
+- ``--max-prefill-tokens``: with the budget's chunked prefill on, a prefill batch is bounded by the chunk and
+  this only lowers it (managers/schedule_policy.py:821-822; the :1239-1246 bound applies without chunking);
+  SGLang's DeepEP V2 check and memory reserve read the chunk, not it (moe_hook.py:386-389, overrides.py:1822-1834,
+  memory_hook.py:243-248), except under PP dynamic chunking (``pp_size`` is refused above).
+- ``--disable-cuda-graph``, ``--cuda-graph-backend-decode`` and the other off-switches: a graph turned off frees
+  the memory reserved for it; the decode graph's backend does not change its sizes.
+"""
+
+
+def budget_problem(key: str, written: str, field: str) -> str | None:
+    """``<field>: <written> changes what the DeepEP V2 rollout budget sizes (...); allowed: ...`` for a
+    ``BUDGET_ARGS`` key, else None (call it only where the run has a budget)."""
+    if key not in BUDGET_ARGS:
+        return None
+    return (f"{field}: {written} changes what the DeepEP V2 rollout budget sizes ({BUDGET_ARGS[key]}); allowed: "
+            f"leave it out, and set {BUDGET}")
