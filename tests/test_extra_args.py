@@ -206,3 +206,13 @@ def test_a_budget_flag_in_a_run_file_is_refused_by_runs_plan(tmp_path, capsys):
     assert runs_main(["plan", SHARED, str(path)]) == 2  # the run file names software miles-deepep-v2
     assert capsys.readouterr().err.startswith(f"runs: {path}: extraArgs: --sglang-cuda-graph-bs=1024 changes what the "
                                               f"DeepEP V2 rollout budget sizes")
+
+
+def test_a_flag_the_platform_renders_only_for_another_pool_is_refused_on_this_one():
+    """--use-fault-tolerance is rendered only for a Spot rollout pool (workloads/derive/argv.py); the run's variants
+    never change its pools, so on an on-demand pool it is refused as a REPLACEMENT key."""
+    cfg = gate.read("p5en-prod")
+    assert "--use-fault-tolerance" not in miles_argv(cfg)  # p5en-prod's rollout pool is on-demand
+    with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --use-fault-tolerance is set by the "
+                                               r"platform .* allowed: leave it out, and set the rollout pool's capacity"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": ["--use-fault-tolerance"]}}})

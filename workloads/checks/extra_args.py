@@ -11,8 +11,9 @@ The refused set is read from the renderer, not listed here: the flags of the run
 rendered once per variant of the run (each boolean field of the run flipped, each enum and literal field at
 each of its values, each zero number made positive: one field at a time; variants the rules refuse are
 skipped), and every flag of the MoE backend (``MoEBackend`` with all its fields set: the SGLang all-to-all,
-runner and DeepEP modes, the Megatron dispatcher). A flag the renderer starts to emit is refused with no
-change here; ``REPLACEMENT`` only words the refusal. Flags that take settings from a file or JSON
+runner and DeepEP modes, the Megatron dispatcher), and every ``REPLACEMENT`` key, whatever the pools (a flag
+rendered only for a Spot rollout pool is refused on an on-demand one). A flag the renderer starts to emit is
+refused with no change here; ``REPLACEMENT`` words the refusal. Flags that take settings from a file or JSON
 (``workloads.checks.extra_args_traced``) are refused first, whatever the renderer emits.
 """
 
@@ -68,7 +69,8 @@ REPLACEMENT: dict[str, str] = {
     "--save-retain-interval": "workloads.run.saveInterval",
 }
 """What to change instead, where the renderer's input is not the field of the flag's own name (``--lr`` is
-``grpo.lr``: found by name). Wording only: the refused set does not come from here."""
+``grpo.lr``: found by name). Every key is refused too, whatever this run renders: some are rendered from inputs
+the run's variants do not vary (``--use-fault-tolerance`` only for a Spot rollout pool)."""
 
 
 def _camel(name: str) -> str:
@@ -137,8 +139,10 @@ def _flags(argv: list[str]) -> set[str]:
 
 
 def platform_flags(cfg: "ProgramConfig") -> set[str]:
-    """Every flag the renderer sets for this run or for a one-field variant of it, and every MoE backend flag
-    (``MoEBackend.sglang_args`` behind the profile's ``--sglang-`` prefix, ``megatron_args``)."""
+    """Every flag the renderer sets for this run or for a one-field variant of it, every MoE backend flag
+    (``MoEBackend.sglang_args`` behind the profile's ``--sglang-`` prefix, ``megatron_args``) and every
+    ``REPLACEMENT`` key (the variants vary the run, not its pools: ``--use-fault-tolerance`` on an on-demand
+    rollout pool)."""
     run = cfg.workloads.run
     bare = run.model_copy(update={"extra_args": []})
     out: set[str] = set()
@@ -149,7 +153,7 @@ def platform_flags(cfg: "ProgramConfig") -> set[str]:
         except ValueError:  # a variant the rules refuse renders nothing
             if variant is bare:
                 raise
-    return out | moe_flags()
+    return out | moe_flags() | set(REPLACEMENT)
 
 
 def moe_flags() -> set[str]:
