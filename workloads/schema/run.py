@@ -155,7 +155,8 @@ class RunBase(SchemaModel):
     rollout: RolloutSettings = RolloutSettings()
     deepep: DeepEPSettings = DeepEPSettings()
     extra_args: list[str] = []
-    """Further Miles/Megatron/``--sglang-*`` flags, appended last; checked against the flag lists."""
+    """Further Miles/Megatron/``--sglang-*`` flags, appended last; checked against the flag lists, and refused
+    where they would replace what the platform sets (docs/reference/errors.md)."""
     attempt: int = Field(1, ge=1)
     """RayJob attempt: a finished RayJob is not run again; raising this names a new RayJob
     (``<name>-<attempt>``). Miles resumes from the last complete checkpoint in ``--load`` (the same
