@@ -39,7 +39,10 @@ when ``ibstat`` names the NIC ``EP_NIC_NAME`` (default ``mlx5_0``) with CA type 
 21, 223-242); EFA has no such NIC, so 129. On that tree a 24-SM dispatch then uses 129 QPs, more than
 aws-ofi-nccl's 128-slot GIN request ring (awslabs/awsome-distributed-ai 3.test_cases/pytorch/nemo-rl/
 deepep-v2-efa/README.md, trap 2): the image builds amazon-contributing/DeepEP only with its QP clamp, which
-uses fewer (workloads/image/Dockerfile ``# contract: deepep-tree``). The rank check below counts 0.1.2's QPs."""
+uses fewer (workloads/image/Dockerfile ``# contract: deepep-tree``). The rank check below counts stock 0.1.2's
+QPs, so its bound is that library's, not the image's: the fork's clamp changes the QP count (at most 17 GIN
+contexts on the fork's C++ trees), and what bound its kernels need has not been measured (``python -m bench``
+on two nodes)."""
 
 
 def hybrid_qps(num_sms: int) -> int:
@@ -52,15 +55,18 @@ def hybrid_qps(num_sms: int) -> int:
 
 def check_hybrid_ranks(nodes: int, ranks: int) -> None:
     """ValueError naming ``workloads.run.rollout.nodesPerEngine`` when an engine has more ranks than the QPs
-    ``HYBRID_NUM_SMS`` gives it; the allowed count is in whole nodes of ``ranks // nodes`` GPUs."""
+    ``HYBRID_NUM_SMS`` gives it on stock sgl-deep-ep 0.1.2 (``hybrid_qps``); the allowed count is in whole nodes
+    of ``ranks // nodes`` GPUs. The bound is stock 0.1.2's: the image's DeepEP clamps its QPs, which changes it
+    (``AUTO_HYBRID_QPS``)."""
     qps = hybrid_qps(HYBRID_NUM_SMS)
     if ranks > qps:
         per_node = ranks // nodes
         most = qps // per_node
         raise ValueError(f"workloads.run.rollout.nodesPerEngine: {nodes} nodes per engine are {ranks} DeepEP V2 "
-                         f"ranks, more than the {qps} QPs its hybrid mode uses ({HYBRID_NUM_SMS} SMs; fewer QPs "
-                         f"than ranks hangs the first dispatch); allowed: at most {most} nodes per engine "
-                         f"({most * per_node} GPUs)")
+                         f"ranks, more than the {qps} QPs stock sgl-deep-ep 0.1.2's hybrid mode uses at "
+                         f"{HYBRID_NUM_SMS} SMs (fewer QPs than ranks hangs its first dispatch; the image's DeepEP "
+                         f"clamps its QPs, which changes this bound, not measured); allowed: at most {most} nodes "
+                         f"per engine ({most * per_node} GPUs)")
 
 
 def memory_defaults(gpu_mib: int, tp: int) -> tuple[int, int]:
