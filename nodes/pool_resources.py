@@ -13,9 +13,11 @@ Guarantees:
 - RBAC: get nodes and patch the nodes' status, nothing else; the admission policy ``rl-gpu-resource-own-node``
   (matched to its account only, ``failurePolicy: Fail``) narrows that to the node its pod runs on (the
   service-account token's node name, as ``nodes.policy``), to one key of ``status.capacity``: on a GPU node its
-  pool resource, equal to its allocatable ``nvidia.com/gpu`` (its healthy GPUs, ``nodes.advertise``), on a
-  head-pool node its head slots, equal to the heads a node holds; every other part of the status, the labels,
-  annotations, finalizers and owner references as they were;
+  pool resource, equal to 0 or its allocatable ``nvidia.com/gpu`` (its healthy GPUs) and never removed (the
+  advertiser writes 0 while no run pod may land there: under the burn-in or quarantine taint, cordoned, or
+  fewer healthy GPUs than a run pod takes, ``whole_node_gpus``; ``nodes.advertise``), on a head-pool node its
+  head slots, equal to the heads a node holds; every other part of the status, the labels, annotations,
+  finalizers and owner references as they were;
 - default-deny NetworkPolicies: the pods reach the API server (443) and DNS only;
 - ``pulumi up`` does not wait for the DaemonSet (``pulumi.com/skipAwait``): GPU nodes join over many minutes.
 """
@@ -26,6 +28,7 @@ import json
 from pathlib import Path
 
 from components.device_plugins import gpu_taints, tolerations
+from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
 from workloads.derive.layout import heads_on
@@ -51,11 +54,19 @@ UNCHANGED_METADATA = (("labels", "{}"), ("annotations", "{}"), ("finalizers", "[
 ``spec`` (kubernetes pkg/registry/core/node/strategy.go ``nodeStatusStrategy.PrepareForUpdate``): a finalizer would
 keep a removed instance's Node (and its resources, counted by Volcano), an owner reference would let the garbage
 collector delete the Node (review35 C1)."""
+RUN_BLOCKING_TAINTS = (BURN_IN_TAINT.key, QUARANTINE_TAINT.key)
+"""The taints (keys) under which a GPU node advertises 0 of its pool resource: no run pod tolerates them."""
 
 
 def resources(m: WorkloadModel) -> dict[str, str]:
     """GPU pool -> its own resource."""
     return {p.name: pool_gpu_resource(p.name) for p in m.pools if p.instance.is_gpu}
+
+
+def whole_node_gpus(m: WorkloadModel) -> dict[str, int]:
+    """GPU pool -> the GPUs a run's pod there takes, all of a node's (the instance catalog's count, as
+    ``workloads.derive.layout`` sizes the pod): a node with fewer allocatable advertises 0."""
+    return {p.name: p.instance.gpus for p in m.pools if p.instance.is_gpu}
 
 
 def head_slots(m: WorkloadModel) -> int:
@@ -86,7 +97,9 @@ def daemonset(m: WorkloadModel) -> dict:
     c = {"name": "advertise", "image": m.image, "imagePullPolicy": "IfNotPresent",
          "command": ["python3", f"{SCRIPTS_DIR}/advertise.py", "--resources", json.dumps(resources(m), sort_keys=True),
                      "--pool-label", POOL_LABEL,
-                     "--head-pool", m.head_pool.name, "--head-slots", str(head_slots(m))],
+                     "--head-pool", m.head_pool.name, "--head-slots", str(head_slots(m)),
+                     "--whole-node", json.dumps(whole_node_gpus(m), sort_keys=True),
+                     "--taints", json.dumps(list(RUN_BLOCKING_TAINTS))],
          "env": [*env_list({"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}),
                  {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
          "resources": {"requests": small, "limits": small}, "securityContext": security_context(read_only=True),
@@ -128,9 +141,12 @@ def policy_rules() -> list[tuple[str, str]]:
          f" && {old}.all(k, k == variables.key || k in {new})",
          "the GPU resource advertiser may set only its node's pool resource (variables.resources), or on the "
          f"head pool its {HEAD_SLOT_RESOURCE}"),
-        (f"variables.key in ['', '{HEAD_SLOT_RESOURCE}'] || !(variables.key in {new}) || ('{GPU}' in {alloc}"
-         f" && string({new}[variables.key]) == string({alloc}['{GPU}']))",
-         f"the GPU resource advertiser sets its node's pool resource to the node's allocatable {GPU}"),
+        (f"variables.key in ['', '{HEAD_SLOT_RESOURCE}'] || (variables.key in {new}"
+         f" ? string({new}[variables.key]) == '0' || ('{GPU}' in {alloc}"
+         f" && string({new}[variables.key]) == string({alloc}['{GPU}']))"
+         f" : !(variables.key in {old}))",
+         f"the GPU resource advertiser sets its node's pool resource to 0 or the node's allocatable {GPU}, and "
+         "does not remove it"),
         (f"variables.key != '{HEAD_SLOT_RESOURCE}' || !(variables.key in {new})"
          f" || string({new}[variables.key]) == variables.headSlots",
          f"the GPU resource advertiser sets a head-pool node's {HEAD_SLOT_RESOURCE} to the heads a node holds "

@@ -11,7 +11,8 @@ Guarantees:
 - it tolerates exactly the pool's own taints, the burn-in taint and the quarantine taint (a re-test
   of a failed node), nothing else;
 - the pod is the pool's Ray worker pod as the run would have it (image, env, resources, /dev/shm,
-  IPC_LOCK), with the DCGM container first; the agent's budget counts from the agent's own start;
+  IPC_LOCK), with the DCGM container first, less the pool's own GPU resource (``agent_resources``); the
+  agent's budget counts from the agent's own start;
 - ``pulumi up`` does not wait for the DaemonSets or the controller: they carry
   ``pulumi.com/skipAwait`` (pulumi-kubernetes provider/pkg/await/daemonset.go awaits a DaemonSet's
   rollout, ``_defaultDaemonSetTimeout`` 10 minutes, and deployment.go a Deployment's, unless
@@ -46,6 +47,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stackconfig.labels import pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
 from stackconfig.versions import dcgm_image
 from workloads.derive.model import WorkloadModel
@@ -235,6 +237,15 @@ def dcgm_resources(b: PoolBurnIn) -> dict:
     return {"requests": dict(res), "limits": dict(res)}
 
 
+def agent_resources(b: PoolBurnIn) -> dict:
+    """The run's pod's requests and limits (``container_resources``) less the pool's own GPU resource
+    (``stackconfig.labels.pool_gpu_resource``): the advertiser sets it to 0 on a node under the burn-in or
+    quarantine taint (``nodes.advertise``), the nodes this pod runs on, and it counts only in the team Queues and
+    quotas, which do not hold this namespace."""
+    key = pool_gpu_resource(b.pool.name)
+    return {part: {k: v for k, v in r.items() if k != key} for part, r in container_resources(b.group).items()}
+
+
 def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
     g = b.group
     results = {"name": "results", "mountPath": RESULTS_DIR}
@@ -251,7 +262,7 @@ def daemonset(m: WorkloadModel, b: PoolBurnIn) -> dict:
                      {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                      {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
                      {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-             "resources": container_resources(g), "securityContext": security_context(g),
+             "resources": agent_resources(b), "securityContext": security_context(g),
              "livenessProbe": {"exec": {"command": liveness_command(b)}, "periodSeconds": 60, "failureThreshold": 1,
                                "timeoutSeconds": 10},
              "volumeMounts": [results, {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},

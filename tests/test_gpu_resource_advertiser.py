@@ -1,6 +1,6 @@
 """The GPU resource advertiser (``nodes.advertise``, ``nodes.pool_resources``): every GPU node advertises its pool's
-own resource as many as its GPUs, and its account may write nothing else (docs/design/scheduling.md, "Per-pool
-guarantees")."""
+own resource as many as its GPUs while a run's pod may land there, 0 otherwise, and its account may write nothing
+else (docs/design/scheduling.md, "Per-pool guarantees")."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ from test_nodes import evaluate, request_from
 from test_workloads import variant
 
 from components.device_plugins import gpu_taints, tolerations
+from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
 from nodes import advertise
-from nodes.pool_resources import ACCOUNT, NAMESPACE, POLICY, advertiser_objects
+from nodes.pool_resources import ACCOUNT, NAMESPACE, POLICY, RUN_BLOCKING_TAINTS, advertiser_objects
 from stackconfig.labels import POOL_LABEL, pool_gpu_resource
 from workloads.derive.model import derive
+from workloads.render.pod_limits import pod_limits
 
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 RESOURCES = {"train": "rl.platform/gpu-train", "rollout": "rl.platform/gpu-rollout"}
+RULES = {"whole_node": {"train": 8, "rollout": 8}, "taints": RUN_BLOCKING_TAINTS}
+"""``wanted``'s and ``step``'s keyword arguments as the DaemonSet gives them on p5en pools."""
 
 
 def _node(name: str = "train-000", pool: str = "train", capacity: dict | None = None,
@@ -47,15 +51,15 @@ class FakeApi:
 
 def test_the_advertiser_sets_its_pools_resource_to_the_nodes_gpus_once_they_are_advertised():
     api = FakeApi(_node(capacity={"cpu": "192"}))  # the device plugin has not registered yet
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None and api.patches == []
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is None and api.patches == []
     api.nodes["train-000"]["status"]["capacity"]["nvidia.com/gpu"] = "8"
     api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "8"
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
         "rl.platform/gpu-train": "8"}}}
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None  # already so: nothing written
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is None  # already so: nothing written
     api.nodes["train-000"]["status"]["capacity"]["rl.platform/gpu-train"] = "0"  # zeroed at a re-registration
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is not None and len(api.patches) == 2
-    assert advertise.wanted(_node(pool="system"), RESOURCES, POOL_LABEL) is None
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is not None and len(api.patches) == 2
+    assert advertise.wanted(_node(pool="system"), RESOURCES, POOL_LABEL, **RULES) is None
 
 
 def test_the_daemonset_runs_on_every_gpu_pool_and_the_head_pool_through_the_burn_in_and_registers_its_policy():
@@ -115,35 +119,92 @@ def test_the_advertiser_may_set_only_its_pools_resource_of_its_own_node_to_its_g
     assert admitted == []
 
 
-def test_the_advertiser_follows_the_allocatable_gpus_down_to_zero():
+def test_the_advertiser_writes_zero_while_fewer_gpus_than_a_run_pod_takes_are_healthy():
     """The kubelet counts a device plugin's unhealthy GPUs in ``nvidia.com/gpu``'s capacity only and copies the pool
-    resource's capacity to its allocatable (kubernetes v1.35 devicemanager ``GetCapacity``, nodestatus ``MachineInfo``):
-    the pool resource, which Volcano sums into every queue's ``realCapability``, must follow the allocatable GPUs,
-    to 0 when none is healthy or the device plugin is gone."""
+    resource's capacity to its allocatable (kubernetes v1.35 devicemanager ``GetCapacity``, nodestatus ``MachineInfo``).
+    A team pod on a GPU pool takes a whole node, all 8 GPUs: with 7 healthy none fits, so the pool resource, which
+    Volcano sums into every queue's ``realCapability``, is 0 (it was 7 before), and 0 when none is healthy or the
+    device plugin is gone."""
     api = FakeApi(_node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"},
                         allocatable={"nvidia.com/gpu": "7"}))  # one GPU unhealthy
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
-        "rl.platform/gpu-train": "7"}}}
-    api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # every GPU unhealthy
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
         "rl.platform/gpu-train": "0"}}}
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) is None
+    api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "0"  # every GPU unhealthy
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is None  # 0 already
     api.nodes["train-000"]["status"]["allocatable"]["nvidia.com/gpu"] = "8"  # healthy again
-    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL) == {"status": {"capacity": {
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
         "rl.platform/gpu-train": "8"}}}
 
 
-def test_the_policy_holds_the_pool_resource_to_the_allocatable_gpus(policy):
-    old = _node(allocatable={"nvidia.com/gpu": "7"})  # capacity 8, one GPU unhealthy
-    to = {n: _written(old, lambda node, n=n: node["status"]["capacity"].update({"rl.platform/gpu-train": n}))
-          for n in ("7", "8")}
-    assert evaluate(policy, request_from("train-000", USER), to["7"], old) == []
-    assert evaluate(policy, request_from("train-000", USER), to["8"], old) == [
-        "the GPU resource advertiser sets its node's pool resource to the node's allocatable nvidia.com/gpu"]
-    none = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"},
-                 allocatable={"nvidia.com/gpu": "0"})
-    zero = _written(none, lambda n: n["status"]["capacity"].update({"rl.platform/gpu-train": "0"}))
-    assert evaluate(policy, request_from("train-000", USER), zero, none) == []
+def _tainted(node: dict, *taints) -> dict:
+    node["spec"]["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+    return node
+
+
+@pytest.mark.parametrize("taint", [BURN_IN_TAINT, QUARANTINE_TAINT], ids=["burn-in", "quarantine"])
+def test_the_advertiser_writes_zero_under_the_burn_in_or_quarantine_taint_and_the_gpus_once_it_is_gone(taint):
+    """Volcano v1.15.1 sums every node's allocatable into the total behind each queue's ``realCapability``, taints
+    notwithstanding (framework/session.go:273-275): a node no run pod tolerates must count 0 there. Matched by key
+    (a re-test puts the burn-in taint back; any value keeps run pods off)."""
+    api = FakeApi(_tainted(_node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"}), taint))
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "0"}}}
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is None
+    api.nodes["train-000"]["spec"]["taints"] = [{"key": taint.key, "value": "other", "effect": "NoExecute"}]
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) is None  # still 0
+    api.nodes["train-000"]["spec"]["taints"] = [{"key": "example.com/pool-own", "value": "x", "effect": "NoSchedule"}]
+    assert advertise.step(api, "train-000", RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "8"}}}  # burn-in passed: back on the next pass
+    fresh = _tainted(_node(), taint)  # a new node: nothing advertised yet, 0 written
+    assert advertise.wanted(fresh, RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "0"}}}
+
+
+def test_the_advertiser_writes_zero_on_a_cordoned_node():
+    node = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"})
+    node["spec"]["unschedulable"] = True
+    assert advertise.wanted(node, RESOURCES, POOL_LABEL, **RULES) == {"status": {"capacity": {
+        "rl.platform/gpu-train": "0"}}}
+    node["spec"]["unschedulable"] = False
+    assert advertise.wanted(node, RESOURCES, POOL_LABEL, **RULES) is None
+
+
+@pytest.mark.parametrize("stack", ["p5en-shared", "p5en-prod"])
+def test_the_daemonset_gives_the_catalogs_whole_node_gpus_and_the_taints_no_run_pod_tolerates(stack):
+    """The whole-node count is the instance catalog's, as the run's pod of each GPU pool requests it (the pod shape
+    admission holds team pods to, ``render.pod_limits``); the taints are the burn-in's and the quarantine's, which
+    the DaemonSet itself tolerates and no run pod does."""
+    m = derive(variant(stack, {}))
+    ds = next(o for o in advertiser_objects(m) if o["kind"] == "DaemonSet")
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    whole = json.loads(c["command"][c["command"].index("--whole-node") + 1])
+    assert whole == {p.name: p.instance.gpus for p in m.pools if p.instance.is_gpu}
+    shapes = pod_limits(m).gpu_shapes
+    assert shapes and all(int(shapes[pool]["nvidia.com/gpu"]) == whole[pool] for pool in shapes)
+    taints = json.loads(c["command"][c["command"].index("--taints") + 1])
+    assert taints == [BURN_IN_TAINT.key, QUARANTINE_TAINT.key]
+    assert set(taints) <= {t["key"] for t in ds["spec"]["template"]["spec"]["tolerations"]}
+
+
+def test_the_policy_holds_the_pool_resource_to_zero_or_the_allocatable_gpus(policy):
+    request = request_from("train-000", USER)
+    healthy = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"})
+    one_down = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "8"},
+                     allocatable={"nvidia.com/gpu": "7"})
+
+    def to(old: dict, n: str) -> dict:
+        return _written(old, lambda node: node["status"]["capacity"].update({"rl.platform/gpu-train": n}))
+    assert evaluate(policy, request, to(healthy, "0"), healthy) == []  # tainted or cordoned
+    assert evaluate(policy, request, to(one_down, "0"), one_down) == []  # fewer GPUs than a run pod takes
+    assert evaluate(policy, request, to(to(healthy, "0"), "8"), to(healthy, "0")) == []  # back
+    assert evaluate(policy, request, to(_node(), "0"), _node()) == []  # a new node's first write
+    message = ("the GPU resource advertiser sets its node's pool resource to 0 or the node's allocatable "
+               "nvidia.com/gpu, and does not remove it")
+    removed = _written(healthy, lambda n: n["status"]["capacity"].pop("rl.platform/gpu-train"))
+    refusals = {"8 of 7 healthy": (to(one_down, "8"), one_down), "3": (to(healthy, "3"), healthy),
+                "1": (to(healthy, "1"), healthy), "removed": (removed, healthy)}
+    assert {what: evaluate(policy, request, new, old) for what, (new, old) in refusals.items()} == {
+        what: [message] for what in refusals}
 
 
 def test_the_advertiser_may_not_add_a_finalizer_or_owner_to_its_own_node(policy):

@@ -14,7 +14,7 @@ import copy
 
 import pytest
 from test_admission import cfg, policies, rayjob, refused, run_pods  # noqa: F401 (fixtures)
-from test_gpu_resource_advertiser import USER, _node, _written, policy  # noqa: F401 (fixture)
+from test_gpu_resource_advertiser import RULES, USER, _node, _written, policy  # noqa: F401 (fixture)
 from test_nodes import evaluate, request_from
 from test_workloads import variant
 
@@ -109,12 +109,12 @@ def test_head_pool_nodes_advertise_the_heads_they_hold(cfg):
         m.head_pool.name, "--head-slots", str(n)]
     assert advertise.HEAD_SLOT == HEAD_SLOT_RESOURCE  # the script runs without the repository
     head = _node("cpu-000", m.head_pool.name, {"cpu": "64"})
-    assert advertise.wanted(head, RESOURCES, POOL_LABEL, m.head_pool.name, n) == {
+    assert advertise.wanted(head, RESOURCES, POOL_LABEL, m.head_pool.name, n, **RULES) == {
         "status": {"capacity": {HEAD_SLOT_RESOURCE: "3"}}}
     head["status"]["capacity"][HEAD_SLOT_RESOURCE] = "3"
-    assert advertise.wanted(head, RESOURCES, POOL_LABEL, m.head_pool.name, n) is None  # already so
+    assert advertise.wanted(head, RESOURCES, POOL_LABEL, m.head_pool.name, n, **RULES) is None  # already so
     gpu = _node()
-    assert advertise.wanted(gpu, RESOURCES, POOL_LABEL, m.head_pool.name, n) == {
+    assert advertise.wanted(gpu, RESOURCES, POOL_LABEL, m.head_pool.name, n, **RULES) == {
         "status": {"capacity": {"rl.platform/gpu-train": "8"}}}  # a GPU node as before
     # kwok's nodes (the control-plane tier) advertise what the advertiser writes, and only on the head pool
     assert {p.name: quantities(p, m).get(HEAD_SLOT_RESOURCE) for p in m.pools} == {

@@ -108,7 +108,10 @@ def test_the_burn_in_pod_is_the_pools_ray_pod_with_dcgm_first():
     assert [c["name"] for c in pod["initContainers"]] == ["dcgm"]  # DCGM before the agent
     dcgm, agent = container(pod, "dcgm", init=True), container(pod, "agent")
     assert dcgm["image"].endswith(f":dcgm-{cfg.versions.software.dcgm}") and "dcgmi diag -r 2 -j" in dcgm["command"][2]
-    assert agent["resources"] == trainer["resources"] and agent["image"] == trainer["image"]
+    own = "rl.platform/gpu-train"  # the pool's resource: 0 on the tainted nodes the burn-in runs on (nodes.advertise)
+    assert all(own not in agent["resources"][part] and own not in dcgm["resources"][part] for part in ("requests", "limits"))
+    assert agent["resources"] == {part: {k: v for k, v in r.items() if k != own} for part, r in trainer["resources"].items()}
+    assert agent["image"] == trainer["image"]
     assert {e["name"]: e.get("value") for e in trainer["env"] if "value" in e}.items() <= \
         {e["name"]: e.get("value") for e in agent["env"]}.items()
     plan = json.loads(agent["command"][agent["command"].index("--plan") + 1])
