@@ -80,15 +80,40 @@ def test_a_deepep_tree_without_the_efa_fixes_fails_the_build(tmp_path, missing):
     assert whole.returncode == 0, whole.stderr
 
 
+NCCL_ASSERT = ("        EP_HOST_ASSERT(ctx >= elastic::gin_alloc::kMinGinContextCnt and\n"
+               "                       ctx <= elastic::gin_alloc::kMaxGinContextCnt and\n"
+               "                       \"num_allocated_qps must be 0 (auto -> kDefaultGinContextCnt) or within \"\n"
+               "                       \"[kMinGinContextCnt, kMaxGinContextCnt]: one GIN context supplies one QP\");\n")
+"""The bound as amazon-contributing/DeepEP@17b7abc csrc/kernels/backend/nccl.cu asserts it (resolve_gin_context_cnt)."""
+
+
 def test_the_qp_clamp_may_be_the_unordered_kernels_cpp_bound(tmp_path):
     """A fork tree that resolves the unordered kernels' QPs in C++ (11 by default, at most kMaxGinContextCnt,
     asserted in nccl.cu) and whose elastic.py no longer names unordered_gin_qps passes; the header without
-    the assertion does not."""
+    the assertion does not, nor an nccl.cu that names the constant without asserting the bound."""
     files = {**FIXED, ELASTIC: "", GIN_ALLOC: GIN_BOUND}
     done = _check(_tree(tmp_path / "header", files))
     assert done.returncode != 0 and "QP clamp" in done.stderr, done.stderr
-    whole = _check(_tree(tmp_path / "both", {**files, NCCL_CU: "ctx <= elastic::gin_alloc::kMaxGinContextCnt"}))
+    named = {**files, NCCL_CU: "// ctx <= elastic::gin_alloc::kMaxGinContextCnt\nconst int most = kMaxGinContextCnt;\n"}
+    done = _check(_tree(tmp_path / "named", named))
+    assert done.returncode != 0 and "QP clamp" in done.stderr, done.stderr
+    whole = _check(_tree(tmp_path / "both", {**files, NCCL_CU: NCCL_ASSERT}))
     assert whole.returncode == 0, whole.stderr
+    clamp = "const int n = std::clamp(requested, unordered::kMinGinContextCnt, unordered::kMaxGinContextCnt);\n"
+    assert _check(_tree(tmp_path / "clamp", {**files, NCCL_CU: clamp})).returncode == 0
+
+
+@pytest.mark.parametrize("elastic", [
+    'unordered_gin_qps = int(os.environ.get("EP_UNORDERED_GIN_QPS", "11"))\n',  # reads it, clamps nothing
+    "# num_allocated_qps = max(_C.min_unordered_gin_qps, min(num_allocated_qps, _C.max_unordered_gin_qps))\n",
+    "num_allocated_qps = _C.max_unordered_gin_qps\n"])
+def test_an_elastic_py_that_names_the_qp_bound_without_clamping_to_it_fails_the_build(tmp_path, elastic):
+    """The Python form of the clamp is a min()/max() on a line naming unordered_gin_qps, as code: a tree that
+    reads an environment variable of that name, comments the clamp out or takes the bound unclamped has none
+    (review of #34 F6); the clamp itself (``CLAMP``) passes."""
+    done = _check(_tree(tmp_path / "named", {**FIXED, ELASTIC: elastic}))
+    assert done.returncode != 0 and "QP clamp" in done.stderr, done.stderr
+    assert _check(_tree(tmp_path / "clamped", {**FIXED, ELASTIC: elastic + CLAMP})).returncode == 0
 
 
 def test_the_build_checks_its_deepep_tree_before_building_it():
