@@ -45,9 +45,7 @@ EKS platform versions for each Kubernetes version"). ExtendedResourceToleration 
 requests ``nvidia.com/gpu`` or ``vpc.amazonaws.com/efa`` gets a toleration of a taint of that name."""
 
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-               "pod/general/pod-create.yaml", "pod/general/pod-init-container-running.yaml",
-               "pod/general/pod-init-container-completed.yaml", "pod/general/pod-ready.yaml",
-               "pod/general/pod-complete.yaml")
+               "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml")
 """kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; pods
 created, running, a Job's pods completed. Not its ``pod/general/pod-delete.yaml``: that one removes a deleted
 pod after a delay drawn uniformly between 1 s and its deletion time (``delay.jitterDurationFrom:

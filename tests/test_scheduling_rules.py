@@ -180,6 +180,19 @@ def test_the_pods_kuberay_made_of_a_run_the_quota_refuses_hold_quota_against_the
                             "of pool train, more than its 64")
 
 
+def test_a_run_the_quota_refused_starts_only_after_kuberays_retry_once_its_team_frees_quota():
+    """b-2 is refused by beta's quota while b-1 holds 64 train GPUs; alpha reclaims b-1 and b-2 fits the quota
+    again, but its pods exist only once KubeRay reconciles the RayCluster again, after the backoff its failed
+    reconciles built up (``AFTER_RETRY``; found by tests/controlplane/test_cp_planner.py: the run still waited
+    three quiet Volcano sessions after its team's victim stopped)."""
+    d = decisions([run("b-1", "beta", "low", train=8, rollout=16), run("b-2", "beta", "normal", train=1, rollout=1),
+                   run("a-1", "alpha", "normal", train=1, rollout=20)], running=["b-1"])
+    assert [d[r].action for r in ("b-1", "b-2", "a-1")] == ["preempted", "starts", "starts"]
+    assert d["b-2"].why.startswith("starts on free nodes after KubeRay's retry of the pods the quota refused "
+                                   "(backoff up to 1000 s after the quota frees, nodes idle meanwhile)")
+    assert "KubeRay" not in d["a-1"].why
+
+
 def test_a_run_over_its_queues_limit_stays_pending_and_never_preempts_its_own_team_even_on_free_nodes():
     """enqueue admits a job only while allocated + inqueue + its minimum fit realCapability
     (actions/enqueue/enqueue.go:95, capacity.go:1687-1689); preempt skips Pending jobs

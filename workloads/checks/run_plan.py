@@ -57,6 +57,15 @@ pods in task order (creation second, then UID) and stops at the first that finds
 (actions/preempt/preempt.go:236-286); if one needing a victim comes first, the run waits and its victims
 keep running. KubeRay creates the head, the trainers, then the rollout engines (the pools' order), often
 within one second, so the plan cannot say which."""
+AFTER_RETRY = "after KubeRay's retry"
+"""In the reason of a run the team's ResourceQuota refused in an earlier session of the plan and that starts
+once a run of its team stops: KubeRay creates a refused run's pods only when it reconciles the RayCluster again.
+A refused create ends the reconcile with an error (ray-project/kuberay v1.6.2 raycluster_controller.go:349-360),
+which controller-runtime requeues with the item's exponential backoff, not the returned ``RequeueAfter``
+(controller-runtime v0.22.4 pkg/internal/controller/controller.go:463-473), 5 ms doubling with every failed
+reconcile up to 1000 s (client-go util/workqueue/default_rate_limiters.go ``DefaultTypedControllerRateLimiter``).
+Every refusal counts, the reconciles its own pods' events start included, so a run that waited on the quota for
+minutes starts up to about 17 minutes after the quota frees, its nodes idle meanwhile."""
 
 
 @dataclass
@@ -135,6 +144,8 @@ class Planner:
         self._inqueue: set[str] = set()
         """Runs enqueue admitted (PodGroup Inqueue) that hold no nodes yet."""
         self._claimed: dict[str, str] = {}
+        self._refused: set[str] = set()
+        """Runs the quota refused in an earlier session of this plan (``AFTER_RETRY``)."""
         """Run -> how it starts, for a run whose victims stop in this session (it starts in the next)."""
         self._kept: dict[str, list[_Kept]] = {}
         """Run -> the pods its reclaim of this session found above their team's deserved but kept for the team's
@@ -203,6 +214,7 @@ class Planner:
                 p = over[0]
                 self._decide(out, run, "waits", f"ResourceQuota {QUOTA_NAME} refuses its pods: team {run.team}'s pods "
                              f"would request {held[p] + asks[p]} GPUs of pool {p}, more than its {shares[p].capability}")
+                self._refused.add(run.key)
                 for pool, n in self._created(run, {q: s.capability - held[q] for q, s in shares.items()}).items():
                     held[pool] += n
                 continue
@@ -356,7 +368,11 @@ class Planner:
                 left.append(run)
                 continue
             self._start(c, run)
-            self._decide(out, run, "starts", self._holds(c, run, self._claimed.pop(run.key, "starts on free nodes")))
+            how = self._claimed.pop(run.key, "starts on free nodes")
+            if run.key in self._refused:
+                how += (f" {AFTER_RETRY} of the pods the quota refused (backoff up to 1000 s after the quota frees, "
+                        f"nodes idle meanwhile)")
+            self._decide(out, run, "starts", self._holds(c, run, how))
             started.append(run.name)
             changed = True
         lost = {r.key: self._claimed.pop(r.key) for r in left if r.key in self._claimed}
@@ -401,6 +417,7 @@ class Planner:
             self._file_order[run.key] = i
         self._inqueue = {r.key for r in runs if r.name in admitted or r.key in admitted}
         self._claimed.clear()
+        self._refused.clear()
         c = _Cluster(free={p: pool.nodes.desired for p, pool in self.pools.items()}, disk_free=self.usable,
                      allocated={t: {} for t in self.teams})
         out: dict[str, Decision] = {}
