@@ -21,9 +21,13 @@ intranode test and the expert-parallel engines), run from a checkout inside the 
   it (``--sglang-*`` flags, TP/EP/DP sizes, the rollout pod's environment) with ``--load-format dummy``
   on the model's config.json (contracts/data/models), answers one request, and stops. Each engine left out is
   named with why: one across nodes (seed-p5en's and seed-ab's Miles EP arms as shipped: 16 GPUs over two
-  nodes, the hybrid DeepEP V2 path over EFA) needs two hosts, never one; exit 1 when no engine ran.
+  nodes, the hybrid DeepEP V2 path over EFA) needs two hosts, never one. The summary counts shipped engines
+  and one-host variants apart and names the shipped engine each variant stands in for; exit 1 when no engine
+  ran or one did not answer, exit 3 (``ONLY_VARIANTS``) when every engine that ran answered but all were
+  one-host variants: no shipped engine was checked.
 
-Standard library, plus torch for ``nccl``; exit 0 only when every check passed.
+Standard library, plus torch for ``nccl``; exit 0 only when every check passed (and, for ``engines``, a shipped
+engine was among them).
 """
 
 from __future__ import annotations
@@ -118,17 +122,38 @@ def fitting(engines: list[dict], here: int) -> tuple[list[dict], list[str]]:
     return fit, left
 
 
-def check_engines(path: Path, here: int | None = None, serve=serve_once) -> bool:
-    """True only when at least one engine ran and every engine that fits answered."""
+ONLY_VARIANTS = 3
+"""``engines``' exit code when every engine that ran answered but none of them was shipped: only one-host
+variants ran, which stand in for engines across nodes and say little about them."""
+
+
+def check_engines(path: Path, here: int | None = None, serve=serve_once) -> int:
+    """The exit code: 0 when every engine that fits answered and at least one shipped engine (one without
+    ``variant_of``) was among them; 1 when none fits or one that fits did not answer; ``ONLY_VARIANTS`` when
+    all answered but all were one-host variants. Shipped engines and variants are counted apart."""
     here = gpus() if here is None else here
-    fit, left = fitting(json.loads(path.read_text()), here)
+    engines = json.loads(path.read_text())
+    fit, left = fitting(engines, here)
     for line in left:
         print(f"not run: {line}")
-    print(f"{len(fit)} of {len(fit) + len(left)} engines fit {here} GPUs")
+    shipped = [e for e in fit if "variant_of" not in e]
+    variants = [e for e in fit if "variant_of" in e]
+    print(f"{len(shipped)} of {sum('variant_of' not in e for e in engines)} shipped engines and {len(variants)} of "
+          f"{sum('variant_of' in e for e in engines)} one-host variants fit {here} GPUs")
     if not fit:
         print("no engine ran: nothing was checked")
-        return False
-    return all([serve(e) for e in fit])
+        return 1
+    answered = {id(e) for e in fit if serve(e)}
+    print(f"{sum(id(e) in answered for e in shipped)} of {len(shipped)} shipped engines answered, "
+          f"{sum(id(e) in answered for e in variants)} of {len(variants)} one-host variants answered")
+    for v in variants:
+        print(f"variant, not the shipped engine: {v['name']} stands in for {v['variant_of']}, not run")
+    if len(answered) < len(fit):
+        return 1
+    if not shipped:
+        print("no shipped engine ran: only one-host variants, which do not check the engines they vary")
+        return ONLY_VARIANTS
+    return 0
 
 
 def main() -> int:
@@ -138,7 +163,11 @@ def main() -> int:
     sub.add_parser("deepep").add_argument("--tree", type=Path, default=Path("/opt/deepep"))
     sub.add_parser("engines").add_argument("file", type=Path)
     args = p.parse_args()
-    ok = {"nccl": check_nccl, "deepep": lambda: check_deepep(args.tree), "engines": lambda: check_engines(args.file)}[args.check]()
+    if args.check == "engines":
+        code = check_engines(args.file)
+        print("ok" if code == 0 else "FAILED" if code == 1 else "NO SHIPPED ENGINE")
+        return code
+    ok = {"nccl": check_nccl, "deepep": lambda: check_deepep(args.tree)}[args.check]()
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

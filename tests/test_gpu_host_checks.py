@@ -35,7 +35,7 @@ def test_no_engine_that_fits_is_a_failure_naming_each_engine_left_out(tmp_path, 
     path = tmp_path / "engines.json"
     path.write_text(json.dumps([_engine("seed-p5en miles-nccl", 16), _engine("big", 8)]))
     served = []
-    assert NS["check_engines"](path, here=1, serve=served.append) is False
+    assert NS["check_engines"](path, here=1, serve=served.append) == 1
     out = capsys.readouterr().out
     assert served == []
     assert "not run: seed-p5en miles-nccl: 16 GPUs over 2 nodes of 8" in out
@@ -46,9 +46,28 @@ def test_an_engine_across_nodes_is_left_out_on_any_one_host_and_the_others_run(t
     path = tmp_path / "engines.json"
     path.write_text(json.dumps([_engine("across", 16), _engine("one-node", 8), _engine("two", 2)]))
     served = []
-    assert NS["check_engines"](path, here=16, serve=lambda e: served.append(e["name"]) or True) is True
+    assert NS["check_engines"](path, here=16, serve=lambda e: served.append(e["name"]) or True) == 0
     assert served == ["one-node", "two"]
-    assert NS["check_engines"](path, here=16, serve=lambda e: e["name"] != "two") is False
+    assert NS["check_engines"](path, here=16, serve=lambda e: e["name"] != "two") == 1
+
+
+def test_only_one_host_variants_running_is_not_ok_and_the_summary_counts_them_apart(tmp_path, capsys):
+    """Review of #34 F8: a one-host variant runs DeepEP V2 direct without GIN, not the shipped arm's hybrid path
+    over EFA; when the variants were all that ran, the script says so and exits ONLY_VARIANTS (3), not 0."""
+    variant = {**_engine("seed-ab miles-deepep-v2 (one-host variant, not shipped)", 8),
+               "variant_of": "seed-ab miles-deepep-v2"}
+    path = tmp_path / "engines.json"
+    path.write_text(json.dumps([_engine("seed-ab miles-deepep-v2", 16), variant]))
+    assert NS["ONLY_VARIANTS"] == 3
+    assert NS["check_engines"](path, here=8, serve=lambda e: True) == 3
+    out = capsys.readouterr().out
+    assert "0 of 1 shipped engines and 1 of 1 one-host variants fit 8 GPUs" in out
+    assert "0 of 0 shipped engines answered, 1 of 1 one-host variants answered" in out
+    assert "stands in for seed-ab miles-deepep-v2, not run" in out and "no shipped engine ran" in out
+    assert NS["check_engines"](path, here=8, serve=lambda e: False) == 1  # a failure is a failure first
+    path.write_text(json.dumps([_engine("seed-ab miles-tp", 2), variant]))
+    assert NS["check_engines"](path, here=8, serve=lambda e: True) == 0
+    assert "1 of 1 shipped engines answered, 1 of 1 one-host variants answered" in capsys.readouterr().out
 
 
 @functools.cache
