@@ -8,8 +8,10 @@ import copy
 import json
 
 import pytest
+from conftest import STACKS, graph_of
 from test_nodes import evaluate, request_from
 from test_workloads import variant
+from test_workloads_security import pod_specs, registered_objects
 
 from components.device_plugins import gpu_taints, tolerations
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
@@ -184,6 +186,20 @@ def test_the_daemonset_gives_the_catalogs_whole_node_gpus_and_the_taints_no_run_
     taints = json.loads(c["command"][c["command"].index("--taints") + 1])
     assert taints == [BURN_IN_TAINT.key, QUARANTINE_TAINT.key]
     assert set(taints) <= {t["key"] for t in ds["spec"]["template"]["spec"]["tolerations"]}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_pod_that_runs_under_the_burn_in_or_quarantine_taint_requests_a_pool_resource(stack):
+    """The advertiser writes 0 of the pool resource under those taints: a pod that tolerates them (the burn-in's,
+    a re-test's) and requested it would never be placed there, nor admitted by the kubelet (fits against 0)."""
+    found = []
+    for where, pod in (x for o in registered_objects(graph_of(stack)) for x in pod_specs(o)):
+        if not set(RUN_BLOCKING_TAINTS) & {t.get("key") for t in pod.get("tolerations") or []}:
+            continue
+        for c in [*(pod.get("initContainers") or []), *pod["containers"]]:
+            asked = {k for part in (c.get("resources") or {}).values() for k in part if k.startswith("rl.platform/gpu-")}
+            found += [f"{where}/{c['name']}: {k}" for k in sorted(asked)]
+    assert found == []
 
 
 def test_the_policy_holds_the_pool_resource_to_zero_or_the_allocatable_gpus(policy):
