@@ -216,3 +216,16 @@ def test_a_flag_the_platform_renders_only_for_another_pool_is_refused_on_this_on
     with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --use-fault-tolerance is set by the "
                                                r"platform .* allowed: leave it out, and set the rollout pool's capacity"):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": ["--use-fault-tolerance"]}}})
+
+
+def test_train_env_vars_naming_a_variable_the_platform_sets_is_refused_and_others_pass():
+    """Miles spreads --train-env-vars over each train actor's environment (miles 49cac7b5
+    miles/ray/train/actor_factory.py:28-39): NCCL's network or NVLS set there undoes the platform's."""
+    with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --train-env-vars sets NCCL_NET, "
+                                               r"NCCL_NVLS_ENABLE, which the platform sets on the training pods"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
+            "--train-env-vars", '{"NCCL_NET": "Socket", "NCCL_NVLS_ENABLE": "0", "PYTORCH_CUDA_ALLOC_CONF": "x"}']}}})
+    with pytest.raises(StackConfigError, match=r"--train-env-vars sets FI_PROVIDER, which the platform"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": ['--train-env-vars={"FI_PROVIDER": "tcp"}']}}})
+    assert variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
+        "--train-env-vars", '{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}']}}})

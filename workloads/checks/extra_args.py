@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.checks.extra_args_traced import budget_problem, config_file_problem
+from workloads.checks.extra_args_traced import budget_problem, config_file_problem, train_env_problem
 from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
 from workloads.derive.argv import entry_and_flags, miles_argv, model_args, rollout_budget
 from workloads.derive.moe_backend import MoEBackend
@@ -163,7 +163,8 @@ def moe_flags() -> set[str]:
 
 def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArgs") -> str | None:
     """``<field>: <flag> ...; allowed: ...`` for the first extra flag that takes settings from a file or JSON
-    (``extra_args_traced.CONFIG_FILE_ARGS``), else for the first the platform renders (``--flag value`` or
+    (``extra_args_traced.CONFIG_FILE_ARGS``), else for Miles' ``--train-env-vars`` naming a variable the
+    platform sets (``extra_args_traced.train_env_problem``), else for the first the platform renders (``--flag value`` or
     ``--flag=value``), else, where the run has a DeepEP V2 rollout budget, for the first that changes what it
     sized (``extra_args_traced.BUDGET_ARGS``), else None."""
     extra = cfg.workloads.run.extra_args
@@ -174,6 +175,10 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
     for flag, written in given:
         if (problem := config_file_problem(dest(pf, flag), written, field)) is not None:
             return problem
+    for flag, values in argv_pairs(extra):
+        if dest(pf, flag) == "train_env_vars" and values:
+            if (problem := train_env_problem(cfg, flag, values[0], field)) is not None:
+                return problem
     platform = {dest(pf, f): f for f in sorted(platform_flags(cfg))}
     for flag, written in given:
         if (rendered := platform.get(dest(pf, flag))) is not None:

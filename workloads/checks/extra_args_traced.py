@@ -25,9 +25,22 @@ the platform renders:
   sets no legacy DeepEP size. SGLang's other ``*-config`` flags (speculative, sparse-KV, KV-event, multimodal,
   loader, cache backends) are read by their own subsystems only.
 - Miles' ``--custom-*-path`` hooks name Python code, which can do anything; no check here can read it.
+
+Miles' ``--train-env-vars`` JSON is refused only where it names a variable the platform sets
+(``train_env_problem``).
 """
 
 from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from stackconfig.stack import Role
+
+from workloads.derive.env import gpu_env, runtime_env
+
+if TYPE_CHECKING:  # pragma: no cover
+    from workloads.schema.stack import ProgramConfig
 
 EACH_FLAG = "each flag in extraArgs itself"
 
@@ -130,3 +143,25 @@ def budget_problem(key: str, written: str, field: str) -> str | None:
         return None
     return (f"{field}: {written} changes what the DeepEP V2 rollout budget sizes ({BUDGET_ARGS[key]}); allowed: "
             f"leave it out, and set {BUDGET}")
+
+
+def train_env_problem(cfg: "ProgramConfig", written: str, value: str, field: str) -> str | None:
+    """``<field>: <written> sets <variables> the platform sets ...; allowed: ...`` when Miles'
+    ``--train-env-vars`` JSON names an environment variable the platform sets on the training pods (its NCCL,
+    EFA and Ray runtime variables, under either fabric), else None. Miles 49cac7b5
+    miles/ray/train/actor_factory.py:28-39 spreads the JSON last into every train actor's environment
+    (``**args.train_env_vars``, parsed with json.loads: miles/utils/arguments.py:309-314), over the pod's;
+    other variables (``PYTORCH_CUDA_ALLOC_CONF``, ...) stay allowed. A value that is no JSON object is left to
+    Miles, which fails to start on it."""
+    try:
+        names = json.loads(value)
+    except ValueError:
+        return None
+    pool = cfg.pool(Role.TRAIN)
+    ours = {*gpu_env(pool, 1, None, "efa"), *gpu_env(pool, 1, None, "sockets"), *runtime_env(pool)}
+    taken = sorted(ours & set(names)) if isinstance(names, dict) else []
+    if not taken:
+        return None
+    return (f"{field}: {written} sets {', '.join(taken)}, which the platform sets on the training pods "
+            f"(workloads/derive/env.py), and Miles puts the JSON over the pod's environment; allowed: leave "
+            f"{'them' if len(taken) > 1 else 'it'} out (workloads.run.fabric picks NCCL's network)")
