@@ -13,7 +13,7 @@ What makes it EKS-like where our objects meet it:
   bootstrap RBAC), so Jobs, DaemonSets, Deployments, garbage collection and PDB status are upstream's.
 
 Nodes are kwok's: Node objects the stack's pools describe (``controlplane.nodes``), heart-beaten and their
-bound pods moved through kwok's own "general" pod stages (created, running, completed), except deletion: a
+bound pods moved through kwok's own "fast" pod stages (running, a Job's pods completed), except deletion: a
 deleted pod is gone exactly at its deletion time, when its whole grace period has elapsed
 (``POD_DELETE_AT_DEADLINE``), as a kubelet ends a pod whose preStop blocks for the whole grace period.
 """
@@ -46,11 +46,14 @@ requests ``nvidia.com/gpu`` or ``vpc.amazonaws.com/efa`` gets a toleration of a 
 
 KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
                "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml")
-"""kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; pods
-created, running, a Job's pods completed. Not its ``pod/general/pod-delete.yaml``: that one removes a deleted
-pod after a delay drawn uniformly between 1 s and its deletion time (``delay.jitterDurationFrom:
-.metadata.deletionTimestamp``; kwok v0.8.0 pkg/utils/lifecycle/lifecycle.go:424-456), so a pod's grace
-period is only an upper bound there."""
+"""kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; a bound pod
+Running at once, a Job's pods completed. Its "general" pod stages instead pass a pod through four stages of
+1 s plus up to 5 s of jitter each (``pod/general/pod-create.yaml`` and the others), a kubelet's start-up that
+decides nothing Volcano or KubeRay do (a pod is a victim only once Running, which only comes later) and
+tripled the planner comparison's time. Neither set's ``pod-delete.yaml``: the fast one removes a deleted
+pod at once, the general one after a delay drawn uniformly between 1 s and its deletion time
+(``delay.jitterDurationFrom: .metadata.deletionTimestamp``; kwok v0.8.0 pkg/utils/lifecycle/lifecycle.go:
+424-456), so a pod's grace period is only an upper bound there."""
 POD_DELETE_AT_DEADLINE = {
     "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-delete-at-deadline"},
     "spec": {"resourceRef": {"apiGroup": "v1", "kind": "Pod"},
