@@ -229,3 +229,12 @@ def test_train_env_vars_naming_a_variable_the_platform_sets_is_refused_and_other
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": ['--train-env-vars={"FI_PROVIDER": "tcp"}']}}})
     assert variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
         "--train-env-vars", '{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}']}}})
+
+
+def test_a_budget_sized_flag_is_the_platforms_only_where_a_budget_applies():
+    """--sglang-cuda-graph-max-bs is rendered (and refused) only on a DeepEP V2 profile; on miles-0.1 no run field
+    sets it, so a run may (tests/test_workloads_flags.py's 235B variant passes 256)."""
+    extra = {"workloads": {"run": {"extraArgs": ["--sglang-cuda-graph-max-bs", "256"]}}}
+    assert variant("p5en-shared", extra).workloads.run.software == "miles-0.1"
+    with pytest.raises(StackConfigError, match=r"--sglang-cuda-graph-max-bs is set by the platform"):
+        variant("p5en-prod", extra)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.checks.extra_args_traced import budget_problem, config_file_problem, train_env_problem
+from workloads.checks.extra_args_traced import BUDGET, budget_problem, config_file_problem, train_env_problem
 from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
 from workloads.derive.argv import entry_and_flags, miles_argv, model_args, rollout_budget
 from workloads.derive.moe_backend import MoEBackend
@@ -37,16 +37,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 _MOE = "workloads.run.deepep.version (and deepep.sglangMode): the platform derives the all-to-all, expert runner and " \
        "trainer dispatcher from it (workloads/derive/moe_backend.py)"
+BUDGET_SIZED = ("--sglang-chunked-prefill-size", "--sglang-cuda-graph-max-bs", "--sglang-max-running-requests")
+"""Rendered only where a DeepEP V2 rollout budget applies (``workloads.derive.argv.rollout_budget``); elsewhere no
+run field sets them and ``extraArgs`` may (a 235B model's smaller decode graph on miles-0.1)."""
 REPLACEMENT: dict[str, str] = {
     "--sglang-ep-size": "workloads.run.rollout.expertParallel",
     "--sglang-enable-dp-attention": "workloads.run.rollout.dpAttention",
     "--sglang-dp-size": "workloads.run.rollout.dpAttention",
     "--sglang-mem-fraction-static": "workloads.run.rollout.memFractionStatic",
-    "--sglang-chunked-prefill-size": "workloads.run.rollout (the DeepEP V2 budget sizes it: "
-                                     "workloads/derive/sglang_budget.py)",
-    "--sglang-cuda-graph-max-bs": "workloads.run.rollout (the DeepEP V2 budget sizes it: workloads/derive/sglang_budget.py)",
-    "--sglang-max-running-requests": "workloads.run.rollout (the DeepEP V2 budget sizes it: "
-                                     "workloads/derive/sglang_budget.py)",
+    **{flag: BUDGET for flag in BUDGET_SIZED},
     "--rollout-num-gpus-per-engine": "workloads.run.rollout.nodesPerEngine or gpusPerEngine",
     "--actor-num-nodes": "pools[].nodes.desired of the train pool (a run file: nodes)",
     "--actor-num-gpus-per-node": "the train pool's instanceType",
@@ -70,7 +69,8 @@ REPLACEMENT: dict[str, str] = {
 }
 """What to change instead, where the renderer's input is not the field of the flag's own name (``--lr`` is
 ``grpo.lr``: found by name). Every key is refused too, whatever this run renders: some are rendered from inputs
-the run's variants do not vary (``--use-fault-tolerance`` only for a Spot rollout pool)."""
+the run's variants do not vary (``--use-fault-tolerance`` only for a Spot rollout pool); ``BUDGET_SIZED`` only
+where a DeepEP V2 rollout budget applies."""
 
 
 def _camel(name: str) -> str:
@@ -142,7 +142,7 @@ def platform_flags(cfg: "ProgramConfig") -> set[str]:
     """Every flag the renderer sets for this run or for a one-field variant of it, every MoE backend flag
     (``MoEBackend.sglang_args`` behind the profile's ``--sglang-`` prefix, ``megatron_args``) and every
     ``REPLACEMENT`` key (the variants vary the run, not its pools: ``--use-fault-tolerance`` on an on-demand
-    rollout pool)."""
+    rollout pool), ``BUDGET_SIZED`` only where the run has a DeepEP V2 rollout budget."""
     run = cfg.workloads.run
     bare = run.model_copy(update={"extra_args": []})
     out: set[str] = set()
@@ -153,7 +153,8 @@ def platform_flags(cfg: "ProgramConfig") -> set[str]:
         except ValueError:  # a variant the rules refuse renders nothing
             if variant is bare:
                 raise
-    return out | moe_flags() | set(REPLACEMENT)
+    budget_only = set() if rollout_budget(cfg) is not None else set(BUDGET_SIZED)
+    return out | moe_flags() | (set(REPLACEMENT) - budget_only)
 
 
 def moe_flags() -> set[str]:
