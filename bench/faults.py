@@ -13,10 +13,17 @@ its team's templates, the IAM policy ``components.faults`` outputs). Every fault
 - ``delete-rollout-pod`` / ``delete-trainer-pod``: ``aws:eks:pod-delete`` with ``gracePeriodSeconds``
   0 on one pod of the attempt's ``rollout`` / ``trainer`` group (FIS User Guide, actions reference,
   "aws:eks:pod-delete"): SIGKILL, no preStop hook, so no save-on-stop checkpoint
-  (``render.runs.SAVE_ON_STOP``) runs. The template selects the label ``FAULT_TARGET_LABEL`` in the team
-  namespace; before starting it, every pod there carrying the label must be this attempt's (a
-  teammate's fault arm would carry it too: refused, nothing injected), and after it FIS' resolved target
-  must be one of them (a teammate's pod labelled in between can be hit: the attempt is then INCOMPLETE);
+  (``render.runs.SAVE_ON_STOP``) runs. The team's template is fixed and selects ``FAULT_TARGET_LABEL`` =
+  the group in the team namespace; no pod carries that label unless a bench puts it there. The bench
+  takes the group's Lease (``components.faults.fault_lease``, ``bench.lease``: one holder in the team,
+  a crashed one freed after ``FAULT_LEASE_SECONDS``), checks that no pod carries the label, labels the
+  first running pod of the attempt's group (a merge patch of that one label, which the member's Role
+  and the team pod policy allow, ``render.faults.member_rules``, ``render.pod_rules.member_pod_update``),
+  renews the Lease and checks that this pod alone carries the label, starts FIS, renews the Lease at
+  every poll until the experiment ended, and then removes the label and frees the Lease. So two benches
+  of a team that both take the Lease never label at once and FIS never resolves to the other's pod. A
+  pod labelled by hand by someone who ignores the Lease is caught by the checks before (refused,
+  nothing injected) or by the check of FIS' resolved target after (the attempt INCOMPLETE);
 - ``terminate-gpu-node``: ``aws:ec2:terminate-instances`` on the EC2 instance of one rollout pod's
   node, tagged ``FAULT_TAG`` with a value of its own (``components.faults.fault_tag``) just before,
   the cluster's template pointed at that value (``UpdateExperimentTemplate``), and the started
@@ -33,14 +40,20 @@ from which the report times the fault (``bench.recovery``). The API shapes are b
 FIS' target preview (``experimentOptions.actionsMode: skip-all``: FIS User Guide, "Generate a target
 preview from an experiment template": the experiment runs no action), which the bench user's
 ``fis:StartExperiment`` must allow; for a node fault also EC2's ``CreateTags`` with ``DryRun`` on a node
-of the pool and a no-change ``UpdateExperimentTemplate``. A refusal (AccessDenied, UnauthorizedOperation)
+of the pool and a no-change ``UpdateExperimentTemplate``; for a pod fault that Kubernetes RBAC lets the
+member create and update the group's Lease and patch pods (``SelfSubjectAccessReview``). A refusal (AccessDenied, UnauthorizedOperation)
 is a ``FaultError`` naming the policy to attach, before the first attempt rather than hours in.
 
 Each kind's action and group are data (``stackconfig/faults.yaml``, ``stackconfig.faults``).
 Guarantees: every fault returns its record or raises ``FaultError`` naming what failed; an FIS
 experiment that does not finish within the wait given (``bench.deadlines``: the experiment's step
-time) is ``Overdue``; ``Injector.undo`` stops an experiment still running and removes the tag (called
-by the runner on every path out).
+time), or a Lease still held by another after that wait, is ``Overdue``; ``Injector.undo`` stops an
+experiment still running, removes the tag and the label and frees the Lease (called by ``inject`` on
+every path out, and by the runner): after a stop the Lease is left to expire (``FAULT_LEASE_SECONDS``),
+since the stopped experiment is not seen finished. Not guaranteed (no lease can without a fencing token
+the fixed selector cannot carry): a bench stopped for longer than the Lease's duration between renewing
+and labelling may label after another took the Lease, and the other's FIS may then hit its pod; both attempts
+then end INCOMPLETE (its renewal raises ``LeaseLost``; the other's checks see two labels or a foreign target).
 """
 
 from __future__ import annotations
@@ -48,15 +61,19 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from kubernetes.client import ApiException
+
 from workloads.render.common import RAY_GROUP_LABEL
+from workloads.render.faults import MEMBER_ROLE
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
 from workloads.render.teams import namespace_of
 from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
 from .deadlines import CLOCK, Overdue
-from components.faults import (FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG, fault_tag,
-                               terminate_template)
+from .lease import LeaseLost, TeamLease
+from components.faults import (FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG, fault_lease,
+                               fault_tag, terminate_template)
 from stackconfig.faults import fault_kind
 from stackconfig.labels import POOL_LABEL
 
@@ -97,6 +114,12 @@ class Injector:
     poll_s: float = 5.0
     running: list[str] = field(default_factory=list)
     tagged: list[str] = field(default_factory=list)
+    labelled: tuple | None = None
+    """(RunClient, namespace, pod) while a pod carries ``FAULT_TARGET_LABEL`` for this injector."""
+    lease: TeamLease | None = None
+    """The group's Lease while this injector holds it (``bench.lease``)."""
+    undone: list[str] = field(default_factory=list)
+    """What an ``inject`` that failed undid on its way out, for the next ``undo`` to report."""
 
     def template(self, kind: str, team: str) -> str:
         """The id of the stack's template for ``kind`` (and ``team`` for pod faults), found by its tags."""
@@ -127,6 +150,8 @@ class Injector:
                 tags={"rl.platform/preflight": kind, TEAM_TAG: team}))
             if fault_kind(kind).removes_node:
                 self._node_rights(api, kind, template, policy)
+            else:
+                self._pod_rights(api, kind, team)
             done.append(f"{kind}: the bench user may start template {template} (FIS target preview, skip-all)")
         return done
 
@@ -143,6 +168,20 @@ class Injector:
                 self._refused(err, f"{kind}: tag instance {iid} with {FAULT_TAG}", policy)
         self._may(f"{kind}: point FIS template {template} at a fault's tag", policy,
                   lambda: self._aim(template, terminate_template(self.cluster)))
+
+    def _pod_rights(self, api: RunClient, kind: str, team: str) -> None:
+        """The member may take the group's Lease and label a pod (SelfSubjectAccessReview, authorization/v1)."""
+        ns, lease = namespace_of(team), fault_lease(fault_kind(kind).group)
+        for verb, group, resource, name in (("create", "coordination.k8s.io", "leases", ""),
+                                            ("get", "coordination.k8s.io", "leases", lease),
+                                            ("update", "coordination.k8s.io", "leases", lease), ("patch", "", "pods", "")):
+            review = api.authorization.create_self_subject_access_review({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": {
+                    "namespace": ns, "verb": verb, "group": group, "resource": resource, "name": name}}})
+            if not review.status.allowed:
+                raise FaultError(f"{kind}: the bench user may not {verb} {resource}{'/' + name if name else ''} in {ns} "
+                                 f"(Kubernetes RBAC): the stack renders Role {MEMBER_ROLE} for the team's members with "
+                                 f"workloads.faultInjection (workloads.render.faults); deploy it")
 
     def _may(self, what: str, policy: str, call) -> None:
         try:
@@ -166,7 +205,8 @@ class Injector:
 
     def inject(self, api: RunClient, kind: str, team: str, run: str, rayjob: str, wait_s: float) -> dict:
         """Inject one fault into the attempt ``rayjob``'s current pods and wait (``wait_s``) for FIS to
-        finish it; a record for ``faults.json``."""
+        finish it; a record for ``faults.json``. On every way out the experiment is stopped if still running,
+        the tag and the label removed and the Lease released (``undo``)."""
         spec = fault_kind(kind)
         pods = _running(_pods(api, team, f"{RUN_LABEL}={run},{ATTEMPT_LABEL}={_attempt_of(rayjob)},"
                                          f"{RAY_GROUP_LABEL}={spec.group}"))
@@ -175,10 +215,24 @@ class Injector:
         template = self.template(kind, team)
         record = {"kind": kind, "group": spec.group, "template": template,
                   "podsBefore": [p.metadata.name for p in pods]}
+        try:
+            self._inject(api, spec, team, run, rayjob, pods[0], template, record, wait_s)
+        except BaseException:
+            try:
+                self.undone += self.undo()
+            except Exception as err:  # noqa: BLE001 (the fault's own error goes on; the runner reports this)
+                self.undone.append(f"NOT undone: {type(err).__name__}: {err}")
+            raise
+        self.undo()  # nothing runs any more: the tag or the label removed, the Lease released
+        return record
+
+    def _inject(self, api: RunClient, spec, team: str, run: str, rayjob: str, pod, template: str, record: dict,
+                wait_s: float) -> None:
         if spec.removes_node:
-            ours = self._tag_node(api, pods[0], template, record)
+            ours = self._tag_node(api, pod, template, record)
         else:
-            ours = self._only_ours(api, team, spec.group, rayjob, record)
+            ours = self._mark(api, team, spec.group, pod, rayjob, record, wait_s)
+            self._renew()  # still the holder right before FIS acts
         record["injectedAt"] = CLOCK.now().isoformat()
         exp = self.fis.start_experiment(experimentTemplateId=template, tags={RUN_LABEL: run, TEAM_TAG: team})["experiment"]
         self.running.append(exp["id"])
@@ -187,14 +241,12 @@ class Injector:
             self._check_aim(exp["id"], record["tag"])
         state = self._wait(exp["id"], wait_s)
         self.running.remove(exp["id"])
-        self._untag()
         if state["state"].get("status") != "completed":
-            raise FaultError(f"{kind}: FIS experiment {exp['id']} ended {state['state'].get('status')}: "
+            raise FaultError(f"{spec.name}: FIS experiment {exp['id']} ended {state['state'].get('status')}: "
                              f"{state['state'].get('reason', 'no reason given')}")
         record["actionStartedAt"] = _iso(min((a["startTime"] for a in (state.get("actions") or {}).values()
                                               if a.get("startTime")), default=None))
-        record["hit"] = self._hit(exp["id"], ours, kind)
-        return record
+        record["hit"] = self._hit(exp["id"], ours, spec.name)
 
     def _tag_node(self, api: RunClient, pod, template: str, record: dict) -> set[str]:
         node = pod.spec.node_name
@@ -206,16 +258,36 @@ class Injector:
         record |= {"target": f"node/{node} ({iid})", "tag": value}
         return {iid}
 
-    def _only_ours(self, api: RunClient, team: str, group: str, rayjob: str, record: dict) -> set[str]:
-        run, attempt = rayjob.rsplit("-", 1)
-        labelled = _pods(api, team, f"{FAULT_TARGET_LABEL}={group}")
-        others = sorted(p.metadata.name for p in labelled if (p.metadata.labels.get(RUN_LABEL),
-                                                               p.metadata.labels.get(ATTEMPT_LABEL)) != (run, attempt))
-        if others:
-            raise FaultError(f"{record['kind']}: pods of other runs carry {FAULT_TARGET_LABEL}={group} in "
-                             f"{namespace_of(team)} ({', '.join(others[:3])}): FIS could hit them; not injected")
-        record["target"] = f"one pod of group {group} of {rayjob} (label {FAULT_TARGET_LABEL})"
-        return {p.metadata.name for p in labelled}
+    def _mark(self, api: RunClient, team: str, group: str, pod, rayjob: str, record: dict, wait_s: float) -> set[str]:
+        """Hold the group's Lease, then label ``pod`` for the team's fixed template; the pods it may hit."""
+        ns, name = namespace_of(team), pod.metadata.name
+        self.lease = TeamLease(api.coordination, ns, fault_lease(group), rayjob)
+        self.lease.acquire(wait_s, self.poll_s)
+        self._only(api, team, group, set(), record["kind"])
+        api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: group}}})
+        self.labelled = (api, ns, name)
+        self._renew()  # another took the Lease while this one labelled: its pod may be labelled too
+        self._only(api, team, group, {name}, record["kind"])
+        record["target"] = f"pod {name} of group {group} (label {FAULT_TARGET_LABEL}, Lease {ns}/{self.lease.name})"
+        return {name}
+
+    def _only(self, api: RunClient, team: str, group: str, want: set[str], kind: str) -> None:
+        """Exactly ``want`` carries the label in the team namespace (pods others labelled: ``FaultError``)."""
+        got = {p.metadata.name for p in _pods(api, team, f"{FAULT_TARGET_LABEL}={group}")}
+        if got - want:
+            others = ", ".join(sorted(got - want)[:3])
+            raise FaultError(f"{kind}: pods not labelled by this attempt carry {FAULT_TARGET_LABEL}={group} in "
+                             f"{namespace_of(team)} ({others}): FIS could hit them; not injected (labelled by hand or "
+                             f"by a bench that crashed: kubectl label pod -n {namespace_of(team)} <pod> {FAULT_TARGET_LABEL}-)")
+        if want - got:
+            raise FaultError(f"{kind}: pod {', '.join(sorted(want - got))} lost its label {FAULT_TARGET_LABEL}={group} "
+                             f"before FIS started; not injected")
+
+    def _renew(self) -> None:
+        try:
+            self.lease.renew()
+        except LeaseLost as err:
+            raise FaultError(f"{err}; not injected or stopped") from None
 
     def _check_aim(self, experiment: str, value: str) -> None:
         """The started experiment's copy of the target is this fault's tag (not a concurrent update's)."""
@@ -246,6 +318,8 @@ class Injector:
             got = self.fis.get_experiment(id=experiment)["experiment"]
             if got["state"].get("status") in DONE:
                 return got
+            if self.lease is not None:  # held until FIS resolved its target and acted
+                self._renew()
             if CLOCK.monotonic() > deadline:
                 raise Overdue(f"FIS experiment {experiment} still {got['state'].get('status')} after {wait_s:.0f} s "
                               f"(the experiment's step deadline, bench.deadlines)")
@@ -256,17 +330,40 @@ class Injector:
             self.ec2.delete_tags(Resources=list(self.tagged), Tags=[{"Key": FAULT_TAG}])
             self.tagged.clear()
 
-    def undo(self) -> list[str]:
-        """Stop experiments still running and remove the instance tag; what was undone."""
+    def _unmark(self, stopped: list[str]) -> list[str]:
+        """Remove the label, then free the Lease; left to expire when an experiment was just stopped (FIS'
+        stop is not seen finished, and its target must not be another attempt's pod labelled meanwhile)."""
         done = []
+        if self.labelled is not None:
+            api, ns, name = self.labelled
+            try:
+                api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: None}}})
+                done.append(f"removed {FAULT_TARGET_LABEL} from pod {name}")
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                done.append(f"pod {name} gone, its label {FAULT_TARGET_LABEL} with it")
+            self.labelled = None
+        if self.lease is not None:
+            lease, self.lease = self.lease, None
+            done.append(f"Lease {lease.namespace}/{lease.name} left to expire within {lease.duration_s} s (FIS "
+                        f"experiment {', '.join(stopped)} stopped)" if stopped and lease.version else lease.release())
+        return done
+
+    def undo(self) -> list[str]:
+        """Stop experiments still running, remove the instance tag and the pod label, release the Lease;
+        what was undone (with what a failed ``inject`` undid)."""
+        done, self.undone = list(self.undone), []
+        stopped = []
         for exp in list(self.running):
             self.fis.stop_experiment(id=exp)
             self.running.remove(exp)
+            stopped.append(exp)
             done.append(f"stopped FIS experiment {exp}")
         if self.tagged:
             done.append(f"untagged {', '.join(self.tagged)}")
             self._untag()
-        return done
+        return done + self._unmark(stopped)
 
 
 def _iso(value) -> str | None:

@@ -29,7 +29,6 @@ the cluster as it was found (``run_attempt``), says what it left, and stops the 
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from collections.abc import Callable
@@ -39,7 +38,6 @@ import yaml
 
 from stackconfig.files import STACKS_DIR
 from stackconfig.versions import STACK_REPOSITORY, with_repository
-from components.faults import FAULT_TARGET_LABEL
 from workloads.cli.runs_client import FINISHED, RunClient, attempt_of
 from workloads.pod.miles_launcher import CLEAR_SAVES_ENV
 from workloads.checks.runs import run_pools
@@ -86,17 +84,6 @@ def _objects(api: RunClient, cfg: ProgramConfig, run):
     return run_objects(cfg, run, sizes or None, trainers or None)
 
 
-def with_fault_target(rayjob: dict) -> dict:
-    """A fault arm's RayJob: its worker groups' pods carry ``FAULT_TARGET_LABEL`` (what the stack's FIS
-    pod-delete templates select, ``components.faults``); KubeRay copies template labels onto the pods
-    (ray-operator/controllers/ray/common/pod.go:1167-1189, v1.7.0)."""
-    job = copy.deepcopy(rayjob)
-    for group in job["spec"]["rayClusterSpec"].get("workerGroupSpecs", []):
-        md = group["template"].setdefault("metadata", {})
-        md.setdefault("labels", {})[FAULT_TARGET_LABEL] = group["groupName"]
-    return job
-
-
 def _removes_nodes(exp: Experiment, arm: str) -> bool:
     return any(f.spec.removes_node for f in exp.arm(arm).faults)
 
@@ -125,7 +112,7 @@ class AttemptRun:
         pins = existing(self.api, self.pins, lambda text: self.out(f"{self.attempt.folder}: {text}"))
         job = bench_env(sendable(self.cfg, pinned(_objects(self.api, self.cfg, run).rayjob, pins or {}),
                                      self.repository))
-        self.api.submit(with_fault_target(job) if self.faults else job)
+        self.api.submit(job)
         self.submitted.append(job["metadata"]["name"])
         self.watch.submitted(loads=run.attempt > 1)  # an earlier attempt of the run may have left a save
 
@@ -220,7 +207,7 @@ def _dry_run(exp: Experiment, cfg: ProgramConfig, attempts: list[Attempt], repos
         out(f"# {a.folder}: {objs.gang.describe()}; faults: "
             f"{', '.join(f'{f.kind} at step {f.at_step}' for f in exp.arm(a.arm).faults) or 'none'}")
         job = bench_env(with_repository(objs.rayjob, repository or STACK_REPOSITORY))
-        out(yaml.safe_dump(with_fault_target(job) if exp.arm(a.arm).faults else job, sort_keys=False))
+        out(yaml.safe_dump(job, sort_keys=False))
     return 0
 
 

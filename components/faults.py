@@ -11,7 +11,8 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
 
 - ``aws:eks:pod-delete`` on an ``aws:eks:pod`` target (``clusterIdentifier``, ``namespace``,
   ``selectorType: labelSelector``, ``selectorValue``), ``gracePeriodSeconds: 0``: a crash (SIGKILL,
-  no preStop), one pod (``COUNT(1)``) of the attempt's group (``FAULT_TARGET_LABEL`` = the group). FIS runs
+  no preStop), one pod (``COUNT(1)``) carrying ``FAULT_TARGET_LABEL`` = the group, which no template renders:
+  the bench puts it on exactly one pod of its attempt while it holds the group's ``fault_lease``. FIS runs
   its pod in the target namespace with ``kubernetesServiceAccount`` (``workloads.render.faults``);
 - ``aws:ec2:terminate-instances`` on ``aws:ec2:instance`` with the tag ``FAULT_TAG`` = a value unique
   to one fault (``fault_tag``: ``<cluster>:<fault id>``, ``ALL`` of them): the bench tags exactly one
@@ -22,9 +23,15 @@ namespace) to build, image and patch. Actions (FIS User Guide, "AWS FIS Actions 
   operators only: tagging is not tied to a team, so it could stop any node.
 
 The pod templates stay fixed: a team member may not update them, since an update could point FIS'
-role (which reaches every team namespace) at another team's namespace; ``bench.faults`` checks
-before each pod fault that only the attempt's own pods carry the label, and afterwards that FIS hit
-one of them (``ListExperimentResolvedTargets``).
+role (which reaches every team namespace) at another team's namespace. Instead the label they select
+is put on one pod at a time per group and team: ``bench.faults`` takes the group's Lease in the team
+namespace (coordination.k8s.io/v1, ``fault_lease``, ``FAULT_LEASE_SECONDS``; ``bench.lease``), checks
+that no pod carries the label, labels the one pod, starts the template, and removes the label and frees
+the Lease once FIS resolved its target and acted. It still checks that its pod alone carries the label
+before starting, and afterwards that FIS hit it (``ListExperimentResolvedTargets``), which catches a pod
+labelled by hand by someone who ignores the Lease. The member's rights for this (a Lease, the label on its
+team's pods and nothing else of a pod) are ``workloads.render.faults.member_rules`` and the team pod
+policy's ``workloads.render.pod_rules.member_pod_update``.
 
 The fault kinds are data (``stackconfig/faults.yaml``, typed by ``stackconfig.faults``): each names one of
 the actions above and the worker group it hits; the templates and the bench policies derive from it (as
@@ -51,8 +58,12 @@ FAULT_TAG = "rl.platform/fault-target"
 UNSET = "unset"
 """The fault id of the deployed terminate template: no instance is ever tagged with it."""
 FAULT_TARGET_LABEL = "rl.platform/fault-target"
-"""Pod label on a fault arm's worker groups, its value the group's name: what the pod templates select
-(one ``key=value``, the form the ``aws:eks:pod`` target's ``labelSelector`` takes)."""
+"""Pod label, its value a worker group's name, that the pod templates select (one ``key=value``, the form the
+``aws:eks:pod`` target's ``labelSelector`` takes). No template renders it: ``bench.faults`` puts it on the one
+pod a fault is for while it holds the group's ``fault_lease``, and removes it once FIS resolved its target."""
+FAULT_LEASE_SECONDS = 60
+"""``leaseDurationSeconds`` of a ``fault_lease``: how long a crashed holder keeps a team's teammates waiting
+(the holder renews it at every poll of its FIS experiment, ``bench.faults``)."""
 CLUSTER_TAG, FAULT_KIND_TAG, TEAM_TAG = "rl.platform/cluster", "rl.platform/fault", "rl.platform/team"
 FIS_GROUP = "rl-fault-injector"
 """Kubernetes group of the FIS role's access entry (EKS access entries, ``kubernetesGroups``)."""
@@ -62,6 +73,12 @@ FIS_SERVICE_ACCOUNT = "fis-pod-delete"
 def fault_tag(cluster: str, fault: str) -> str:
     """The ``FAULT_TAG`` value of one fault: the cluster, then an id no other fault has."""
     return f"{cluster}:{fault}"
+
+
+def fault_lease(group: str) -> str:
+    """The coordination.k8s.io/v1 Lease in a team namespace that one attempt holds from labelling a pod of
+    ``group`` with ``FAULT_TARGET_LABEL`` to FIS' resolution of the target (``bench.lease``)."""
+    return f"rl-fault-target-{group}"
 
 
 def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:

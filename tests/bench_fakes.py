@@ -4,12 +4,14 @@ fake clock (``TIME``) that the tests also give ``bench.deadlines.CLOCK``."""
 
 import base64
 import json
+import threading
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 from kubernetes.client import ApiException
 
 from components.faults import FAULT_TARGET_LABEL, template_specs
+from fake_leases import FakeLeases
 from workloads.pod.miles_launcher import JOB_LINE
 from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL
@@ -140,6 +142,21 @@ class FakeCore:
     def delete_namespaced_pod(self, name, namespace, **_):
         raise _api_error(403, "Forbidden")
 
+    def patch_namespaced_pod(self, name, namespace, body):
+        """A member's pod patch: only ``FAULT_TARGET_LABEL`` (the team pod policy refuses the rest, 422,
+        render.pod_rules.member_pod_update); None removes it."""
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        if set(body) != {"metadata"} or set(body["metadata"]) != {"labels"} or set(labels) != {FAULT_TARGET_LABEL}:
+            raise _api_error(422, "Invalid")
+        pod = next((p for p in self.cluster.pods if p.metadata.name == name), None)
+        if pod is None:
+            raise _api_error(404, "NotFound")
+        if labels[FAULT_TARGET_LABEL] is None:
+            pod.metadata.labels.pop(FAULT_TARGET_LABEL, None)
+        else:
+            pod.metadata.labels[FAULT_TARGET_LABEL] = labels[FAULT_TARGET_LABEL]
+        return pod
+
     def patch_node(self, name, body):
         raise _api_error(403, "Forbidden")
 
@@ -161,6 +178,17 @@ class FakeRuns(RunClient):
 
     def __init__(self, save_interval: int, total: int, admin: bool = False, engines_recover: bool = True):
         self.core = FakeCore(self, admin)
+        self.lock = threading.RLock()
+        """Held by every call that changes or walks the jobs and pods: two benches may share the cluster."""
+        self.coordination = FakeLeases()
+        self.denied: set[tuple[str, str]] = set()
+        """(verb, resource) the member's RBAC refuses beyond SUBMITTER_RULES' refusals (a stack without the
+        member's fault Role)."""
+        self.authorization = SimpleNamespace(create_self_subject_access_review=lambda body: SimpleNamespace(
+            status=SimpleNamespace(allowed=(body["spec"]["resourceAttributes"]["verb"],
+                                            body["spec"]["resourceAttributes"]["resource"]) not in self.denied)))
+        self.template_labels: dict[str, dict[str, dict]] = {}
+        """RayJob -> group -> the fault label its pod template carries (KubeRay copies it onto every pod it makes)."""
         self.engines_recover = engines_recover
         """False: Miles without fault tolerance, a lost rollout engine fails the job."""
         self.unschedulable: set[str] = set()
@@ -209,6 +237,10 @@ class FakeRuns(RunClient):
         return 0, shell_read(("\n".join(self.logs[name]) + "\n").encode(), command[2])
 
     def submit(self, rayjob):
+        with self.lock:
+            return self._submit(rayjob)
+
+    def _submit(self, rayjob):
         md = rayjob["metadata"]
         run = md["labels"][RUN_LABEL]
         done = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run]
@@ -229,6 +261,7 @@ class FakeRuns(RunClient):
         for group, pool in (("trainer", "train"), ("rollout", "rollout")):
             labels = (groups.get(group) or {}).get("template", {}).get("metadata", {}).get("labels", {})
             extra = {k: v for k, v in labels.items() if k == FAULT_TARGET_LABEL}
+            self.template_labels.setdefault(md["name"], {})[group] = extra
             for i in range(len(self.nodes[pool])):
                 self.pods.append(_pod(f"{md['name']}-{group}-{i}", run, group, self.place(md["name"], group, pool),
                                       _now(), attempt, extra))
@@ -253,6 +286,10 @@ class FakeRuns(RunClient):
     def kill(self, pod, grace: int):
         """A pod gone: with a grace period its preStop asks for a checkpoint first (render.runs.SAVE_ON_STOP);
         a lost trainer fails the job, a lost rollout engine is recovered in place."""
+        with self.lock:
+            self._kill(pod, grace)
+
+    def _kill(self, pod, grace: int):
         name, now = self._job_of(pod), _now()
         self.pods.remove(pod)
         if grace > 0:
@@ -276,7 +313,7 @@ class FakeRuns(RunClient):
                                    f"server_group.py:209 - Recovered 1 dead rollout engines (worker_type=regular)")
             self.pods.append(_pod(pod.metadata.name + "-x", pod.metadata.labels[RUN_LABEL], group, node,
                                   now + timedelta(seconds=1), int(pod.metadata.labels[ATTEMPT_LABEL]),
-                                  {k: v for k, v in pod.metadata.labels.items() if k == FAULT_TARGET_LABEL}))
+                                  self.template_labels.get(name, {}).get(group)))  # made from the template
 
     def event(self, reason: str, kind: str, name: str, at: datetime) -> None:
         self.events.append(SimpleNamespace(
@@ -307,6 +344,10 @@ class FakeRuns(RunClient):
         return names
 
     def rayjobs(self, team=None, run=None):
+        with self.lock:
+            return self._rayjobs(run)
+
+    def _rayjobs(self, run):
         self.polls += 1
         if self.polls > self.max_polls:
             raise AssertionError(f"bench run polled the RayJobs {self.polls} times: a wait without a deadline")
@@ -356,16 +397,24 @@ class FakeFIS:
     terminate on the instances tagged with the template's value; a target preview (actionsMode
     skip-all) acts on nothing; ``denied`` templates answer AccessDeniedException to StartExperiment;
     ``also_resolved`` targets are reported beside the ones hit (what a race FIS won would show), and
-    ``started_on`` replaces the tag value the started experiment records (a concurrent template update)."""
+    ``started_on`` replaces the tag value the started experiment records (a concurrent template update).
+    With ``resolve_late`` a pod-delete resolves its target at a GetExperiment after its start (FIS acts after
+    StartExperiment returns): the first at which ``resolve_now()`` holds; no pod to resolve: failed."""
 
     def __init__(self, cluster: FakeRuns, ec2: "FakeEC2", fail_with: str | None = None):
         self.cluster, self.ec2, self.fail_with = cluster, ec2, fail_with
         self.specs = {f"EXT-{key}": spec for key, spec in template_specs(CLUSTER, [("alpha", NAMESPACE)]).items()}
         self.started, self.stopped, self.experiments, self.previews = [], [], {}, []
         self.denied: set[str] = set()
+        self.killed: list[str] = []
         self.updated: list[tuple[str, dict]] = []
         self.also_resolved: list[dict] = []
         self.started_on: str | None = None
+        self.resolve_late = False
+        self.resolve_now = lambda: True
+        self.newest = False
+        """Resolve a pod-delete to the newest pod its selector matches (FIS picks any one of them, COUNT(1))."""
+        self.lock = threading.RLock()
 
     def list_experiment_templates(self, **_):
         return {"experimentTemplates": [{"id": i, "tags": tags} for i, (_, tags) in self.specs.items()]}
@@ -378,6 +427,10 @@ class FakeFIS:
                 t["resource_tags"] = [{"key": k, "value": v} for k, v in targets[t["name"]]["resourceTags"].items()]
 
     def start_experiment(self, experimentTemplateId, tags, experimentOptions=None):
+        with self.lock:  # one experiment id each, when two benches start at once
+            return self._start(experimentTemplateId, experimentOptions)
+
+    def _start(self, experimentTemplateId, experimentOptions):
         if experimentTemplateId in self.denied:
             raise Refused("AccessDeniedException")
         spec, _ = self.specs[experimentTemplateId]
@@ -389,12 +442,11 @@ class FakeFIS:
         action, target = spec["actions"][0], spec["targets"][0]
         now = _now()
         if action["action_id"] == "aws:eks:pod-delete":
-            want = dict(kv.split("=") for kv in target["parameters"]["selectorValue"].split(","))
-            pod = next(p for p in self.cluster.pods if all(p.metadata.labels.get(k) == v for k, v in want.items()))
-            grace = int({p["key"]: p["value"] for p in action["parameters"]}["gracePeriodSeconds"])
-            hit = [{"resourceType": "aws:eks:pod", "targetName": "pod",
-                    "targetInformation": {"namespace": NAMESPACE, "podName": pod.metadata.name}}]
-            self.cluster.kill(pod, grace)
+            self.experiments[exp] = {"state": {"status": "running"}, "actions": {}, "targets": {}, "resolved": [],
+                                     "pending": (action, target)}
+            if not self.resolve_late:
+                self._delete_pod(exp)
+            return {"experiment": {"id": exp}}
         else:
             tag = target["resource_tags"][0]
             ids = [i for i, t in self.ec2.tags.items() if t.get(tag["key"]) == tag["value"]]
@@ -409,7 +461,27 @@ class FakeFIS:
                                              for t in spec["targets"]}, "resolved": hit + self.also_resolved}
         return {"experiment": {"id": exp}}
 
+    def _delete_pod(self, exp: str) -> None:
+        """FIS resolves the pod-delete's target now (one pod its selector matches) and deletes it."""
+        with self.lock:
+            action, target = self.experiments[exp].pop("pending")
+            want = dict(kv.split("=") for kv in target["parameters"]["selectorValue"].split(","))
+            pods = [p for p in self.cluster.pods if all(p.metadata.labels.get(k) == v for k, v in want.items())]
+            pod = (pods[-1] if self.newest else pods[0]) if pods else None
+            if pod is None:
+                self.experiments[exp]["state"] = {"status": "failed", "reason": "Target resolution returned no pod"}
+                return
+            grace = int({p["key"]: p["value"] for p in action["parameters"]}["gracePeriodSeconds"])
+            self.killed.append(pod.metadata.name)
+            self.cluster.kill(pod, grace)
+            state = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
+            self.experiments[exp] |= {"state": state, "actions": {action["name"]: {"startTime": _now()}}, "resolved": [
+                {"resourceType": "aws:eks:pod", "targetName": "pod",
+                 "targetInformation": {"namespace": NAMESPACE, "podName": pod.metadata.name}}, *self.also_resolved]}
+
     def get_experiment(self, id):
+        if "pending" in self.experiments[id] and self.resolve_now():
+            self._delete_pod(id)
         got = self.experiments[id]
         return {"experiment": {"id": id, "state": got["state"], "actions": got["actions"], "targets": got["targets"]}}
 

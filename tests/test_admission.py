@@ -78,15 +78,20 @@ def _value(expression: str, activation: dict):
     return out
 
 
+OPERATOR_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kuberay-system", "system:authenticated")
+"""``request.userInfo.groups`` of the KubeRay operator's requests (its service account's)."""
+
+
 def refused(policy: dict, obj: dict | None, operation: str = "CREATE", old: dict | None = None,
-            options: dict | None = None, first: bool = False) -> list[str]:
+            options: dict | None = None, first: bool = False, groups: tuple[str, ...] = OPERATOR_GROUPS) -> list[str]:
     """The messages of ``policy``'s validations that ``obj`` fails (``first``: the first only, as the API server
     reports it, the rest not evaluated); an evaluation error fails too (``failurePolicy: Fail``). ``options``:
-    the request's (a DELETE's DeleteOptions)."""
+    the request's (a DELETE's DeleteOptions); ``groups``: the requester's."""
     spec = policy["spec"]
     assert operation in [o for r in spec["matchConstraints"]["resourceRules"] for o in r["operations"]]
     activation = {"object": json_to_cel(obj), "oldObject": json_to_cel(old),
-                  "request": json_to_cel({"operation": operation, "namespace": TEAM_NS, "options": options})}
+                  "request": json_to_cel({"operation": operation, "namespace": TEAM_NS, "options": options,
+                                          "userInfo": {"username": "u", "groups": list(groups)}})}
     variables = {v["name"]: _value(v["expression"], activation) for v in spec.get("variables", [])}
     activation["variables"] = celtypes.MapType({celtypes.StringType(k): v for k, v in variables.items()})
     failed = (v["message"] for v in spec["validations"] if not _holds(_value(v["expression"], activation)))

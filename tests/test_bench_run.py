@@ -357,9 +357,9 @@ def test_pins_follow_the_nodes_that_exist(tmp_path, capsys):
     assert pins[2] == {"trainer": {"train-0", "train-1"}, "rollout": {"rollout-0", "rollout-9"}}
 
 
-def test_a_pod_fault_never_hits_a_teammates_run(tmp_path, capsys):
-    """A teammate's fault arm runs in the same namespace, its pods labelled for the same template: the
-    fault is not injected (FIS could pick their pod), the attempt is INCOMPLETE, their pod untouched."""
+def test_a_pod_fault_never_hits_a_pod_a_teammate_labelled_by_hand(tmp_path, capsys):
+    """A teammate who ignores the Lease labelled a pod of their run for the same template: the fault is not
+    injected (FIS could pick their pod), the attempt is INCOMPLETE, their pod untouched, the Lease freed."""
     fake = FakeRuns(save_interval=10, total=33)
     clients, aws = _aws(fake)
     theirs = _pod("their-run-1-rollout-0", "their-run", "rollout", "rollout-7", _now(), 1,
@@ -368,8 +368,10 @@ def test_a_pod_fault_never_hits_a_teammates_run(tmp_path, capsys):
     fake.logs["their-run-1"], fake.next_step["their-run-1"] = [], 0
     code, _ = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
     assert code == 1 and theirs in fake.pods and clients["fis"].started == []
-    assert "pods of other runs carry rl.platform/fault-target=rollout in team-alpha (their-run-1-rollout-0)" in \
-        (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+    assert "pods not labelled by this attempt carry rl.platform/fault-target=rollout in team-alpha " \
+        "(their-run-1-rollout-0)" in (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+    assert [p.metadata.name for p in fake.pods if FAULT_TARGET_LABEL in p.metadata.labels] == [theirs.metadata.name]
+    assert [h for h, _ in fake.coordination.writes][-1] is None  # freed after each refused attempt
 
 
 def test_a_node_fault_terminates_exactly_the_instance_tagged_for_it(tmp_path, capsys):

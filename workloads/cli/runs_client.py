@@ -82,6 +82,10 @@ class RunClient:
     def __init__(self, api: k8s.ApiClient):
         self.custom = k8s.CustomObjectsApi(api)
         self.core = k8s.CoreV1Api(api)
+        self.coordination = k8s.CoordinationV1Api(api)
+        """Leases: ``bench.lease``, one pod fault of a group at a time in a team."""
+        self.authorization = k8s.AuthorizationV1Api(api)
+        """SelfSubjectAccessReviews: ``bench.faults`` asks before the first attempt."""
 
     # --- reads ---------------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from workloads.schema.teams import PART_OF_LABEL, TEAM_LABEL
 from workloads.render.cel import cel_list
 from workloads.render.common import PART_OF
 from workloads.render.pod_limits import PodLimits, limit_variables, pod_limits
-from workloads.render.pod_rules import pod_rules
+from workloads.render.pod_rules import LABEL_VARIABLES, member_pod_update, pod_rules
 from workloads.render.queue_rules import podgroup_rules, queue_rules
 from workloads.render.ray_rules import NOT_ORPHANED, cluster_rules, deletion_rules, rayjob_rules
 from workloads.render.runs import priority_classes
@@ -120,8 +120,8 @@ def admission_policies(priority_classes: Iterable[str], gpu_pools: Iterable[str]
     labelled = f"{SPEC_UNCHANGED} && {META_UNCHANGED}"
     ray = [("ray.io", "v1", ["rayjobs"]), ("ray.io", "v1", ["rayclusters"])]
     return [*_policy(POD_POLICY, [("", "v1", ["pods", "pods/ephemeralcontainers"])], pod_rules(classes),
-                     [containers, *numbers], unchanged=labelled,
-                     match_conditions=[NOT_THE_FAULT_ENGINE]),
+                     [containers, *numbers, *LABEL_VARIABLES], unchanged=labelled,
+                     match_conditions=[NOT_THE_FAULT_ENGINE], always=[member_pod_update()]),
             *_policy(SERVICE_POLICY, [("", "v1", ["services"])], service_rules()),
             *_policy(RAYJOB_POLICY, ray[:1], rayjob_rules(classes), numbers, unchanged=labelled, always=[NOT_ORPHANED]),
             *_policy(RAYCLUSTER_POLICY, ray[1:], [*queue_rules(classes), *cluster_rules("object.spec")], numbers,

@@ -1,6 +1,7 @@
 """The Kubernetes side of the bench's fault engine (``components.faults``), per team namespace: the
-service account FIS runs its pod-delete pod with, and what the FIS role (Kubernetes group
-``FIS_GROUP``, its EKS access entry) may do there. Nothing outside the team's namespace.
+service account FIS runs its pod-delete pod with, what the FIS role (Kubernetes group
+``FIS_GROUP``, its EKS access entry) may do there, and what the team's members need to aim a pod fault
+(``member_rules``). Nothing outside the team's namespace.
 
 Rules as the FIS User Guide's "Use the AWS FIS aws:eks:pod actions" describes for ``aws:eks:pod-delete``
 (the FIS role creates and watches its own pod in the target namespace; that pod, running as
@@ -9,9 +10,10 @@ Rules as the FIS User Guide's "Use the AWS FIS aws:eks:pod actions" describes fo
 
 from __future__ import annotations
 
-from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT
+from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT, fault_lease
+from stackconfig.faults import fault_kinds
 
-from workloads.schema.teams import TeamSettings
+from workloads.schema.teams import TeamSettings, team_group
 from workloads.render.common import RAY_NODE_TYPE_LABEL
 from workloads.render.network_policies import ANYWHERE, _tcp, policy
 from workloads.render.teams import namespace_of, team_labels
@@ -22,6 +24,20 @@ INJECTOR_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "l
 ENGINE_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "delete"]},
                 {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]}]
 """The FIS role's rights: start, watch and remove its pod with the team's injector account."""
+MEMBER_ROLE = "bench-fault-target"
+
+
+def member_rules() -> list[dict]:
+    """A member's rights to aim a pod fault (``bench.faults``, ``bench.lease``): create a Lease (RBAC cannot
+    name the object of a create: Kubernetes RBAC docs, "Referring to resources"), read and update only the
+    pod-fault groups' Leases (``components.faults.fault_lease``), and patch pods, which the team pod
+    policy narrows to adding or removing ``FAULT_TARGET_LABEL`` = the pod's own group
+    (``render.pod_rules.member_pod_update``). No delete: a Lease is freed by an update without a holder."""
+    leases = sorted(fault_lease(k.group) for k in fault_kinds().values() if k.per_team)
+    return [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+             "resourceNames": leases},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
 
 
 def fault_rbac(team: TeamSettings) -> list[dict]:
@@ -38,7 +54,11 @@ def fault_rbac(team: TeamSettings) -> list[dict]:
             {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": md(engine), "rules": ENGINE_RULES},
             {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": md(engine),
              "subjects": [{"kind": "Group", "apiGroup": RBAC, "name": FIS_GROUP}],
-             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": engine}}]
+             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": engine}},
+            {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": md(MEMBER_ROLE), "rules": member_rules()},
+            {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": md(MEMBER_ROLE),
+             "subjects": [{"kind": "Group", "apiGroup": RBAC, "name": team_group(team.name)}],
+             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": MEMBER_ROLE}}]
 
 
 FIS_POD = {"matchExpressions": [{"key": RAY_NODE_TYPE_LABEL, "operator": "DoesNotExist"}]}

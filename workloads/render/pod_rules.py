@@ -11,16 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from components.faults import FIS_SERVICE_ACCOUNT
+from components.faults import FAULT_TARGET_LABEL, FIS_SERVICE_ACCOUNT
 from components.gpu_node_setup import BURN_IN_TAINT, QUARANTINE_TAINT
+from stackconfig.faults import fault_kinds
 from stackconfig.stack import POOL_LABEL
 
 from workloads.derive.resources import EFA, GPU
 from workloads.render.cel import cel_list
-from workloads.render.common import RAY_NODE_TYPE_LABEL
+from workloads.render.common import RAY_GROUP_LABEL, RAY_NODE_TYPE_LABEL
 from workloads.render.pod_limits import pod_limit_rules
 from workloads.render.queue_rules import PREEMPTABLE, preemptable
 from workloads.render.runs import PRIORITY_LABEL, TASK_PRIORITY
+from workloads.schema.teams import team_group
 
 SCHEDULER = "volcano"
 """The scheduler name KubeRay sets on every pod of a RayCluster when started with
@@ -190,6 +192,39 @@ def pod_rules(priority_classes: Iterable[str], at: PodAt = POD) -> list[tuple[st
 
 
 PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+MEMBER = f"request.userInfo.groups.exists(g, g.startsWith('{team_group('')}'))"
+"""CEL: the request is a team member's (``workloads.schema.teams.team_group``: its EKS access entry's group)."""
+LABEL_VARIABLES = [{"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+                   {"name": "oldLabels", "expression": "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"}]
+"""The pod policy's variables ``member_pod_update`` reads (``oldLabels``: on an UPDATE only)."""
+
+
+def member_pod_update() -> tuple[str, str]:
+    """(CEL, message): a team member's update of a pod adds, changes or removes ``FAULT_TARGET_LABEL`` and
+    nothing else, its value the pod's own group (``ray.io/group``) and a pod-fault group: what ``bench.faults``
+    does to aim a fault (``render.faults.member_rules`` grants the patch). Spec, every other label, the
+    annotations, finalizers and owner references stay as they were, so the member cannot move a pod into
+    another run, queue or priority, hold its deletion, or orphan it. Held on every update, an unchanged one
+    included; other identities' updates (KubeRay, the garbage collector, Job tracking) are not judged by it.
+    Reads ``LABEL_VARIABLES``; indexes no key it has not found (cel-python, which the tests run, evaluates both
+    sides of ``&&``)."""
+    key, groups = FAULT_TARGET_LABEL, cel_list(sorted({k.group for k in fault_kinds().values() if k.per_team}))
+    new, old = "variables.labels", "variables.oldLabels"
+
+    def of(o: str, field: str) -> str:
+        return f"(has({o}.metadata.{field}) ? {o}.metadata.{field} : [])"
+    same = [f"{old}.all(k, k == '{key}' || {new}.exists(j, j == k && {new}[j] == {old}[k]))",
+            f"{new}.all(k, k == '{key}' || {old}.exists(j, j == k && {old}[j] == {new}[k]))",
+            f"{new}.all(k, k != '{key}' || ({new}[k] in {groups}"
+            f" && {new}.exists(g, g == '{RAY_GROUP_LABEL}' && {new}[g] == {new}[k])))",
+            "(has(object.metadata.annotations) == has(oldObject.metadata.annotations)"
+            " && (!has(object.metadata.annotations) || object.metadata.annotations == oldObject.metadata.annotations))",
+            *(f"{of('object', f)} == {of('oldObject', f)}" for f in ("finalizers", "ownerReferences")),
+            "object.spec == oldObject.spec"]
+    return (f"request.operation != 'UPDATE' || !{MEMBER} || ({' && '.join(same)})",
+            f"a team member may change only the label {key} of a team pod, to the pod's own group "
+            f"({RAY_GROUP_LABEL}) among the pod-fault groups {groups}, or remove it (bench faults, "
+            "components.faults.fault_lease); every other label, annotation, finalizer, owner and the spec stay")
 
 
 def _same(meta: str, key: str) -> str:

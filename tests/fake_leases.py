@@ -1,0 +1,66 @@
+"""coordination.k8s.io/v1 Leases as the API server keeps them, for the bench tests' fake cluster: a create of a
+name that exists is 409 AlreadyExists, an update (PUT) whose ``metadata.resourceVersion`` is not the stored one is
+409 Conflict (Kubernetes API conventions, "Concurrency Control and Consistency"), and every write stores a new
+resourceVersion. Thread-safe: the tests run two benches of one team at once."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from kubernetes.client import ApiException
+
+
+class FakeLeases:
+    """The ``CoordinationV1Api`` calls ``bench.lease`` makes; ``writes``: (holder or None, lease) in order,
+    ``contended``: set once a read finds the Lease held by a holder other than the one ``reader`` names."""
+
+    def __init__(self):
+        self.leases: dict[tuple[str, str], SimpleNamespace] = {}
+        self.version = 0
+        self.writes: list[tuple[str | None, str]] = []
+        self.lock = threading.Lock()
+        self.contended = threading.Event()
+        self.reads_while_held: list[tuple[str, str]] = []
+        """(lease, its holder) each time a read found it held: the bench that read it had to wait."""
+
+    def _stored(self, body: dict) -> SimpleNamespace:
+        self.version += 1
+        spec = body.get("spec") or {}
+        return SimpleNamespace(
+            metadata=SimpleNamespace(name=body["metadata"]["name"], namespace=body["metadata"]["namespace"],
+                                     resource_version=str(self.version)),
+            spec=SimpleNamespace(holder_identity=spec.get("holderIdentity"),
+                                 lease_duration_seconds=spec.get("leaseDurationSeconds"),
+                                 lease_transitions=spec.get("leaseTransitions"), renew_time=spec.get("renewTime"),
+                                 acquire_time=spec.get("acquireTime")))
+
+    def read_namespaced_lease(self, name, namespace):
+        with self.lock:
+            got = self.leases.get((namespace, name))
+            if got is None:
+                raise ApiException(status=404, reason="NotFound")
+            if got.spec.holder_identity:
+                self.reads_while_held.append((name, got.spec.holder_identity))
+                self.contended.set()
+            return got
+
+    def create_namespaced_lease(self, namespace, body):
+        with self.lock:
+            key = (namespace, body["metadata"]["name"])
+            if key in self.leases:
+                raise ApiException(status=409, reason="AlreadyExists")
+            self.leases[key] = self._stored(body)
+            self.writes.append(((body.get("spec") or {}).get("holderIdentity"), key[1]))
+            return self.leases[key]
+
+    def replace_namespaced_lease(self, name, namespace, body):
+        with self.lock:
+            got = self.leases.get((namespace, name))
+            if got is None:
+                raise ApiException(status=404, reason="NotFound")
+            if body["metadata"].get("resourceVersion") != got.metadata.resource_version:
+                raise ApiException(status=409, reason="Conflict")
+            self.leases[(namespace, name)] = self._stored(body)
+            self.writes.append(((body.get("spec") or {}).get("holderIdentity"), name))
+            return self.leases[(namespace, name)]
