@@ -27,6 +27,7 @@ renews right before it acts and checks the labels and FIS' resolved target aroun
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from kubernetes.client import ApiException
 
@@ -35,6 +36,10 @@ from components.faults import FAULT_LEASE_SECONDS
 from .deadlines import CLOCK, Overdue
 
 CONFLICT, NOT_FOUND = 409, 404
+
+
+_NO_SPEC = SimpleNamespace(holder_identity=None, lease_duration_seconds=None, lease_transitions=None)
+"""A Lease created without a spec: free."""
 
 
 class LeaseLost(LookupError):
@@ -94,7 +99,7 @@ class TeamLease:
             if lease is None:
                 got = self._write(None, self.holder)
             else:
-                version, spec = lease.metadata.resource_version, lease.spec
+                version, spec = lease.metadata.resource_version, lease.spec or _NO_SPEC
                 if seen is None or seen[0] != version:
                     seen = (version, CLOCK.monotonic())  # client-go's observedTime: this bench's own clock
                 stale = CLOCK.monotonic() - seen[1] >= (spec.lease_duration_seconds or self.duration_s)
@@ -106,7 +111,7 @@ class TeamLease:
                 self.version = got.metadata.resource_version
                 return
             if CLOCK.monotonic() > deadline:
-                holder = lease.spec.holder_identity if lease is not None else "another attempt"
+                holder = (lease.spec or _NO_SPEC).holder_identity if lease is not None else "another attempt"
                 raise Overdue(f"Lease {self.namespace}/{self.name} still held by {holder} after {wait_s:.0f} s "
                               f"(one pod fault of a group at a time in a team; the FIS deadline, bench.deadlines)")
             CLOCK.sleep(poll_s)

@@ -17,7 +17,8 @@ import bench_fakes
 from bench.__main__ import main
 from bench.deadlines import Overdue
 from bench.lease import LeaseLost, TeamLease
-from bench_fakes import FakeClock, FakeRuns, _aws
+from bench_fakes import FakeClock, FakeRuns
+from bench_fakes_aws import _aws
 from components.faults import FAULT_LEASE_SECONDS, FAULT_TARGET_LABEL, fault_lease
 from fake_leases import FakeLeases
 from test_bench_run import _experiment, _run

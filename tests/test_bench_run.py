@@ -12,7 +12,8 @@ from kubernetes.client import ApiException
 
 import bench_fakes
 from bench.__main__ import main
-from bench_fakes import (CLUSTER, NAMESPACE, FakeClock, FakeRuns, _aws, _hostnames, _pod, _now)
+from bench_fakes import CLUSTER, NAMESPACE, FakeClock, FakeRuns, _hostnames, _pod, _now
+from bench_fakes_aws import _aws
 from components.faults import FAULT_TAG, FAULT_TARGET_LABEL, pod_delete_template
 from workloads.render.common import RAY_GROUP_LABEL
 from workloads.render.runs import RUN_LABEL
