@@ -117,8 +117,10 @@ def _check_batch(platform, batch: list[tuple[RunFile, Decision]], jobs: dict[str
             f"{run.name}: pods per pool {dict(placed)}; plan: {planned} and the head on {head_pool}")
         workers = [p.spec.node_name for p in pods if p.metadata.labels["ray.io/node-type"] == "worker"]
         assert len(set(workers)) == len(workers), f"{run.name}: two GPU workers share a node"
-        group = platform.admin.get(*runs.PODGROUP, podgroup_name(job), namespace_of(run.team))
-        assert group, f"{run.name}: no PodGroup {podgroup_name(job)}"
+        # Volcano writes the PodGroup's phase when a session closes, after its pods Run (kwok runs them at once).
+        group = eventually(f"{run.name}: PodGroup {podgroup_name(job)} Running", lambda: (
+            lambda g: g if ((g or {}).get("status") or {}).get("phase") == "Running" else None)(
+            platform.admin.get(*runs.PODGROUP, podgroup_name(job), namespace_of(run.team))), 30)
         wrong = as_policies_expect(platform, run, job, pods, group)
         assert not wrong, "\n".join(wrong)
         held = {p.metadata.name for p in pods if not (platform.model.rollout_spot and
@@ -329,8 +331,14 @@ def test_runs_cancel_empties_the_podgroup_so_the_cancelled_attempt_holds_no_queu
 
 
 def _lose_head(platform, run: RunFile, job: str, pods) -> str:
-    """The head pod deleted at once, as when its node is lost; its name."""
+    """The head pod deleted at once, as when its node is lost, once KubeRay has marked the cluster provisioned
+    (the annotation keeps a head from being recreated only then: v1.6.2 raycluster_controller.go:730-748); its
+    name."""
     (head,) = [p for p in pods if p.metadata.labels["ray.io/node-type"] == "head"]
+    cluster = runs.rayjob_cluster(platform, run.team, job)
+    eventually(f"RayCluster {cluster} provisioned", lambda: any(
+        c["type"] == "RayClusterProvisioned" and c["status"] == "True" for c in (platform.admin.get(
+            "ray.io/v1", "RayCluster", cluster, namespace_of(run.team)).get("status") or {}).get("conditions", [])), 60)
     client.CoreV1Api(platform.cp.client()).delete_namespaced_pod(head.metadata.name, namespace_of(run.team),
                                                                 grace_period_seconds=0)
     return head.metadata.name

@@ -11,8 +11,10 @@ one Volcano gang, its GPU pods held to their network tiers; the stack's Priority
   the entrypoint then meets only Ray's shell); no submitter Job, whose failures or early exit
   would end a healthy run (K8sJobMode, ray-project/kuberay#4921) and whose pods outlive the cluster.
 - Release: ``shutdownAfterJobFinishes`` deletes the run's Ray cluster when the job ends.
-- A lost head is not recreated (``ray.io/disable-provisioned-head-restart``, copied from the RayJob's
-  annotations to its RayCluster, rayjob_controller.go:1002-1007; raycluster_controller.go:1025-1043): a new
+- A lost head is not recreated once the cluster is provisioned, every pod ready once
+  (``ray.io/disable-provisioned-head-restart``, copied from the RayJob's annotations to its RayCluster,
+  rayjob_controller.go:1002-1007; raycluster_controller.go:1025-1043; before that, no job runs and KubeRay
+  makes a new head): a new
   head would kill the workers or find the submission id used, and the operator would resubmit onto a
   partial cluster (rayjob_controller.go:1305-1321) where Miles waits for its placement group forever.
   Instead the operator's status polls fail, after 300 s the RayJob is Failed (utils/constant.go:288-290)
