@@ -1,7 +1,8 @@
 """Cluster: the EKS control plane, its access, encryption, logging and managed add-ons.
 
 Guarantees:
-- pinned Kubernetes version; control-plane subnets in two zones;
+- pinned Kubernetes version; control-plane subnets in two zones; the Service range from the stack
+  (``network.serviceIpv4Cidr``); the private endpoint always on (``PRIVATE_ENDPOINT``);
 - API authentication mode with access entries (no aws-auth ConfigMap); admins only by access entry
   from the stack (no implicit creator admin), the Kubernetes provider waits for them;
 - the API endpoint public only to the stack's CIDRs, or private;
@@ -31,6 +32,13 @@ from .network import prefix_delegation
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
 
+PRIVATE_ENDPOINT = True
+"""The private API endpoint is always on: "If you enable private access, Kubernetes API requests from within
+your cluster's VPC use the private VPC endpoint" (EKS API reference, ``VpcConfigRequest.endpointPrivateAccess``),
+the cross-account interfaces EKS creates in the cluster's subnets (``subnetIds``). So a pod's request to the API
+server stays in those subnets, which the platform's API-server NetworkPolicies allow
+(``components.network.api_server_cidrs``); with it off, a pod resolving the endpoint's name would reach it
+through the NAT gateway at public addresses no policy names."""
 STRICT_NETWORK_POLICY = "strict"
 PLATFORM_PODS_POLICY = "platform-pods"
 CLOUDWATCH_NAMESPACE = "amazon-cloudwatch"
@@ -118,6 +126,8 @@ class Cluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, cfg: StackConfig, subnet_ids: Sequence[pulumi.Input[str]],
                  opts: pulumi.ResourceOptions | None = None):
+        """``subnet_ids``: the subnets ``components.network.CLUSTER_SUBNETS`` names (the API-server
+        NetworkPolicies allow their CIDRs)."""
         super().__init__("rlplatform:cluster:Cluster", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self._cfg = cfg
@@ -131,7 +141,7 @@ class Cluster(pulumi.ComponentResource):
             version=cfg.versions.kubernetes,
             role_arn=control_plane.role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
-                subnet_ids=list(subnet_ids), endpoint_private_access=True,
+                subnet_ids=list(subnet_ids), endpoint_private_access=PRIVATE_ENDPOINT,
                 endpoint_public_access=settings.endpoint_public_access,
                 public_access_cidrs=settings.public_access_cidrs if settings.endpoint_public_access else None),
             # The creator's admin access would be an access entry EKS makes outside this graph;
@@ -144,6 +154,10 @@ class Cluster(pulumi.ComponentResource):
                 authentication_mode="API", bootstrap_cluster_creator_admin_permissions=False),
             encryption_config=aws.eks.ClusterEncryptionConfigArgs(
                 resources=["secrets"], provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=key.arn)),
+            # The Service range, explicit: its first address is the ``kubernetes`` Service's, which the
+            # API-server NetworkPolicies allow (stackconfig.network). EKS sets it only at creation.
+            kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(
+                ip_family="ipv4", service_ipv4_cidr=cfg.network.service_ipv4_cidr),
             enabled_cluster_log_types=settings.log_types,
             bootstrap_self_managed_addons=False,
             upgrade_policy=aws.eks.ClusterUpgradePolicyArgs(support_type=settings.support_type),

@@ -45,6 +45,12 @@ headers): AL2023 user guide, "Amazon Linux 2023 ... repositories ... through a V
 (the bucket ARN an S3 gateway endpoint policy must allow)."""
 
 
+CLUSTER_SUBNETS = ("private-a", "private-b")
+"""The subnets the EKS cluster is given (``Cluster``'s ``subnet_ids``), one per zone: "Amazon EKS creates
+cross-account elastic network interfaces in these subnets to allow communication between your nodes and the
+Kubernetes control plane" (EKS API reference, ``VpcConfigRequest.subnetIds``)."""
+
+
 def pods_per_node(pool: Pool) -> int:
     return pool.max_pods or pool.instance.max_pods
 
@@ -157,6 +163,15 @@ def _carve(cfg: StackConfig, cidr: str, wanted: list[tuple], field: str) -> list
     return out
 
 
+def api_server_cidrs(cfg: StackConfig) -> list[str]:
+    """Where a pod's packet to the API server can be headed when the VPC CNI's policy agent judges it: the
+    ``kubernetes`` Service's ClusterIP (/32), as the pod sends it, and the CIDRs of ``CLUSTER_SUBNETS``,
+    where the Service's endpoints, the control plane's cross-account interfaces, are once kube-proxy has
+    translated it. Derived from the stack's own subnet plan, as ``Network`` creates it."""
+    subnets = [s.cidr for s in plan_subnets(cfg) if s.name in CLUSTER_SUBNETS]
+    return [f"{cfg.network.kubernetes_service_ip}/32", *subnets]
+
+
 class Network(pulumi.ComponentResource):
     """VPC, single-AZ EFA node subnet, two-zone private and public subnets, NAT, S3 endpoint."""
 
@@ -202,6 +217,7 @@ class Network(pulumi.ComponentResource):
         self.plan = plan
         self.node_subnet_id = self.subnets["nodes"].id
         self.private_subnet_ids = [self.subnets["private-a"].id, self.subnets["private-b"].id]
+        self.cluster_subnet_ids = [self.subnets[name].id for name in CLUSTER_SUBNETS]
         self.register_outputs({"vpcId": self.vpc.id, "nodeSubnetId": self.node_subnet_id})
 
     def limit_s3_endpoint(self, bucket_arns: Sequence[pulumi.Input[str]]) -> aws.ec2.VpcEndpointPolicy:

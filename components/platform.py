@@ -62,7 +62,7 @@ class Platform(pulumi.ComponentResource):
             self.register_outputs({})
             return
         self.network = Network(name, cfg, subnets, opts=child)
-        self.cluster = Cluster(name, cfg, self.network.private_subnet_ids, opts=child)
+        self.cluster = Cluster(name, cfg, self.network.cluster_subnet_ids, opts=child)
         efa_sg = EfaSecurityGroup(f"{name}-efa", self.network.vpc.id, opts=child)
         node_role = service_role(f"{name}-node", "ec2.amazonaws.com", NODE_POLICIES, self)
         net = PoolNetwork(node_subnet_id=self.network.node_subnet_id,

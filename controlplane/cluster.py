@@ -108,6 +108,9 @@ class ControlPlane:
 
     users: dict[str, User]
     """Key -> identity known to the API server by bearer token."""
+    service_cidr: str
+    """The Service range, the stack's (``network.serviceIpv4Cidr``, what EKS is given): the API server puts the
+    ``kubernetes`` Service at its first address, as EKS's does."""
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="moe-rl-controlplane-")))
     processes: list[Process] = field(default_factory=list)
 
@@ -168,7 +171,7 @@ class ControlPlane:
             f"--secure-port={self.port}", f"--tls-cert-file={crt}", f"--tls-private-key-file={key}",
             f"--client-ca-file={self.pki.ca}", f"--token-auth-file={tokens}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--service-account-key-file={self.pki.sa_pub}",
-            f"--service-account-signing-key-file={self.pki.sa_key}", "--service-cluster-ip-range=10.100.0.0/16",
+            f"--service-account-signing-key-file={self.pki.sa_key}", f"--service-cluster-ip-range={self.service_cidr}",
             "--authorization-mode=Node,RBAC", f"--enable-admission-plugins={EKS_ADMISSION_PLUGINS}",
             "--allow-privileged=true", "--profiling=false", "--endpoint-reconciler-type=none"])
         token = self.tokens[BOOTSTRAP]

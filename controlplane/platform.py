@@ -74,7 +74,8 @@ def quota_counted(quota) -> bool:
 
 def deploy(cfg, graph: Graph, proven: bool = True, counts: dict[str, int] | None = None) -> Platform:
     """The stack on a new control plane, its nodes Ready (``proven``: the burn-in taint already lifted)."""
-    cp = ControlPlane(stack.users(graph)).start([*stack.admin_bindings(graph), *kwok_rbac()])
+    cp = ControlPlane(stack.users(graph), cfg.network.service_ipv4_cidr).start(
+        [*stack.admin_bindings(graph), *kwok_rbac()])
     try:
         model = derive(cfg)
         admin = Kube(cp.client("admin"))

@@ -34,7 +34,7 @@ from stackconfig.stack import POOL_LABEL
 from workloads.derive.layout import heads_on
 from workloads.derive.model import WorkloadModel
 from workloads.render.common import env_list, labels, pod_security_context, security_context
-from workloads.render.network_policies import ANYWHERE, _tcp, baseline, policy
+from workloads.render.network_policies import api_server_egress, baseline, policy
 
 from .advertise import GPU
 from .policy import PART_OF, _NODE
@@ -200,8 +200,9 @@ def advertiser_objects(m: WorkloadModel) -> list[dict]:
          "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}]},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(NAME),
          "data": {key: path.read_text() for key, path in SCRIPT_FILES.items()}},
-        *baseline(_policy_meta), policy(_policy_meta("allow-api"), None, "GPU resource advertiser -> API server 443/TCP",
-                                        egress=[{"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)}]),
+        *baseline(_policy_meta), policy(_policy_meta("allow-api"), None,
+                                        f"GPU resource advertiser -> API server 443/TCP ({', '.join(m.api_server)})",
+                                        egress=[api_server_egress(m.api_server)]),
         *advertiser_policy(resources(m), m.head_pool.name, head_slots(m)),
         daemonset(m),
     ]

@@ -9,7 +9,6 @@ message naming the stack, the field and what is allowed.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -28,6 +27,7 @@ from .burn_in import BurnInSettings
 from .cluster import ClusterSettings
 from .deploy import DeploySettings
 from .labels import LABEL_PREFIX, POOL_LABEL, ROLE_LABEL
+from .network import NetworkSettings
 from .registries import RegistrySettings
 from .versions import Versions
 
@@ -275,29 +275,6 @@ class Pool(SchemaModel):
         if self.instance.is_gpu:
             labels["nvidia.com/gpu.present"] = "true"
         return labels
-
-
-class NetworkSettings(SchemaModel):
-    vpc_cidr: str = "10.0.0.0/16"
-    efa_cidr: str | None = None
-    """Optional secondary VPC CIDR that holds only the single-AZ EFA node subnet (large stacks)."""
-    public_load_balancers: bool = False
-    """Let Kubernetes place internet-facing load balancers in the public subnets (they carry the
-    ``kubernetes.io/role/elb`` tag then). Off: the public subnets hold only the NAT gateway and are
-    hidden from the load-balancer controllers' subnet discovery (``components.network``)."""
-
-    @field_validator("vpc_cidr", "efa_cidr")
-    @classmethod
-    def _block(cls, cidr: str | None) -> str | None:
-        if cidr is not None and not 16 <= ipaddress.IPv4Network(cidr).prefixlen <= 24:
-            raise ValueError(f"{cidr}: a VPC CIDR block must be /16 to /24")
-        return cidr
-
-    @model_validator(mode="after")
-    def _disjoint(self) -> "NetworkSettings":
-        if self.efa_cidr and ipaddress.IPv4Network(self.efa_cidr).overlaps(ipaddress.IPv4Network(self.vpc_cidr)):
-            raise ValueError(f"efaCidr: {self.efa_cidr} overlaps vpcCidr {self.vpc_cidr}; a secondary block must not")
-        return self
 
 
 class CheckpointSettings(SchemaModel):

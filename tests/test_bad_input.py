@@ -29,11 +29,20 @@ def with_(text: str, **fields) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+def stack_with(network: dict) -> str:
+    """The reference stack ``p5en-shared`` with ``network`` as its network settings."""
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.p5en-shared.yaml").read_text())
+    doc["config"]["moe-rl-platform:platform"]["network"] = network
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 FILES = {
     "stacks/Pulumi.p5en-shared.yaml": (ROOT / "stacks" / "Pulumi.p5en-shared.yaml").read_text(),
     "stacks/Pulumi.listed.yaml": "- a\n- b\n",
     "stacks/Pulumi.nokey.yaml": "config:\n  other:platform: {}\n",
     "stacks/Pulumi.unclosed.yaml": "config: [unclosed\n",
+    "stacks/Pulumi.services-public.yaml": stack_with({"serviceIpv4Cidr": "8.8.0.0/16"}),
+    "stacks/Pulumi.services-in-vpc.yaml": stack_with({"vpcCidr": "172.20.0.0/16"}),
     "stacks/Pulumi.mars.yaml": "config:\n  moe-rl-platform:platform:\n    region: mars-1\n    colour: blue\n",
     "listed.yaml": "- a\n",
     "noname.yaml": with_(GRPO, name=None),

@@ -61,6 +61,14 @@ def _vpc_too_small(raw):
     raw["network"] = {"vpcCidr": "10.0.0.0/20"}
 
 
+def _public_service_range(raw):
+    raw["network"] = {"serviceIpv4Cidr": "8.8.0.0/16"}
+
+
+def _service_range_in_the_vpc(raw):
+    raw["network"] = {"vpcCidr": "10.0.0.0/16", "serviceIpv4Cidr": "10.0.0.0/12"}
+
+
 CASES = [
     (_unknown_key, "pools[train].efaa", "unknown key"),
     (_impossible_counts, "pools[cpu].nodes", "min <= desired <= max"),
@@ -73,6 +81,10 @@ CASES = [
     (_bad_capacity_type, "pools[train].capacity.type", "allowed: 'ON_DEMAND', 'SPOT', 'CAPACITY_BLOCK' or 'ODCR'"),
     (_zone_outside_region, "availabilityZone", "is not a zone of us-east-1"),
     (_vpc_too_small, "network.vpcCidr", "allowed: a larger CIDR"),
+    (_public_service_range, "network.serviceIpv4Cidr: 8.8.0.0/16",
+     "allowed: /12 to /24 within 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16"),
+    (_service_range_in_the_vpc, "network.serviceIpv4Cidr: 10.0.0.0/12 overlaps vpcCidr 10.0.0.0/16",
+     "allowed: a private /12 to /24 apart from the VPC's blocks, e.g. 172.20.0.0/16"),
 ]
 
 

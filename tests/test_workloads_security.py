@@ -396,11 +396,15 @@ def test_every_pod_is_isolated_and_named_by_a_policy(stack):
         own = [p for p in policies if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)]
         assert own, name
     assert all(p["metadata"]["annotations"]["rl.platform/allows"] for p in policies)
+    api_server = set(derive(cfg).api_server)  # the kubernetes Service /32 and the cluster's subnets, 443 alone
     for p in policies:
         for rule in p["spec"].get("egress", []):
             for peer in rule.get("to", []):
-                if "ipBlock" in peer:  # never the pods' own VPC ranges by accident: internet or link-local
+                if "ipBlock" in peer:  # never the pods' own VPC ranges by accident: internet, link-local, API server
                     net = ipaddress.ip_network(peer["ipBlock"]["cidr"])
+                    if str(net) in api_server:
+                        assert rule["ports"] == [{"protocol": "TCP", "port": 443}], p["metadata"]["name"]
+                        continue
                     assert net.prefixlen == 0 or net.is_link_local, p["metadata"]["name"]
 
 

@@ -89,7 +89,7 @@ class Workloads(pulumi.ComponentResource):
         self.kuberay = self._release("kuberay-operator", charts.kuberay_operator, M.KUBERAY_NAMESPACE, M.kuberay_values(m),
                                      after=[system, self.platform_priority,
                                             *cluster.allow_platform_namespace(
-                                                M.KUBERAY_NAMESPACE, policy=kuberay_operator_policy(m.namespace))])
+                                                M.KUBERAY_NAMESPACE, policy=kuberay_operator_policy(m.namespace, m.api_server))])
         self.volcano = self._release("volcano", charts.volcano, M.VOLCANO_NAMESPACE, M.volcano_values(m),
                                      after=[system, *cluster.allow_platform_namespace(M.VOLCANO_NAMESPACE)])
         self.fsx_csi = self._release("aws-fsx-csi-driver", charts.fsx_csi_driver, "kube-system",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping
 
 from components.gpu_node_setup import GpuNodeSetup, capability_labels, for_pool
+from components.network import api_server_cidrs
 from software import Profile, profile
 from stackconfig.stack import Pool, Role
 from stackconfig.versions import Charts, SoftwareStack, workload_image
@@ -77,6 +78,9 @@ class WorkloadModel:
     (``node_setups``); a run's ``gpu_setups`` must be among it."""
     burn_in: bool
     """Every GPU node passes the burn-in (``burnIn.enabled``, ``nodes/``) before a run pod lands on it."""
+    api_server: tuple[str, ...]
+    """The CIDRs a pod reaches the API server at (``components.network.api_server_cidrs``): the platform's
+    API-server NetworkPolicies allow HTTPS to these alone."""
 
     def node_labels(self, pool: Pool) -> dict[str, str]:
         """The labels the pool's nodes carry: the pool's own plus the capabilities their setup proves."""
@@ -182,4 +186,4 @@ def derive(cfg: "ProgramConfig") -> WorkloadModel:
         block_end=capacity_block_end(cfg), argv=argv, no_run=no_run,
         runtime_env=runtime_env(cfg.pool(Role.TRAIN)), rollout_spot=L.is_spot(cfg.pool(Role.ROLLOUT)),
         images=images(cfg), gpu_setups=gpu_setups(cfg, deepep), node_setups=node_setups(cfg),
-        burn_in=cfg.burn_in.enabled)
+        burn_in=cfg.burn_in.enabled, api_server=tuple(api_server_cidrs(cfg)))

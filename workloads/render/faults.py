@@ -71,8 +71,8 @@ aws:eks:pod actions": FIS creates its pod in the target namespace), whose labels
 
 def fault_injector_policy(team: TeamSettings) -> dict:
     """The FIS pod's way out of the team's default deny: the API server (HTTPS 443), where it lists and
-    deletes the target pod and FIS watches it. Anywhere on 443, as for the KubeRay operator: the EKS
-    endpoint's addresses are EKS-owned interfaces not known when rendered. No ingress; CoreDNS comes
+    deletes the target pod and FIS watches it. Anywhere on 443 (not narrowed to ``api_server_egress`` as the
+    KubeRay operator's is). No ingress; CoreDNS comes
     from the namespace's ``allow-dns``. What it adds to a Ray pod's rights: nothing (``ray-external``
     already reaches 443)."""
     md = {"name": "fis-pod-api-server", "namespace": namespace_of(team.name),

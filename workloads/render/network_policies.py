@@ -63,6 +63,12 @@ def network_policy(m: WorkloadModel, name: str, selector: dict[str, str] | None,
     return policy(meta(m, name, "network-policy"), selector, why, ingress, egress)
 
 
+def api_server_egress(cidrs: tuple[str, ...]) -> dict:
+    """HTTPS 443 to the API server alone: ``cidrs`` are ``WorkloadModel.api_server`` (the ``kubernetes``
+    Service's ClusterIP /32 and the cluster's subnets, ``components.network.api_server_cidrs``)."""
+    return {"to": [{"ipBlock": {"cidr": c}} for c in cidrs], "ports": _tcp(443)}
+
+
 def _dns_egress() -> dict:
     return {"to": [_kube_dns()], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
 
@@ -76,21 +82,20 @@ def baseline(md: Callable[[str], dict]) -> list[dict]:
     ]
 
 
-def kuberay_operator_policy(workloads_namespace: str) -> dict:
+def kuberay_operator_policy(workloads_namespace: str, api_server: tuple[str, ...]) -> dict:
     """Every pod of the KubeRay operator's namespace (instead of the platform namespaces' allow-all,
-    ``components.cluster.platform_pods_policy``): HTTPS 443 (the API server; EKS's endpoint addresses
-    are not known here), CoreDNS, and the dashboard port of the Ray heads of the workloads' namespace
+    ``components.cluster.platform_pods_policy``): HTTPS 443 to the API server alone (``api_server_egress``),
+    CoreDNS, and the dashboard port of the Ray heads of the workloads' namespace
     and of every team namespace, where the operator submits a RayJob and polls it in HTTPMode with the
     cluster's Ray token (rayjob_controller.go:225-236, 296-330; utils/util.go:1061-1080, v1.7.0). No
     ingress: the chart runs no webhook (values.yaml 1.7.0), and the kubelet's probes are always admitted."""
     heads = {RAY_NODE_TYPE_LABEL: "head"}
     md = {"name": "kuberay-operator", "namespace": KUBERAY_NAMESPACE, "labels": labels("network-policy")}
     return policy(md, None,
-                  f"KubeRay operator -> HTTPS 443 at any address (the API server, its EKS addresses unknown here), "
-                  f"CoreDNS, Ray heads' {DASHBOARD_PORT}/TCP in namespace "
+                  f"KubeRay operator -> API server HTTPS 443 ({', '.join(api_server)}: the kubernetes Service and "
+                  f"the cluster's subnets), CoreDNS, Ray heads' {DASHBOARD_PORT}/TCP in namespace "
                   f"{workloads_namespace} and the team namespaces; no ingress",
-                  egress=[_dns_egress(),
-                          {"to": [{"ipBlock": {"cidr": ANYWHERE}}], "ports": _tcp(443)},
+                  egress=[_dns_egress(), api_server_egress(api_server),
                           {"to": [{**_namespace(workloads_namespace), **_pods(heads)},
                                   {**TEAM_RAY_PODS, "podSelector": {"matchLabels": {**RAY_PODS, **heads}}}],
                            "ports": _tcp(DASHBOARD_PORT)}])
