@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+import kubernetes_validate
 import pytest
 from test_admission import cfg, policies, rayjob, refused, run_pods  # noqa: F401 (fixtures)
 
@@ -17,6 +18,7 @@ from workloads.render.common import RAY_GROUP_LABEL
 from workloads.render.faults import MEMBER_ROLE, fault_rbac
 from workloads.render.runs import PRIORITY_LABEL, RUN_LABEL
 from workloads.schema.teams import team_group
+from test_workloads import k8s_version
 
 MEMBER = (team_group("alpha"), "system:authenticated")
 RULE = "a team member may change only the label"
@@ -86,6 +88,8 @@ def test_the_member_role_reaches_only_the_fault_leases_and_pod_patches(cfg):
     assert binding["subjects"] == [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
                                     "name": team_group(team.name)}]
     assert binding["roleRef"]["name"] == MEMBER_ROLE and role["metadata"]["namespace"] == f"team-{team.name}"
+    for obj in (role, binding):
+        kubernetes_validate.validate(obj, k8s_version(cfg), strict=True)
     leases = [fault_lease("rollout"), fault_lease("trainer")]
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
