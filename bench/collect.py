@@ -5,7 +5,8 @@ instance), the artifacts written once it finished (``collect``), or what was see
 
 Guarantees: the driver log is the launcher's copy on FSx, read incrementally at every poll
 (``bench.driverlog``) and from the bucket once the head is gone; nodes are recorded when first seen, so
-a terminated node is still in ``nodes.json``; the run's Kubernetes Events are kept as first read.
+a terminated node is still in ``nodes.json``; the Events about the attempt's own objects (its RayJobs, their Ray
+clusters and PodGroups, its pods; ``Seen.objects``) are kept as first read.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from workloads.derive.paths import CHECKPOINT_DIR
 from workloads.pod.miles_launcher import driver_log_path
 from workloads.cli.runs_client import RunClient, _attempt, _word
-from workloads.render.runs import RUN_LABEL
+from workloads.render.runs import ATTEMPT_LABEL, RUN_LABEL, podgroup_name
 from workloads.render.teams import namespace_of
 from workloads.schema.stack import ProgramConfig
 
@@ -43,6 +44,9 @@ class Seen:
         self.logs: dict[str, str] = {}
         self.nodes: dict[str, dict] = {}
         self.events: dict[str, dict] = {}
+        self.objects: set[str] = set()
+        """Names of the attempt's objects seen so far (its RayJobs, their Ray clusters and PodGroups, its pods):
+        the Events kept are about them, not about an earlier attempt's or another run's that shares a prefix."""
 
     def look(self, api: RunClient, team: str, run: str, jobs: list[dict], final: bool = False) -> None:
         """Read what is new in the logs of ``jobs`` (the run's RayJobs as just listed), the nodes of its
@@ -58,12 +62,19 @@ class Seen:
             except LogUnavailable:
                 if final:
                     raise
+        attempts = {str(_attempt(job)) for job in jobs}
+        for job in jobs:
+            name = job["metadata"]["name"]
+            self.objects |= {name, podgroup_name(name), (job.get("status") or {}).get("rayClusterName") or name}
         for pod in api.core.list_namespaced_pod(namespace_of(team), label_selector=RUN_LABEL + "=" + run).items:
+            if pod.metadata.labels.get(ATTEMPT_LABEL) not in attempts:
+                continue
+            self.objects.add(pod.metadata.name)
             node = pod.spec.node_name
             if node and node not in self.nodes:
                 self.nodes[node] = _sanitize(api, api.core.read_node(node))
         for e in api.core.list_namespaced_event(namespace_of(team)).items:
-            if (e.involved_object.name or "").startswith(run):
+            if e.involved_object.name in self.objects:
                 self.events[e.metadata.name] = _sanitize(api, e)
 
 

@@ -246,7 +246,8 @@ class FakeRuns(RunClient):
         done = [n for n, j in self.jobs.items() if j["metadata"]["labels"][RUN_LABEL] == run]
         last = max((self.next_step[n] for n in done), default=0)
         job = {**rayjob, "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
-                                    "jobId": f"raysubmit_{md['name']}", "startTime": _now().isoformat()}}
+                                    "jobId": f"raysubmit_{md['name']}", "startTime": _now().isoformat(),
+                                    "rayClusterName": f"{md['name']}-raycluster-x"}}
         self.jobs[md["name"]] = job
         resume = last // self.interval * self.interval  # resume after the last complete save
         self.logs[md["name"]] = [JOB_LINE.format(job_id=f"raysubmit_{md['name']}")] + (
