@@ -19,8 +19,9 @@ started as an FIS target preview (``Injector.preflight``) before anything is sub
 makes the job fail is followed by the next attempt of the same run, which resumes from its last
 complete checkpoint (as ``runs submit --resume``); a finished attempt's saves are removed at its end
 (``bench_env``), so attempts do not add up on the file system. Every wait has a deadline derived from the
-experiment (``bench.deadlines``); an attempt past one, or whose fault could not be aimed at it alone
-(``FaultError``), is left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
+experiment (``bench.deadlines``); an attempt past one, whose fault could not be aimed at it alone
+(``FaultError``), or that failed again after its resume from a fault (``UnexplainedFailure``: one resume a
+fault), is left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
 on with the next attempt (unless the attempt's saves, which stay for a rerun, leave the next one too little of
 the file system: ``bench.storage``; the experiment then stops there); the command then exits 1 naming
 each incomplete attempt and how to run it again (``--only <arm>/r<n>``). Any other failure leaves
@@ -57,6 +58,11 @@ from .serving import ServingRun
 from .storage import Room, room
 
 POLL_S = 30.0
+
+
+class UnexplainedFailure(RuntimeError):
+    """The attempt failed again after it was resumed from its last fault: a failure no fault of the arm explains
+    (one resume a fault), recorded INCOMPLETE rather than put on that fault's account."""
 
 
 def _finished(job: dict | None) -> bool:
@@ -137,6 +143,10 @@ class AttemptRun:
             if _finished(job):
                 if (job.get("status") or {}).get("jobStatus") == "SUCCEEDED" or not self.records:
                     break
+                if "resumedAs" in self.records[-1]:
+                    last = self.records[-1]
+                    raise UnexplainedFailure(f"{job['metadata']['name']} failed after the resume from {last['kind']} at "
+                                             f"step {last['step']}: no fault of the arm explains it (one resume a fault)")
                 run = self.resume(run)
             self.watch.check()
             CLOCK.sleep(poll_s)
@@ -305,7 +315,7 @@ def _run_all(api: RunClient, cfg: ProgramConfig, exp: Experiment, attempts: list
         try:
             run_attempt(api, cfg, exp, a, out_dir / a.folder, repository, out, poll_s, cw, engine, logs,
                         None if free else pins)
-        except (Overdue, FaultError) as err:  # recorded INCOMPLETE with the reason, the cluster left as found
+        except (Overdue, FaultError, UnexplainedFailure) as err:  # recorded INCOMPLETE with the reason, the cluster left as found
             missed[a.folder] = str(err)
             if space is not None and len(missed) > space.incomplete_held and attempts[i + 1:]:
                 why = (f"not run: the saves of {len(missed)} INCOMPLETE attempts stay on the file system (up to "

@@ -195,6 +195,8 @@ class FakeRuns(RunClient):
         """Runs whose pods find no node this time (a capacity gap): they stay Pending."""
         self.hangs_after: dict[str, int] = {}
         """Run -> the last step its job logs before it hangs (a collective that never returns)."""
+        self.fails_at: dict[str, int] = {}
+        """RayJob -> the step at which it fails by itself (a crash no fault caused)."""
         self.jobs: dict[str, dict] = {}
         self.logs: dict[str, list[str]] = {}
         self.next_step: dict[str, int] = {}
@@ -373,6 +375,9 @@ class FakeRuns(RunClient):
                     self.pods = [p for p in self.pods if self._job_of(p) != name]  # its Ray cluster is deleted
                     break
                 step = self.next_step[name]
+                if self.fails_at.get(name) == step:
+                    self.fail(job["metadata"]["labels"][RUN_LABEL])
+                    break
                 self.logs[name] += _perf(step, at)
                 if (step + 1) % self.interval == 0 or (self.save_s and step + 1 == self.total):  # Miles: the last too
                     if self.save_s:

@@ -305,6 +305,21 @@ def test_a_resumed_attempt_is_never_pinned_to_the_node_fis_terminated(tmp_path, 
     assert [j["status"]["jobStatus"] for j in jobs] == ["FAILED", "SUCCEEDED"]
 
 
+def test_a_failure_after_the_resume_of_its_fault_ends_the_attempt_incomplete_not_resumed_again(tmp_path, capsys):
+    """One resume per fault: the resumed attempt failing by itself at step 20 is a failure no fault of the arm
+    explains; resubmitting it would put it on the last fault's account (its ``resumedAs``) and bound the
+    resubmissions only by the attempt's deadline (review of #37, C3)."""
+    fake = FakeRuns(save_interval=10, total=33, engines_recover=False)
+    _, aws = _aws(fake)
+    fake.fails_at["example-ab-node-r1-2"] = 20
+    code, text = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1 and "node/r1: resumed as attempt 2" in text
+    assert "example-ab-node-r1-3" not in {j["metadata"]["name"] for j in fake.submitted}
+    reason = (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+    assert "example-ab-node-r1-2 failed after the resume from delete-rollout-pod at step 12" in reason, reason
+    assert "--only node/r1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("stuck", ["never scheduled", "stalls"])
 def test_every_wait_has_a_deadline_from_the_experiment_and_ends_incomplete(tmp_path, capsys, clock, stuck):
     """Pods that never schedule wait 3 x estimate.startupMinutes for a first step; a job that hangs after
