@@ -305,8 +305,8 @@ class Injector:
         hit, foreign = [], []
         for target in got:  # a target is ours when one of its values names our pod or instance (a name, an ARN)
             values = [str(v) for v in (target.get("targetInformation") or {}).values()]
-            mine = [v for v in values if any(v == o or v.endswith("/" + o) for o in ours)]
-            (hit if mine else foreign).append(mine[0] if mine else " ".join(values))
+            mine = [o for o in ours if any(v == o or v.endswith("/" + o) for v in values)]
+            (hit if mine else foreign).append(mine[0] if mine else " ".join(values))  # our own name, not FIS' form
         if foreign or not hit:
             raise FaultError(f"{kind}: FIS experiment {experiment} hit {', '.join(foreign) or 'nothing'}, not this "
                              f"attempt's {', '.join(sorted(ours))}")

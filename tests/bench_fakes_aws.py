@@ -37,6 +37,8 @@ class FakeFIS:
         self.started_on: str | None = None
         self.resolve_late = False
         self.resolve_now = lambda: True
+        self.qualified = False
+        """Report a pod target as ``<namespace>/<pod>`` (a form FIS' targetInformation may take) instead of its name."""
         self.newest = False
         """Resolve a pod-delete to the newest pod its selector matches (FIS picks any one of them, COUNT(1))."""
         self.lock = threading.RLock()
@@ -102,7 +104,8 @@ class FakeFIS:
             state = {"status": "failed", "reason": self.fail_with} if self.fail_with else {"status": "completed"}
             self.experiments[exp] |= {"state": state, "actions": {action["name"]: {"startTime": _now()}}, "resolved": [
                 {"resourceType": "aws:eks:pod", "targetName": "pod",
-                 "targetInformation": {"namespace": NAMESPACE, "podName": pod.metadata.name}}, *self.also_resolved]}
+                 "targetInformation": {"namespace": NAMESPACE, "podName": f"{NAMESPACE}/{pod.metadata.name}"
+                                       if self.qualified else pod.metadata.name}}, *self.also_resolved]}
 
     def get_experiment(self, id):
         if "pending" in self.experiments[id] and self.resolve_now():

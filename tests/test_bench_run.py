@@ -320,6 +320,22 @@ def test_a_failure_after_the_resume_of_its_fault_ends_the_attempt_incomplete_not
     assert "--only node/r1" in capsys.readouterr().err
 
 
+def test_a_hit_named_by_its_namespace_is_recorded_as_the_pod_and_detection_starts_at_its_killing(tmp_path):
+    """FIS may name the pod it hit ``<namespace>/<pod>``: the record keeps the pod's own name, so the report finds
+    its kubelet ``Killing`` Event instead of falling back to FIS' action start (review of #37, C1)."""
+    fake = FakeRuns(save_interval=10, total=33)
+    clients, aws = _aws(fake)
+    clients["fis"].qualified = True
+    code, _ = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 0
+    (fault,) = json.loads((tmp_path / "o" / "node" / "r1" / "faults.json").read_text())
+    assert fault["hit"] == ["example-ab-node-r1-1-rollout-0"]
+    from bench.artifacts import read_experiment_dir
+    from bench.reaction import killed
+    attempt = next(c for c in read_experiment_dir(tmp_path / "o")[1] if c.attempt.folder == "node/r1")
+    assert killed(attempt, fault)[1].startswith("kubelet Event Killing")
+
+
 @pytest.mark.parametrize("stuck", ["never scheduled", "stalls"])
 def test_every_wait_has_a_deadline_from_the_experiment_and_ends_incomplete(tmp_path, capsys, clock, stuck):
     """Pods that never schedule wait 3 x estimate.startupMinutes for a first step; a job that hangs after
