@@ -19,6 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import pulumi
@@ -73,35 +74,56 @@ def platform_pods_policy(namespace: str) -> dict:
             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [{}], "egress": [{}]}}
 
 
-def running_version(name: str) -> str | None:
-    """The Kubernetes version EKS runs cluster ``name`` at (``aws.eks.get_cluster``, at preview), None
-    when there is no such cluster yet (a first deploy); any other error of the invoke is raised."""
+@dataclass(frozen=True)
+class Running:
+    """What EKS says of a cluster that exists."""
+
+    version: str
+    service_cidr: str | None = None
+    """``kubernetesNetworkConfig.serviceIpv4Cidr``, which EKS sets only at creation."""
+
+
+def running_cluster(name: str) -> Running | None:
+    """Cluster ``name`` as EKS runs it (``aws.eks.get_cluster``, at preview), None when there is no such
+    cluster yet (a first deploy); any other error of the invoke is raised."""
     try:
-        return aws.eks.get_cluster(name=name).version
+        found = aws.eks.get_cluster(name=name)
     except Exception as err:  # the invoke's error: "invoke of aws:eks/getCluster:getCluster failed: ..."
         if "ResourceNotFoundException" in str(err):
             return None
         raise
+    network = found.kubernetes_network_configs or []
+    return Running(found.version, network[0].service_ipv4_cidr if network else None)
 
 
-def control_plane_problems(cfg: StackConfig, running: Callable[[str], str | None] = running_version) -> list[str]:
+def control_plane_problems(cfg: StackConfig, running: Callable[[str], Running | None] = running_cluster) -> list[str]:
     """A first deploy (no cluster yet) with the private endpoint alone, which the deploying machine,
     outside the VPC the deploy creates, cannot reach; a cluster EKS runs at a newer minor than
     ``versions.kubernetes``: with supportType STANDARD EKS
     upgrades the control plane itself at the end of standard support (EKS user guide, "Learn about
     Kubernetes version lifecycle on EKS"), and a stack still pinned below would plan a downgrade EKS
-    refuses (UpdateClusterVersion takes only the next minor up), minutes into ``pulumi up``."""
+    refuses (UpdateClusterVersion takes only the next minor up), minutes into ``pulumi up``; a cluster
+    whose Service range is not ``network.serviceIpv4Cidr``: EKS sets it only at creation ("You can't change
+    this value after the cluster is created", API reference ``KubernetesNetworkConfigRequest``), so the
+    plan would replace the cluster, which deletion protection then refuses."""
     found = running(cfg.cluster_name)
-    if found is None and not cfg.cluster.endpoint_public_access:
+    if found is None:
+        if cfg.cluster.endpoint_public_access:
+            return []
         return ["cluster.endpointPublicAccess: false on a first deploy: the program creates the Kubernetes objects "
                 "through the private endpoint, reachable only from inside the VPC this deploy creates; allowed: true "
                 "with publicAccessCidrs naming the deploying network for the first deploy, then false from a machine "
                 "in the VPC or connected to it (VPN, Direct Connect, peering)"]
-    if found is None or tuple(map(int, found.split("."))) <= tuple(map(int, cfg.versions.kubernetes.split("."))):
-        return []
-    return [f"versions.kubernetes: {cfg.versions.kubernetes}, but EKS runs cluster {cfg.cluster_name} at {found} (it "
-            f"upgrades a cluster at the end of standard support) and cannot downgrade it; allowed: {found}, with "
-            f"add-on versions for it (versions.addons)"]
+    problems = []
+    if tuple(map(int, found.version.split("."))) > tuple(map(int, cfg.versions.kubernetes.split("."))):
+        problems.append(f"versions.kubernetes: {cfg.versions.kubernetes}, but EKS runs cluster {cfg.cluster_name} at "
+                        f"{found.version} (it upgrades a cluster at the end of standard support) and cannot downgrade "
+                        f"it; allowed: {found.version}, with add-on versions for it (versions.addons)")
+    if found.service_cidr and found.service_cidr != cfg.network.service_ipv4_cidr:
+        problems.append(f"network.serviceIpv4Cidr: {cfg.network.service_ipv4_cidr}, but EKS runs cluster "
+                        f"{cfg.cluster_name} with {found.service_cidr}, set only at creation (another value replaces "
+                        f"the cluster); allowed: {found.service_cidr}")
+    return problems
 
 
 def kubeconfig(name: pulumi.Input[str], endpoint: pulumi.Input[str], ca_data: pulumi.Input[str],

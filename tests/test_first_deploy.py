@@ -137,7 +137,7 @@ class NoCluster(grpc.RpcError):
 
 
 def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True, block_state="scheduled", block_count=16,
-         odcr_state="active", odcr_count=32, odcr_free=32, running=None):
+         odcr_state="active", odcr_count=32, odcr_free=32, running=None, service_cidr="172.20.0.0/16"):
     """What AWS answers for the stack's reservations: the Capacity Block invoke and the Cloud
     Control read of an ODCR, in the shapes pulumi-aws 7.51.1 deserialises."""
     import json
@@ -146,7 +146,8 @@ def _aws(zone="us-east-1a", instance_type="p5en.48xlarge", known=True, block_sta
         if token == "aws:eks/getCluster:getCluster":  # the cluster as EKS runs it; none on a first deploy
             if running is None:
                 raise NoCluster()
-            return {"id": args["name"], "name": args["name"], "version": running}
+            return {"id": args["name"], "name": args["name"], "version": running,
+                    "kubernetesNetworkConfigs": [{"ipFamily": "ipv4", "serviceIpv4Cidr": service_cidr}]}
         if not known:  # how the engine reports a data source's error: a gRPC error of the Invoke call
             raise NotFound()
         if token == "aws:ec2/getCapacityBlockReservation:getCapacityBlockReservation":
@@ -224,9 +225,10 @@ def test_a_control_plane_eks_upgraded_is_refused_before_a_downgrade_is_asked():
     (EKS user guide, "Learn about Kubernetes version lifecycle"); a stack still pinned to the older
     minor would then plan a downgrade, which EKS refuses only after the update starts."""
     from analysis import mocks
-    from components.cluster import control_plane_problems
+    from components.cluster import Running, control_plane_problems
     cfg = variant("p5en-prod", PINNED)
-    assert [control_plane_problems(cfg, lambda name, v=v: v) for v in (None, "1.35", "1.34")] == [[], [], []]
+    found = (None, Running("1.35"), Running("1.34"), Running("1.35", "172.20.0.0/16"))
+    assert [control_plane_problems(cfg, lambda name, v=v: v) for v in found] == [[], [], [], []]
     graph = mocks.Graph()
     with pytest.raises(StackConfigError) as err:
         _deploy(cfg, _aws(running="1.36"), graph)
@@ -234,6 +236,19 @@ def test_a_control_plane_eks_upgraded_is_refused_before_a_downgrade_is_asked():
     assert str(err.value).splitlines()[1:] == [
         "  versions.kubernetes: 1.35, but EKS runs cluster rl-p5en-prod at 1.36 (it upgrades a cluster at the end "
         "of standard support) and cannot downgrade it; allowed: 1.36, with add-on versions for it (versions.addons)"]
+
+
+def test_a_service_range_other_than_the_clusters_is_refused_before_a_replacement_is_planned():
+    """EKS sets a cluster's Service range only at creation (API reference, KubernetesNetworkConfigRequest): a
+    stack naming another would plan to replace the cluster (deletion protection refuses it, minutes in)."""
+    from analysis import mocks
+    graph = mocks.Graph()
+    with pytest.raises(StackConfigError) as err:
+        _deploy(variant("p5en-prod", PINNED), _aws(running="1.35", service_cidr="10.100.0.0/16"), graph)
+    assert graph.resources == []
+    assert str(err.value).splitlines()[1:] == [
+        "  network.serviceIpv4Cidr: 172.20.0.0/16, but EKS runs cluster rl-p5en-prod with 10.100.0.0/16, set only at "
+        "creation (another value replaces the cluster); allowed: 10.100.0.0/16"]
 
 
 def test_a_first_deploy_with_a_private_endpoint_only_says_how_the_deployer_reaches_the_api():
@@ -250,5 +265,5 @@ def test_a_first_deploy_with_a_private_endpoint_only_says_how_the_deployer_reach
         "the private endpoint, reachable only from inside the VPC this deploy creates; allowed: true with "
         "publicAccessCidrs naming the deploying network for the first deploy, then false from a machine in the "
         "VPC or connected to it (VPN, Direct Connect, peering)"]
-    from components.cluster import control_plane_problems
-    assert control_plane_problems(variant("p5en-prod", private), lambda name: "1.35") == []  # once the cluster exists
+    from components.cluster import Running, control_plane_problems
+    assert control_plane_problems(variant("p5en-prod", private), lambda name: Running("1.35")) == []  # it exists
