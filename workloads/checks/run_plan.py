@@ -385,10 +385,11 @@ class Planner:
                 if victims is None:
                     waiting.append(run)
                     continue
+                kept = f"; {MAY_WAIT}: kept if {run.name}'s reclaim waits (Volcano's task order)" if hedge else ""
                 for v in victims:
                     before = "" if out[v.key].action == "running" else "starts, then "
                     self._decide(out, v, "preempted", f"{before}{how} by {run.name} ({run.priority}): asked to "
-                                 f"checkpoint, stops within {self.grace} min")
+                                 f"checkpoint, stops within {self.grace} min{kept}")
                 for pool, n in free.items():  # the run is pipelined on its nodes; the rest are free next session
                     keep = n - min(n, run.nodes.get(pool, 0))
                     c.held[pool] = c.held.get(pool, 0) + c.free[pool] - keep
