@@ -57,15 +57,15 @@ def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
     DeepEP V2, whichever all-to-all the run picks: runs that differ only in ``deepep.version`` then run the
     same prefill chunk, decode graph batch, request pool and static memory, so the all-to-all is the one
     difference between them (the seed's Miles arms; ``tests/test_seed_arms.py``). The buffer's per-rank
-    token capacity is DeepEP V2's alone (``rollout_env``). None on other profiles. Hidden size and top-k
-    come from the Megatron model flags the run passes (the same architecture)."""
+    token capacity is DeepEP V2's alone (``rollout_env``). None on other profiles. Hidden size, top-k and
+    multi-head latent attention come from the Megatron model flags the run passes (the same architecture)."""
     if "v2" not in run_profile(cfg).a2a:
         return None
     run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
     engine = engine_gpus(cfg)
     return deepep_v2_budget(rollout.instance.gpu_memory_gib * 1024, engine, engine if run.rollout.dp_attention else 1,
                             run.rollout.nodes_per_engine, model_dim(cfg, "--hidden-size"),
-                            model_dim(cfg, "--moe-router-topk"), run.rollout.mem_fraction_static)
+                            model_dim(cfg, "--moe-router-topk"), mla(cfg), run.rollout.mem_fraction_static)
 
 
 def model_dim(cfg: "ProgramConfig", flag: str) -> int:
@@ -74,6 +74,12 @@ def model_dim(cfg: "ProgramConfig", flag: str) -> int:
         if flag in flags:
             return int(flags[flags.index(flag) + 1])
     raise ValueError(f"workloads.run.modelArgs: {flag} is needed to size DeepEP V2's buffer; allowed: add it")
+
+
+def mla(cfg: "ProgramConfig") -> bool:
+    """Megatron's ``--multi-latent-attention`` in the run's model flags or its model's preset: the
+    architectures SGLang runs with MLA (DeepSeek-V3's; sglang 0.5.19 configs/model_config.py:925-948)."""
+    return any("--multi-latent-attention" in flags for flags in (model_args(cfg), preset(cfg.workloads.run.model)))
 
 
 def reward_url(cfg: "ProgramConfig") -> str:

@@ -11,7 +11,9 @@ DP attention size, nodes) and the GPU's memory, the way sglang 0.5.19 computes a
   (``model_executor/pool_configurator.py:682``), so no decode batch outgrows the buffer;
 - ``--mem-fraction-static``: SGLang's default reserve (``memory_hook.py:233-268``) holds no DeepEP V2 buffer
   (``reserve_for_deepep_a2a_mb``, :337-349, only for ``deepep``), so the ElasticBuffer's bytes
-  (``deepep_v2_buffer_bytes``) come off the static fraction."""
+  (``deepep_v2_buffer_bytes``) come off the static fraction; SGLang's prefill-graph reserve depends on the
+  model's attention (MLA) and the all-to-all (``prefill_graph_mib``). The contract stage compares each rendered
+  fraction with SGLang's own reserve (contracts/tests/test_sglang_resolve.py)."""
 
 from __future__ import annotations
 
@@ -87,12 +89,34 @@ def prefill_graph_sizes(max_bs: int) -> list[int]:
     return [s for s in sizes if s <= max_bs]
 
 
-def sglang_reserve_mib(gpu_mib: int, tp: int, dp: int, chunk: int, max_bs: int, pp: int = 1) -> float:
-    """What SGLang keeps outside ``mem_fraction_static`` for a DP-attention engine (memory_hook.py:243-264,
-    reserve_for_graph_mb :292-334); the prefill-graph term is counted whether or not that graph ends up on."""
+PREFILL_GRAPH_A2A = ("none", "deepep", "megamoe", "flashinfer")
+"""The all-to-alls under which sglang 0.5.19 keeps the breakable prefill CUDA graph (cuda_graph_hook.py:295-299,
+"unvalidated a2a backend"); ``deepep_v2`` is not one of them."""
+
+
+def prefill_graph_mib(chunk: int, mla: bool, a2a: str, pp: int = 1) -> float:
+    """What sglang 0.5.19 reserves for the prefill CUDA graph in a pod (memory_hook.py:315-324). On CUDA its
+    default backend is breakable (model_executor/cuda_graph_config.py:112-121), which SGLang turns off with
+    pipeline parallelism (cuda_graph_hook.py:122-134) and with an all-to-all outside ``PREFILL_GRAPH_A2A``
+    (:262-323); the rest of that rule list (DeepSeek-V4, context parallelism, two-batch overlap, multimodal)
+    matches no engine rendered here. While the graph is on, an MLA model (configs/model_config.py:925-948,
+    DeepSeek-V3's architecture among them) reserves 1.5 GiB, its graph sized at 2048 tokens (memory_hook.py:
+    189-192); any other model 8 MiB per captured size up to the prefill chunk (:190, :321)."""
+    if pp > 1 or a2a not in PREFILL_GRAPH_A2A:
+        return 0.0
+    return 1.5 * 1024 if mla else len(prefill_graph_sizes(chunk)) * 8
+
+
+def sglang_reserve_mib(gpu_mib: int, tp: int, dp: int, chunk: int, max_bs: int, mla: bool, a2a: str,
+                       pp: int = 1) -> float:
+    """What SGLang 0.5.19 keeps outside ``mem_fraction_static`` when left to pick it (memory_hook.py:245-258,
+    reserve_for_graph_mb :292-334) for a DP-attention engine when ``dp`` > 1, with the all-to-all ``a2a``
+    (``none`` or ``deepep_v2``: ``deepep``, DeepEP V1, adds 1 and 2 GiB, :326-332 and :337-349, not modelled)."""
+    if a2a == "deepep":
+        raise ValueError("sglang_reserve_mib models a2a none and deepep_v2, not deepep (memory_hook.py:326-349)")
     reserve = 512 + max(chunk, 2048) * 1.5 + tp * pp / 8 * 1024
     reserve += max_bs * 2 + (max_bs * dp * 3 + (max_bs * dp * 1.5 if max_bs > 300 else 0) if dp > 1 else 0)
-    reserve += len(prefill_graph_sizes(chunk)) * 8
+    reserve += prefill_graph_mib(chunk, mla, a2a, pp)
     return max(reserve, 10 * 1024) if gpu_mib > 60 * 1024 else reserve
 
 
@@ -145,16 +169,25 @@ class Budget:
         return {DEEPEP_V2_CAPACITY_ENV: str(self.capacity)}
 
 
-def deepep_v2_budget(gpu_mib: int, tp: int, dp: int, nodes: int, hidden: int, topk: int,
+def deepep_v2_budget(gpu_mib: int, tp: int, dp: int, nodes: int, hidden: int, topk: int, mla: bool,
                      mem_fraction_static: float | None = None) -> Budget:
-    """The engine's budget; a given ``mem_fraction_static`` is kept when it leaves room for the buffer,
-    else ValueError naming ``workloads.run.rollout.memFractionStatic``."""
+    """The engine's budget; a given ``mem_fraction_static`` is kept when it leaves room for what either
+    all-to-all needs, else ValueError naming ``workloads.run.rollout.memFractionStatic``. ``mla``: the model
+    has multi-head latent attention (SGLang's prefill-graph reserve depends on it, ``prefill_graph_mib``)."""
     chunk, max_bs = memory_defaults(gpu_mib, tp)
     capacity = max(chunk // dp, max_bs)
     buffer = deepep_v2_buffer_bytes(capacity, hidden, topk, tp, nodes)
-    room = gpu_mib - sglang_reserve_mib(gpu_mib, tp, dp, chunk, max_bs) - buffer / MIB
-    most = math.floor(room / gpu_mib * 1000) / 1000
+    # One fraction for both all-to-alls a DeepEP V2 profile runs: runs differing only in deepep.version keep
+    # the same static memory (workloads.derive.argv.rollout_budget), so it leaves the larger of what each needs
+    # outside it. With a2a none SGLang keeps its prefill graph on and reserves it; with deepep_v2 SGLang turns
+    # that graph off (cuda_graph_hook.py:295-299) and captures none, so its reserve there is counted without
+    # it (was counted in both, 464 MiB at chunk 8192), plus the ElasticBuffer SGLang does not reserve. Safe:
+    # memory_hook.py:315-324 reserves the graph only while it is on, and no graph is captured while it is off.
+    outside = max(sglang_reserve_mib(gpu_mib, tp, dp, chunk, max_bs, mla, "none"),
+                  sglang_reserve_mib(gpu_mib, tp, dp, chunk, max_bs, mla, "deepep_v2") + buffer / MIB)
+    most = math.floor((gpu_mib - outside) / gpu_mib * 1000) / 1000
     if mem_fraction_static is not None and mem_fraction_static > most:
-        raise ValueError(f"workloads.run.rollout.memFractionStatic: {mem_fraction_static} leaves no room for DeepEP "
-                         f"V2's {buffer // MIB} MiB buffer beside SGLang's own reserve; allowed: <= {most}")
+        raise ValueError(f"workloads.run.rollout.memFractionStatic: {mem_fraction_static} leaves no room for SGLang's "
+                         f"own reserve (with a2a none) or for it and DeepEP V2's {buffer // MIB} MiB buffer (with "
+                         f"deepep_v2); allowed: <= {most}")
     return Budget(chunk, max_bs, capacity * dp, capacity, mem_fraction_static or most, buffer)
