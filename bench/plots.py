@@ -156,15 +156,16 @@ def cost_svg(report: dict) -> Figure:
     return fig
 
 
-EVENTS = {"killedAt": ("killed", "-"), "detectedAt": ("detected", "--")}
-"""The fault figures' times that are drawn (``bench.recovery``: the kill and the first reaction), with
-their legend name and line style."""
+EVENTS = {"killedAt": ("killed", "-"), "runDetectedAt": ("run-reacted", "--"),
+          "platformDetectedAt": ("platform-reacted", ":")}
+"""The fault figures' times that are drawn (``bench.recovery``: the kill, the run's and the platform's first
+reactions), with their name (in the drawn lines' ids; the legend's with spaces) and line style."""
 
 
 def _fault_points(attempts: list[Collected], figures: dict[str, list[dict]]
                   ) -> tuple[list[tuple[float, float, int]], list[tuple[float, int, str, str]]]:
     """(seconds since start, tokens/s, repeat) per step, and (seconds, repeat, fault kind, event) per
-    kill and detection (``figures``: the report's fault figures by attempt folder)."""
+    kill and reaction (``figures``: the report's fault figures by attempt folder)."""
     pts, marks = [], []
     for c in attempts:
         t0, gpus, rep = c.start, c.rollout_gpus(), c.attempt.repeat
@@ -189,8 +190,8 @@ def _fault_labels(ax: Axes, marks: list[tuple[float, int, str, str]], span: floa
 
 @drawn
 def faults_svg(attempts: list[Collected], figures: dict[str, list[dict]]) -> Figure:
-    """Throughput per step against time per repeat (colour), and a vertical line per kill (solid) and
-    first reaction (dashed) in the repeat's colour."""
+    """Throughput per step against time per repeat (colour), and a vertical line per kill (solid), the run's
+    first reaction (dashed) and the platform's (dotted) in the repeat's colour."""
     from matplotlib.lines import Line2D
     pts, marks = _fault_points(attempts, figures)
     fig, ax = figure("Fault timeline: throughput per step", "seconds since the attempt's RayJob started",
@@ -209,6 +210,6 @@ def faults_svg(attempts: list[Collected], figures: dict[str, list[dict]]) -> Fig
     _count_axis(ax)
     legends(ax, {"repeat": [Line2D([], [], color=COLOURS[(r - 1) % len(COLOURS)], marker="o", label=f"r{r}")
                             for r in repeats],
-                 "fault": [Line2D([], [], color="#555555", linestyle=dash, label=event)
+                 "fault": [Line2D([], [], color="#555555", linestyle=dash, label=event.replace("-", " "))
                            for event, dash in EVENTS.values()]})
     return fig

@@ -1,26 +1,38 @@
-"""When a fault struck, and when the platform or the run first reacted to it, from the attempt's own
+"""When a fault struck, and when the run and the platform first reacted to it, from the attempt's own
 artifacts (``faults.json``, ``events.json``, ``driver.log``, ``rayjob.json``), each with its own time.
 
 The kill (``killed``):
 
 - a pod fault: the kubelet's ``Killing`` Event of the pod FIS hit (the kubelet's reason
   ``KillingContainer = "Killing"``, ``pkg/kubelet/events/event.go``, read at kubernetes/kubernetes
-  00bdb3fa), recorded when it stops the container; not FIS' start, which is FIS' own start-up earlier;
+  00bdb3fa), recorded when it stops the container; not FIS' start, which is FIS' own start-up earlier.
+  The kubelet records core/v1 Events, whose times are to the second;
 - a node fault: FIS' own start time of its terminate action (``GetExperiment``
   ``actions.<name>.startTime``): the instance goes with its kubelet, which records nothing;
 - artifacts of a ``bench run`` older than these records: the runner's ``injectedAt``, said so.
 
-The first reaction after the kill (``reacted``), whichever comes first, named:
+Two first reactions, each timed from the kill and named; both are reported, neither hides the other.
+
+The run's (``run_reacted``), whichever of these comes first at or after the kill:
 
 - Miles' health monitor failing the engine's health call (``Health check failed for rollout engine
   <i>``, radixark/miles@49cac7b5 ``miles/utils/health_monitor.py:154-156``; its message carries Ray's
   cause, such as an actor dead with its node), at its logging prefix's time;
 - Miles' engine recovery (``Recovered <n> dead rollout engines``, ``miles/ray/rollout/server_group.py:209``);
 - the hit RayJob leaving RUNNING: the end of its Ray job (``status.rayJobInfo.endTime``, else KubeRay's
-  ``status.endTime``; KubeRay v1.7.0 ``rayjob_types.go``) when it ended FAILED or STOPPED;
-- KubeRay's Events about the attempt's RayCluster or RayJob (``CreatedWorkerPod``,
-  ``DeletedWorkerPod``, ...): the operator replacing what was lost. The kubelet's own Events
-  (``Killing``, ...) are the kill, not a reaction.
+  ``status.endTime``; KubeRay v1.7.0 ``rayjob_types.go``) when it ended FAILED or STOPPED.
+
+The platform's (``platform_reacted``): the first Event KubeRay recorded about the hit RayJob or its
+RayCluster (``status.rayClusterName``, else a name ``<rayjob>-...``, KubeRay v1.7.0
+``utils.GenerateRayClusterName``), such as ``CreatedWorkerPod`` when it makes a lost worker pod again
+(ray-project/kuberay v1.7.0 59d663ae ``ray-operator/controllers/ray/raycluster_controller.go:1183``
+``diff > 0`` -> ``:1688``), ``DeletedWorkerPod`` (``:1121``) or the RayJob's ``DeletedRayCluster``
+(``rayjob_controller.go:828``). Not another RayJob's (a resubmission is the runner's doing), and not
+the kubelet's own Events (``Killing``, ...), which are the kill. Counted from FIS' action start, not
+from the kill: a grace-0 delete removes the Pod object at once, so KubeRay's Pod watch can record its
+Event (events.k8s.io, ``eventTime`` to the microsecond: KubeRay v1.7.0 records through
+``mgr.GetEventRecorder``, ``raycluster_controller.go:60``) before the kubelet's ``Killing``, whose time
+is cut to the second; such a reaction is reported at its own time from the kill, 0 or below.
 """
 
 from __future__ import annotations
@@ -34,7 +46,6 @@ from .logparse import ANSI, stamp
 HEALTH = re.compile(r"Health check failed for rollout engine (\d+)")
 RECOVERED = re.compile(r"Recovered (\d+) dead rollout engines")
 KILLING = "Killing"
-KUBERAY_KINDS = ("RayCluster", "RayJob")
 
 
 def when(value: str | None) -> datetime | None:
@@ -72,22 +83,40 @@ def _lines(c: Collected, after: datetime) -> list[tuple[datetime, str]]:
     return out
 
 
+def _job(c: Collected, fault: dict) -> dict:
+    return next((j for j in c.rayjobs if (j.get("metadata") or {}).get("name") == fault.get("rayjob")), {})
+
+
 def _job_end(c: Collected, fault: dict, after: datetime) -> list[tuple[datetime, str]]:
-    job = next((j for j in c.rayjobs if (j.get("metadata") or {}).get("name") == fault.get("rayjob")), None)
-    status = (job or {}).get("status") or {}
+    status = _job(c, fault).get("status") or {}
     end = when((status.get("rayJobInfo") or {}).get("endTime") or status.get("endTime"))
     if status.get("jobStatus") in ("FAILED", "STOPPED") and end is not None and end >= after:
         return [(end, f"RayJob {fault['rayjob']} {status['jobStatus']} (its Ray job's end)")]
     return []
 
 
-def _operator(c: Collected, after: datetime) -> list[tuple[datetime, str]]:
-    return [(t, f"KubeRay Event {e.get('reason')} ({e['involvedObject']['kind']} {e['involvedObject']['name']})")
-            for e in c.events if (e.get("involvedObject") or {}).get("kind") in KUBERAY_KINDS
-            and (t := event_time(e)) is not None and t >= after]
+def run_reacted(c: Collected, fault: dict, kill: datetime) -> tuple[datetime, str] | None:
+    """(the run's first reaction at or after ``kill``, which it was); None when the run showed none."""
+    found = _lines(c, kill) + _job_end(c, fault, kill)
+    return min(found, key=lambda x: x[0]) if found else None
 
 
-def reacted(c: Collected, fault: dict, kill: datetime) -> tuple[datetime, str] | None:
-    """(the first reaction's time, which it was) after ``kill``; None when nothing reacted."""
-    found = _lines(c, kill) + _job_end(c, fault, kill) + _operator(c, kill)
+def _hit_objects(c: Collected, fault: dict) -> tuple[str, str]:
+    """(the hit RayJob's name, its RayCluster's name or, unrecorded, the prefix KubeRay gives it)."""
+    job = fault.get("rayjob") or ""
+    return job, (_job(c, fault).get("status") or {}).get("rayClusterName") or f"{job}-"
+
+
+def platform_reacted(c: Collected, fault: dict, kill: datetime) -> tuple[datetime, str] | None:
+    """(KubeRay's first Event about the hit RayJob or its RayCluster from FIS' action start on, which it
+    was); None when KubeRay recorded none. See the module for why from the action start."""
+    job, cluster = _hit_objects(c, fault)
+    since = min(kill, when(fault.get("actionStartedAt")) or kill)
+    found = []
+    for e in c.events:
+        o = e.get("involvedObject") or {}
+        ours = (o.get("kind") == "RayJob" and o.get("name") == job) or (o.get("kind") == "RayCluster" and (
+            o.get("name") == cluster or (cluster.endswith("-") and str(o.get("name", "")).startswith(cluster))))
+        if ours and (t := event_time(e)) is not None and t >= since:
+            found.append((t, f"KubeRay Event {e.get('reason')} ({o['kind']} {o['name']})"))
     return min(found, key=lambda x: x[0]) if found else None

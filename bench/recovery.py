@@ -1,9 +1,10 @@
 """What each fault of a fault arm did, from the attempt's own signals, timed from the fault's own
 timestamp, not from step arithmetic nor from when the runner last read the log.
 
-- The kill and the first reaction to it: ``bench.reaction`` (the kubelet's ``Killing`` Event or FIS'
-  action start; Miles' health check and recovery lines, the RayJob's end, KubeRay's Events); detection
-  is the time between the two, and the report names the reaction.
+- The kill and the first reactions to it: ``bench.reaction`` (the kill: the kubelet's ``Killing`` Event or
+  FIS' action start; the run's: Miles' health check and recovery lines, the hit RayJob's end; the
+  platform's: KubeRay's Events about the hit RayJob or its RayCluster). Two detection times, the run's
+  and the platform's, each from the kill, and the report names each reaction.
 - Outcome: the RayJob the fault hit (``faults.json`` ``rayjob``) and its final ``status.jobStatus``
   (KubeRay v1.7.0 ``rayjob_types.go``): ``SUCCEEDED`` means the job survived in place; ``FAILED`` (or
   ``STOPPED``) means it ended and the runner resubmitted it (``resumedAs``).
@@ -33,7 +34,7 @@ from statistics import median
 from .artifacts import Collected
 from .experiment import Experiment
 from .logparse import ANSI, stamp
-from .reaction import RECOVERED, killed, reacted, when
+from .reaction import RECOVERED, killed, platform_reacted, run_reacted, when
 
 TOKENS = "perf/tokens_per_gpu_per_sec"
 STEADY_FRACTION = 0.9
@@ -73,11 +74,12 @@ def _outcome(c: Collected, fault: dict) -> tuple[str, str]:
 
 def _timing(c: Collected, fault: dict) -> dict:
     kill, by = killed(c, fault)
-    reaction = reacted(c, fault, kill)
-    return {"killedAt": kill.isoformat(), "killed_by": by,
-            "detectedAt": None if reaction is None else reaction[0].isoformat(),
-            "detected_by": None if reaction is None else reaction[1],
-            "detection_s": None if reaction is None else round((reaction[0] - kill).total_seconds(), 1)}
+    out = {"killedAt": kill.isoformat(), "killed_by": by}
+    for who, reaction in (("run", run_reacted(c, fault, kill)), ("platform", platform_reacted(c, fault, kill))):
+        out |= {f"{who}DetectedAt": None if reaction is None else reaction[0].isoformat(),
+                f"{who}_detected_by": None if reaction is None else reaction[1],
+                f"{who}_detection_s": None if reaction is None else round((reaction[0] - kill).total_seconds(), 1)}
+    return out
 
 
 def fault_figures(exp: Experiment, c: Collected) -> list[dict]:

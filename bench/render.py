@@ -140,19 +140,23 @@ def markdown(report: dict, simulated: str | None, plots: bool = True) -> str:
         out.append(f"\nMethod: {d['method']}.")
     if report["faults"]:
         out += ["", "## Faults", "", "Timed from the kill (the kubelet's Killing Event of the pod FIS hit, or FIS' start of "
-                "a terminate); detection runs to the run's first reaction, named.", "",
-                "| arm | attempt | fault | at step | detection s | detected by | back to steady s | "
-                "steps lost | tokens lost | outcome (RayJob status) | resumed from |",
-                "|---|---|---|---:|---:|---|---:|---:|---:|---|---|"]
+                "a terminate). Two detections, each named: the run's first reaction (Miles' health check or engine "
+                "recovery line, the hit RayJob's end) and the platform's (KubeRay's first Event about the hit RayJob "
+                "or its RayCluster; 0 or below when it came before the kubelet's Killing, whose time is to the second).", "",
+                "| arm | attempt | fault | at step | run detection s | run reacted by | platform detection s | "
+                "platform reacted by | back to steady s | steps lost | tokens lost | outcome (RayJob status) | resumed from |",
+                "|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---|---|"]
         for arm, attempts in report["faults"].items():
             for folder, faults in attempts.items():
                 for f in faults:
                     if "error" in f:
-                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} ||||| "
+                        out.append(f"| {arm} | {folder} | {f['kind']} | {f.get('step')} | {f['error']} ||||||| "
                                    f"{f.get('outcome', '')} | {f.get('resumed_from', '')} |")
                         continue
-                    out.append(f"| {arm} | {folder} | {f['kind']} | {f['step']} | {_num(f['detection_s'])} | "
-                               f"{f['detected_by'] or 'nothing reacted'} | {_num(f['back_to_steady_s'])} | {f['steps_lost']} | {f['tokens_lost']:,} | "
+                    reacted = " | ".join(f"{_num(f[f'{who}_detection_s'])} | {f[f'{who}_detected_by'] or 'nothing reacted'}"
+                                         for who in ("run", "platform"))
+                    out.append(f"| {arm} | {folder} | {f['kind']} | {f['step']} | {reacted} | "
+                               f"{_num(f['back_to_steady_s'])} | {f['steps_lost']} | {f['tokens_lost']:,} | "
                                f"{f['outcome']} | {f['resumed_from']} (step {f['resumed_at_step']}) |")
         out += ["", "Fault attempts, per repeat:", ""] + _table(REPEAT_HEAD, _repeat_rows(
             list(report["fault_attempts"].values())))

@@ -8,8 +8,9 @@ each engine's ``server_args=`` line and NCCL's ``Using network`` lines, see ``be
 one truncated line where the log ends; the RayJob(s) with the argv the arm renders on the experiment's stack
 in ``MILES_ARGV`` (the RayJob ``bench run`` submits), the job id and KubeRay status times; the Node objects
 with EKS labels and GPU capacity; GetMetricData results; and, for a fault arm, the faults with FIS' action
-time and target, the kubelet's ``Killing`` and KubeRay's Events, Miles' health-check and recovery lines and
-the resume they cause. Figures follow ``truth`` (rollout tokens/s of the pool as its long-run throughput, step
+time and target, the kubelet's ``Killing`` and KubeRay's Event (for a pod fault before the run reacts, as a
+grace-0 delete lets KubeRay do; ``POD_GONE_KUBERAY_S``), Miles' health-check and recovery lines and the
+resume they cause. Figures follow ``truth`` (rollout tokens/s of the pool as its long-run throughput, step
 noise, hostile on request: stalls, heavy tails, autocorrelation, a slow node, late starts, ``bench.noise``;
 drift per repeat and along the schedule, response length, step overheads), so a report on the directory must
 find them; an arm ``truth`` does not name runs at ``truth.default``. ``simulated.json`` marks the directory
@@ -198,6 +199,12 @@ def _saved(t: datetime, iteration: int) -> str:
             f"successfully saved checkpoint from iteration {iteration:7d} to /mnt/fsx/checkpoints [ t 1/1, p 1/1 ]")
 
 
+def _cluster(rayjob: str) -> str:
+    """The name of the RayCluster KubeRay makes for ``rayjob`` (``<rayjob>-<5 random>`` at v1.7.0,
+    ``utils.GenerateRayClusterName``; a fixed tail here)."""
+    return f"{rayjob}-rcsim"
+
+
 def _rayjob(attempt: Attempt, argv: list[str], n: int, start: datetime, end: datetime, failed: bool) -> dict:
     name = f"{attempt.run.name}-{n}"
     env = yaml.safe_dump({"env_vars": {ARGV_ENV: json.dumps(argv)}})
@@ -206,8 +213,8 @@ def _rayjob(attempt: Attempt, argv: list[str], n: int, start: datetime, end: dat
         "spec": {"entrypoint": "python3 /opt/moe-rl/miles_launcher.py", "runtimeEnvYAML": env},
         "status": {"jobId": _job_id(attempt, n), "jobDeploymentStatus": "Failed" if failed else "Complete",
                    "jobStatus": "FAILED" if failed else "SUCCEEDED", "startTime": start.isoformat(),
-                   "endTime": end.isoformat(), "rayJobInfo": {"startTime": (start + timedelta(minutes=5)).isoformat(),
-                                                               "endTime": end.isoformat()}}}
+                   "endTime": end.isoformat(), "rayClusterName": _cluster(name),
+                   "rayJobInfo": {"startTime": (start + timedelta(minutes=5)).isoformat(), "endTime": end.isoformat()}}}
 
 
 def _cloudwatch(nodes: list[dict], arm: ArmTruth, start: datetime, end: datetime, rng: random.Random) -> dict:
@@ -284,7 +291,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
         if kind is None:
             step += 1
             continue
-        injected, action, kill, detected = _fault_times(t, kind)
+        injected, action, kill, platform, detected = _fault_times(t, kind)
         hit = f"{run.name}-{len(jobs) + 1}-{kind.group}-0"
         fault_records.append({"kind": kind.name, "step": step, "loggedStep": step, "target": "simulated",
                               "rayjob": f"{run.name}-{len(jobs) + 1}", "injectedAt": injected.isoformat(),
@@ -292,8 +299,7 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
                               **({"tag": "simulated"} if kind.removes_node else {})})
         if not kind.removes_node:
             events.append(_event("Killing", "Pod", hit, kill))
-        events.append(_event("CreatedWorkerPod", "RayCluster", f"{run.name}-{len(jobs) + 1}-raycluster", detected
-                             + timedelta(seconds=5)))
+        events.append(_event("CreatedWorkerPod", "RayCluster", _cluster(f"{run.name}-{len(jobs) + 1}"), platform))
         if kind.simulated.recovery == "in-place":  # the engine restarts (--use-fault-tolerance)
             lines.append(_line(detected, "RolloutManager", 2211, "rollout_manager", "health_monitor.py:154",
                                "Health check failed for rollout engine 0 (ray timeout or error). Killing actor."))
@@ -331,14 +337,26 @@ def _attempt(exp: Experiment, attempt: Attempt, truth: Truth, start: datetime, r
 FIS_START_S, POD_KILL_S = 10.0, 15.0
 """As the simulator plays a fault: FIS starts its action this long after the runner's call, and its pod
 kills the target this long after that (a node's terminate acts at once)."""
+POD_GONE_KUBERAY_S = 0.5
+"""A pod fault: KubeRay's first Event (``CreatedWorkerPod``) this long after the kill, before the run's first
+reaction (the kind's ``detectedAfterSeconds``): the grace-0 delete removes the Pod object at once, and
+KubeRay's Pod watch makes the worker again (ray-project/kuberay v1.7.0
+``ray-operator/controllers/ray/raycluster_controller.go:1183`` ``diff > 0``, ``:1688``) while Miles waits
+for its next health check. Stated, not measured."""
+NODE_GONE_KUBERAY_S = 90.0
+"""A node fault: KubeRay's first Event this long after the kill, after the run's (``terminate-gpu-node``'s is
+simulated at 45 s): the pod stays bound to the lost node (tolerating it for ``workloads.render.ray.NODE_DOWN_SECONDS``) until its Node object goes with the
+instance and the pod is collected; only then does KubeRay make it again. An allowance, not a measurement."""
 
 
-def _fault_times(t: datetime, kind) -> tuple[datetime, datetime, datetime, datetime]:
-    """(the runner's call, FIS' action start, the kill, the first reaction) of a fault after the step at ``t``."""
+def _fault_times(t: datetime, kind) -> tuple[datetime, datetime, datetime, datetime, datetime]:
+    """(the runner's call, FIS' action start, the kill, KubeRay's first Event, the run's first reaction) of a
+    fault after the step at ``t``."""
     injected = t + timedelta(seconds=5)
     action = injected + timedelta(seconds=FIS_START_S)
     kill = action + timedelta(seconds=0 if kind.removes_node else POD_KILL_S)
-    return injected, action, kill, kill + timedelta(seconds=kind.simulated.detected_after_seconds)
+    platform = kill + timedelta(seconds=NODE_GONE_KUBERAY_S if kind.removes_node else POD_GONE_KUBERAY_S)
+    return injected, action, kill, platform, kill + timedelta(seconds=kind.simulated.detected_after_seconds)
 
 
 def _event(reason: str, kind: str, name: str, at: datetime) -> dict:

@@ -229,7 +229,54 @@ def test_detection_runs_from_the_kill_to_the_runs_first_reaction_and_names_it():
                  "eventTime": (action + timedelta(seconds=70)).isoformat()}]
     fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), c)
     assert fig["killed_by"] == "kubelet Event Killing (Pod r-1-rollout-0)"
-    assert fig["detection_s"] == 15.0 and fig["detected_by"].startswith("Miles health check failed")
+    assert fig["run_detection_s"] == 15.0 and fig["run_detected_by"].startswith("Miles health check failed")
+
+
+def _kuberay(reason: str, kind: str, name: str, at: datetime) -> dict:
+    """A KubeRay Event as the core/v1 API lists it (events.k8s.io ``regarding`` as ``involvedObject``)."""
+    return {"reason": reason, "involvedObject": {"kind": kind, "name": name}, "eventTime": at.isoformat()}
+
+
+def _rollout_fault(action: datetime, events_after: list[tuple[str, str, str, float]], miles_after: float):
+    """An in-place rollout pod fault: FIS' action at ``action``, the kubelet's Killing 20 s later, Miles'
+    health check ``miles_after`` s after the kill, and KubeRay's Events (reason, kind, name, s after the kill)."""
+    kill = action + timedelta(seconds=20)
+    lines = [_perf(i, T0 + timedelta(minutes=i)) for i in range(13)] + [_health(kill + timedelta(seconds=miles_after))]
+    lines += [_perf(i, T0 + timedelta(minutes=i, seconds=30)) for i in range(13, 20)]
+    fault = {"kind": "delete-rollout-pod", "step": 12, "loggedStep": 12, "rayjob": "r-1", "hit": ["r-1-rollout-0"],
+             "injectedAt": (action - timedelta(seconds=8)).isoformat(), "actionStartedAt": action.isoformat()}
+    job = _job("r-1", "SUCCEEDED") | {"status": {"jobStatus": "SUCCEEDED", "rayClusterName": "r-1-abcde"}}
+    c = _collected(lines, [job], [fault])
+    c.events = [_killing("r-1-rollout-0", kill)] + [_kuberay(r, k, n, kill + timedelta(seconds=s))
+                                                    for r, k, n, s in events_after]
+    fig, = fault_figures(load_experiment("experiments/example-ab.yaml"), c)
+    return fig
+
+
+def test_a_kuberay_event_before_miles_line_reports_both_reactions_each_named():
+    """A grace-0 delete removes the Pod object at once: KubeRay makes the worker again a second after the
+    kill, Miles' health check fails 15 s after it. Both are reported, each from the kill and named; the
+    platform's earlier Event does not stand for the run's reaction."""
+    fig = _rollout_fault(T0 + timedelta(minutes=12, seconds=30), [("CreatedWorkerPod", "RayCluster", "r-1-abcde", 1.0)], 15)
+    assert fig["run_detection_s"] == 15.0 and fig["run_detected_by"].startswith("Miles health check failed")
+    assert fig["platform_detection_s"] == 1.0
+    assert fig["platform_detected_by"] == "KubeRay Event CreatedWorkerPod (RayCluster r-1-abcde)"
+    assert fig["runDetectedAt"] > fig["platformDetectedAt"] > fig["killedAt"]
+
+
+def test_the_platforms_reaction_is_kuberays_about_the_hit_job_even_before_the_kubelets_killing():
+    """The kubelet's Killing is a core/v1 Event, cut to the second; KubeRay's is to the microsecond and may
+    come first: one 0.4 s before the recorded kill is the platform's reaction (at -0.4 s), while an Event
+    about another RayJob of the attempt (a resubmission's cluster) or a Pod is not KubeRay's about the
+    hit job."""
+    fig = _rollout_fault(T0 + timedelta(minutes=12, seconds=30), [
+        ("CreatedRayCluster", "RayJob", "r-2", -0.6), ("CreatedWorkerPod", "RayCluster", "r-2-fghij", -0.5),
+        ("Scheduled", "Pod", "r-1-abcde-rollout-worker-x", -0.45),
+        ("DeletedWorkerPod", "RayCluster", "r-1-abcde", -0.4), ("CreatedWorkerPod", "RayCluster", "r-1-abcde", 2)], 15)
+    assert fig["platform_detection_s"] == -0.4
+    assert fig["platform_detected_by"] == "KubeRay Event DeletedWorkerPod (RayCluster r-1-abcde)"
+    late = _rollout_fault(T0 + timedelta(minutes=12, seconds=30), [("CreatedWorkerPod", "RayCluster", "r-1-abcde", -25)], 15)
+    assert late["platform_detected_by"] is None and late["platform_detection_s"] is None  # before FIS' action
 
 
 def test_recovery_is_timed_from_the_kill_not_from_the_runners_last_log_read():

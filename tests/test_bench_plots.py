@@ -81,11 +81,12 @@ def test_faults_draw_each_kill_and_detection_per_repeat(made: Path):
     report = json.loads((made / "report.json").read_text())["faults"]["deepep-v1-faults"]
     faults = {r: report[f"deepep-v1-faults/r{r}"] for r in (1, 2, 3)}
     expected = {f"{FAULT}:{f['kind']}:r{r}:{event}" for r, fs in faults.items() for f in fs
-                for key, event in (("killedAt", "killed"), ("detectedAt", "detected")) if f.get(key)}
-    assert len(expected) >= 4 and set(by_id(root, f"{FAULT}:")) == expected
+                for key, event in (("killedAt", "killed"), ("runDetectedAt", "run-reacted"),
+                                   ("platformDetectedAt", "platform-reacted")) if f.get(key)}
+    assert len(expected) >= 6 and set(by_id(root, f"{FAULT}:")) == expected
     assert set(by_id(root, f"{SERIES}:")) == {f"{SERIES}:r{r}" for r in (1, 2, 3)}
     assert legend_beside_the_plot(root, "repeat") == ["repeat", "r1", "r2", "r3"]
-    assert legend_beside_the_plot(root, "fault") == ["fault", "killed", "detected"]
+    assert legend_beside_the_plot(root, "fault") == ["fault", "killed", "run reacted", "platform reacted"]
     assert axis_labels(root) == ["seconds since the attempt's RayJob started", "tokens/s"]
     kinds = {f["kind"] for fs in faults.values() for f in fs}
     assert {texts(g)[0].strip() for g in by_id(root, f"{FAULT}-label:").values()} == kinds

@@ -55,7 +55,12 @@ def test_fault_figures(simulated: Path):
     faults = json.loads((simulated / "report.json").read_text())["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
     rollout, trainer = faults
     assert rollout["kind"] == "delete-rollout-pod" and rollout["steps_lost"] == 0
-    assert rollout["detection_s"] == 20.0 and rollout["back_to_steady_s"] is not None
+    assert rollout["run_detection_s"] == 20.0 and rollout["back_to_steady_s"] is not None
+    assert rollout["run_detected_by"].startswith("Miles health check failed")
+    # KubeRay makes the deleted pod again before the run notices (a grace-0 delete removes the Pod at once)
+    for f in faults:
+        assert f["platform_detected_by"].startswith("KubeRay Event CreatedWorkerPod")
+        assert 0 < f["platform_detection_s"] < f["run_detection_s"]
     # trainer lost after step 24 with saveInterval 10: the resume starts at step 20, steps 20-24 redone
     assert trainer["resumed_at_step"] == 20 and trainer["steps_lost"] == 5 and trainer["resumed_from_last_checkpoint"]
     assert trainer["tokens_lost"] > 0

@@ -152,7 +152,7 @@ def test_a_new_fault_kind_is_accepted_created_aimed_and_simulated(tmp_path, exte
     simulate(tmp_path / "exp.yaml", EXAMPLE_TRUTH, tmp_path / "sim")
     figures = write_report(tmp_path / "sim", plots=False)["faults"]["deepep-v1-faults"]["deepep-v1-faults/r1"]
     figure, = (f for f in figures if f["kind"] == kind)  # the run's first reaction, that long after the kill
-    assert figure["detection_s"] == row["simulated"]["detectedAfterSeconds"]
+    assert figure["run_detection_s"] == row["simulated"]["detectedAfterSeconds"]
     exp["arms"][2]["faults"][-1]["kind"] = "unplug-trainer"
     with pytest.raises(ValueError, match=f"'unplug-trainer' is not a fault kind.*{kind}"):
         parse_experiment(exp, "x.yaml")
