@@ -102,7 +102,10 @@ class TeamLease:
                 version, spec = lease.metadata.resource_version, lease.spec or _NO_SPEC
                 if seen is None or seen[0] != version:
                     seen = (version, CLOCK.monotonic())  # client-go's observedTime: this bench's own clock
-                stale = CLOCK.monotonic() - seen[1] >= (spec.lease_duration_seconds or self.duration_s)
+                # Never trust a holder's own duration beyond ours: a teammate's Lease written with a huge
+                # leaseDurationSeconds would otherwise starve every other bench of the team until its deadline.
+                stale = CLOCK.monotonic() - seen[1] >= min(spec.lease_duration_seconds or self.duration_s,
+                                                           self.duration_s)
                 got = None
                 if not spec.holder_identity or stale:
                     self.transitions = (spec.lease_transitions or 0) + 1

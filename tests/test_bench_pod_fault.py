@@ -227,3 +227,16 @@ def test_a_lease_renewed_while_another_waits_is_never_taken_over(clock, monkeypa
     with pytest.raises(Overdue, match="still held by a"):
         b.acquire(3 * FAULT_LEASE_SECONDS, 5)
     assert api.leases[("team-alpha", "rl-fault-target-rollout")].spec.holder_identity == "a"
+
+
+def test_a_lease_written_with_a_huge_duration_is_stale_after_the_platforms_duration(clock):
+    """A teammate's Lease claiming leaseDurationSeconds 2147483647 is judged by the platform's own duration:
+    otherwise every other bench of the team waited until its deadline (review35b F3)."""
+    api = FakeLeases()
+    api.create_namespaced_lease("team-alpha", {"metadata": {"name": "rl-fault-target-rollout", "namespace": "team-alpha"},
+                                               "spec": {"holderIdentity": "squatter",
+                                                        "leaseDurationSeconds": 2147483647}})
+    start = clock.monotonic()
+    _lease(api, "b").acquire(3 * FAULT_LEASE_SECONDS, 5)
+    assert FAULT_LEASE_SECONDS <= clock.monotonic() - start < 2 * FAULT_LEASE_SECONDS
+    assert api.leases[("team-alpha", "rl-fault-target-rollout")].spec.holder_identity == "b"
