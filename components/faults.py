@@ -81,6 +81,11 @@ def fault_lease(group: str) -> str:
     return f"rl-fault-target-{group}"
 
 
+def team_fault_leases() -> list[str]:
+    """Every Lease a team namespace may hold: one per group a team's pod fault hits."""
+    return sorted({fault_lease(k.group) for k in fault_kinds().values() if k.per_team})
+
+
 def pod_delete_template(cluster: str, namespace: str, group: str) -> dict:
     """Targets and action of one ``aws:eks:pod-delete`` template (FIS actions reference: parameters
     ``gracePeriodSeconds``, ``kubernetesServiceAccount``; target ``aws:eks:pod``)."""

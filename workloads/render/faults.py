@@ -10,8 +10,7 @@ Rules as the FIS User Guide's "Use the AWS FIS aws:eks:pod actions" describes fo
 
 from __future__ import annotations
 
-from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT, fault_lease
-from stackconfig.faults import fault_kinds
+from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT, team_fault_leases
 
 from workloads.schema.teams import TeamSettings, team_group
 from workloads.render.common import RAY_NODE_TYPE_LABEL
@@ -33,10 +32,9 @@ def member_rules() -> list[dict]:
     pod-fault groups' Leases (``components.faults.fault_lease``), and patch pods, which the team pod
     policy narrows to adding or removing ``FAULT_TARGET_LABEL`` = the pod's own group
     (``render.pod_rules.member_pod_update``). No delete: a Lease is freed by an update without a holder."""
-    leases = sorted(fault_lease(k.group) for k in fault_kinds().values() if k.per_team)
     return [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
-             "resourceNames": leases},
+             "resourceNames": team_fault_leases()},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
 
 

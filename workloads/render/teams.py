@@ -6,6 +6,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from components.faults import team_fault_leases
 from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import Pool
 
@@ -93,7 +94,8 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
       save on stop) takes this team's ``maxRuns``, never the head room ``validate_head_room`` keeps for the others;
     - counts: ``maxRuns`` RayJobs and Ray clusters, two Services per run (KubeRay's head Service and the
       RayJob's stable one), twice the pods of ``maxRuns`` heads and every GPU node (an attempt's pods
-      terminating while the next starts);
+      terminating while the next starts), the pod-fault Leases (``components.faults.team_fault_leases``: a
+      member may create Leases, and RBAC cannot name what is created);
     - ephemeral storage: the LimitRange's per-container figure (``team_limit_range``) for each pod.
 
     (Kubernetes docs, "Resource Quotas": extended resources and hugepages-<size> as ``requests.``,
@@ -113,7 +115,8 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
     pods = 2 * (team.max_runs + heads)
     hard[f"requests.{HEAD_SLOT_RESOURCE}"] = str(team.max_runs)
     hard.update({"count/rayjobs.ray.io": str(team.max_runs), "count/rayclusters.ray.io": str(team.max_runs),
-                 "pods": str(pods), "services": str(2 * team.max_runs)})
+                 "pods": str(pods), "services": str(2 * team.max_runs),
+                 "count/leases.coordination.k8s.io": str(len(team_fault_leases()))})
     hard["requests.ephemeral-storage"] = hard["limits.ephemeral-storage"] = str(team.ephemeral_storage_gib * GI * pods)
     return {"apiVersion": "v1", "kind": "ResourceQuota",
             "metadata": {"name": QUOTA_NAME, "namespace": namespace_of(team.name),
