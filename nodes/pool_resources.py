@@ -25,6 +25,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from components.device_plugins import gpu_taints, tolerations
@@ -142,11 +143,12 @@ def policy_rules() -> list[tuple[str, str]]:
          "the GPU resource advertiser may set only its node's pool resource (variables.resources), or on the "
          f"head pool its {HEAD_SLOT_RESOURCE}"),
         (f"variables.key in ['', '{HEAD_SLOT_RESOURCE}'] || (variables.key in {new}"
-         f" ? string({new}[variables.key]) == '0' || ('{GPU}' in {alloc}"
+         f" ? string({new}[variables.key]) == '0' || (variables.usable"
          f" && string({new}[variables.key]) == string({alloc}['{GPU}']))"
          f" : !(variables.key in {old}))",
-         f"the GPU resource advertiser sets its node's pool resource to 0 or the node's allocatable {GPU}, and "
-         "does not remove it"),
+         f"the GPU resource advertiser sets its node's pool resource to 0, or to the node's allocatable {GPU} "
+         "while a run's pod may use the node (not cordoned, none of the run-blocking taints, a whole node's GPUs "
+         "allocatable), and does not remove it"),
         (f"variables.key != '{HEAD_SLOT_RESOURCE}' || !(variables.key in {new})"
          f" || string({new}[variables.key]) == variables.headSlots",
          f"the GPU resource advertiser sets a head-pool node's {HEAD_SLOT_RESOURCE} to the heads a node holds "
@@ -154,9 +156,12 @@ def policy_rules() -> list[tuple[str, str]]:
     ]
 
 
-def advertiser_policy(pool_resources: dict[str, str], head_pool: str, slots: int) -> list[dict]:
+def advertiser_policy(pool_resources: dict[str, str], head_pool: str, slots: int, whole_node: dict[str, int],
+                      taints: Sequence[str]) -> list[dict]:
     """``POLICY`` and its binding, for the advertiser's account; ``pool_resources``: GPU pool -> its resource;
-    ``head_pool``'s nodes advertise ``slots`` head slots."""
+    ``head_pool``'s nodes advertise ``slots`` head slots; a node's GPUs only while it is ``usable`` as
+    ``nodes.advertise.takes_a_run`` judges (``whole_node``: GPU pool -> a run pod's GPUs; ``taints``: the keys
+    no run pod tolerates), so not even a compromised advertiser counts a node no run may use in Volcano's total."""
     capacity = "has({0}.status) && has(dyn({0}.status).capacity) ? dyn({0}.status).capacity : {{}}"
     allocatable = "has(object.status) && has(dyn(object.status).allocatable) ? dyn(object.status).allocatable : {}"
     variables = [("nodeName", _NODE),
@@ -167,7 +172,13 @@ def advertiser_policy(pool_resources: dict[str, str], head_pool: str, slots: int
                  ("key", "variables.pool in variables.resources ? variables.resources[variables.pool]"
                          f" : (variables.pool == variables.headPool ? '{HEAD_SLOT_RESOURCE}' : '')"),
                  ("capacity", capacity.format("object")), ("oldCapacity", capacity.format("oldObject")),
-                 ("allocatable", allocatable)]
+                 ("allocatable", allocatable),
+                 ("wholeNode", "{" + ", ".join(f"'{p}': {n}" for p, n in sorted(whole_node.items())) + "}"),
+                 ("usable", "!(has(object.spec.unschedulable) && object.spec.unschedulable)"
+                            " && !(has(object.spec.taints) && object.spec.taints.exists(t, t.key in "
+                            f"{json.dumps(sorted(taints))})) && variables.pool in variables.wholeNode"
+                            f" && '{GPU}' in variables.allocatable"
+                            f" && int(string(variables.allocatable['{GPU}'])) >= variables.wholeNode[variables.pool]")]
     user = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
     md = {"name": POLICY, "labels": dict(PART_OF)}
     return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": md,
@@ -203,6 +214,6 @@ def advertiser_objects(m: WorkloadModel) -> list[dict]:
         *baseline(_policy_meta), policy(_policy_meta("allow-api"), None,
                                         f"GPU resource advertiser -> API server 443/TCP ({', '.join(m.api_server)})",
                                         egress=[api_server_egress(m.api_server)]),
-        *advertiser_policy(resources(m), m.head_pool.name, head_slots(m)),
+        *advertiser_policy(resources(m), m.head_pool.name, head_slots(m), whole_node_gpus(m), RUN_BLOCKING_TAINTS),
         daemonset(m),
     ]

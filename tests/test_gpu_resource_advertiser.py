@@ -214,11 +214,21 @@ def test_the_policy_holds_the_pool_resource_to_zero_or_the_allocatable_gpus(poli
     assert evaluate(policy, request, to(one_down, "0"), one_down) == []  # fewer GPUs than a run pod takes
     assert evaluate(policy, request, to(to(healthy, "0"), "8"), to(healthy, "0")) == []  # back
     assert evaluate(policy, request, to(_node(), "0"), _node()) == []  # a new node's first write
-    message = ("the GPU resource advertiser sets its node's pool resource to 0 or the node's allocatable "
-               "nvidia.com/gpu, and does not remove it")
+    message = ("the GPU resource advertiser sets its node's pool resource to 0, or to the node's allocatable "
+               "nvidia.com/gpu while a run's pod may use the node (not cordoned, none of the run-blocking taints, a "
+               "whole node's GPUs allocatable), and does not remove it")
     removed = _written(healthy, lambda n: n["status"]["capacity"].pop("rl.platform/gpu-train"))
+    seven = _node(capacity={"cpu": "192", "nvidia.com/gpu": "8", "rl.platform/gpu-train": "0"},
+                  allocatable={"nvidia.com/gpu": "7"})
+    cordoned = _written(to(healthy, "0"), lambda n: n["spec"].update({"unschedulable": True}))
+    tainted = {key: _written(to(healthy, "0"), lambda n, k=key: n["spec"]["taints"].append(
+        {"key": k, "effect": "NoSchedule"})) for key in RUN_BLOCKING_TAINTS}
+    # a compromised advertiser counting a node no run may use (review35b F1): Volcano's total would leave
+    # another team's guarantee short by it
     refusals = {"8 of 7 healthy": (to(one_down, "8"), one_down), "3": (to(healthy, "3"), healthy),
-                "1": (to(healthy, "1"), healthy), "removed": (removed, healthy)}
+                "1": (to(healthy, "1"), healthy), "removed": (removed, healthy),
+                "7 of 7 healthy": (to(seven, "7"), seven), "8 on a cordoned node": (to(cordoned, "8"), cordoned),
+                **{f"8 under {k}": (to(node, "8"), node) for k, node in tainted.items()}}
     assert {what: evaluate(policy, request, new, old) for what, (new, old) in refusals.items()} == {
         what: [message] for what in refusals}
 
