@@ -238,3 +238,31 @@ def test_a_budget_sized_flag_is_the_platforms_only_where_a_budget_applies():
     assert variant("p5en-shared", extra).workloads.run.software == "miles-0.1"
     with pytest.raises(StackConfigError, match=r"--sglang-cuda-graph-max-bs is set by the platform"):
         variant("p5en-prod", extra)
+
+
+MILES_LAYOUT = [
+    (["--colocate"], r"--colocate changes the run's layout .*replaces --rollout-num-gpus"),
+    (["--eval-num-gpus", "8"], r"--eval-num-gpus changes the run's layout .*placement_group\.py:105"),
+    (["--eval-num-gpus=8"], r"--eval-num-gpus=8 changes the run's layout"),
+    (["--debug-rollout-only"], r"--debug-rollout-only changes .*runs no training"),
+    (["--debug-train-only"], r"--debug-train-only changes .*starts no engines"),
+    (["--rollout-external-engine-addrs", "10.0.0.1:30000"], r"--rollout-external-engine-addrs changes"),
+    (["--prefill-num-servers", "4"], r"--prefill-num-servers changes .*prefill and decode servers"),
+    (["--offload"], r"--offload changes .*--offload-rollout"),
+    (["--offload-rollout"], r"--offload-rollout changes .*memory saver"),
+]
+"""Review34c F2: Miles flags under a dest the renderer never emits that overwrite rendered arguments
+(``--rollout-num-gpus``, the trainer's nodes) or ask Ray for GPUs the pools do not hold (the run then hangs)."""
+
+
+@pytest.mark.parametrize(("extra", "match"), MILES_LAYOUT)
+def test_a_miles_flag_that_changes_the_placement_is_refused_naming_what_it_does(extra, match):
+    cfg, run = _nccl_arm()
+    with pytest.raises(BadInput, match=r"^run [\w-]+: extraArgs: " + match + r".*; allowed: leave it out"):
+        run_model(cfg, _with_extra(run, extra))
+
+
+def test_offloading_the_trainer_alone_stays_accepted():
+    """--offload-train moves the trainer's own state to CPU between steps; the layout is unchanged."""
+    cfg, run = _nccl_arm()
+    assert run_model(cfg, _with_extra(run, ["--offload-train"]))

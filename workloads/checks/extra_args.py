@@ -14,7 +14,8 @@ skipped), and every flag of the MoE backend (``MoEBackend`` with all its fields 
 runner and DeepEP modes, the Megatron dispatcher), and every ``REPLACEMENT`` key, whatever the pools (a flag
 rendered only for a Spot rollout pool is refused on an on-demand one). A flag the renderer starts to emit is
 refused with no change here; ``REPLACEMENT`` words the refusal. Flags that take settings from a file or JSON
-(``workloads.checks.extra_args_traced``) are refused first, whatever the renderer emits.
+(``workloads.checks.extra_args_traced``) and flags that change the run's layout or NCCL environment under a dest
+the renderer never emits (``workloads.checks.extra_args_layout``) are refused first, whatever the renderer emits.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from workloads.checks.extra_args_layout import layout_problem
 from workloads.checks.extra_args_traced import BUDGET, budget_problem, config_file_problem, train_env_problem
 from workloads.checks.flags import ProfileFlags, argv_pairs, profile_flags
 from workloads.derive.argv import entry_and_flags, miles_argv, model_args, rollout_budget
@@ -164,7 +166,8 @@ def moe_flags() -> set[str]:
 
 def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArgs") -> str | None:
     """``<field>: <flag> ...; allowed: ...`` for the first extra flag that takes settings from a file or JSON
-    (``extra_args_traced.CONFIG_FILE_ARGS``), else for Miles' ``--train-env-vars`` naming a variable the
+    (``extra_args_traced.CONFIG_FILE_ARGS``) or changes the run's layout or NCCL environment
+    (``extra_args_layout.LAYOUT_ARGS``), else for Miles' ``--train-env-vars`` naming a variable the
     platform sets (``extra_args_traced.train_env_problem``), else for the first the platform renders (``--flag value`` or
     ``--flag=value``), else, where the run has a DeepEP V2 rollout budget, for the first that changes what it
     sized (``extra_args_traced.BUDGET_ARGS``), else None."""
@@ -174,7 +177,8 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
     given = [(t.partition("=")[0], t) for t in extra if t.startswith("--")]
     pf = profile_flags(cfg.workloads.run.software)
     for flag, written in given:
-        if (problem := config_file_problem(dest(pf, flag), written, field)) is not None:
+        key = dest(pf, flag)
+        if (problem := config_file_problem(key, written, field) or layout_problem(key, written, field)) is not None:
             return problem
     for flag, values in argv_pairs(extra):
         if dest(pf, flag) == "train_env_vars" and values:
