@@ -266,3 +266,25 @@ def test_offloading_the_trainer_alone_stays_accepted():
     """--offload-train moves the trainer's own state to CPU between steps; the layout is unchanged."""
     cfg, run = _nccl_arm()
     assert run_model(cfg, _with_extra(run, ["--offload-train"]))
+
+
+SGLANG_LAYOUT = [
+    (["--sglang-moe-dp-size", "2"], r"--sglang-moe-dp-size changes .*replicates the experts"),
+    (["--sglang-moe-data-parallel-size=2"], r"--sglang-moe-data-parallel-size=2 changes"),  # the alias
+    (["--sglang-attn-cp-size", "2"], r"--sglang-attn-cp-size changes"),
+    (["--sglang-attention-context-parallel-size", "2"], r"--sglang-attention-context-parallel-size changes"),
+    (["--sglang-dcp-size", "2"], r"--sglang-dcp-size changes .*decode KV cache"),
+    (["--sglang-elastic-ep-backend", "mooncake"], r"--sglang-elastic-ep-backend changes .*elastic EP"),
+    (["--sglang-max-ep-size", "32"], r"--sglang-max-ep-size changes .*elastic EP"),
+    (["--sglang-enable-symm-mem"], r"--sglang-enable-symm-mem changes .*NCCL_NVLS_ENABLE=1 .*4 GiB"),
+    (["--sglang-enable-nccl-nvls"], r"--sglang-enable-nccl-nvls changes .*NCCL_NVLS_ENABLE=1 over the pod's value"),
+]
+"""Review34c F3: SGLang flags under a dest the renderer never emits that change the engine's rank layout (the
+layout the budget sized) or write NCCL variables the platform sets (sglang 0.5.19)."""
+
+
+@pytest.mark.parametrize(("extra", "match"), SGLANG_LAYOUT)
+def test_an_sglang_flag_that_changes_the_engine_layout_or_nccl_env_is_refused(extra, match):
+    cfg, run = _nccl_arm()
+    with pytest.raises(BadInput, match=r"^run [\w-]+: extraArgs: " + match + r".*; allowed: leave it out"):
+        run_model(cfg, _with_extra(run, extra))

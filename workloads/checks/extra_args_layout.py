@@ -4,19 +4,26 @@ a dest the renderer never emits, so ``workloads.checks.extra_args`` cannot find 
 the value, on every profile. Each key is the argument as ``extra_args.dest`` names it (``"sglang:<ServerArgs
 field>"`` behind ``--sglang-``, else the parser's dest), so aliases are refused with it.
 
-Traced at radixark/miles 49cac7b5: the seed's Miles arms run a later Miles, which the profile checks against this
-commit, the closest readable one; slime bd217a63 declares the same flags and was not read. Read and left allowed:
+Traced at radixark/miles 49cac7b5 (the seed's Miles arms run a later Miles, which the profile checks against this
+commit, the closest readable one; slime bd217a63 declares the same flags and was not read) and the sglang 0.5.19
+wheel. Read and left allowed:
 
 - Miles ``--offload-train`` (and ``--no-offload-*``): the trainer moves its own state to CPU between steps
   (miles/backends/megatron_utils/actor.py:162, :284); the layout and the engines are unchanged.
 - Miles ``--eval-num-gpus-per-engine``: read only when ``--eval-num-gpus`` is positive (refused below).
+- SGLang ``--enable-torch-symm-mem``: torch's symmetric-memory all-reduce (sglang/srt/distributed/bootstrap.py:
+  201); it writes no NCCL variable. Its memory was not traced.
+- SGLang ``--enable-elastic-expert-backup``: read by the Mooncake transfer engine only
+  (distributed/device_communicators/mooncake_transfer_engine.py:336), not traced further.
 """
 
 from __future__ import annotations
 
 M = "radixark/miles 49cac7b5"
+S = "sglang 0.5.19"
 POOLS = "nothing per run: the platform puts the engines on the rollout pool and the trainer on the train pool"
 ENGINE = "workloads.run.rollout (expertParallel, dpAttention, nodesPerEngine or gpusPerEngine)"
+NCCL = "nothing per run: the platform sets NCCL's environment (workloads/derive/env.py)"
 
 LAYOUT_ARGS: dict[str, tuple[str, str]] = {
     # Miles: the placement group and the rollout pool.
@@ -42,6 +49,28 @@ LAYOUT_ARGS: dict[str, tuple[str, str]] = {
                         f"never use ({M} miles/ray/placement_group.py:205-206, miles/ray/rollout/rollout_server.py:"
                         f"52-55, miles/backends/sglang_utils/sglang_engine.py:720; its effect on engines on their own "
                         f"GPUs was not traced further)", POOLS),
+    # SGLang: the engine's rank layout, which the platform derives and the memory budget sizes.
+    "sglang:moe_dp_size": (f"SGLang replicates the experts moe-dp times inside an engine, so each GPU holds more "
+                           f"expert weights than the engine's layout gives ({S} sglang/srt/arg_groups/"
+                           f"parallel_hook.py:95-117)", ENGINE),
+    "sglang:attn_cp_size": (f"SGLang splits attention across ranks, paired with --moe-dp-size ({S} "
+                            f"sglang/srt/arg_groups/parallel_hook.py:95-117)", ENGINE),
+    "sglang:dcp_size": (f"SGLang splits the decode KV cache across ranks and sets NCCL_GRAPH_MIXING_SUPPORT ({S} "
+                        f"sglang/srt/server_args.py:945-952, arg_groups/parallel_hook.py:128-156, "
+                        f"entrypoints/engine.py:1668-1672)",
+                        ENGINE),
+    **{key: (f"elastic EP changes the engine's expert-parallel group at run time and preallocates for its largest "
+             f"size ({S} sglang/srt/arg_groups/parallel_hook.py:351-440, server_args.py:2502-2560)", ENGINE)
+       for key in ("sglang:elastic_ep_backend", "sglang:max_ep_size", "sglang:elastic_ep_initial_size",
+                   "sglang:ep_join_mode", "sglang:ep_join_rank_offset", "sglang:elastic_ep_rejoin")},
+    # SGLang: the NCCL environment.
+    "sglang:enable_symm_mem": (f"SGLang writes NCCL_CUMEM_ENABLE=1 and NCCL_NVLS_ENABLE=1 over the pod's values "
+                               f"({S} sglang/srt/entrypoints/engine.py:1658-1667) and preallocates a 4 GiB "
+                               f"symmetric pool (sglang/srt/arg_groups/memory_hook.py:283-289, distributed/"
+                               f"device_communicators/pynccl_allocator.py:426-439) that neither SGLang's reserve nor "
+                               f"the platform's budget counts", NCCL),
+    "sglang:enable_nccl_nvls": (f"SGLang writes NCCL_NVLS_ENABLE=1 over the pod's value ({S} "
+                                f"sglang/srt/entrypoints/engine.py:1660-1667)", NCCL),
 }
 """The argument -> (what its upstream code does, what to set instead)."""
 
