@@ -5,6 +5,7 @@ its declared runs, ``runs plan``, ``runs submit``, ``bench``) with exit 2; other
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -222,10 +223,10 @@ def test_train_env_vars_naming_a_variable_the_platform_sets_is_refused_and_other
     """Miles spreads --train-env-vars over each train actor's environment (miles 49cac7b5
     miles/ray/train/actor_factory.py:28-39): NCCL's network or NVLS set there undoes the platform's."""
     with pytest.raises(StackConfigError, match=r"workloads\.run\.extraArgs: --train-env-vars sets NCCL_NET, "
-                                               r"NCCL_NVLS_ENABLE, which the platform sets on the training pods"):
+                                               r"NCCL_NVLS_ENABLE, and Miles puts the JSON over the training pods'"):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
             "--train-env-vars", '{"NCCL_NET": "Socket", "NCCL_NVLS_ENABLE": "0", "PYTORCH_CUDA_ALLOC_CONF": "x"}']}}})
-    with pytest.raises(StackConfigError, match=r"--train-env-vars sets FI_PROVIDER, which the platform"):
+    with pytest.raises(StackConfigError, match=r"--train-env-vars sets FI_PROVIDER, and Miles"):
         variant("p5en-prod", {"workloads": {"run": {"extraArgs": ['--train-env-vars={"FI_PROVIDER": "tcp"}']}}})
     assert variant("p5en-prod", {"workloads": {"run": {"extraArgs": [
         "--train-env-vars", '{"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}']}}})
@@ -288,3 +289,18 @@ def test_an_sglang_flag_that_changes_the_engine_layout_or_nccl_env_is_refused(ex
     cfg, run = _nccl_arm()
     with pytest.raises(BadInput, match=r"^run [\w-]+: extraArgs: " + match + r".*; allowed: leave it out"):
         run_model(cfg, _with_extra(run, extra))
+
+
+@pytest.mark.parametrize("names", [{"LD_PRELOAD": "/x/libnccl.so.2"}, {"LD_LIBRARY_PATH": "/x"},
+                                   {"NCCL_P2P_DISABLE": "1"}, {"FI_EFA_USE_DEVICE_RDMA": "0"},
+                                   {"CUDA_VISIBLE_DEVICES": "0"}, {"NVSHMEM_REMOTE_TRANSPORT": "none"},
+                                   {"UCX_TLS": "tcp"}])
+def test_train_env_vars_that_can_change_which_nccl_or_plugin_loads_are_refused_by_prefix(names):
+    """Review34c F4: LD_PRELOAD or LD_LIBRARY_PATH load another NCCL in the train actors than the one the platform
+    checked; NCCL_*, FI_*, CUDA_*, NVSHMEM_*, UCX_* change how NCCL, libfabric and the plugins run under the name
+    "efa". Refused by prefix, not only the names the platform sets."""
+    (name,) = names
+    with pytest.raises(StackConfigError, match=rf"--train-env-vars sets {name}, and Miles puts the JSON over the "
+                                               r"training pods' environment; the platform owns .* every "
+                                               r"NCCL_\*, FI_\*, LD_\*"):
+        variant("p5en-prod", {"workloads": {"run": {"extraArgs": ["--train-env-vars", json.dumps(names)]}}})

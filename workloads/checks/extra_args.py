@@ -168,7 +168,7 @@ def extra_arg_problem(cfg: "ProgramConfig", field: str = "workloads.run.extraArg
     """``<field>: <flag> ...; allowed: ...`` for the first extra flag that takes settings from a file or JSON
     (``extra_args_traced.CONFIG_FILE_ARGS``) or changes the run's layout or NCCL environment
     (``extra_args_layout.LAYOUT_ARGS``), else for Miles' ``--train-env-vars`` naming a variable the
-    platform sets (``extra_args_traced.train_env_problem``), else for the first the platform renders (``--flag value`` or
+    platform sets or owns by prefix (``extra_args_traced.train_env_problem``), else for the first the platform renders (``--flag value`` or
     ``--flag=value``), else, where the run has a DeepEP V2 rollout budget, for the first that changes what it
     sized (``extra_args_traced.BUDGET_ARGS``), else None."""
     extra = cfg.workloads.run.extra_args

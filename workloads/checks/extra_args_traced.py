@@ -26,8 +26,8 @@ the platform renders:
   loader, cache backends) are read by their own subsystems only.
 - Miles' ``--custom-*-path`` hooks name Python code, which can do anything; no check here can read it.
 
-Miles' ``--train-env-vars`` JSON is refused only where it names a variable the platform sets
-(``train_env_problem``).
+Miles' ``--train-env-vars`` JSON is refused where it names a variable the platform sets or one that can change
+which NCCL, libfabric or plugin libraries load or how they run (``train_env_problem``, ``LOADER_PREFIXES``).
 """
 
 from __future__ import annotations
@@ -145,10 +145,17 @@ def budget_problem(key: str, written: str, field: str) -> str | None:
             f"leave it out, and set {BUDGET}")
 
 
+LOADER_PREFIXES = ("NCCL_", "FI_", "LD_", "CUDA_", "NVSHMEM_", "UCX_")
+"""Environment variables refused in ``--train-env-vars`` by prefix: they choose which NCCL, libfabric and plugin
+libraries load (``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ``NCCL_NET_PLUGIN``) or how they run (``NCCL_P2P_*``,
+``FI_EFA_*``, ...), under the transport the platform checked and names (issue 34 A3's loaded-NCCL check reads the
+library mapped in its own process, not in the train actors')."""
+
+
 def train_env_problem(cfg: "ProgramConfig", written: str, value: str, field: str) -> str | None:
-    """``<field>: <written> sets <variables> the platform sets ...; allowed: ...`` when Miles'
-    ``--train-env-vars`` JSON names an environment variable the platform sets on the training pods (its NCCL,
-    EFA and Ray runtime variables, under either fabric), else None. Miles 49cac7b5
+    """``<field>: <written> sets <variables> ...; allowed: ...`` when Miles' ``--train-env-vars`` JSON names an
+    environment variable the platform sets on the training pods (its NCCL, EFA and Ray runtime variables, under
+    either fabric) or one of a ``LOADER_PREFIXES`` prefix, else None. Miles 49cac7b5
     miles/ray/train/actor_factory.py:28-39 spreads the JSON last into every train actor's environment
     (``**args.train_env_vars``, parsed with json.loads: miles/utils/arguments.py:309-314), over the pod's;
     other variables (``PYTORCH_CUDA_ALLOC_CONF``, ...) stay allowed. A value that is no JSON object is left to
@@ -159,9 +166,12 @@ def train_env_problem(cfg: "ProgramConfig", written: str, value: str, field: str
         return None
     pool = cfg.pool(Role.TRAIN)
     ours = {*gpu_env(pool, 1, None, "efa"), *gpu_env(pool, 1, None, "sockets"), *runtime_env(pool)}
-    taken = sorted(ours & set(names)) if isinstance(names, dict) else []
+    given = set(names) if isinstance(names, dict) else set()
+    taken = sorted(n for n in given if n in ours or n.startswith(LOADER_PREFIXES))
     if not taken:
         return None
-    return (f"{field}: {written} sets {', '.join(taken)}, which the platform sets on the training pods "
-            f"(workloads/derive/env.py), and Miles puts the JSON over the pod's environment; allowed: leave "
-            f"{'them' if len(taken) > 1 else 'it'} out (workloads.run.fabric picks NCCL's network)")
+    return (f"{field}: {written} sets {', '.join(taken)}, and Miles puts the JSON over the training pods' "
+            f"environment; the platform owns the variables it sets there (workloads/derive/env.py) and every "
+            f"{'*, '.join(LOADER_PREFIXES)}* variable (they choose which NCCL, libfabric and plugins load and how "
+            f"they run); allowed: leave {'them' if len(taken) > 1 else 'it'} out (workloads.run.fabric picks "
+            f"NCCL's network; other variables, such as PYTORCH_CUDA_ALLOC_CONF, pass)")
