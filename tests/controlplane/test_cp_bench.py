@@ -10,6 +10,11 @@ log (``bench.runner.log_source``: no driver writes one). bench's own poll (``ben
 observed, not replaced, so that the Node is deleted only once bench has recorded it, as when an instance
 terminates at the end of an attempt; the test puts the Node back afterwards, as the node group's replacement
 would (under the same name, which a real replacement never has).
+
+Beside it, while the first attempt runs, the member aims a pod fault as ``bench.faults`` does, with the
+member's Role that ``workloads.faultInjection`` renders (``render.faults.fault_rbac``) and the team pod policy
+as rendered (``render.pod_rules.member_pod_update``): the Lease taken, renewed and freed, the label added to and
+removed from a rollout pod; another label, or another group's value, refused by the policy.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from conftest import ROOT, recorded
 
 import bench.collect
 import bench.runner
+from bench.lease import TeamLease
+from components.faults import FAULT_TARGET_LABEL, fault_lease
+from workloads.render.faults import MEMBER_ROLE, fault_rbac
 from bench.experiment import load_experiment, schedule
 from bench.pinning import HOSTNAME
 from workloads.cli.runs_client import RunClient
@@ -30,7 +38,7 @@ from workloads.render.runs import RUN_LABEL
 from workloads.render.teams import namespace_of
 
 from controlplane import nodes, runs, stack
-from controlplane.kube import eventually
+from controlplane.kube import eventually, refusal
 from controlplane.session import STACK_DIR, platform_of
 
 pytestmark = pytest.mark.controlplane
@@ -64,6 +72,31 @@ def _hostname_pins(rayjob: dict) -> dict[str, list[str] | None]:
         pins = [e["values"] for t in terms for e in t.get("matchExpressions", []) if e["key"] == HOSTNAME]
         out[group["groupName"]] = sorted(pins[0]) if pins else None
     return out
+
+
+def _member_aims_a_pod_fault(platform, api: RunClient, team: str, pods) -> None:
+    ns = namespace_of(team)
+    rbac = [o for o in fault_rbac(next(t for t in platform.cfg.workloads.teams if t.name == team))
+            if o["metadata"]["name"] == MEMBER_ROLE]
+    platform.admin.apply_all(rbac)
+    lease = TeamLease(api.coordination, ns, fault_lease("rollout"), "controlplane-check")
+    try:  # 403 until the RBAC authorizer has seen the new binding
+        eventually("the member's Lease", lambda: lease.acquire(0, 0) or True, 30)
+        pod = next(p.metadata.name for p in pods if p.metadata.labels.get("ray.io/group") == "rollout")
+
+        def patch(labels):
+            return refusal(lambda: api.core.patch_namespaced_pod(pod, ns, {"metadata": {"labels": labels}}))
+        assert patch({FAULT_TARGET_LABEL: "rollout"}) is None
+        lease.renew()
+        for bad in ({RUN_LABEL: "their-run"}, {FAULT_TARGET_LABEL: "trainer"}):
+            refused = patch(bad)
+            assert refused and "a team member may change only the label" in refused, refused
+        assert patch({FAULT_TARGET_LABEL: None}) is None
+        assert lease.release().startswith("released"), lease
+    finally:
+        platform.admin.delete("coordination.k8s.io/v1", "Lease", fault_lease("rollout"), ns)
+        for o in rbac:
+            platform.admin.delete(o["apiVersion"], o["kind"], o["metadata"]["name"], ns)
 
 
 def test_after_a_pinned_node_is_deleted_the_next_attempt_schedules(tmp_path: Path, monkeypatch):
@@ -106,6 +139,8 @@ def test_after_a_pinned_node_is_deleted_the_next_attempt_schedules(tmp_path: Pat
             rayjobs.append(job)
             pods = runs.all_running(platform, team, name, 1 + sum(a.run.nodes.values()), 240)
             node_sets.append(_pools(platform, pods))
+            if gone is None:
+                _member_aims_a_pod_fault(platform, api, team, pods)
             cluster = runs.rayjob_cluster(platform, team, name)
             if gone is None:  # the first attempt's rollout node goes, once bench has read every node it ran on
                 ran_on = {n for names in node_sets[0].values() for n in names}
