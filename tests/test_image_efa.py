@@ -106,14 +106,34 @@ def test_the_qp_clamp_may_be_the_unordered_kernels_cpp_bound(tmp_path):
 @pytest.mark.parametrize("elastic", [
     'unordered_gin_qps = int(os.environ.get("EP_UNORDERED_GIN_QPS", "11"))\n',  # reads it, clamps nothing
     "# num_allocated_qps = max(_C.min_unordered_gin_qps, min(num_allocated_qps, _C.max_unordered_gin_qps))\n",
-    "num_allocated_qps = _C.max_unordered_gin_qps\n"])
+    "num_allocated_qps = _C.max_unordered_gin_qps\n",
+    'unordered_gin_qps = max(int(os.getenv("EP_UNORDERED_GIN_QPS", "129")), 1)\n',  # a floor, no upper bound
+    'print("unordered_gin_qps is not clamped: see min(x, _C.max_unordered_gin_qps)")\n',  # a string literal
+    'logger.info(f"unordered_gin_qps max({unordered_gin_qps})")\n',
+    "num_allocated_qps = min(_C.max_unordered_gin_qps * 100, num_allocated_qps)\n"])
 def test_an_elastic_py_that_names_the_qp_bound_without_clamping_to_it_fails_the_build(tmp_path, elastic):
-    """The Python form of the clamp is a min()/max() on a line naming unordered_gin_qps, as code: a tree that
-    reads an environment variable of that name, comments the clamp out or takes the bound unclamped has none
-    (review of #34 F6); the clamp itself (``CLAMP``) passes."""
+    """The Python form of the clamp is a min() against max_unordered_gin_qps, as code: a tree that reads an
+    environment variable of that name, with or without a floor (``max(..., 1)``, review34c F5), comments the clamp
+    out, names it in a string or takes the bound unclamped has none (review of #34 F6); the clamp itself
+    (``CLAMP``) passes, and so does the same clamp split over lines."""
     done = _check(_tree(tmp_path / "named", {**FIXED, ELASTIC: elastic}))
     assert done.returncode != 0 and "QP clamp" in done.stderr, done.stderr
     assert _check(_tree(tmp_path / "clamped", {**FIXED, ELASTIC: elastic + CLAMP})).returncode == 0
+    split = "num_allocated_qps = min(\n    int(num_allocated_qps),\n    _C.max_unordered_gin_qps)\n"
+    assert _check(_tree(tmp_path / "split", {**FIXED, ELASTIC: elastic + split})).returncode == 0
+
+
+def test_an_nccl_cu_that_asserts_the_bound_on_another_count_fails_the_build(tmp_path):
+    """review34c F5: an EP_HOST_ASSERT naming kMaxGinContextCnt on another variable (the SM count) or on a
+    multiple of it bounds no GIN context count; the fork's own assertion (``NCCL_ASSERT``) passes."""
+    files = {**FIXED, ELASTIC: "", GIN_ALLOC: GIN_BOUND}
+    for i, other in enumerate(("EP_HOST_ASSERT(num_sms <= kMaxGinContextCnt * 100);\n",
+                               "EP_HOST_ASSERT(num_sms <= elastic::gin_alloc::kMaxGinContextCnt);\n",
+                               "EP_HOST_ASSERT(ctx <= kMaxGinContextCnt * 2);\n",
+                               'EP_HOST_ASSERT(ok and "ctx <= kMaxGinContextCnt");\n')):
+        done = _check(_tree(tmp_path / str(i), {**files, NCCL_CU: other}))
+        assert done.returncode != 0 and "QP clamp" in done.stderr, (other, done.stderr)
+    assert _check(_tree(tmp_path / "real", {**files, NCCL_CU: NCCL_ASSERT})).returncode == 0
 
 
 def test_the_build_checks_its_deepep_tree_before_building_it():
