@@ -124,3 +124,13 @@ def test_a_one_host_variant_is_its_arm_at_one_node_and_differs_only_in_the_engin
         assert arm["gpus_per_engine"] > arm["gpus_per_node"] == v["gpus_per_engine"] == v["gpus_per_node"]
         a, b = arm["argv"], v["argv"]
         assert len(a) == len(b) and {a[i - 1] for i in range(len(a)) if a[i] != b[i]} <= ENGINE_SIZE, v["name"]
+
+
+def test_the_contracts_readme_gpu_section_gives_engines_exit_codes_as_the_script_has_them():
+    """review34c F6: the section users read for ``scripts/gpu_host_checks.py`` names exit 3 (``ONLY_VARIANTS``) with
+    the script's value, and says that exit 0 leaves the shipped expert-parallel arms unchecked on one host."""
+    text = (ROOT / "contracts" / "README.md").read_text()
+    section = text[text.index("## GPU-only checks"):]
+    section = " ".join(section[:section.index("\n## ", 1)].split())
+    assert f"{NS['ONLY_VARIANTS']} (`ONLY_VARIANTS`)" in section
+    assert "exits 0 while every shipped expert-parallel arm was skipped" in section
