@@ -102,6 +102,14 @@ class InstanceType:
         return gpu(self.gpu_model)
 
     @property
+    def gpu_memory_seen_mib(self) -> int:
+        """One GPU's memory as SGLang reads it (nvidia-smi ``memory.total``: ``Gpu.smi_memory_mib``); where this
+        project measured none for the model, EC2's figure less the largest share the driver kept of a measured
+        model (``DRIVER_SHARE``), so a budget never counts memory the driver keeps."""
+        measured = self.gpu.smi_memory_mib
+        return measured or int(self.gpu_memory_gib * MIB_PER_GIB * (1 - DRIVER_SHARE))
+
+    @property
     def facts(self) -> F.Family:
         """The entry of the type's family (``gpu-facts.json``: ``families``); MissingFact when it has none."""
         found = FACTS.families.get(self.family)
@@ -181,6 +189,10 @@ def load(data_dir: Path = DATA_DIR) -> tuple[dict[str, InstanceType], F.Facts]:
 
 
 CATALOG, FACTS = load()
+DRIVER_SHARE = max((1 - FACTS.gpus[t.gpu_model].smi_memory_mib / (t.gpu_memory_gib * MIB_PER_GIB)
+                    for t in CATALOG.values() if t.is_gpu and FACTS.gpus[t.gpu_model].smi_memory_mib), default=0.0)
+"""The largest share of a GPU's EC2 memory figure its driver keeps, of the models measured (H200: 613 of
+144384 MiB)."""
 EFA_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.has_efa)
 GPU_TYPES: tuple[str, ...] = tuple(n for n, t in CATALOG.items() if t.is_gpu)
 

@@ -38,6 +38,9 @@ class Gpu(_Facts):
     """NVLink SHARP (NCCL's NVLS algorithms, ``NCCL_NVLS_ENABLE``): third-generation NVSwitch, Hopper and newer."""
     nvlink_gbs: float = Field(ge=0)
     """NVLink unidirectional bandwidth per GPU, GB/s; 0: the GPUs of an instance talk over PCIe only."""
+    smi_memory_mib: int | None = Field(default=None, gt=0)
+    """nvidia-smi's ``memory.total`` of one GPU, MiB, where this project measured it: what SGLang sizes its
+    memory from (sglang 0.5.19 srt/utils/common.py:653-678), less than EC2's figure by what the driver keeps."""
     origin: dict[str, str]
 
     @property
@@ -48,7 +51,8 @@ class Gpu(_Facts):
 
     @model_validator(mode="after")
     def _origin(self) -> "Gpu":
-        _cited(self.origin, {"compute_capability", "nvls", "nvlink_gbs"}, "gpu")
+        _cited(self.origin, {"compute_capability", "nvls", "nvlink_gbs"}
+               | ({"smi_memory_mib"} if self.smi_memory_mib else set()), "gpu")
         return self
 
 

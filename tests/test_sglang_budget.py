@@ -88,9 +88,10 @@ def test_an_mla_engine_with_the_prefill_graph_on_leaves_sglangs_mla_graph_reserv
 def test_the_deepep_v2_budget_does_not_count_the_prefill_graph_sglang_turns_off():
     """With a2a deepep_v2 SGLang captures no prefill graph (cuda_graph_hook.py:295-299) and reserves none
     (memory_hook.py:315-324); the one fraction of both all-to-alls leaves the larger of a2a none's reserve
-    and deepep_v2's plus the buffer. On p5's 80 GiB H100s (Qwen3-30B-A3B, EP16 over two nodes): none keeps
-    512 + 12288 + 2048 + 1024 + 36864 + 464 = 53200 MiB, deepep_v2 52736 + the 52 MiB buffer, so the fraction
-    is floor((81920 - 53200) / 81920) = 0.35; before, both were added (53252 MiB, 0.349)."""
+    and deepep_v2's plus the buffer. On p5's H100s (Qwen3-30B-A3B, EP16 over two nodes), 81572 MiB as nvidia-smi
+    would show SGLang (EC2's 81920 less the driver's share measured on an H200, ``catalog.DRIVER_SHARE``): none
+    keeps 512 + 12288 + 2048 + 1024 + 36864 + 464 = 53200 MiB, deepep_v2 52736 + the 52 MiB buffer, so the
+    fraction is floor((81572 - 53200) / 81572) = 0.347; both added, it was 53252 MiB."""
     flags, _ = _engine("p5")
     assert flags["--sglang-moe-a2a-backend"] == "deepep_v2"
-    assert flags["--sglang-mem-fraction-static"] == "0.35"
+    assert flags["--sglang-mem-fraction-static"] == "0.347"

@@ -71,7 +71,7 @@ def engine(name: str, m: WorkloadModel) -> Engine:
         "name": name, "argv": flags, "env": env, "model_path": model_folder(m.settings.run.model),
         "gpus_per_engine": _flag(flags, "--rollout-num-gpus-per-engine"),
         "gpus_per_node": _flag(flags, "--num-gpus-per-node"),
-        "gpu_memory_mib": rollout.pool.instance.gpu_memory_gib * 1024,
+        "gpu_memory_mib": rollout.pool.instance.gpu_memory_seen_mib,  # what nvidia-smi shows SGLang
         "profile": m.profile.name, "trainer_sm": trainer.instance.gpu.sm,
         "trainer_gpus": _flag(flags, "--actor-num-nodes") * _flag(flags, "--actor-num-gpus-per-node"),
         "models": {m.paths.model: model_folder(m.settings.run.model), m.paths.ref_model: ref_folder(m)}})

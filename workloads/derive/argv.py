@@ -63,7 +63,7 @@ def rollout_budget(cfg: "ProgramConfig") -> Budget | None:
         return None
     run, rollout = cfg.workloads.run, cfg.pool(Role.ROLLOUT)
     engine = engine_gpus(cfg)
-    return deepep_v2_budget(rollout.instance.gpu_memory_gib * 1024, engine, engine if run.rollout.dp_attention else 1,
+    return deepep_v2_budget(rollout.instance.gpu_memory_seen_mib, engine, engine if run.rollout.dp_attention else 1,
                             run.rollout.nodes_per_engine, model_dim(cfg, "--hidden-size"),
                             model_dim(cfg, "--moe-router-topk"), mla(cfg), run.rollout.mem_fraction_static)
 
