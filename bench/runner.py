@@ -16,12 +16,13 @@ attempt is submitted only when the previous one has finished (the nodes are free
 through the stack's fault engine (``bench.faults``: AWS FIS, the bench user's AWS identity), never
 through Kubernetes calls a team member may not make, and every fault the experiment plans is first
 started as an FIS target preview (``Injector.preflight``) before anything is submitted; a fault that
-makes the job fail is followed by the next attempt of the same run, which resumes from its last
-complete checkpoint (as ``runs submit --resume``); a finished attempt's saves are removed at its end
-(``bench_env``), so attempts do not add up on the file system. Every wait has a deadline derived from the
-experiment (``bench.deadlines``); an attempt past one, whose fault could not be aimed at it alone
-(``FaultError``), or that failed again after its resume from a fault (``UnexplainedFailure``: one resume a
-fault), is left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
+makes the job fail before the job recovered from it (``_recovered``) is followed by the next attempt of
+the same run, which resumes from its last complete checkpoint (as ``runs submit --resume``); a finished
+attempt's saves are removed at its end (``bench_env``), so attempts do not add up on the file system.
+Every wait has a deadline derived from the experiment (``bench.deadlines``); an attempt past one, whose
+fault could not be aimed at it alone (``FaultError``), or that failed again after its resume from a fault
+(``UnexplainedFailure``: one resume a fault) or after it had recovered from its last fault (the same), is
+left as found and recorded ``INCOMPLETE`` with the reason, and the experiment goes
 on with the next attempt (unless the attempt's saves, which stay for a rerun, leave the next one too little of
 the file system: ``bench.storage``; the experiment then stops there); the command then exits 1 naming
 each incomplete attempt and how to run it again (``--only <arm>/r<n>``). Any other failure leaves
@@ -54,6 +55,8 @@ from .experiment import Attempt, Experiment, load_experiment, schedule
 from .faults import FaultError, Injector
 from .logparse import parse_log
 from .pinning import existing, node_set, pinned
+from .reaction import when
+from .recovery import STEADY_STEPS, checkpoint_lines
 from .serving import ServingRun
 from .storage import Room, room
 
@@ -61,8 +64,22 @@ POLL_S = 30.0
 
 
 class UnexplainedFailure(RuntimeError):
-    """The attempt failed again after it was resumed from its last fault: a failure no fault of the arm explains
-    (one resume a fault), recorded INCOMPLETE rather than put on that fault's account."""
+    """The attempt failed again after it was resumed from its last fault (one resume a fault), or after it had
+    recovered from it: a failure no fault of the arm explains, recorded INCOMPLETE rather than put on that
+    fault's account."""
+
+
+def _recovered(fault: dict, log: str) -> str | None:
+    """How the hit job's driver log shows it had recovered from ``fault`` (None: it had not yet): ``STEADY_STEPS``
+    steps logged after the fault's logged step, or Miles' ``Recovered <n> dead rollout engines`` line at or after
+    the runner's ``injectedAt`` (set before FIS starts). A job that fails after that is not resumed on the
+    fault's account."""
+    after = {s.rollout_id for s in parse_log(log).steps if s.rollout_id > fault["loggedStep"]}
+    if len(after) >= STEADY_STEPS:
+        return f"{len(after)} steps logged after step {fault['loggedStep']}"
+    injected = when(fault["injectedAt"])
+    lines = [n for at, n in checkpoint_lines(log)["recovered"] if at >= injected]
+    return f"Miles recovered {sum(lines)} rollout engines" if lines else None
 
 
 def _finished(job: dict | None) -> bool:
@@ -143,10 +160,13 @@ class AttemptRun:
             if _finished(job):
                 if (job.get("status") or {}).get("jobStatus") == "SUCCEEDED" or not self.records:
                     break
-                if "resumedAs" in self.records[-1]:
-                    last = self.records[-1]
+                last = self.records[-1]
+                if "resumedAs" in last:
                     raise UnexplainedFailure(f"{job['metadata']['name']} failed after the resume from {last['kind']} at "
                                              f"step {last['step']}: no fault of the arm explains it (one resume a fault)")
+                if (how := _recovered(last, self.seen.logs.get(last["rayjob"], ""))) is not None:
+                    raise UnexplainedFailure(f"{job['metadata']['name']} failed after it had recovered from {last['kind']} "
+                                             f"at step {last['step']} ({how}): no fault of the arm explains it")
                 run = self.resume(run)
             self.watch.check()
             CLOCK.sleep(poll_s)

@@ -320,6 +320,20 @@ def test_a_failure_after_the_resume_of_its_fault_ends_the_attempt_incomplete_not
     assert "--only node/r1" in capsys.readouterr().err
 
 
+def test_a_failure_after_the_run_recovered_from_its_fault_is_incomplete_not_resumed(tmp_path, capsys):
+    """A delete-rollout-pod at step 12 the run survived in place (Miles recovered the engine, steps went on),
+    then a crash at step 25 no fault explains: not resumed on the fault's account (review37c A1)."""
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    fake.fails_at["example-ab-node-r1-1"] = 25
+    code, text = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1 and "resumed as attempt" not in text, text
+    assert "example-ab-node-r1-2" not in {j["metadata"]["name"] for j in fake.submitted}
+    reason = (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+    assert "example-ab-node-r1-1 failed after it had recovered from delete-rollout-pod at step 12" in reason, reason
+    assert "--only node/r1" in capsys.readouterr().err
+
+
 def test_a_hit_named_by_its_namespace_is_recorded_as_the_pod_and_detection_starts_at_its_killing(tmp_path):
     """FIS may name the pod it hit ``<namespace>/<pod>``: the record keeps the pod's own name, so the report finds
     its kubelet ``Killing`` Event instead of falling back to FIS' action start (review of #37, C1)."""
