@@ -53,8 +53,12 @@ def when(value: str | None) -> datetime | None:
 
 
 def event_time(e: dict) -> datetime | None:
-    """An Event's own time (``eventTime``, else ``lastTimestamp``, else ``firstTimestamp``), as serialized."""
-    return when(e.get("eventTime") or e.get("lastTimestamp") or e.get("firstTimestamp"))
+    """When an Event first happened, as serialized: ``eventTime`` ("Time when this Event was first observed"),
+    else ``firstTimestamp`` ("The time at which the event was first recorded"), else ``lastTimestamp`` ("The
+    time at which the most recent occurrence of this event was recorded"): the core/v1 Event's field texts
+    (kubernetes Python client 37.0.0 ``client/models/core_v1_event.py:114-118``, generated from k8s.io/api
+    ``core/v1`` ``Event``). A repeated Event (``count`` > 1) is timed at its first occurrence."""
+    return when(e.get("eventTime") or e.get("firstTimestamp") or e.get("lastTimestamp"))
 
 
 def killed(c: Collected, fault: dict) -> tuple[datetime, str]:

@@ -232,6 +232,17 @@ def test_detection_runs_from_the_kill_to_the_runs_first_reaction_and_names_it():
     assert fig["run_detection_s"] == 15.0 and fig["run_detected_by"].startswith("Miles health check failed")
 
 
+def test_a_repeated_core_v1_event_is_timed_at_its_first_occurrence():
+    """A core/v1 Event seen twice (``count`` 2) keeps its first time in ``firstTimestamp`` and moves
+    ``lastTimestamp`` on: the kill is the first (review37c C4), not 30 s later."""
+    from bench.reaction import event_time
+    first, last = T0, T0 + timedelta(seconds=30)
+    e = {"reason": "Killing", "count": 2, "firstTimestamp": first.isoformat(), "lastTimestamp": last.isoformat()}
+    assert event_time(e) == first
+    assert event_time({"lastTimestamp": last.isoformat()}) == last
+    assert event_time(e | {"eventTime": (T0 - timedelta(seconds=1)).isoformat()}) == T0 - timedelta(seconds=1)
+
+
 def _kuberay(reason: str, kind: str, name: str, at: datetime) -> dict:
     """A KubeRay Event as the core/v1 API lists it (events.k8s.io ``regarding`` as ``involvedObject``)."""
     return {"reason": reason, "involvedObject": {"kind": kind, "name": name}, "eventTime": at.isoformat()}
