@@ -28,17 +28,20 @@ RayCluster (``status.rayClusterName``, else a name ``<rayjob>-...``, KubeRay v1.
 (ray-project/kuberay v1.7.0 59d663ae ``ray-operator/controllers/ray/raycluster_controller.go:1183``
 ``diff > 0`` -> ``:1688``), ``DeletedWorkerPod`` (``:1121``) or the RayJob's ``DeletedRayCluster``
 (``rayjob_controller.go:828``). Not another RayJob's (a resubmission is the runner's doing), and not
-the kubelet's own Events (``Killing``, ...), which are the kill. Counted from FIS' action start, not
-from the kill: a grace-0 delete removes the Pod object at once, so KubeRay's Pod watch can record its
-Event (events.k8s.io, ``eventTime`` to the microsecond: KubeRay v1.7.0 records through
-``mgr.GetEventRecorder``, ``raycluster_controller.go:60``) before the kubelet's ``Killing``, whose time
-is cut to the second; such a reaction is reported at its own time from the kill, 0 or below.
+the kubelet's own Events (``Killing``, ...), which are the kill. Counted from ``KILL_SLACK_S`` (2 s)
+before the kubelet's ``Killing``: a grace-0 delete removes the Pod object at once, so KubeRay's Pod watch
+can record its Event (events.k8s.io, ``eventTime`` to the microsecond: KubeRay v1.7.0 records through
+``mgr.GetEventRecorder``, ``raycluster_controller.go:60``) before the ``Killing``, whose time is cut to the
+second; such a reaction is reported at its own time from the kill, 0 or below. Not from FIS' action
+start: an Event about the cluster during FIS' start-up (a ``FailedToCreateWorkerPod`` retry, say) is no
+reaction to a kill still to come. A node fault has no ``Killing``: its window opens at FIS' action start,
+which is its kill.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .artifacts import Collected
 from .logparse import ANSI, stamp
@@ -46,6 +49,11 @@ from .logparse import ANSI, stamp
 HEALTH = re.compile(r"Health check failed for rollout engine (\d+)")
 RECOVERED = re.compile(r"Recovered (\d+) dead rollout engines")
 KILLING = "Killing"
+BY_KILLING = "kubelet Event Killing"
+KILL_SLACK_S = 2.0
+"""How long before the kubelet's recorded ``Killing`` a platform reaction still counts: that time is cut to
+the whole second (core/v1), and KubeRay reacts no earlier than the Pod object's deletion, which precedes the
+kill; 1 s of truncation plus 1 s for the watch."""
 
 
 def when(value: str | None) -> datetime | None:
@@ -70,7 +78,7 @@ def killed(c: Collected, fault: dict) -> tuple[datetime, str]:
                    and (t := event_time(e)) is not None and (started is None or t >= started))
     if kills and not fault.get("tag"):
         t, e = kills[0]
-        return t, f"kubelet Event Killing (Pod {e['involvedObject']['name']})"
+        return t, f"{BY_KILLING} (Pod {e['involvedObject']['name']})"
     if started is not None:
         return started, "FIS action start (GetExperiment actions.startTime)"
     return when(fault["injectedAt"]), "the runner's injectedAt (no kill record in these artifacts)"
@@ -111,11 +119,15 @@ def _hit_objects(c: Collected, fault: dict) -> tuple[str, str]:
     return job, (_job(c, fault).get("status") or {}).get("rayClusterName") or f"{job}-"
 
 
-def platform_reacted(c: Collected, fault: dict, kill: datetime) -> tuple[datetime, str] | None:
-    """(KubeRay's first Event about the hit RayJob or its RayCluster from FIS' action start on, which it
-    was); None when KubeRay recorded none. See the module for why from the action start."""
+def platform_reacted(c: Collected, fault: dict, kill: datetime, by: str) -> tuple[datetime, str] | None:
+    """(KubeRay's first Event about the hit RayJob or its RayCluster from ``KILL_SLACK_S`` before the kill
+    when ``by`` (``killed``'s) is the kubelet's ``Killing``, else from FIS' action start, which is then the
+    kill; which it was); None when KubeRay recorded none. See the module."""
     job, cluster = _hit_objects(c, fault)
-    since = min(kill, when(fault.get("actionStartedAt")) or kill)
+    if by.startswith(BY_KILLING):
+        since = kill - timedelta(seconds=KILL_SLACK_S)
+    else:
+        since = min(kill, when(fault.get("actionStartedAt")) or kill)
     found = []
     for e in c.events:
         o = e.get("involvedObject") or {}

@@ -75,7 +75,7 @@ def _outcome(c: Collected, fault: dict) -> tuple[str, str]:
 def _timing(c: Collected, fault: dict) -> dict:
     kill, by = killed(c, fault)
     out = {"killedAt": kill.isoformat(), "killed_by": by}
-    for who, reaction in (("run", run_reacted(c, fault, kill)), ("platform", platform_reacted(c, fault, kill))):
+    for who, reaction in (("run", run_reacted(c, fault, kill)), ("platform", platform_reacted(c, fault, kill, by))):
         out |= {f"{who}DetectedAt": None if reaction is None else reaction[0].isoformat(),
                 f"{who}_detected_by": None if reaction is None else reaction[1],
                 f"{who}_detection_s": None if reaction is None else round((reaction[0] - kill).total_seconds(), 1)}

@@ -277,12 +277,14 @@ def test_a_kuberay_event_before_miles_line_reports_both_reactions_each_named():
 
 def test_the_platforms_reaction_is_kuberays_about_the_hit_job_even_before_the_kubelets_killing():
     """The kubelet's Killing is a core/v1 Event, cut to the second; KubeRay's is to the microsecond and may
-    come first: one 0.4 s before the recorded kill is the platform's reaction (at -0.4 s), while an Event
+    come first: one 0.4 s before the recorded kill is the platform's reaction (at -0.4 s), while one of the
+    hit cluster more than 2 s before it (a retry 12 s before, in FIS' start-up; review37c A2), or an Event
     about another RayJob of the attempt (a resubmission's cluster) or a Pod is not KubeRay's about the
     hit job."""
     fig = _rollout_fault(T0 + timedelta(minutes=12, seconds=30), [
         ("CreatedRayCluster", "RayJob", "r-2", -0.6), ("CreatedWorkerPod", "RayCluster", "r-2-fghij", -0.5),
         ("Scheduled", "Pod", "r-1-abcde-rollout-worker-x", -0.45),
+        ("FailedToCreateWorkerPod", "RayCluster", "r-1-abcde", -12), ("DeletedWorkerPod", "RayCluster", "r-1-abcde", -2.5),
         ("DeletedWorkerPod", "RayCluster", "r-1-abcde", -0.4), ("CreatedWorkerPod", "RayCluster", "r-1-abcde", 2)], 15)
     assert fig["platform_detection_s"] == -0.4
     assert fig["platform_detected_by"] == "KubeRay Event DeletedWorkerPod (RayCluster r-1-abcde)"
