@@ -14,7 +14,10 @@ Semantics relied on, as client-go's leader election uses a Lease (client-go v0.3
 - ``spec.holderIdentity`` empty is a free Lease (client-go's ``release`` writes one without a holder);
 - ``spec.leaseDurationSeconds`` bounds a crashed holder: a Lease whose version this bench has seen unchanged
   for that long, by its own clock (client-go's ``observedTime``, never the holder's ``renewTime``, so clocks
-  need not agree), is stale and may be taken over.
+  need not agree), is stale and may be taken over. Unlike client-go, which trusts the duration the holder
+  wrote (``isLeaseValid``, ``:518-520``), the holder's own ``leaseDurationSeconds`` is capped at the
+  platform's ``FAULT_LEASE_SECONDS`` (commit e2fa6a2): a teammate's Lease written with a huge duration would
+  otherwise starve every other bench of the team until its deadline.
 
 Guarantees: ``acquire`` returns holding the Lease (created, or taken free or stale by an update at the version
 read) or raises ``Overdue`` past its wait; ``renew`` raises ``LeaseLost`` unless this holder still holds it;
