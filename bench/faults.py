@@ -41,11 +41,12 @@ FIS' target preview (``experimentOptions.actionsMode: skip-all``: FIS User Guide
 preview from an experiment template": the experiment runs no action), which the bench user's
 ``fis:StartExperiment`` must allow; for a node fault also EC2's ``CreateTags`` with ``DryRun`` on a node
 of the pool and a no-change ``UpdateExperimentTemplate``; for a pod fault that Kubernetes RBAC lets the
-member create and update the group's Lease and patch pods (``SelfSubjectAccessReview``). A refusal (AccessDenied, UnauthorizedOperation)
+member read and update the group's Lease and patch pods (``SelfSubjectAccessReview``). A refusal (AccessDenied, UnauthorizedOperation)
 is a ``FaultError`` naming the policy to attach, before the first attempt rather than hours in.
 
 Each kind's action and group are data (``stackconfig/faults.yaml``, ``stackconfig.faults``).
-Guarantees: every fault returns its record or raises ``FaultError`` naming what failed; an FIS
+Guarantees: every fault returns its record or raises ``FaultError`` naming what failed (a Kubernetes API
+error in a pod fault's Lease, label or pod-list step included, and a Lease the stack did not render); an FIS
 experiment that does not finish within the wait given (``bench.deadlines``: the experiment's step
 time), or a Lease still held by another after that wait, is ``Overdue``; ``Injector.undo`` stops an
 experiment still running, removes the tag and the label and frees the Lease (called by ``inject`` on
@@ -59,6 +60,7 @@ then end INCOMPLETE (its renewal raises ``LeaseLost``; the other's checks see tw
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from kubernetes.client import ApiException
@@ -71,7 +73,7 @@ from workloads.cli.runs_client import RunClient
 
 from .cloudwatch import instance_id
 from .deadlines import CLOCK, Overdue
-from .lease import LeaseLost, TeamLease
+from .lease import LeaseLost, LeaseMissing, TeamLease
 from components.faults import (FAULT_KIND_TAG, FAULT_TAG, FAULT_TARGET_LABEL, CLUSTER_TAG, TEAM_TAG, fault_lease,
                                fault_tag, terminate_template)
 from stackconfig.faults import fault_kind
@@ -91,8 +93,22 @@ def _code(err: Exception) -> str:
     return str((getattr(err, "response", None) or {}).get("Error", {}).get("Code", ""))
 
 
+@contextmanager
+def _kube(what: str):
+    """A Kubernetes API error (other than those the caller answers) or a missing Lease inside a pod fault's
+    lease, label or pod-list step: ``FaultError`` naming the call, so the attempt is INCOMPLETE and the
+    experiment goes on (a teammate's or the API server's refusal does not stop the whole bench)."""
+    try:
+        yield
+    except ApiException as err:
+        raise FaultError(f"{what}: the Kubernetes API answered {err.status} {err.reason}") from None
+    except LeaseMissing as err:
+        raise FaultError(str(err)) from None
+
+
 def _pods(api: RunClient, team: str, selector: str) -> list:
-    return api.core.list_namespaced_pod(namespace_of(team), label_selector=selector).items
+    with _kube(f"list pods {selector} in {namespace_of(team)}"):
+        return api.core.list_namespaced_pod(namespace_of(team), label_selector=selector).items
 
 
 def _running(pods: list) -> list:
@@ -172,8 +188,7 @@ class Injector:
     def _pod_rights(self, api: RunClient, kind: str, team: str) -> None:
         """The member may take the group's Lease and label a pod (SelfSubjectAccessReview, authorization/v1)."""
         ns, lease = namespace_of(team), fault_lease(fault_kind(kind).group)
-        for verb, group, resource, name in (("create", "coordination.k8s.io", "leases", ""),
-                                            ("get", "coordination.k8s.io", "leases", lease),
+        for verb, group, resource, name in (("get", "coordination.k8s.io", "leases", lease),
                                             ("update", "coordination.k8s.io", "leases", lease), ("patch", "", "pods", "")):
             review = api.authorization.create_self_subject_access_review({
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": {
@@ -262,9 +277,11 @@ class Injector:
         """Hold the group's Lease, then label ``pod`` for the team's fixed template; the pods it may hit."""
         ns, name = namespace_of(team), pod.metadata.name
         self.lease = TeamLease(api.coordination, ns, fault_lease(group), rayjob)
-        self.lease.acquire(wait_s, self.poll_s)
+        with _kube(f"take Lease {ns}/{self.lease.name}"):
+            self.lease.acquire(wait_s, self.poll_s)
         self._only(api, team, group, set(), record["kind"])
-        api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: group}}})
+        with _kube(f"label pod {ns}/{name} {FAULT_TARGET_LABEL}={group}"):
+            api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: group}}})
         self.labelled = (api, ns, name)
         self._renew()  # another took the Lease while this one labelled: its pod may be labelled too
         self._only(api, team, group, {name}, record["kind"])
@@ -285,7 +302,8 @@ class Injector:
 
     def _renew(self) -> None:
         try:
-            self.lease.renew()
+            with _kube(f"renew Lease {self.lease.namespace}/{self.lease.name}"):
+                self.lease.renew()
         except LeaseLost as err:
             raise FaultError(f"{err}; not injected or stopped") from None
 
@@ -336,18 +354,24 @@ class Injector:
         done = []
         if self.labelled is not None:
             api, ns, name = self.labelled
-            try:
-                api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: None}}})
-                done.append(f"removed {FAULT_TARGET_LABEL} from pod {name}")
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-                done.append(f"pod {name} gone, its label {FAULT_TARGET_LABEL} with it")
+            with _kube(f"remove {FAULT_TARGET_LABEL} from pod {ns}/{name}"):
+                try:
+                    api.core.patch_namespaced_pod(name, ns, {"metadata": {"labels": {FAULT_TARGET_LABEL: None}}})
+                    done.append(f"removed {FAULT_TARGET_LABEL} from pod {name}")
+                except ApiException as err:
+                    if err.status != 404:
+                        raise
+                    done.append(f"pod {name} gone, its label {FAULT_TARGET_LABEL} with it")
             self.labelled = None
         if self.lease is not None:
-            lease, self.lease = self.lease, None
-            done.append(f"Lease {lease.namespace}/{lease.name} left to expire within {lease.duration_s} s (FIS "
-                        f"experiment {', '.join(stopped)} stopped)" if stopped and lease.version else lease.release())
+            lease = self.lease
+            if stopped and lease.version:
+                done.append(f"Lease {lease.namespace}/{lease.name} left to expire within {lease.duration_s} s (FIS "
+                            f"experiment {', '.join(stopped)} stopped)")
+            else:
+                with _kube(f"release Lease {lease.namespace}/{lease.name}"):
+                    done.append(lease.release())
+            self.lease = None
         return done
 
     def undo(self) -> list[str]:

@@ -29,9 +29,11 @@ namespace (coordination.k8s.io/v1, ``fault_lease``, ``FAULT_LEASE_SECONDS``; ``b
 that no pod carries the label, labels the one pod, starts the template, and removes the label and frees
 the Lease once FIS resolved its target and acted. It still checks that its pod alone carries the label
 before starting, and afterwards that FIS hit it (``ListExperimentResolvedTargets``), which catches a pod
-labelled by hand by someone who ignores the Lease. The member's rights for this (a Lease, the label on its
-team's pods and nothing else of a pod) are ``workloads.render.faults.member_rules`` and the team pod
-policy's ``workloads.render.pod_rules.member_pod_update``.
+labelled by hand by someone who ignores the Lease. The stack renders each team's Leases, free
+(``workloads.render.faults.fault_leases``, as many as the team quota's Lease count); the member's rights for
+this (get and update of those Leases, never a create, and the label on its team's pods and nothing else of a
+pod) are ``workloads.render.faults.member_rules`` and the team pod policy's
+``workloads.render.pod_rules.member_pod_update``.
 
 The fault kinds are data (``stackconfig/faults.yaml``, typed by ``stackconfig.faults``): each names one of
 the actions above and the worker group it hits; the templates and the bench policies derive from it (as
@@ -82,7 +84,8 @@ def fault_lease(group: str) -> str:
 
 
 def team_fault_leases() -> list[str]:
-    """Every Lease a team namespace may hold: one per group a team's pod fault hits."""
+    """Every Lease a team namespace holds: one per group a team's pod fault hits, each rendered with the
+    namespace (``workloads.render.faults.fault_leases``); the team quota admits no other."""
     return sorted({fault_lease(k.group) for k in fault_kinds().values() if k.per_team})
 
 

@@ -1,7 +1,9 @@
-"""coordination.k8s.io/v1 Leases as the API server keeps them, for the bench tests' fake cluster: a create of a
-name that exists is 409 AlreadyExists, an update (PUT) whose ``metadata.resourceVersion`` is not the stored one is
-409 Conflict (Kubernetes API conventions, "Concurrency Control and Consistency"), and every write stores a new
-resourceVersion. Thread-safe: the tests run two benches of one team at once."""
+"""coordination.k8s.io/v1 Leases as the API server keeps them, for the bench tests' fake cluster: the team's
+pod-fault Leases exist from the start, free, as the stack renders them (``workloads.render.faults.fault_leases``);
+a member's create is refused 403 (its Role has no ``create``, ``render.faults.member_rules``); an update (PUT) of
+a missing Lease is 404, one whose ``metadata.resourceVersion`` is not the stored one is 409 Conflict (Kubernetes
+API conventions, "Concurrency Control and Consistency"), and every write stores a new resourceVersion.
+Thread-safe: the tests run two benches of one team at once."""
 
 from __future__ import annotations
 
@@ -10,14 +12,20 @@ from types import SimpleNamespace
 
 from kubernetes.client import ApiException
 
+from components.faults import FAULT_LEASE_SECONDS, team_fault_leases
+
 
 class FakeLeases:
     """The ``CoordinationV1Api`` calls ``bench.lease`` makes; ``writes``: (holder or None, lease) in order,
     ``contended``: set once a read finds the Lease held by a holder other than the one ``reader`` names."""
 
-    def __init__(self):
+    def __init__(self, namespaces: tuple[str, ...] = ("team-alpha",)):
         self.leases: dict[tuple[str, str], SimpleNamespace] = {}
         self.version = 0
+        for ns in namespaces:  # as the stack renders them: no holder
+            for name in team_fault_leases():
+                self.leases[(ns, name)] = self._stored({"metadata": {"name": name, "namespace": ns, "labels": {
+                    "rendered": "yes"}}, "spec": {"leaseDurationSeconds": FAULT_LEASE_SECONDS}})
         self.writes: list[tuple[str | None, str]] = []
         self.lock = threading.Lock()
         self.contended = threading.Event()
@@ -29,7 +37,7 @@ class FakeLeases:
         spec = body.get("spec") or {}
         return SimpleNamespace(
             metadata=SimpleNamespace(name=body["metadata"]["name"], namespace=body["metadata"]["namespace"],
-                                     resource_version=str(self.version)),
+                                     labels=body["metadata"].get("labels"), resource_version=str(self.version)),
             spec=SimpleNamespace(holder_identity=spec.get("holderIdentity"),
                                  lease_duration_seconds=spec.get("leaseDurationSeconds"),
                                  lease_transitions=spec.get("leaseTransitions"), renew_time=spec.get("renewTime"),
@@ -46,13 +54,7 @@ class FakeLeases:
             return got
 
     def create_namespaced_lease(self, namespace, body):
-        with self.lock:
-            key = (namespace, body["metadata"]["name"])
-            if key in self.leases:
-                raise ApiException(status=409, reason="AlreadyExists")
-            self.leases[key] = self._stored(body)
-            self.writes.append(((body.get("spec") or {}).get("holderIdentity"), key[1]))
-            return self.leases[key]
+        raise ApiException(status=403, reason="Forbidden")  # the member's Role has no create
 
     def replace_namespaced_lease(self, name, namespace, body):
         with self.lock:

@@ -1,8 +1,8 @@
 """Pod faults aimed at exactly one pod of this attempt (issue 37 item 6): no template renders the fault label;
 the bench holds the group's Lease in the team namespace (``bench.lease``) from labelling one pod to FIS'
 resolution of the target, and removes the label and frees the Lease on every way out (``bench.faults``). The
-fake cluster keeps Leases as the API server does (``fake_leases``: create conflicts, updates at a
-resourceVersion)."""
+fake cluster keeps Leases as the API server does (``fake_leases``: the rendered ones from the start, no
+member create, updates at a resourceVersion)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_the_label_is_removed_on_every_way_out(tmp_path, capsys, how):
         assert f"left to expire within {FAULT_LEASE_SECONDS} s" in text
 
 
-@pytest.mark.parametrize("lacks", [("create", "leases"), ("patch", "pods")])
+@pytest.mark.parametrize("lacks", [("update", "leases"), ("patch", "pods")])
 def test_a_member_without_the_fault_role_is_refused_before_anything_runs(tmp_path, capsys, lacks):
     """A stack deployed without the member's fault Role: the Lease or the label would be refused (403) at the
     fault's step, hours in; RBAC is asked first (SelfSubjectAccessReview)."""
@@ -213,7 +213,6 @@ def test_two_takeovers_at_one_version_leave_one_holder():
     version = api.leases[("team-alpha", "rl-fault-target-rollout")].metadata.resource_version
     b, c = _lease(api, "b"), _lease(api, "c")
     assert b._write(version, "b") is not None and c._write(version, "c") is None  # 409 for the second
-    assert _lease(api, "d")._write(None, "d") is None  # a create of a name that exists: 409 AlreadyExists
 
 
 def test_a_lease_renewed_while_another_waits_is_never_taken_over(clock, monkeypatch):
@@ -233,10 +232,58 @@ def test_a_lease_written_with_a_huge_duration_is_stale_after_the_platforms_durat
     """A teammate's Lease claiming leaseDurationSeconds 2147483647 is judged by the platform's own duration:
     otherwise every other bench of the team waited until its deadline (review35b F3)."""
     api = FakeLeases()
-    api.create_namespaced_lease("team-alpha", {"metadata": {"name": "rl-fault-target-rollout", "namespace": "team-alpha"},
-                                               "spec": {"holderIdentity": "squatter",
-                                                        "leaseDurationSeconds": 2147483647}})
+    version = api.leases[("team-alpha", "rl-fault-target-rollout")].metadata.resource_version
+    api.replace_namespaced_lease("rl-fault-target-rollout", "team-alpha", {
+        "metadata": {"name": "rl-fault-target-rollout", "namespace": "team-alpha", "resourceVersion": version},
+        "spec": {"holderIdentity": "squatter", "leaseDurationSeconds": 2147483647}})
     start = clock.monotonic()
     _lease(api, "b").acquire(3 * FAULT_LEASE_SECONDS, 5)
     assert FAULT_LEASE_SECONDS <= clock.monotonic() - start < 2 * FAULT_LEASE_SECONDS
     assert api.leases[("team-alpha", "rl-fault-target-rollout")].spec.holder_identity == "b"
+
+
+def test_the_lease_is_taken_by_update_only_and_keeps_its_rendered_labels(clock):
+    """The stack renders the Lease (``render.faults.fault_leases``); the bench never creates one (a member's
+    create is refused: review37c B1) and a missing one is ``LeaseMissing`` naming the stack's rendering."""
+    from bench.lease import LeaseMissing
+    api = FakeLeases()
+    a = _lease(api, "a")
+    a.acquire(10, 1)
+    assert api.leases[("team-alpha", "rl-fault-target-rollout")].metadata.labels == {"rendered": "yes"}
+    a.release()
+    with pytest.raises(LeaseMissing, match="renders it with the team namespace"):
+        TeamLease(api, "team-beta", fault_lease("rollout"), "a").acquire(10, 1)
+
+
+@pytest.mark.parametrize("fails", ["no rendered lease", "lease update 403", "label patch 500"])
+def test_a_kubernetes_api_error_in_a_pod_fault_ends_that_attempt_incomplete_and_the_experiment_goes_on(
+        tmp_path, capsys, fails):
+    """Any API error in the fault's Lease or label step was re-raised out of ``bench run``, stopping every
+    attempt after it (review37c B1): it is a ``FaultError``, the attempt INCOMPLETE, the others run."""
+    from kubernetes.client import ApiException
+    fake = FakeRuns(save_interval=10, total=33)
+    _, aws = _aws(fake)
+    if fails == "no rendered lease":
+        fake.coordination.leases.clear()
+    elif fails == "lease update 403":
+        fake.coordination.replace_namespaced_lease = lambda *a, **k: (_ for _ in ()).throw(
+            ApiException(status=403, reason="Forbidden"))
+    else:
+        patch = fake.core.patch_namespaced_pod
+
+        def refused(name, ns, body):
+            if (body["metadata"]["labels"] or {}).get(FAULT_TARGET_LABEL):
+                raise ApiException(status=500, reason="InternalError")
+            return patch(name, ns, body)
+        fake.core.patch_namespaced_pod = refused
+    code, _ = _run(_experiment(tmp_path, [{"kind": "delete-rollout-pod", "atStep": 12}]), fake, aws, tmp_path / "o")
+    assert code == 1
+    incomplete = sorted(p.parent.relative_to(tmp_path / "o").as_posix() for p in (tmp_path / "o").rglob("INCOMPLETE"))
+    assert incomplete == ["node/r1", "node/r2", "node/r3"]
+    assert (tmp_path / "o" / "nccl" / "r3" / "rayjob.json").exists()  # the experiment went on to its end
+    reason = (tmp_path / "o" / "node" / "r1" / "INCOMPLETE").read_text()
+    want = {"no rendered lease": "Lease team-alpha/rl-fault-target-rollout does not exist",
+            "lease update 403": "take Lease team-alpha/rl-fault-target-rollout: the Kubernetes API answered 403",
+            "label patch 500": "label pod team-alpha/example-ab-node-r1-1-rollout-0 rl.platform/fault-target=rollout: "
+                               "the Kubernetes API answered 500"}[fails]
+    assert want in reason, reason

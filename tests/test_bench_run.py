@@ -269,7 +269,7 @@ def test_emitted_and_simulated_objects_validate(capsys, tmp_path):
     for obj in rbac:
         kubernetes_validate.validate(obj, version, strict=True)
     assert {o["metadata"]["namespace"] for o in rbac} == {f"team-{team.name}"}
-    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding"}  # nothing cluster-wide
+    assert {o["kind"] for o in rbac} == {"ServiceAccount", "Role", "RoleBinding", "Lease"}  # nothing cluster-wide
 
 
 def _experiment(tmp_path: Path, faults: list[dict], **extra) -> Path:

@@ -184,8 +184,11 @@ def test_huge_pages_ephemeral_storage_and_object_counts_have_a_quota(teams, pool
     assert hard["services"] == str(2 * runs)
     from components.faults import team_fault_leases
     from workloads.render.faults import member_rules
-    leases = team_fault_leases()  # a member may create Leases (RBAC names no created object): only these many
-    assert hard["count/leases.coordination.k8s.io"] == str(len(leases)) and leases == member_rules()[1]["resourceNames"]
+    from workloads.render.faults import fault_leases
+    leases = team_fault_leases()  # the stack renders exactly these (fault_leases): the quota admits them, no other
+    rendered = [o["metadata"]["name"] for o in fault_leases(alpha)]
+    assert hard["count/leases.coordination.k8s.io"] == str(len(rendered)) and rendered == leases
+    assert leases == member_rules()[0]["resourceNames"]
     per = alpha.ephemeral_storage_gib * 1024 ** 3
     assert hard["limits.ephemeral-storage"] == hard["requests.ephemeral-storage"] == str(per * int(hard["pods"]))
 

@@ -12,9 +12,10 @@ terminates at the end of an attempt; the test puts the Node back afterwards, as 
 would (under the same name, which a real replacement never has).
 
 Beside it, while the first attempt runs, the member aims a pod fault as ``bench.faults`` does, with the
-member's Role that ``workloads.faultInjection`` renders (``render.faults.fault_rbac``) and the team pod policy
-as rendered (``render.pod_rules.member_pod_update``): the Lease taken, renewed and freed, the label added to and
-removed from a rollout pod; another label, or another group's value, refused by the policy.
+member's Role and the team's pod-fault Leases that ``workloads.faultInjection`` renders (``render.faults.fault_rbac``)
+and the team pod policy as rendered (``render.pod_rules.member_pod_update``): the rendered Lease taken by update,
+renewed and freed, a member's Lease create refused, the label added to and removed from a rollout pod; another
+label, or another group's value, refused by the policy.
 """
 
 from __future__ import annotations
@@ -77,11 +78,14 @@ def _hostname_pins(rayjob: dict) -> dict[str, list[str] | None]:
 def _member_aims_a_pod_fault(platform, api: RunClient, team: str, pods) -> None:
     ns = namespace_of(team)
     rbac = [o for o in fault_rbac(next(t for t in platform.cfg.workloads.teams if t.name == team))
-            if o["metadata"]["name"] == MEMBER_ROLE]
+            if o["metadata"]["name"] == MEMBER_ROLE or o["kind"] == "Lease"]  # the Leases within the team quota
     platform.admin.apply_all(rbac)
     lease = TeamLease(api.coordination, ns, fault_lease("rollout"), "controlplane-check")
     try:  # 403 until the RBAC authorizer has seen the new binding
         eventually("the member's Lease", lambda: lease.acquire(0, 0) or True, 30)
+        squat = {"metadata": {"name": "squatter", "namespace": ns}, "spec": {}}
+        refused = refusal(lambda: api.coordination.create_namespaced_lease(ns, squat))
+        assert refused and refused.startswith("403"), refused  # no create: the quota stays the rendered Leases'
         pod = next(p.metadata.name for p in pods if p.metadata.labels.get("ray.io/group") == "rollout")
 
         def patch(labels):
@@ -94,7 +98,6 @@ def _member_aims_a_pod_fault(platform, api: RunClient, team: str, pods) -> None:
         assert patch({FAULT_TARGET_LABEL: None}) is None
         assert lease.release().startswith("released"), lease
     finally:
-        platform.admin.delete("coordination.k8s.io/v1", "Lease", fault_lease("rollout"), ns)
         for o in rbac:
             platform.admin.delete(o["apiVersion"], o["kind"], o["metadata"]["name"], ns)
 

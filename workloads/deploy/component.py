@@ -54,6 +54,7 @@ TYPED = {
     "LimitRange": k8s.core.v1.LimitRange,
     "PriorityClass": k8s.scheduling.v1.PriorityClass,
     "Role": k8s.rbac.v1.Role,
+    "Lease": k8s.coordination.v1.Lease,
     "RoleBinding": k8s.rbac.v1.RoleBinding,
     "ClusterRole": k8s.rbac.v1.ClusterRole,
     "ClusterRoleBinding": k8s.rbac.v1.ClusterRoleBinding,

@@ -1,7 +1,7 @@
 """The Kubernetes side of the bench's fault engine (``components.faults``), per team namespace: the
 service account FIS runs its pod-delete pod with, what the FIS role (Kubernetes group
 ``FIS_GROUP``, its EKS access entry) may do there, and what the team's members need to aim a pod fault
-(``member_rules``). Nothing outside the team's namespace.
+(``member_rules``, and the Leases they take, ``fault_leases``). Nothing outside the team's namespace.
 
 Rules as the FIS User Guide's "Use the AWS FIS aws:eks:pod actions" describes for ``aws:eks:pod-delete``
 (the FIS role creates and watches its own pod in the target namespace; that pod, running as
@@ -10,7 +10,7 @@ Rules as the FIS User Guide's "Use the AWS FIS aws:eks:pod actions" describes fo
 
 from __future__ import annotations
 
-from components.faults import FIS_GROUP, FIS_SERVICE_ACCOUNT, team_fault_leases
+from components.faults import FAULT_LEASE_SECONDS, FIS_GROUP, FIS_SERVICE_ACCOUNT, team_fault_leases
 
 from workloads.schema.teams import TeamSettings, team_group
 from workloads.render.common import RAY_NODE_TYPE_LABEL
@@ -27,18 +27,31 @@ MEMBER_ROLE = "bench-fault-target"
 
 
 def member_rules() -> list[dict]:
-    """A member's rights to aim a pod fault (``bench.faults``, ``bench.lease``): create a Lease (RBAC cannot
-    name the object of a create: Kubernetes RBAC docs, "Referring to resources"), read and update only the
-    pod-fault groups' Leases (``components.faults.fault_lease``), and patch pods, which the team pod
-    policy narrows to adding or removing ``FAULT_TARGET_LABEL`` = the pod's own group
-    (``render.pod_rules.member_pod_update``). No delete: a Lease is freed by an update without a holder."""
-    return [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+    """A member's rights to aim a pod fault (``bench.faults``, ``bench.lease``): read and update only the
+    pod-fault groups' Leases (``components.faults.fault_lease``), which the stack renders (``fault_leases``),
+    and patch pods, which the team pod policy narrows to adding or removing ``FAULT_TARGET_LABEL`` = the
+    pod's own group (``render.pod_rules.member_pod_update``). No create: RBAC cannot name the object of a
+    create (Kubernetes RBAC docs, "Referring to resources"), so a member allowed to create Leases could use up
+    the team's Lease quota with others' names first. No delete: a Lease is freed by an update without a holder."""
+    return [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
              "resourceNames": team_fault_leases()},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
 
 
+def fault_leases(team: TeamSettings) -> list[dict]:
+    """The team's pod-fault Leases (``components.faults.team_fault_leases``), free (no ``holderIdentity``), for
+    ``bench.lease`` to take by update; exactly as many as the team quota's ``count/leases.coordination.k8s.io``
+    (``render.teams.team_resource_quota``), so the quota admits them and no other Lease. ``leaseDurationSeconds``
+    is the bench's own (``FAULT_LEASE_SECONDS``) and no holder field is rendered, so re-applying the object
+    changes no value a holder wrote (``bench.lease`` keeps these labels on every update)."""
+    return [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+             "metadata": {"name": name, "namespace": namespace_of(team.name),
+                          "labels": team_labels(team, "fault-injection")},
+             "spec": {"leaseDurationSeconds": FAULT_LEASE_SECONDS}} for name in team_fault_leases()]
+
+
 def fault_rbac(team: TeamSettings) -> list[dict]:
+    """The FIS pod's and role's rights, the member's Role, and the team's pod-fault Leases (``fault_leases``)."""
     ns = namespace_of(team.name)
 
     def md(name: str) -> dict:
@@ -56,7 +69,8 @@ def fault_rbac(team: TeamSettings) -> list[dict]:
             {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": md(MEMBER_ROLE), "rules": member_rules()},
             {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding", "metadata": md(MEMBER_ROLE),
              "subjects": [{"kind": "Group", "apiGroup": RBAC, "name": team_group(team.name)}],
-             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": MEMBER_ROLE}}]
+             "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": MEMBER_ROLE}},
+            *fault_leases(team)]
 
 
 FIS_POD = {"matchExpressions": [{"key": RAY_NODE_TYPE_LABEL, "operator": "DoesNotExist"}]}

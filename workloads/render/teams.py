@@ -94,8 +94,8 @@ def team_resource_quota(team: TeamSettings, pools: Iterable[Pool], head: Group) 
       save on stop) takes this team's ``maxRuns``, never the head room ``validate_head_room`` keeps for the others;
     - counts: ``maxRuns`` RayJobs and Ray clusters, two Services per run (KubeRay's head Service and the
       RayJob's stable one), twice the pods of ``maxRuns`` heads and every GPU node (an attempt's pods
-      terminating while the next starts), the pod-fault Leases (``components.faults.team_fault_leases``: a
-      member may create Leases, and RBAC cannot name what is created);
+      terminating while the next starts), the pod-fault Leases (``components.faults.team_fault_leases``, which
+      ``render.faults.fault_leases`` renders: the quota admits them and no other Lease);
     - ephemeral storage: the LimitRange's per-container figure (``team_limit_range``) for each pod.
 
     (Kubernetes docs, "Resource Quotas": extended resources and hugepages-<size> as ``requests.``,
