@@ -26,6 +26,16 @@ GUARDED = {"headgroup", "trainer", "rollout"}
 """The groups the `runs` PodDisruptionBudget holds (maxUnavailable 0), render.runs.team_run_budget."""
 
 
+def use_clock(monkeypatch, fake: "FakeClock") -> "FakeClock":
+    """``fake`` as the fake cluster's clock and ``bench.deadlines.CLOCK`` for one test."""
+    import sys
+    from bench.deadlines import CLOCK
+    monkeypatch.setattr(sys.modules[__name__], "TIME", fake)
+    for name in ("monotonic", "sleep", "now"):
+        monkeypatch.setattr(CLOCK, name, getattr(fake, name))
+    return fake
+
+
 def _pod(name: str, run: str, group: str, node: str | None, created: datetime, attempt: int = 1,
          extra: dict | None = None):
     """A pod of the run; without a node it is Pending (the scheduler found none its affinity allows)."""

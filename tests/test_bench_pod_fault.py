@@ -45,11 +45,7 @@ class ThreadClock(FakeClock):
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> ThreadClock:
-    from bench.deadlines import CLOCK
-    fake = ThreadClock()
-    monkeypatch.setattr(bench_fakes, "TIME", fake)
-    for name in ("monotonic", "sleep", "now"):
-        monkeypatch.setattr(CLOCK, name, getattr(fake, name))
+    fake = bench_fakes.use_clock(monkeypatch, ThreadClock())
     monkeypatch.setattr("time.sleep", fake.sleep)
     return fake
 

@@ -32,11 +32,7 @@ def pinned(out: Path) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> FakeClock:
-    from bench.deadlines import CLOCK
-    fake = FakeClock()
-    monkeypatch.setattr(bench_fakes, "TIME", fake)
-    for name in ("monotonic", "sleep", "now"):
-        monkeypatch.setattr(CLOCK, name, getattr(fake, name))
+    fake = bench_fakes.use_clock(monkeypatch, FakeClock())
     monkeypatch.setattr("time.sleep", fake.sleep)  # nothing in these tests waits for real
     return fake
 
