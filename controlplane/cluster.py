@@ -48,9 +48,13 @@ KWOK_STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node
                "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml")
 """kwok's own stages (``kustomize/stage/`` of the kwok module): nodes Ready and heart-beaten; a bound pod
 Running at once, a Job's pods completed. Its "general" pod stages instead pass a pod through four stages of
-1 s plus up to 5 s of jitter each (``pod/general/pod-create.yaml`` and the others), a kubelet's start-up that
-decides nothing Volcano or KubeRay do (a pod is a victim only once Running, which only comes later) and
-tripled the planner comparison's time. Neither set's ``pod-delete.yaml``: the fast one removes a deleted
+1 s plus up to 5 s of jitter each (``pod/general/pod-create.yaml`` and the others), which tripled the
+planner comparison's time. What the fast stages leave untested is the window a real node has between a pod's
+bind and Running (image pull, preflight): Volcano's preempt takes bound pods not yet Running
+(actions/preempt/preempt.go:200, api/helpers.go:70-76), its reclaim only Running ones
+(actions/reclaim/reclaim.go:189), and KubeRay marks a cluster provisioned only once every pod is ready; here
+a bound pod is Running at once, so the planner's assumption that a run placed in one session is a reclaim
+victim in the next is agreed with, not tested (docs/design/scheduling.md, "What the plan cannot see"). Neither set's ``pod-delete.yaml``: the fast one removes a deleted
 pod at once, the general one after a delay drawn uniformly between 1 s and its deletion time
 (``delay.jitterDurationFrom: .metadata.deletionTimestamp``; kwok v0.8.0 pkg/utils/lifecycle/lifecycle.go:
 424-456), so a pod's grace period is only an upper bound there."""

@@ -189,7 +189,8 @@ def test_a_run_the_quota_refused_starts_only_after_kuberays_retry_once_its_team_
                    run("a-1", "alpha", "normal", train=1, rollout=20)], running=["b-1"])
     assert [d[r].action for r in ("b-1", "b-2", "a-1")] == ["preempted", "starts", "starts"]
     assert d["b-2"].why.startswith("starts on free nodes after KubeRay's retry of the pods the quota refused "
-                                   "(backoff up to 1000 s after the quota frees, nodes idle meanwhile)")
+                                   "(its backoff, up to 1000 s after the quota frees; an annotation on its "
+                                   "RayCluster retries at once)")
     assert "KubeRay" not in d["a-1"].why
 
 
@@ -235,7 +236,8 @@ def test_a_higher_priority_run_preempts_a_lower_one_of_its_team_which_checkpoint
 
 
 def test_a_run_started_in_one_session_is_a_victim_in_the_next():
-    """Only Running tasks are victims (actions/reclaim/reclaim.go:189, actions/preempt/preempt.go:199-201):
+    """Reclaim takes only Running tasks (actions/reclaim/reclaim.go:189; preempt also takes bound ones not yet
+    Running, actions/preempt/preempt.go:200, api/helpers.go:70-76):
     beta's new run takes the free nodes first (share max(8/48, 16/88) < 104/168), alpha's cannot reclaim it in
     that session (b0's two rollout engines are not enough), and does in the next, once it runs and holds beta's
     rollout pool above its deserved (112 > 88: three engines may go, capacity.go:536-547)."""

@@ -65,7 +65,10 @@ which controller-runtime requeues with the item's exponential backoff, not the r
 (controller-runtime v0.22.4 pkg/internal/controller/controller.go:463-473), 5 ms doubling with every failed
 reconcile up to 1000 s (client-go util/workqueue/default_rate_limiters.go ``DefaultTypedControllerRateLimiter``).
 Every refusal counts, the reconciles its own pods' events start included, so a run that waited on the quota for
-minutes starts up to about 17 minutes after the quota frees, its nodes idle meanwhile."""
+minutes starts up to about 17 minutes after the quota frees (Volcano gives the nodes to other runs that fit
+meanwhile). Any change of the RayCluster's annotations makes KubeRay reconcile it at once (v1.6.2
+raycluster_controller.go:1542-1546, ``AnnotationChangedPredicate``). The plan says so only when the refusal
+is in the same plan: a run refused before the runs it is planned with reads "starts on free nodes"."""
 
 
 @dataclass
@@ -370,8 +373,8 @@ class Planner:
             self._start(c, run)
             how = self._claimed.pop(run.key, "starts on free nodes")
             if run.key in self._refused:
-                how += (f" {AFTER_RETRY} of the pods the quota refused (backoff up to 1000 s after the quota frees, "
-                        f"nodes idle meanwhile)")
+                how += (f" {AFTER_RETRY} of the pods the quota refused (its backoff, up to 1000 s after the quota "
+                        f"frees; an annotation on its RayCluster retries at once)")
             self._decide(out, run, "starts", self._holds(c, run, how))
             started.append(run.name)
             changed = True

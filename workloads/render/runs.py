@@ -13,7 +13,7 @@ one Volcano gang, its GPU pods held to their network tiers; the stack's Priority
 - Release: ``shutdownAfterJobFinishes`` deletes the run's Ray cluster when the job ends.
 - A lost head is not recreated once the cluster is provisioned, every pod ready once
   (``ray.io/disable-provisioned-head-restart``, copied from the RayJob's annotations to its RayCluster,
-  rayjob_controller.go:1002-1007; raycluster_controller.go:1025-1043; before that, no job runs and KubeRay
+  KubeRay v1.6.2 rayjob_controller.go:979, raycluster_controller.go:730-748; before that, no job runs and KubeRay
   makes a new head): a new
   head would kill the workers or find the submission id used, and the operator would resubmit onto a
   partial cluster (rayjob_controller.go:1305-1321) where Miles waits for its placement group forever.
