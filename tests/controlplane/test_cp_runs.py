@@ -223,8 +223,10 @@ def test_the_reference_raycluster_of_p5en_prod_runs_on_its_pools():
     for pod in pods:
         wanted = pod.spec.node_selector["rl.platform/pool"]
         assert runs.node_pool(platform, pod.spec.node_name) == wanted, pod.metadata.name
-    per_node = Counter(p.spec.node_name for p in pods if p.metadata.labels["ray.io/node-type"] == "worker")
-    assert max(per_node.values()) == 1, "each GPU worker has a node of its own"
+    gpu_workers = [p for p in pods if p.metadata.labels["ray.io/node-type"] == "worker" and any(
+        "nvidia.com/gpu" in ((c.resources.requests or {}) if c.resources else {}) for c in p.spec.containers)]
+    per_node = Counter(p.spec.node_name for p in gpu_workers)  # CPU workers (reward, preprocessing) may share
+    assert gpu_workers and max(per_node.values()) == 1, "each GPU worker has a node of its own"
 
 
 # --- KubeRay: what a cancel, a member's delete and a lost head leave behind ------------------------------
@@ -243,6 +245,9 @@ def _v170_only(check):
         check()
     except AssertionError as err:
         raise OnlyV170(str(err)) from err
+V170_SLACK_S = 15
+"""How long past its trigger a v1.7.0-only behaviour is waited for: five of KubeRay's RayJob requeues (3 s,
+RayJobDefaultRequeueDuration); on v1.6.2 these waits end the strict xfails."""
 STATUS_CHECK_TIMEOUT_S = {"v1.7.0": 300}
 """How long KubeRay fails no RayJob whose head does not answer: v1.7.0 ``RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS``
 (default 300, ray-operator utils/constant.go:287-290; rayjob_controller.go:262-264, 321-329, 1288-1364).
@@ -323,7 +328,7 @@ def test_runs_cancel_empties_the_podgroup_so_the_cancelled_attempt_holds_no_queu
     try:
         _v170_only(lambda: eventually(f"{podgroup_name(job)} emptied (minMember 0, no minResources)", lambda: (
             lambda spec: spec.get("minMember") == 0 and not spec.get("minResources"))(
-            platform.admin.get(*runs.PODGROUP, podgroup_name(job), ns)["spec"]), 30))
+            platform.admin.get(*runs.PODGROUP, podgroup_name(job), ns)["spec"]), V170_SLACK_S))
     finally:
         platform.admin.delete(*runs.RAYJOB, job, ns)
         eventually("its PodGroup gone with the RayJob", lambda: platform.admin.get(
@@ -374,7 +379,8 @@ def test_a_lost_head_fails_the_rayjob_and_leaves_nothing_that_blocks_a_drain(tmp
     try:
         _lose_head(platform, run, job, pods)
         _v170_only(lambda: eventually(f"{job} Failed", lambda: (platform.admin.get(*runs.RAYJOB, job, ns).get(
-            "status") or {}).get("jobDeploymentStatus") == "Failed", STATUS_CHECK_TIMEOUT_S.get(KUBERAY_BUILT, 0) + 30))
+            "status") or {}).get("jobDeploymentStatus") == "Failed",
+            STATUS_CHECK_TIMEOUT_S.get(KUBERAY_BUILT, 0) + V170_SLACK_S))
         ttl = platform.admin.get(*runs.RAYJOB, job, ns)["spec"]["ttlSecondsAfterFinished"]
         eventually("its RayCluster deleted", lambda: platform.admin.get("ray.io/v1", "RayCluster", cluster, ns) is None,
                    ttl + 30)
