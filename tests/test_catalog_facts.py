@@ -178,7 +178,6 @@ def test_the_budget_sizes_from_the_memory_nvidia_smi_shows_sglang_not_ec2s_figur
     """SGLang sizes its memory from nvidia-smi's memory.total (sglang 0.5.19 srt/utils/common.py:653-678): on an
     H200 143771 MiB (measured, docs/measurements/preflight-h200.log), not EC2's 144384; a model never measured
     here is taken below EC2's figure by the largest share a measured driver kept (review34c F1)."""
-    from workloads.derive.argv import rollout_budget  # noqa: F401 (the budget reads gpu_memory_seen_mib)
     h200 = catalog.instance("p5en.48xlarge")
     assert (h200.gpu_memory_gib * 1024, h200.gpu_memory_seen_mib) == (144384, 143771)
     assert catalog.DRIVER_SHARE == 1 - 143771 / 144384

@@ -147,9 +147,9 @@ class Planner:
         self._inqueue: set[str] = set()
         """Runs enqueue admitted (PodGroup Inqueue) that hold no nodes yet."""
         self._claimed: dict[str, str] = {}
+        """Run -> how it starts, for a run whose victims stop in this session (it starts in the next)."""
         self._refused: set[str] = set()
         """Runs the quota refused in an earlier session of this plan (``AFTER_RETRY``)."""
-        """Run -> how it starts, for a run whose victims stop in this session (it starts in the next)."""
         self._kept: dict[str, list[_Kept]] = {}
         """Run -> the pods its reclaim of this session found above their team's deserved but kept for the team's
         guarantee, one per team (``_why_waiting`` names them)."""
