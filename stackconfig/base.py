@@ -1,6 +1,10 @@
 """The one base model of every stack-file section: camelCase keys, unknown keys rejected, frozen; each
 field's docstring (the string under it) is its description in the JSON Schema (``docs/reference``)."""
 
+import ast
+import inspect
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -10,6 +14,28 @@ SCHEMA_VERSION = 1
 changed. A release that changes what a field means raises it, and a file written for another is refused."""
 
 
+def attribute_docstrings(cls: type) -> dict[str, str]:
+    """The docstring (the string literal under it) of each field ``cls`` itself declares, by field name."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body
+    return {a.target.id: inspect.cleandoc(b.value.value) for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+            and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
+
+
+def _described(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """Each field's docstring as its description in ``cls``'s JSON Schema, read from the source only when a
+    schema is made. Pydantic's ``use_attribute_docstrings`` reads every model's source at import instead:
+    three quarters of the project's import time in every command (BENCHMARKS.md, the plan's import floor)."""
+    docs: dict[str, str] = {}
+    for base in reversed([c for c in cls.__mro__ if issubclass(c, SchemaModel) and c is not SchemaModel]):
+        docs.update(attribute_docstrings(base))
+    properties = schema.get("properties", {})
+    for name, field in cls.model_fields.items():
+        key = next((k for k in (field.alias, name) if k in properties), None)
+        if key and name in docs and field.description is None:
+            properties[key]["description"] = docs[name]
+
+
 class SchemaModel(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
-                              use_attribute_docstrings=True)
+                              json_schema_extra=_described)

@@ -5,10 +5,8 @@ description."""
 
 from __future__ import annotations
 
-import ast
 import copy
 import importlib.util
-import inspect
 import json
 from pathlib import Path
 
@@ -90,16 +88,10 @@ def test_every_run_and_experiment_file_matches_its_schema():
             assert not problems, (path, problems)
 
 
-def attribute_docstrings(cls: type) -> dict[str, str]:
-    """Each field of ``cls`` and the string written under it in its class body."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body
-    return {a.target.id: inspect.cleandoc(b.value.value) for a, b in zip(body, body[1:])
-            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
-            and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
-
-
 def test_each_field_docstring_is_its_description():
-    from stackconfig.base import SchemaModel
+    """The schema reads each field's docstring when it is made (not at import): every field of every model
+    of the stack file has it as its description, under its YAML key."""
+    from stackconfig.base import SchemaModel, attribute_docstrings
     from workloads.schema.stack import ProgramConfig
 
     def models(cls: type) -> set[type]:
@@ -110,11 +102,13 @@ def test_each_field_docstring_is_its_description():
                     found |= models(arg)
         return found
 
-    written = {(cls.__name__, name): text for cls in models(ProgramConfig) for name, text in
-               attribute_docstrings(cls).items()}
+    classes = models(ProgramConfig)
+    written = {(cls.__name__, name): text for cls in classes for name, text in attribute_docstrings(cls).items()}
     assert written
-    described = {(cls.__name__, name): f.description for cls in models(ProgramConfig)
-                 for name, f in cls.model_fields.items() if (cls.__name__, name) in written}
+    schema = ProgramConfig.model_json_schema(by_alias=True)
+    defs = {**schema["$defs"], ProgramConfig.__name__: schema}
+    described = {(cls.__name__, name): defs[cls.__name__]["properties"][f.alias or name].get("description")
+                 for cls in classes for name, f in cls.model_fields.items() if (cls.__name__, name) in written}
     assert described == written
     pages = "".join((ROOT / gen.REFERENCE / page).read_text() for page in ("stack.md", "run-file.md"))
     missing = [key for key, text in written.items() if gen._cell(text) not in pages]
