@@ -301,6 +301,18 @@ def _no_cycle_collection():
             gc.enable()
 
 
+def own_process() -> None:
+    """Set up a process that runs nothing but this command (``python -m analysis.plan``, ``moe-rl plan``;
+    never a test's): no cyclic collection for its life, and the SDKs trimmed to the classes the program
+    uses (analysis/sdk_subset.py; where its cache cannot be written, the SDKs load in full)."""
+    gc.disable()
+    from analysis import sdk_subset
+    try:
+        sdk_subset.install()
+    except OSError as err:
+        print(f"plan: the SDKs load in full ({err})", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     with _no_cycle_collection():
         return _main(argv)
@@ -336,4 +348,5 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 if __name__ == "__main__":
+    own_process()
     sys.exit(main())

@@ -154,7 +154,10 @@ def _command(name: str, sub: Sub) -> click.Command:
     def run(ctx: click.Context, args: tuple[str, ...]) -> None:
         argv = forwarded(sub, args, ctx.find_root().params.get("stacks"))
         with renamed_parsers(sub.prog, "moe-rl" if sub.prefix else f"moe-rl {name}"):  # a prefix names the subcommand
-            main = importlib.import_module(sub.module).main
+            module = importlib.import_module(sub.module)
+            if ctx.find_root().obj is OWN_PROCESS and hasattr(module, "own_process"):
+                module.own_process()
+            main = module.main
             try:
                 code = main(argv)
             except SystemExit as done:  # argparse: --help (0) or a usage error (2); a message is 1, as Python has it
@@ -177,5 +180,15 @@ def main(stacks: Path | None) -> None:
     """The platform's command."""
 
 
+OWN_PROCESS = object()
+"""``entry``'s mark: the process runs this one command (a test's CliRunner shares the test's)."""
+
+
+def entry() -> None:
+    """The installed ``moe-rl`` (pyproject's script): a subcommand whose module has ``own_process`` sets the
+    process up for itself first (``moe-rl plan``: analysis.plan.own_process)."""
+    main(obj=OWN_PROCESS)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    entry()

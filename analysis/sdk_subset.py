@@ -1,0 +1,256 @@
+"""The plan's SDKs: pulumi_aws's and pulumi_kubernetes' own code, only the classes the program uses.
+
+A service of pulumi_aws (``ec2``) or a group version of pulumi_kubernetes (``core.v1``) imports, on first
+use, the module of every resource it has and two modules of every input and output type of all of them
+(``_inputs``, ``outputs``: 2.6 MB of source for ec2, 4.5 MB for core/v1). The offline plan needs a few
+dozen of those classes; loading the rest was two thirds of its CPU time (BENCHMARKS.md).
+
+``install()`` puts, in front of each such package the program writes (``aws.ec2.Vpc``,
+``k8s.core.v1.Service``: the names ``sdk_names`` reads in the project's source), a package of the same
+name whose ``__init__`` imports only the resource modules named, from the SDK's own folder, and whose
+``_inputs``, ``outputs`` and ``_enums`` hold, verbatim and in the SDK's order, every top-level statement
+of the SDK's module that the kept code names (any identifier in its text, docstrings included: more is
+kept than needed, never less), closed over every package it reaches. The classes are the SDK's own, so
+the program registers the same graph (``tests/test_sdk_subset.py`` compares every stack's with the full
+SDKs'). A name the program reaches that the scan missed raises AttributeError naming it.
+
+The trimmed packages are written once per SDK versions and set of names, under
+``$MOE_RL_SDK_SUBSET_CACHE`` (default ``~/.cache/moe-rl-sdk-subset``), and Python caches their bytecode
+there as for any module. Only the plan's own process installs them (``python -m analysis.plan``,
+``moe-rl plan``): a process that imported a package in full keeps it.
+"""
+
+from __future__ import annotations
+
+import ast
+import compileall
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ("program.py", "components", "workloads", "stackconfig", "nodes", "bench")
+"""Where the program's code lives (what ``program.build`` imports); tests and scripts are not scanned."""
+SDKS = {"pulumi_aws": 1, "pulumi_kubernetes": 2}
+"""Each SDK and how many dotted levels below it a package of resources sits (``ec2``; ``core.v1``)."""
+TYPE_MODULES = ("_enums", "_inputs", "outputs")
+CACHE = Path(os.environ.get("MOE_RL_SDK_SUBSET_CACHE") or Path.home() / ".cache" / "moe-rl-sdk-subset")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_REFERENCE = {sdk: re.compile(rf"(?<![.\w])_?((?:[a-z][a-z0-9_]*\.){{{depth}}})(?:outputs\.)?([A-Za-z_]\w*)")
+              for sdk, depth in SDKS.items()}
+"""A name in another package of the same SDK, as its code writes it (``'_iam.PolicyStatementArgs'``,
+``'iam.PolicyDocumentVersion'``, ``'_meta.v1.outputs.LabelSelector'``); an example in a docstring
+(``aws.iam.Role``) is not one."""
+
+
+def sdk_names(root: Path = ROOT) -> dict[str, set[str]]:
+    """{package: names} the project's source writes as ``<alias>.<service>.<Name>`` (pulumi_aws) or
+    ``<alias>.<group>.<version>.<Name>`` (pulumi_kubernetes), ``<alias>`` being how the file imports it."""
+    found: dict[str, set[str]] = {}
+    files = [p for s in SOURCES for p in ([root / s] if s.endswith(".py") else sorted((root / s).rglob("*.py")))]
+    for path in files:
+        text = path.read_text()
+        for sdk, depth in SDKS.items():
+            for alias in re.findall(rf"^\s*import {sdk} as (\w+)", text, re.M):
+                for m in re.finditer(rf"\b{alias}((?:\.[a-z0-9_]+){{{depth}}})\.([A-Za-z_]\w*)", text):
+                    if _folder(sdk + m[1]).is_dir():  # not ``aws.amazon.com`` in a string
+                        found.setdefault(sdk + m[1], set()).add(m[2])
+    return found
+
+
+class _Package:
+    """One SDK package's top-level statements, indexed by the names each defines."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.folder = _folder(name)
+        self.modules: dict[str, list[str]] = {}   # module -> its lines
+        self.statements: dict[str, list[tuple[int, int, set[str]]]] = {}  # module -> (first, last, defines)
+        self.defined: dict[str, list[tuple[str, int]]] = {}  # name -> [(module, statement)]
+        for module in TYPE_MODULES:
+            path = self.folder / f"{module}.py"
+            if path.is_file():
+                self._index(module, path.read_text())
+        self.exports = self._exports()
+
+    def _index(self, module: str, text: str) -> None:
+        lines, spans = text.splitlines(keepends=True), []
+        for node in ast.parse(text).body:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            names = _defines(node)
+            spans.append((first - 1, node.end_lineno, names))
+            for n in names:
+                self.defined.setdefault(n, []).append((module, len(spans) - 1))
+        self.modules[module], self.statements[module] = lines, spans
+
+    def _exports(self) -> dict[str, str]:
+        """Name -> the resource or function module that exports it (its ``__all__``)."""
+        out = {}
+        for path in self.folder.glob("*.py"):
+            if path.stem in TYPE_MODULES or path.stem == "__init__":
+                continue
+            head = path.read_text()
+            m = re.search(r"^__all__ = (\[[^\]]*\])", head, re.M)
+            for n in ast.literal_eval(m[1]) if m else []:
+                out[n] = path.stem
+        return out
+
+    def text(self, module: str, statement: int) -> str:
+        first, last, _ = self.statements[module][statement]
+        return "".join(self.modules[module][first:last])
+
+
+def _folder(package: str) -> Path:
+    """The SDK's own folder of ``package``."""
+    sdk, *rest = package.split(".")
+    return Path(importlib.util.find_spec(sdk).submodule_search_locations[0], *rest)
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    """Names a top-level statement of a generated module defines (``if not MYPY:`` blocks included)."""
+    if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+        return {node.name}
+    if isinstance(node, ast.If):
+        return set().union(*(_defines(n) for n in node.body + node.orelse))
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)} - {"__all__", "MYPY"}
+    return set()
+
+
+class _Subset:
+    """The closure of the seeds over every package they reach."""
+
+    def __init__(self, seeds: dict[str, set[str]]):
+        self.packages: dict[str, _Package] = {}
+        self.modules: dict[str, set[str]] = {}                  # package -> kept resource modules
+        self.kept: dict[str, dict[str, set[int]]] = {}          # package -> module -> kept statements
+        self.work: list[tuple[str, str, bool]] = [(p, n, True) for p, names in seeds.items() for n in sorted(names)]
+        while self.work:
+            self._keep(*self.work.pop())
+
+    def package(self, name: str) -> _Package:
+        if name not in self.packages:
+            self.packages[name] = _Package(name)
+            self.modules[name], self.kept[name] = set(), {m: set() for m in TYPE_MODULES}
+            for module, spans in self.packages[name].statements.items():  # imports, __all__, MYPY: always
+                self.kept[name][module] |= {i for i, (_, _, names) in enumerate(spans) if not names}
+        return self.packages[name]
+
+    def _keep(self, package: str, name: str, exported: bool) -> None:
+        """Keep what defines ``name`` in ``package``: a type, and with ``exported`` the resource or
+        function module exporting it (``s3.BucketLogging`` is both a resource and an output type)."""
+        pkg = self.package(package)
+        module = pkg.exports.get(name) if exported else None
+        if module and module not in self.modules[package]:
+            self.modules[package].add(module)
+            self._names_in(package, (pkg.folder / f"{module}.py").read_text())
+        for module, i in pkg.defined.get(name, []):
+            if i not in self.kept[package][module]:
+                self.kept[package][module].add(i)
+                self._names_in(package, pkg.text(module, i))
+
+    def _names_in(self, package: str, text: str) -> None:
+        """Queue what ``text`` names: its own package's types by name, another package's as written."""
+        sdk = package.split(".")[0]
+        for prefix, name in set(_REFERENCE[sdk].findall(text)):
+            other = f"{sdk}.{prefix.rstrip('.')}"
+            if other != package and _folder(other).is_dir():
+                self.work.append((other, name, True))
+        defined = self.package(package).defined
+        self.work += [(package, ident, False) for ident in set(_IDENT.findall(text)) if ident in defined]
+
+    def write(self, into: Path) -> None:
+        for name, pkg in self.packages.items():
+            folder = into.joinpath(*name.split("."))
+            folder.mkdir(parents=True)
+            for module, kept in self.kept[name].items():
+                if module in pkg.modules:
+                    (folder / f"{module}.py").write_text(self._module(pkg, module, kept))
+            (folder / "__init__.py").write_text(self._init(pkg, name))
+
+    def _module(self, pkg: _Package, module: str, kept: set[int]) -> str:
+        keep_names = {n for i in kept for n in pkg.statements[module][i][2]}
+        out = [f"# {pkg.name}.{module}: the statements of {pkg.folder / module}.py the plan's program names "
+               f"(analysis/sdk_subset.py)\n"]
+        for i in sorted(kept):
+            text = pkg.text(module, i)
+            if text.startswith("__all__ = ["):
+                text = f"__all__ = {sorted(n for n in ast.literal_eval(text.split('=', 1)[1]) if n in keep_names)!r}\n"
+            out.append(text)
+        return "".join(out)
+
+    def _init(self, pkg: _Package, name: str) -> str:
+        dots = "." * (name.count(".") + 1)
+        lines = [f"# {name}: the resource modules of {pkg.folder} the plan's program names (analysis/sdk_subset.py)\n",
+                 f"from {dots} import _utilities\n"]
+        lines += [f"from .{m} import *\n" for m in ("_enums",) if m in pkg.modules]
+        lines += [f"from .{m} import *\n" for m in sorted(self.modules[name])]
+        lines += ["from ._inputs import *\n" if "_inputs" in pkg.modules else "",
+                  "from . import outputs\n" if "outputs" in pkg.modules else "",
+                  "\n\ndef __getattr__(name):\n",
+                  f"    raise AttributeError(f\"{name}.{{name}} is not in the plan's subset of the SDK: "
+                  f"analysis/sdk_subset.py keeps what the program writes as <alias>.{name.split('.', 1)[1]}.<Name>\")\n"]
+        return "".join(lines)
+
+
+def _versions() -> dict[str, str]:
+    return {sdk: importlib.metadata.version(sdk) for sdk in SDKS}
+
+
+def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
+    """The folder holding the trimmed packages for ``seeds`` (written on first use, atomically)."""
+    key = hashlib.sha256(json.dumps([_versions(), {k: sorted(v) for k, v in sorted(seeds.items())},
+                                     Path(__file__).read_text()]).encode()).hexdigest()[:20]
+    folder = cache / key
+    if not folder.is_dir():
+        cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".new-", dir=cache))
+        _Subset(seeds).write(staging)
+        # bytecode now, as pip does for the SDKs at install (not left to the first import, which
+        # PYTHONDONTWRITEBYTECODE turns off); tracebacks name the final folder
+        compileall.compile_dir(staging, ddir=str(folder), quiet=1)
+        (staging / "packages.json").write_text(json.dumps(sorted(_packages(staging))))
+        try:
+            staging.rename(folder)
+        except OSError:  # another plan wrote it meanwhile: theirs is the same
+            pass
+    return folder
+
+
+def _packages(folder: Path) -> Iterable[str]:
+    return [".".join(p.parent.relative_to(folder).parts) for p in folder.rglob("__init__.py")]
+
+
+def install(seeds: dict[str, set[str]] | None = None, cache: Path = CACHE) -> list[str]:
+    """Put the trimmed packages in front of the SDKs' for this process; the packages installed. A package
+    the process already loaded in full is left as it is."""
+    import pulumi_aws  # noqa: F401 - each registers its packages lazily; a trimmed one replaces that entry
+    import pulumi_kubernetes  # noqa: F401
+    folder = build(sdk_names() if seeds is None else seeds, cache)
+    installed = []
+    for name in json.loads((folder / "packages.json").read_text()):
+        current = sys.modules.get(name)
+        if current is not None and type(current).__name__ != "_LazyModule":
+            continue
+        spec = importlib.util.spec_from_file_location(
+            name, folder.joinpath(*name.split("."), "__init__.py"),
+            submodule_search_locations=[str(folder.joinpath(*name.split("."))), str(_folder(name))])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        parent, _, leaf = name.rpartition(".")
+        if type(sys.modules.get(parent)).__name__ != "_LazyModule":  # a lazy parent binds it when it loads
+            setattr(sys.modules[parent], leaf, module)
+        installed.append(name)
+    for name in installed:
+        sys.modules[name].__spec__.loader.exec_module(sys.modules[name])
+    return installed
