@@ -245,12 +245,12 @@ def install(seeds: dict[str, set[str]] | None = None, cache: Path = CACHE) -> li
         spec = importlib.util.spec_from_file_location(
             name, folder.joinpath(*name.split("."), "__init__.py"),
             submodule_search_locations=[str(folder.joinpath(*name.split("."))), str(_folder(name))])
+        spec.loader = importlib.util.LazyLoader(spec.loader)  # loaded on first use, as the SDKs' own
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        spec.loader.exec_module(module)
         parent, _, leaf = name.rpartition(".")
         if type(sys.modules.get(parent)).__name__ != "_LazyModule":  # a lazy parent binds it when it loads
             setattr(sys.modules[parent], leaf, module)
         installed.append(name)
-    for name in installed:
-        sys.modules[name].__spec__.loader.exec_module(sys.modules[name])
     return installed

@@ -155,14 +155,13 @@ def _command(name: str, sub: Sub) -> click.Command:
         argv = forwarded(sub, args, ctx.find_root().params.get("stacks"))
         with renamed_parsers(sub.prog, "moe-rl" if sub.prefix else f"moe-rl {name}"):  # a prefix names the subcommand
             module = importlib.import_module(sub.module)
-            if ctx.find_root().obj is OWN_PROCESS and hasattr(module, "own_process"):
-                module.own_process()
-            main = module.main
+            owned = ctx.find_root().obj is OWN_PROCESS and hasattr(module, "own_process")
+            leave = module.own_process() if owned else ctx.exit
             try:
-                code = main(argv)
+                code = module.main(argv)
             except SystemExit as done:  # argparse: --help (0) or a usage error (2); a message is 1, as Python has it
                 code = done.code if isinstance(done.code, int) or done.code is None else 1
-        ctx.exit(code or 0)
+        leave(code or 0)
     return _Passing(name, callback=run, help=f"{sub.help}. Arguments: `moe-rl {name} --help`.",
                     short_help=sub.help, add_help_option=False,
                     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
@@ -186,7 +185,7 @@ OWN_PROCESS = object()
 
 def entry() -> None:
     """The installed ``moe-rl`` (pyproject's script): a subcommand whose module has ``own_process`` sets the
-    process up for itself first (``moe-rl plan``: analysis.plan.own_process)."""
+    process up for itself first and ends it as that returns (``moe-rl plan``: analysis.plan.own_process)."""
     main(obj=OWN_PROCESS)
 
 
