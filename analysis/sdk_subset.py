@@ -55,7 +55,8 @@ def sdk_names(root: Path = ROOT) -> dict[str, set[str]]:
     """{package: names} the project's source writes as ``<alias>.<service>.<Name>`` (pulumi_aws) or
     ``<alias>.<group>.<version>.<Name>`` (pulumi_kubernetes), ``<alias>`` being how the file imports it."""
     found: dict[str, set[str]] = {}
-    files = [p for s in SOURCES for p in ([root / s] if s.endswith(".py") else sorted((root / s).rglob("*.py")))]
+    files = [p for s in SOURCES for p in ([root / s] if s.endswith(".py") else sorted((root / s).rglob("*.py")))
+             if p.is_file()]
     for path in files:
         text = path.read_text()
         for sdk, depth in SDKS.items():
