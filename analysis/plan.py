@@ -303,8 +303,8 @@ def _no_cycle_collection():
 
 
 def own_process() -> Callable[[int], NoReturn]:
-    """Set up a process that runs nothing but this command (``python -m analysis.plan``, ``moe-rl plan``;
-    never a test's): no cyclic collection for its life, and the SDKs trimmed to the classes the program
+    """Set up a process that runs nothing but this command (the installed ``moe-rl plan``; never a test's,
+    nor ``python -m``, which a test runs in its own process): no cyclic collection for its life, and the SDKs trimmed to the classes the program
     uses (analysis/sdk_subset.py; where its cache cannot be written, the SDKs load in full). Returns how
     the process ends: output flushed, then out without freeing what it built (a fifth of the plan's CPU
     time went to that), as mypy ends (mypy/util.py ``hard_exit``)."""
@@ -359,4 +359,4 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    own_process()(main())
+    sys.exit(main())

@@ -35,9 +35,9 @@ LIMIT = 6.0
 """The plan's most: 6x its import floor (CPU)."""
 
 PROCESSES = {
-    "plan": ["-m", "moe_rl.cli", "plan", STACK],
-    "floor": ["-c", BARE],
-    "library": ["-c", f"import sys; from analysis import plan; sys.exit(plan.main([{STACK!r}]))"],
+    "plan": [str(Path(sys.executable).with_name("moe-rl")), "plan", STACK],  # the installed command
+    "floor": [sys.executable, "-c", BARE],
+    "library": [sys.executable, "-c", f"import sys; from analysis import plan; sys.exit(plan.main([{STACK!r}]))"],
 }
 _PHASES = f"""
 import gc, json, time
@@ -70,10 +70,10 @@ print(json.dumps({{"sdk_imports": floor - start, "project_imports": trimmed_in -
 
 
 def _child(args: list[str]) -> tuple[float, float, str]:
-    """(CPU s, wall s, stdout) of one fresh ``python`` process run from the repository root."""
+    """(CPU s, wall s, stdout) of one fresh process run from the repository root."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=True)
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, wall, done.stdout
@@ -87,7 +87,7 @@ def measure(runs: int) -> dict:
     for _ in range(runs):
         for name, args in PROCESSES.items():
             samples[name].append(_child(args)[:2])
-    phases = json.loads(_child(["-c", _PHASES])[2])
+    phases = json.loads(_child([sys.executable, "-c", _PHASES])[2])
     med = {k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v)) for k, v in samples.items()}
     return {"runs": runs, "median": med, "phases": phases, "load": os.getloadavg()[0]}
 

@@ -180,7 +180,8 @@ def main(stacks: Path | None) -> None:
 
 
 OWN_PROCESS = object()
-"""``entry``'s mark: the process runs this one command (a test's CliRunner shares the test's)."""
+"""``entry``'s mark: the process runs this one command (a test's CliRunner or ``python -m moe_rl.cli`` line,
+run in the test's process, does not)."""
 
 
 def entry() -> None:
@@ -189,5 +190,5 @@ def entry() -> None:
     main(obj=OWN_PROCESS)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    entry()
+if __name__ == "__main__":  # pragma: no cover - python -m moe_rl.cli, as the tests run a moe-rl line in their
+    main()                #   own process: the process is not this command's (entry's is)

@@ -4,6 +4,7 @@ fails naming itself."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -125,3 +126,14 @@ def test_a_package_already_loaded_in_full_is_left_as_it_is(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["['pulumi_aws.ecr']", "pulumi_aws.kms.alias"]
+
+
+def test_the_installed_command_prints_what_the_library_call_prints(capsys):
+    """``moe-rl plan`` (its own process: the trimmed SDKs, no collection, out without freeing) and the
+    plan called in this process (the SDKs in full) print the same plan and exit alike."""
+    from analysis import plan
+    command = subprocess.run([str(Path(sys.executable).with_name("moe-rl")), "plan", "p5en-shared", "-o", "json"],
+                             cwd=ROOT, capture_output=True, text=True)
+    code = plan.main(["p5en-shared", "-o", "json"])
+    assert (command.returncode, command.stdout, command.stderr) == (code, capsys.readouterr().out, "")
+    assert json.loads(command.stdout)["stack"] == "p5en-shared"
