@@ -125,7 +125,7 @@ def test_every_package_ships_in_the_distribution():
                for p in (ROOT / layer_name).rglob("__init__.py")}
     assert set(tool["packages"]) == folders and tool["py-modules"] == ["program"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"moe-rl": "moe_rl.cli:main"}
+    assert scripts == {"moe-rl": "moe_rl.cli:entry"}
 
 
 def test_every_data_file_a_package_reads_ships_with_it():
