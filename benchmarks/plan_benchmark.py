@@ -89,8 +89,8 @@ def scale_stack(gpus: int, directory: Path) -> tuple[str, bool]:
 
 def plan_json(stack: str, directory: Path, runs: int) -> tuple[float, list[float], dict]:
     out = directory / f"{stack}.json"
-    median, times, _ = timed([sys.executable, "-m", "analysis.plan", stack, "--stack-dir", str(directory),
-                              "--json", str(out)], runs)
+    median, times, _ = timed([str(Path(sys.executable).with_name("moe-rl")), "plan", stack, "--stack-dir",
+                              str(directory), "--json", str(out)], runs)  # the installed command, as typed
     return median, times, json.loads(out.read_text())
 
 
@@ -129,8 +129,8 @@ def report(runs: int) -> str:
              "GPU measurements (preflight on H200, NCCL on 2x H200 NVLink, NCCL network selection) close this "
              "file, copied from [docs/measurements/README.md](docs/measurements/README.md) with their raw outputs.", "",
              f"- Machine: {m['nproc']} CPUs ({m['cpu']}), {m['system']}, Python {m['python']}.",
-             f"- Method: each figure is the median of {runs} fresh processes (`python -m analysis.plan ...`, imports "
-             "included), timed with `time.perf_counter` around `subprocess.run`; the test suite is "
+             f"- Method: each figure is the median of {runs} fresh processes (`moe-rl plan ...`, the installed "
+             "command, imports included), timed with `time.perf_counter` around `subprocess.run`; the test suite is "
              f"timed the same way (`python -m pytest`, the README command, median of {max(3, runs // 2)} runs, each "
              "from a tree without `__pycache__`, as CI's fresh clone).",
              f"- Date: {time.strftime('%Y-%m-%d')}.", ""]
@@ -147,7 +147,7 @@ def report(runs: int) -> str:
             if stack == BASE:
                 base = data
         phases = in_process_phases(runs)
-        lines += ["", f"Inside one {BASE} plan (median of {runs} in one process): imports "
+        lines += ["", f"Inside one {BASE} plan as a library call (the SDKs in full; median of {runs} in one process): imports "
                   f"{phases['imports']:.2f} s, program under mocks {phases['program']:.2f} s "
                   f"({phases['resources']} registrations), plan computation (rules, budgets, schedule) "
                   f"{phases['plan'] * 1000:.1f} ms.", ""]
