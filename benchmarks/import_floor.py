@@ -6,7 +6,8 @@ The floor is a fresh process that imports the SDKs the plan needs: ``pulumi, pul
 pulumi_kubernetes, pydantic, yaml``. The plan is ``moe-rl plan p5en-prod`` as typed (its own process:
 analysis.plan.own_process, the SDKs trimmed to the program's classes by analysis/sdk_subset.py, whose
 cache one plan writes first). For comparison, the same plan run as a library call in a process it does
-not own (``analysis.plan.main``: the SDKs in full, every object freed at exit), as the plan ran before.
+not own (``analysis.plan.main``, as ``python -m analysis.plan`` runs it: the SDKs in full, every object
+freed at exit).
 Each figure is the median of ``--runs`` fresh processes, run in turn, as CPU time (user + system of the
 child, which load on a shared machine changes far less than wall time) and wall time. A child process
 also splits one plan into its phases.

@@ -207,7 +207,10 @@ def cli_page() -> str:
     from moe_rl.cli import STACKS_ENV, SUBCOMMANDS, renamed_parsers
     out = [HEADER, "# Command lines", "",
            "`moe-rl` is the one installed command (`pip install -e .`; `moe_rl/cli.py`): each subcommand below is "
-           "an existing command's own parser and main, whose `python -m` path stays as an alias. "
+           "an existing command's own parser and main, whose `python -m` path stays as an alias. A subcommand that "
+           "sets up a process of its own (`moe-rl plan`: only the SDK classes the program uses, "
+           "`analysis/sdk_subset.py`) does so under `moe-rl` alone; its alias plans as a library call, the SDKs "
+           "in full (about twice the CPU time: BENCHMARKS.md). "
            f"`moe-rl --stacks DIR` (or `{STACKS_ENV}`) names the folder of the stack files, given to every subcommand "
            "that reads a stack as its `--stack-dir` (default: `./stacks`); every command that talks to a cluster "
            "takes `--context` (a kubeconfig context), each defined once (`workloads/cli/base.py`); a stack is read "

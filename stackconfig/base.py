@@ -3,6 +3,7 @@ field's docstring (the string under it) is its description in the JSON Schema (`
 
 import ast
 import inspect
+import textwrap
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -15,8 +16,12 @@ changed. A release that changes what a field means raises it, and a file written
 
 
 def attribute_docstrings(cls: type) -> dict[str, str]:
-    """The docstring (the string literal under it) of each field ``cls`` itself declares, by field name."""
-    body = ast.parse(inspect.getsource(cls)).body[0].body
+    """The docstring (the string literal under it) of each field ``cls`` itself declares, by field name;
+    none where its source cannot be read (a class made in a REPL)."""
+    try:
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    except (OSError, TypeError):
+        return {}
     return {a.target.id: inspect.cleandoc(b.value.value) for a, b in zip(body, body[1:])
             if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
             and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
@@ -24,8 +29,8 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
 
 def _described(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     """Each field's docstring as its description in ``cls``'s JSON Schema, read from the source only when a
-    schema is made. Pydantic's ``use_attribute_docstrings`` reads every model's source at import instead:
-    three quarters of the project's import time in every command (BENCHMARKS.md, the plan's import floor)."""
+    schema is made. Pydantic's ``use_attribute_docstrings`` reads every model's source at import instead
+    (the plan's project imports: 0.61 s of CPU with it, 0.55 s without)."""
     docs: dict[str, str] = {}
     for base in reversed([c for c in cls.__mro__ if issubclass(c, SchemaModel) and c is not SchemaModel]):
         docs.update(attribute_docstrings(base))

@@ -90,8 +90,10 @@ def test_every_run_and_experiment_file_matches_its_schema():
 
 def test_each_field_docstring_is_its_description():
     """The schema reads each field's docstring when it is made (not at import): every field of every model
-    of the stack file has it as its description, under its YAML key."""
-    from stackconfig.base import SchemaModel, attribute_docstrings
+    of the stack file has it as its description, under its YAML key, as pydantic's own reader of field
+    docstrings (``use_attribute_docstrings``) finds them."""
+    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
+    from stackconfig.base import SchemaModel
     from workloads.schema.stack import ProgramConfig
 
     def models(cls: type) -> set[type]:
@@ -103,7 +105,8 @@ def test_each_field_docstring_is_its_description():
         return found
 
     classes = models(ProgramConfig)
-    written = {(cls.__name__, name): text for cls in classes for name, text in attribute_docstrings(cls).items()}
+    written = {(cls.__name__, name): text for cls in classes
+               for name, text in extract_docstrings_from_cls(cls, use_inspect=True).items()}
     assert written
     schema = ProgramConfig.model_json_schema(by_alias=True)
     defs = {**schema["$defs"], ProgramConfig.__name__: schema}
