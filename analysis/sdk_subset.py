@@ -49,6 +49,8 @@ SDKS = {"pulumi_aws": 1, "pulumi_kubernetes": 2}
 TYPE_MODULES = ("_enums", "_inputs", "outputs")
 CACHE = Path(os.environ.get("MOE_RL_SDK_SUBSET_CACHE") or Path.home() / ".cache" / "moe-rl-sdk-subset")
 KEEP_DAYS = 30
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+"""This module's own text: a copy or a scan it made is not used by another version of it."""
 _PLAIN_INIT = re.compile(r"import builtins as _builtins|import typing|from \.+ import _utilities|"
                          r"from \.\w+ import \*|from \. import outputs")
 """The statements of a generated package ``__init__`` that only import its modules."""
@@ -65,31 +67,32 @@ def sdk_names(root: Path = ROOT, cache: Path = CACHE) -> dict[str, set[str]]:
     ``import pulumi_aws as aws``, ``pulumi_aws.kms.Key``, ``kms.Key`` after ``from pulumi_aws import kms``,
     ``corev1.Service`` after ``import pulumi_kubernetes.core.v1 as corev1``, ``from pulumi_aws.ec2 import Vpc``.
     Each file's names are kept in ``cache``/scan.json by its path, size and time, and read again when
-    they change."""
+    they, this module or the SDKs' installation change."""
     files = [p for s in SOURCES for p in ([root / s] if s.endswith(".py") else sorted((root / s).rglob("*.py")))
              if p.is_file()]
-    known_path = cache / "scan.json"
+    known_path, reader = cache / "scan.json", [_SOURCE, _installation()]
     try:
         known = json.loads(known_path.read_text())
     except (OSError, ValueError):
         known = {}
+    files_known = known.get("files", {}) if known.get("reader") == reader else {}
     scanned, found = {}, {}
     for path in files:
         stat = path.stat()
         stamp = [stat.st_size, stat.st_mtime_ns]
-        entry = known.get(str(path))
+        entry = files_known.get(str(path))
         if not entry or entry[0] != stamp:
             text = path.read_text()
-            entry = [stamp, [list(r) for r in sorted(set(_referenced(ast.parse(text))))] if any(sdk in text for sdk in SDKS)
-                     else []]
+            names = sorted(set(_referenced(ast.parse(text)))) if any(sdk in text for sdk in SDKS) else []
+            entry = [stamp, [list(n) for n in names]]
         scanned[str(path)] = entry
         for package, name in entry[1]:
             found.setdefault(package, set()).add(name)
-    if scanned != known:
+    if scanned != files_known:
         with contextlib.suppress(OSError):  # a cache that cannot be written: scanned again next time
             cache.mkdir(parents=True, exist_ok=True)
             partial = known_path.with_suffix(f".{os.getpid()}")
-            partial.write_text(json.dumps(scanned))
+            partial.write_text(json.dumps({"reader": reader, "files": scanned}))
             partial.replace(known_path)
     return found
 
@@ -277,16 +280,18 @@ class _Subset:
                   "from . import outputs\n" if "outputs" in pkg.modules else "",
                   "\n\ndef __getattr__(name):\n",
                   f"    raise AttributeError(f\"{name}.{{name}} is not in the plan's subset of the SDK: "
-                  f"analysis/sdk_subset.py keeps what the program writes as <alias>.{name.split('.', 1)[1]}.<Name>\")\n"]
+                  f"analysis/sdk_subset.py keeps the classes the program's source names, not one it reaches by a "
+                  f"name made at run time\")\n"]
         return "".join(lines)
 
 
+@functools.cache
 def _installation() -> list:
     """What the trimmed copy is made from: each SDK's version and where it is installed (its ``__init__``'s
     path and time: a reinstall rewrites it), and the Python that compiles it. An SDK edited in place by hand
     is not seen: remove the cache folder."""
     inits = [Path(importlib.util.find_spec(sdk).origin) for sdk in SDKS]
-    return [{sdk: importlib.metadata.version(sdk) for sdk in SDKS}, [(str(p), p.stat().st_mtime_ns) for p in inits],
+    return [{sdk: importlib.metadata.version(sdk) for sdk in SDKS}, [[str(p), p.stat().st_mtime_ns] for p in inits],
             sys.implementation.cache_tag]
 
 
@@ -295,7 +300,7 @@ def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
     (staged, compiled, then renamed; a plan that loses the race to another keeps the other's, which is the
     same)."""
     key = hashlib.sha256(json.dumps([_installation(), {k: sorted(v) for k, v in sorted(seeds.items())},
-                                     Path(__file__).read_text()]).encode()).hexdigest()[:20]
+                                     _SOURCE]).encode()).hexdigest()[:20]
     folder = cache / key
     if folder.is_dir():
         return folder

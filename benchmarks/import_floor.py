@@ -109,8 +109,8 @@ def section(m: dict) -> str:
         f"| the same plan as a library call (`analysis.plan.main`: the SDKs in full, objects freed at exit) "
         f"| {lib_cpu:.2f} | {lib_wall:.2f} | {lib_cpu / floor_cpu:.2f}x |", "",
         f"The plan takes {ratio:.2f}x its import floor (the most allowed: {LIMIT:.0f}x), every check kept: it "
-        f"prints the library call's plan, byte for byte (checked as this is written), and tests/test_sdk_subset.py compares every stack's "
-        f"registered graph with the SDKs' in full. One plan's phases (CPU, one process, cyclic collection off as "
+        f"prints the library call's plan, byte for byte (checked as this is written), and "
+        f"tests/test_sdk_subset.py compares every stack's registered graph with the SDKs' in full. One plan's phases (CPU, one process, cyclic collection off as "
         f"in the plan's own): {phases}. The trimmed SDKs load lazily, so their classes are counted in the "
         f"program's phase.",
         END])

@@ -40,8 +40,8 @@ def cache(tmp_path_factory) -> Path:
 
 
 def _run(args: list[str], cache: Path, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, env={**os.environ, "MOE_RL_SDK_SUBSET_CACHE": str(cache)},
-                          **kwargs)
+    env = {**os.environ, "MOE_RL_SDK_SUBSET_CACHE": str(cache)}
+    return subprocess.run(args, cwd=ROOT, capture_output=True, env=env, **kwargs)
 
 
 def _canonical(graph) -> list[dict]:
