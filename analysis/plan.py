@@ -37,11 +37,18 @@ def record(cfg: StackConfig):
         _trim_sdks()
     import program
     from analysis import mocks
-    return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=cfg.stack)
+    try:
+        return mocks.run(lambda: program.build(cfg), region=cfg.region, stack=cfg.stack)
+    except StackConfigError:
+        raise
+    except Exception as err:
+        if _PROCESS["trimmed"]:  # the trimmed SDKs' doing or not: the SDKs in full have the last word
+            _plan_again_in_full(err)
+        raise
 
 
-_PROCESS = {"trim_sdks": False}
-"""Set by ``own_process``: the first ``record`` installs the trimmed SDKs."""
+_PROCESS = {"trim_sdks": False, "trimmed": False}
+"""Set by ``own_process``: the first ``record`` installs the trimmed SDKs (and says so here)."""
 
 
 def _trim_sdks() -> None:
@@ -50,9 +57,18 @@ def _trim_sdks() -> None:
     _PROCESS["trim_sdks"] = False
     from analysis import sdk_subset
     try:
-        sdk_subset.install()
+        _PROCESS["trimmed"] = bool(sdk_subset.install())
     except Exception as err:  # noqa: BLE001 - any: the SDKs in full plan the same, only slower
         print(f"plan: the SDKs load in full ({type(err).__name__}: {err})", file=sys.stderr)
+
+
+def _plan_again_in_full(err: Exception) -> NoReturn:
+    """This process's command again in a process of its own with the SDKs in full (``python -m moe_rl.cli``,
+    which sets up no process): the plan printed nothing yet, and prints what the SDKs in full give."""
+    print(f"plan: {type(err).__name__}: {err}; planning again with the SDKs in full", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "moe_rl.cli", *sys.argv[1:]])
 
 
 class WorkloadsDoNotFit(Exception):
@@ -322,10 +338,10 @@ def _no_cycle_collection():
 def own_process() -> Callable[[int], NoReturn]:
     """Set up a process that runs nothing but this command: the installed ``moe-rl plan`` (not a test's
     process, nor ``python -m analysis.plan``, the alias a test runs in its own). The cyclic collector is
-    off for the process's life; the first plan recorded loads the SDKs trimmed to the classes the
-    program uses (analysis/sdk_subset.py); and the returned function ends the process: output flushed, then
-    out without freeing what it built, as mypy ends (mypy/util.py ``hard_exit``). Measured on p5en-prod
-    (CPU, median of 4): 1.29 s; 1.58 s with the collector on, 1.50 s freeing everything at exit."""
+    off for the process's life (``main`` turns it off while it runs; this covers imports and exit too);
+    the first plan recorded loads the SDKs trimmed to the classes the program uses (analysis/sdk_subset.py);
+    and the returned function ends the process: output flushed, then out without freeing what it built, as
+    mypy ends (mypy/util.py ``hard_exit``). BENCHMARKS.md has the CPU time against the library call's."""
     gc.disable()
     _PROCESS["trim_sdks"] = True
     return _leave

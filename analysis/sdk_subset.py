@@ -5,21 +5,21 @@ use, the module of every resource it has and two modules of every input and outp
 (``_inputs``, ``outputs``: 2.6 MB of source for ec2, 4.5 MB for core/v1). The offline plan needs a few
 dozen of those classes; loading the rest was most of its CPU time (BENCHMARKS.md).
 
-``install()`` puts, in front of each such package the program names (``sdk_names``: every reference the
-project's source makes to a class of the SDKs, however it imports them), a package of the same name whose
-``__init__`` imports only the resource modules named, from the SDK's own folder, and whose ``_inputs``,
-``outputs`` and ``_enums`` hold, verbatim and in the SDK's order, every top-level statement of the SDK's
-module that the kept code names (any identifier in its text, docstrings included: more is kept than
-needed, never less), closed over every package it reaches. A package whose ``__init__`` does more than
-import its modules (``pulumi_aws.config``) is not trimmed. The classes are the SDK's own, so the program
-registers the same graph (``tests/test_sdk_subset.py`` compares every stack's with the full SDKs'). A
-name reached only at run time (``getattr``) raises AttributeError naming it.
+``install()`` points each such package the program names (``analysis/sdk_scan.py``) at a trimmed copy of
+it: an ``__init__`` that imports only the resource modules named, from the SDK's own folder, and
+``_inputs``, ``outputs`` and ``_enums`` that hold, verbatim and in the SDK's order, every top-level
+statement of the SDK's module the kept code names (any identifier in its text, docstrings included: more
+is kept than needed), closed over every package it reaches. A package the source hands on whole, or whose
+``__init__`` does more than import its modules (``pulumi_aws.config``), is not trimmed. The classes are the
+SDK's own, so the program registers the same graph (``tests/test_sdk_subset.py`` compares every stack's
+with the full SDKs'); a class reached that the copy lacks raises ``NotInSubset``, and the plan plans again
+with the SDKs in full.
 
-The trimmed packages are written once per SDK installation, Python and set of names, under
+The copies are written once per SDK installation, Python and set of names, under
 ``$MOE_RL_SDK_SUBSET_CACHE`` (default ``~/.cache/moe-rl-sdk-subset``), compiled there as pip compiles the
-SDKs; a folder unused for ``KEEP_DAYS`` is removed when another is written. Only the installed
-``moe-rl plan`` installs them (``analysis.plan.own_process``): a process that imported a package in full
-keeps it.
+SDKs; when one is written, those unused for ``KEEP_DAYS`` or beyond the ``KEEP`` most recently used are
+removed. Only the installed ``moe-rl plan`` installs them (``analysis.plan.own_process``): a process that
+imported a package in full keeps it.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from __future__ import annotations
 import ast
 import compileall
 import contextlib
-import functools
 import hashlib
-import importlib.metadata
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -41,16 +40,13 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("program.py", "components", "workloads", "stackconfig", "nodes", "bench")
-"""Where the program's code lives (what ``program.build`` imports); tests and scripts are not scanned."""
-SDKS = {"pulumi_aws": 1, "pulumi_kubernetes": 2}
-"""Each SDK and how many dotted levels below it a package of resources sits (``ec2``; ``core.v1``)."""
+from .sdk_scan import ALL, SDKS, folder as _folder, installation, sdk_names
+
 TYPE_MODULES = ("_enums", "_inputs", "outputs")
 CACHE = Path(os.environ.get("MOE_RL_SDK_SUBSET_CACHE") or Path.home() / ".cache" / "moe-rl-sdk-subset")
-KEEP_DAYS = 30
+KEEP_DAYS, KEEP = 30, 4
 _SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-"""This module's own text: a copy or a scan it made is not used by another version of it."""
+"""This module's own text: a copy another version of it wrote is not used."""
 _PLAIN_INIT = re.compile(r"import builtins as _builtins|import typing|from \.+ import _utilities|"
                          r"from \.\w+ import \*|from \. import outputs")
 """The statements of a generated package ``__init__`` that only import its modules."""
@@ -62,69 +58,8 @@ _REFERENCE = {sdk: re.compile(rf"(?<![.\w])_?((?:[a-z][a-z0-9_]*\.){{{depth}}})(
 (``aws.iam.Role``) is not one."""
 
 
-def sdk_names(root: Path = ROOT, cache: Path = CACHE) -> dict[str, set[str]]:
-    """{package: names} of every SDK class the project's source names: ``aws.ec2.Vpc`` after
-    ``import pulumi_aws as aws``, ``pulumi_aws.kms.Key``, ``kms.Key`` after ``from pulumi_aws import kms``,
-    ``corev1.Service`` after ``import pulumi_kubernetes.core.v1 as corev1``, ``from pulumi_aws.ec2 import Vpc``.
-    Each file's names are kept in ``cache``/scan.json by its path, size and time, and read again when
-    they, this module or the SDKs' installation change."""
-    files = [p for s in SOURCES for p in ([root / s] if s.endswith(".py") else sorted((root / s).rglob("*.py")))
-             if p.is_file()]
-    known_path, reader = cache / "scan.json", [_SOURCE, _installation()]
-    try:
-        known = json.loads(known_path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    files_known = known.get("files", {}) if known.get("reader") == reader else {}
-    scanned, found = {}, {}
-    for path in files:
-        stat = path.stat()
-        stamp = [stat.st_size, stat.st_mtime_ns]
-        entry = files_known.get(str(path))
-        if not entry or entry[0] != stamp:
-            text = path.read_text()
-            names = sorted(set(_referenced(ast.parse(text)))) if any(sdk in text for sdk in SDKS) else []
-            entry = [stamp, [list(n) for n in names]]
-        scanned[str(path)] = entry
-        for package, name in entry[1]:
-            found.setdefault(package, set()).add(name)
-    if scanned != files_known:
-        with contextlib.suppress(OSError):  # a cache that cannot be written: scanned again next time
-            cache.mkdir(parents=True, exist_ok=True)
-            partial = known_path.with_suffix(f".{os.getpid()}")
-            partial.write_text(json.dumps({"reader": reader, "files": scanned}))
-            partial.replace(known_path)
-    return found
-
-
-def _referenced(tree: ast.Module) -> Iterable[tuple[str, str]]:
-    """(package, name) of each SDK class a module names, through whatever name it bound the SDK to."""
-    bound: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                bound[a.asname or a.name] = f"{node.module}.{a.name}"
-    for node in ast.walk(tree):
-        chain: list[str] = []
-        while isinstance(node, ast.Attribute):
-            chain, node = [node.attr, *chain], node.value
-        if isinstance(node, ast.Name) and node.id in bound:
-            yield from _class_of(f"{bound[node.id]}.{'.'.join(chain)}".rstrip("."))
-    for node in ast.walk(tree):  # from pulumi_aws.ec2 import Vpc
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                yield from _class_of(f"{node.module}.{a.name}")
-
-
-def _class_of(dotted: str) -> Iterable[tuple[str, str]]:
-    """``pulumi_aws.ec2.Vpc[.get]`` -> (``pulumi_aws.ec2``, ``Vpc``); nothing for anything else."""
-    sdk, *rest = dotted.split(".")
-    depth = SDKS.get(sdk)
-    if depth is not None and len(rest) > depth and _folder(".".join([sdk, *rest[:depth]])).is_dir():
-        yield ".".join([sdk, *rest[:depth]]), rest[depth]
+class NotInSubset(AttributeError):
+    """A class the trimmed copy of a package lacks (reached by a name made at run time)."""
 
 
 class _Package:
@@ -153,31 +88,22 @@ class _Package:
         self.modules[module], self.statements[module] = lines, spans
 
     def _exports(self) -> dict[str, str]:
-        """Name -> the resource or function module that exports it (its ``__all__``)."""
+        """Name -> the resource or function module that exports it: its ``__all__``, or else what a star
+        import takes from it (helm/v3/helm.py has no ``__all__``)."""
         out = {}
         for path in self.folder.glob("*.py"):
             if path.stem in TYPE_MODULES or path.stem == "__init__":
                 continue
-            head = path.read_text()
-            m = re.search(r"^__all__ = (\[[^\]]*\])", head, re.M)
-            for n in ast.literal_eval(m[1]) if m else []:
-                out[n] = path.stem
+            text = path.read_text()
+            m = re.search(r"^__all__ = (\[[^\]]*\])", text, re.M)
+            names = ast.literal_eval(m[1]) if m else [n for node in ast.parse(text).body for n in _defines(node)
+                                                          if not n.startswith("_")]
+            out.update((n, path.stem) for n in names)
         return out
 
     def text(self, module: str, statement: int) -> str:
         first, last, _ = self.statements[module][statement]
         return "".join(self.modules[module][first:last])
-
-
-def _folder(package: str) -> Path:
-    """The SDK's own folder of ``package``."""
-    sdk, *rest = package.split(".")
-    return _root(sdk).joinpath(*rest)
-
-
-@functools.cache
-def _root(sdk: str) -> Path:
-    return Path(importlib.util.find_spec(sdk).submodule_search_locations[0])
 
 
 def trimmable(package: str) -> bool:
@@ -206,14 +132,15 @@ class _Subset:
         self.packages: dict[str, _Package] = {}
         self.modules: dict[str, set[str]] = {}                  # package -> kept resource modules
         self.kept: dict[str, dict[str, set[int]]] = {}          # package -> module -> kept statements
-        self.untrimmed: set[str] = set()
-        self.work: list[tuple[str, str, bool]] = [(p, n, True) for p, names in seeds.items() for n in sorted(names)]
+        self.untrimmed = {p for p, names in seeds.items() if ALL in names}  # handed on whole: loaded in full
+        self.work: list[tuple[str, str, bool]] = [(p, n, True) for p, names in seeds.items() if ALL not in names
+                                                  for n in sorted(names)]
         while self.work:
             self._keep(*self.work.pop())
 
     def package(self, name: str) -> _Package | None:
         """``name``'s statements, or None for a package loaded in full (``trimmable``)."""
-        if name in self.untrimmed:
+        if name in self.untrimmed or name.split(".")[0] in self.untrimmed:
             return None
         if name not in self.packages:
             if not trimmable(name):
@@ -279,27 +206,17 @@ class _Subset:
         lines += ["from ._inputs import *\n" if "_inputs" in pkg.modules else "",
                   "from . import outputs\n" if "outputs" in pkg.modules else "",
                   "\n\ndef __getattr__(name):\n",
-                  f"    raise AttributeError(f\"{name}.{{name}} is not in the plan's subset of the SDK: "
-                  f"analysis/sdk_subset.py keeps the classes the program's source names, not one it reaches by a "
-                  f"name made at run time\")\n"]
+                  "    from analysis.sdk_subset import NotInSubset\n",
+                  f"    raise NotInSubset(f\"{name}.{{name}} is not in the plan's trimmed copy of the SDK "
+                  f"(analysis/sdk_subset.py)\")\n"]
         return "".join(lines)
-
-
-@functools.cache
-def _installation() -> list:
-    """What the trimmed copy is made from: each SDK's version and where it is installed (its ``__init__``'s
-    path and time: a reinstall rewrites it), and the Python that compiles it. An SDK edited in place by hand
-    is not seen: remove the cache folder."""
-    inits = [Path(importlib.util.find_spec(sdk).origin) for sdk in SDKS]
-    return [{sdk: importlib.metadata.version(sdk) for sdk in SDKS}, [[str(p), p.stat().st_mtime_ns] for p in inits],
-            sys.implementation.cache_tag]
 
 
 def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
     """The folder holding the trimmed packages for ``seeds``, written on first use: whole or not at all
     (staged, compiled, then renamed; a plan that loses the race to another keeps the other's, which is the
     same)."""
-    key = hashlib.sha256(json.dumps([_installation(), {k: sorted(v) for k, v in sorted(seeds.items())},
+    key = hashlib.sha256(json.dumps([installation(), {k: sorted(v) for k, v in sorted(seeds.items())},
                                      _SOURCE]).encode()).hexdigest()[:20]
     folder = cache / key
     if folder.is_dir():
@@ -325,13 +242,20 @@ def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
 
 
 def _prune(cache: Path, keep: Path) -> None:
-    """Remove the folders of other SDK installations or names not used for KEEP_DAYS, and staging left
-    by a plan that died an hour ago or more."""
-    now = time.time()
+    """Remove the copies unused for KEEP_DAYS or beyond the KEEP most recently used (``keep`` stays), and
+    staging or scan files left an hour ago or more by a plan that died; what another plan removes meanwhile
+    is left to it."""
+    now, copies = time.time(), []
     for other in cache.iterdir():
-        used = other / "packages.json"
-        age = now - (used.stat().st_mtime if used.exists() else other.stat().st_mtime)
-        if other != keep and other.is_dir() and age > (3600 if other.name.startswith(".new-") else KEEP_DAYS * 86400):
+        with contextlib.suppress(OSError):
+            if other.name.startswith((".new-", "scan.")) and other.name != "scan.json":
+                if now - other.stat().st_mtime > 3600:
+                    shutil.rmtree(other) if other.is_dir() else other.unlink()
+            elif other.is_dir() and other != keep:
+                copies.append(((other / "packages.json").stat().st_mtime, other))
+    copies.sort(reverse=True)
+    for rank, (used, other) in enumerate(copies, start=1):
+        if rank >= KEEP or now - used > KEEP_DAYS * 86400:
             shutil.rmtree(other, ignore_errors=True)
 
 
@@ -340,30 +264,41 @@ def _packages(folder: Path) -> Iterable[str]:
 
 
 def install(seeds: dict[str, set[str]] | None = None, cache: Path = CACHE) -> list[str]:
-    """Put the trimmed packages in front of the SDKs' for this process; the packages installed. A package
-    the process already loaded in full is left as it is."""
+    """Point the SDKs' packages at their trimmed copies for this process; the packages pointed. A package
+    registered lazily (as the SDKs register theirs) keeps its module object, so code that bound it keeps it;
+    one the process already loaded in full is left as it is. Nothing changes unless the copy is whole."""
     import pulumi_aws  # noqa: F401 - each registers its packages lazily; a trimmed one replaces that entry
     import pulumi_kubernetes  # noqa: F401
-    folder = build(sdk_names() if seeds is None else seeds, cache)
+    folder = build(sdk_names(known_path=cache / "scan.json") if seeds is None else seeds, cache)
     used = folder / "packages.json"
-    try:
+    with contextlib.suppress(OSError):  # a cache shared read-only: still used
         os.utime(used)  # in use: not pruned
-    except OSError:
-        pass  # a cache shared read-only
-    installed = []
-    for name in json.loads(used.read_text()):
-        current = sys.modules.get(name)
-        if current is not None and type(current).__name__ != "_LazyModule":  # importlib.util's lazy module
-            continue
-        spec = importlib.util.spec_from_file_location(
-            name, folder.joinpath(*name.split("."), "__init__.py"),
-            submodule_search_locations=[str(folder.joinpath(*name.split("."))), str(_folder(name))])
-        spec.loader = importlib.util.LazyLoader(spec.loader)  # loaded on first use, as the SDKs' own
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        parent, _, leaf = name.rpartition(".")
-        if type(sys.modules.get(parent)).__name__ != "_LazyModule":  # a lazy parent binds it when it loads
-            setattr(sys.modules[parent], leaf, module)
-        installed.append(name)
-    return installed
+    pointed = [(name, sys.modules.get(name), folder.joinpath(*name.split(".")))
+               for name in json.loads(used.read_text())]
+    pointed = [(name, module, trimmed) for name, module, trimmed in pointed if module is None or _lazy(module)]
+    for name, module, trimmed in pointed:
+        init, locations = trimmed / "__init__.py", [str(trimmed), str(_folder(name))]
+        if module is None:  # pulumi_kubernetes' group versions, registered when their group loads
+            spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=locations)
+            spec.loader = importlib.util.LazyLoader(spec.loader)
+            sys.modules[name] = module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            _repoint(module, name, init, locations)
+    return [name for name, _, _ in pointed]
+
+
+def _lazy(module) -> bool:
+    """A module importlib.util.LazyLoader registered and nothing has loaded yet."""
+    return type(module).__name__ == "_LazyModule"
+
+
+def _repoint(module, name: str, init: Path, locations: list[str]) -> None:
+    """Load a lazily registered package, when it first loads, from ``init`` and search ``locations`` for its
+    modules, without loading it now (read through the module's own ``__dict__``: any attribute of a lazy
+    module loads it; the lazy loader keeps what changed here, importlib/util.py ``_LazyModule``)."""
+    namespace = object.__getattribute__(module, "__dict__")
+    loader = importlib.machinery.SourceFileLoader(name, str(init))
+    spec = namespace["__spec__"]
+    spec.loader, spec.origin, spec.submodule_search_locations = loader, str(init), locations
+    namespace.update(__loader__=loader, __file__=str(init), __path__=locations)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from conftest import ROOT, graph_of
 
-from analysis import sdk_subset
+from analysis import sdk_scan, sdk_subset
 
 _RECORD = """
 import pickle, sys
@@ -39,8 +40,8 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.getbasetemp() / "sdk-subset"
 
 
-def _run(args: list[str], cache: Path, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MOE_RL_SDK_SUBSET_CACHE": str(cache)}
+def _run(args: list[str], cache: Path, env: dict | None = None, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MOE_RL_SDK_SUBSET_CACHE": str(cache), **(env or {})}
     return subprocess.run(args, cwd=ROOT, capture_output=True, env=env, **kwargs)
 
 
@@ -72,7 +73,7 @@ def _same_graph(stack: str, cache: Path) -> tuple[list[str], list[str]]:
 
 def test_the_reference_stack_registers_the_same_graph_loading_a_fraction_of_the_sdks(cache):
     installed, loaded = _same_graph("p5en-prod", cache)
-    in_full = sum(len(list(sdk_subset._folder(p).glob("*.py"))) for p in installed)
+    in_full = sum(len(list(sdk_scan.folder(p).glob("*.py"))) for p in installed)
     # the SDKs in full load every module of each package the program touches
     assert in_full > 500 and len(loaded) * 3 < in_full, (len(loaded), in_full)
     assert "pulumi_aws.ec2.instance" not in loaded and "pulumi_kubernetes.helm.v3.helm" not in loaded
@@ -85,16 +86,62 @@ def test_every_stack_registers_the_same_graph(stack, cache):
     _same_graph(stack, cache)
 
 
-def test_the_installed_command_trims_the_sdks_and_prints_what_the_library_call_prints(cache, capsys):
-    """``moe-rl plan`` (its own process: the trimmed SDKs, no collection, out without freeing) and the
-    plan called in this process (the SDKs in full) print the same plan and exit alike."""
+def _moe_rl_plan(stack: str, cache: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The installed command (its own process: the trimmed SDKs, no collection, out without freeing)."""
+    return _run([str(Path(sys.executable).with_name("moe-rl")), "plan", stack, "-o", "json"], cache, env, text=True)
+
+
+@pytest.fixture(scope="module")
+def library_plan() -> str:
+    """What the plan called in this process (the SDKs in full) prints for p5en-shared."""
+    import contextlib
+    import io
     from analysis import plan
-    command = _run([str(Path(sys.executable).with_name("moe-rl")), "plan", "p5en-shared", "-o", "json"], cache,
-                   text=True)
-    code = plan.main(["p5en-shared", "-o", "json"])
-    assert (command.returncode, command.stdout, command.stderr) == (code, capsys.readouterr().out, "")
-    assert json.loads(command.stdout)["stack"] == "p5en-shared"
-    assert any("pulumi_aws.ec2" in json.loads(p.read_text()) for p in cache.glob("*/packages.json"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert plan.main(["p5en-shared", "-o", "json"]) == 0
+    return out.getvalue()
+
+
+def test_the_installed_command_trims_the_sdks_and_prints_what_the_library_call_prints(tmp_path, library_plan):
+    command = _moe_rl_plan("p5en-shared", tmp_path)
+    assert (command.returncode, command.stdout, command.stderr) == (0, library_plan, "")
+    written = [json.loads(p.read_text()) for p in tmp_path.glob("*/packages.json")]
+    assert len(written) == 1 and "pulumi_aws.ec2" in written[0]  # this command wrote it
+
+
+def test_where_the_copy_cannot_be_written_the_sdks_load_in_full(tmp_path, library_plan):
+    (tmp_path / "a-file").write_text("")
+    command = _moe_rl_plan("p5en-shared", tmp_path / "a-file")
+    assert (command.returncode, command.stdout) == (0, library_plan)
+    assert command.stderr.startswith("plan: the SDKs load in full (") and command.stderr.count("\n") == 1
+
+
+def test_a_class_the_copy_lacks_plans_again_with_the_sdks_in_full(tmp_path, library_plan):
+    """A class reached by a name the scan cannot read (here: the scan made to miss Eip, which the network
+    component names) fails in the trimmed copy; the command plans again in full and prints the same plan."""
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(textwrap.dedent("""
+        from analysis import sdk_scan
+        _names = sdk_scan.sdk_names
+        def _missing_eip(*args, **kwargs):
+            found = _names(*args, **kwargs)
+            found["pulumi_aws.ec2"].discard("Eip")
+            return found
+        sdk_scan.sdk_names = _missing_eip
+    """))
+    command = _moe_rl_plan("p5en-shared", tmp_path / "cache", {"PYTHONPATH": str(hooks)})
+    assert (command.returncode, command.stdout) == (0, library_plan)
+    assert command.stderr == ("plan: NotInSubset: pulumi_aws.ec2.Eip is not in the plan's trimmed copy of the SDK "
+                              "(analysis/sdk_subset.py); planning again with the SDKs in full\n")
+
+
+def test_help_and_a_bad_stack_write_no_copy(tmp_path):
+    moe_rl = str(Path(sys.executable).with_name("moe-rl"))
+    assert _run([moe_rl, "plan", "--help"], tmp_path / "cache").returncode == 0
+    assert _run([moe_rl, "plan", "no-such-stack"], tmp_path / "cache").returncode == 2
+    assert not (tmp_path / "cache").exists()
 
 
 def test_the_scan_finds_a_class_however_the_sdk_is_imported(tmp_path):
@@ -115,12 +162,12 @@ def test_the_scan_finds_a_class_however_the_sdk_is_imported(tmp_path):
         pulumi_aws.s3.Bucket("b"); kms.Key("k"); corev1.ConfigMap("c"); apps.Deployment("d"); Provider("p")
         pulumi_aws.config.region
     """))
-    assert sdk_subset.sdk_names(tmp_path, tmp_path / "cache") == {
+    assert sdk_scan.sdk_names(tmp_path, tmp_path / "scan.json") == {
         "pulumi_aws.ec2": {"Vpc", "Subnet"}, "pulumi_aws.eks": {"get_cluster"}, "pulumi_aws.s3": {"Bucket"},
         "pulumi_aws.kms": {"Key"}, "pulumi_aws.ecr": {"Repository"}, "pulumi_aws.config": {"region"},
         "pulumi_kubernetes.core.v1": {"Service", "ConfigMap"}, "pulumi_kubernetes.apps.v1": {"Deployment"}}
     (tmp_path / "components" / "a.py").write_text("import pulumi_aws as aws\naws.fsx.LustreFileSystem('f')\n")
-    assert sdk_subset.sdk_names(tmp_path, tmp_path / "cache")["pulumi_aws.fsx"] == {"LustreFileSystem"}  # read again
+    assert sdk_scan.sdk_names(tmp_path, tmp_path / "scan.json")["pulumi_aws.fsx"] == {"LustreFileSystem"}  # read again
 
 
 def test_a_type_that_shares_a_resource_s_name_is_kept_as_a_type(tmp_path):
@@ -140,7 +187,7 @@ def test_a_package_that_does_more_than_import_its_modules_is_not_trimmed(tmp_pat
     assert not sdk_subset.trimmable("pulumi_aws.config") and sdk_subset.trimmable("pulumi_aws.kms")
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from analysis import sdk_subset
+        from analysis import sdk_scan, sdk_subset
         print(sdk_subset.install({{"pulumi_aws.config": {{"region"}}, "pulumi_aws.kms": {{"Key"}}}},
                                  cache=Path({str(tmp_path)!r})))
         import pulumi_aws as aws
@@ -153,17 +200,17 @@ def test_a_package_that_does_more_than_import_its_modules_is_not_trimmed(tmp_pat
 def test_a_name_reached_only_at_run_time_fails_naming_itself(tmp_path):
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from analysis import sdk_subset
+        from analysis import sdk_scan, sdk_subset
         assert sdk_subset.install({{"pulumi_aws.kms": {{"Key"}}}}, cache=Path({str(tmp_path)!r})) == ["pulumi_aws.kms"]
         import pulumi_aws as aws
         assert aws.kms.Key.__module__ == "pulumi_aws.kms.key"
         try:
             getattr(aws.kms, "Ali" + "as")
         except AttributeError as err:
-            print(err)
+            print(type(err).__name__, err)
     """)
     out = _run([sys.executable, "-c", code], tmp_path, text=True, check=True).stdout
-    assert "pulumi_aws.kms.Alias is not in the plan's subset of the SDK" in out
+    assert "NotInSubset pulumi_aws.kms.Alias is not in the plan's trimmed copy of the SDK" in out
 
 
 def test_a_package_already_loaded_in_full_is_left_as_it_is(tmp_path):
@@ -171,7 +218,7 @@ def test_a_package_already_loaded_in_full_is_left_as_it_is(tmp_path):
         from pathlib import Path
         import pulumi_aws as aws
         aws.kms.Alias  # loads kms in full
-        from analysis import sdk_subset
+        from analysis import sdk_scan, sdk_subset
         print(sdk_subset.install({{"pulumi_aws.kms": {{"Key"}}, "pulumi_aws.ecr": {{"Repository"}}}},
                                  cache=Path({str(tmp_path)!r})))
         print(aws.kms.Alias.__module__)
@@ -200,6 +247,18 @@ def test_copies_unused_for_a_month_and_dead_staging_are_removed(tmp_path):
         (folder / "packages.json").write_text("[]")
     month = time.time() - (sdk_subset.KEEP_DAYS + 1) * 86400
     os.utime(old / "packages.json", (month, month))
-    os.utime(dead / "packages.json", (time.time() - 7200,) * 2)
+    os.utime(dead, (time.time() - 7200,) * 2)  # staging a plan left two hours ago
     folder = sdk_subset.build({"pulumi_aws.kms": {"Key"}}, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == sorted([folder.name, "recent"])
+
+
+def test_every_module_of_the_program_that_imports_an_sdk_is_scanned():
+    """The scan reads SOURCES; a module elsewhere that the program imports and that names an SDK class would
+    go unseen (its classes would then fail in the trimmed copy and the plan run twice)."""
+    beside = {"tests", "examples", "scripts", "contracts", "controlplane", "benchmarks"}  # not the program
+    importing = {p.relative_to(ROOT) for p in ROOT.rglob("*.py")
+                 if not p.relative_to(ROOT).parts[0].startswith(".") and p.relative_to(ROOT).parts[0] not in beside
+                 and re.search(r"^\s*(import|from) pulumi_(aws|kubernetes)\b", p.read_text(), re.M)}
+    assert importing, "the scan would have nothing to read"
+    unscanned = {str(p) for p in importing if p.parts[0] not in sdk_scan.SOURCES}
+    assert unscanned == {"analysis/sdk_subset.py"}  # which imports the SDKs' roots only, to point their packages
