@@ -224,7 +224,7 @@ def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".new-", dir=cache))
     try:
-        staging.chmod(0o755)  # readable by whoever shares the cache, as the SDKs' own folders
+        staging.chmod(0o755)  # mkdtemp makes it 0700; what it holds follows the umask, as the SDKs' own folders
         _Subset(seeds).write(staging)
         # bytecode now, as pip compiles the SDKs at install (PYTHONDONTWRITEBYTECODE would leave every import
         # to compile it again); tracebacks name the final folder

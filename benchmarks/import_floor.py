@@ -33,7 +33,7 @@ STACK = "p5en-prod"
 BEGIN, END = "<!-- plan-import-floor -->", "<!-- /plan-import-floor -->"
 BARE = "import pulumi, pulumi_aws, pulumi_kubernetes, pydantic, yaml"
 LIMIT = 6.0
-"""The plan's most: 6x its import floor (CPU)."""
+"""The plan's most: 6x its import floor (CPU); above it, this script exits 1 (after writing its figures)."""
 
 PROCESSES = {
     "plan": [str(Path(sys.executable).with_name("moe-rl")), "plan", STACK],  # the installed command
@@ -121,10 +121,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--write", action="store_true", help="rewrite this section of BENCHMARKS.md")
     args = parser.parse_args()
-    text = section(measure(args.runs))
+    measured = measure(args.runs)
+    text = section(measured)
     print(text)
     if args.write:
         rewrite(ROOT / "BENCHMARKS.md", text, BEGIN, END)
+    plan_cpu, floor_cpu = measured["median"]["plan"][0], measured["median"]["floor"][0]
+    if plan_cpu > LIMIT * floor_cpu:
+        raise SystemExit(f"the plan takes {plan_cpu / floor_cpu:.2f}x its import floor, more than {LIMIT:.0f}x")
 
 
 if __name__ == "__main__":
