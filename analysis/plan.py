@@ -66,8 +66,7 @@ def _plan_again_in_full(err: Exception) -> NoReturn:
     """This process's command again in a process of its own with the SDKs in full (``python -m moe_rl.cli``,
     which sets up no process): the plan printed nothing yet, and prints what the SDKs in full give."""
     print(f"plan: {type(err).__name__}: {err}; planning again with the SDKs in full", file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
+    _flush()
     os.execv(sys.executable, [sys.executable, "-m", "moe_rl.cli", *sys.argv[1:]])
 
 
@@ -348,10 +347,15 @@ def own_process() -> Callable[[int], NoReturn]:
 
 
 def _leave(code: int) -> NoReturn:
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
+    """What the process printed, out before it is replaced or ends without Python's own exit."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (``| head``): nothing more to say
             stream.flush()
-    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

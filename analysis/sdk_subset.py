@@ -198,18 +198,17 @@ class _Subset:
         return "".join(out)
 
     def _init(self, pkg: _Package, name: str) -> str:
-        dots = "." * (name.count(".") + 1)
-        lines = [f"# {name}: the resource modules of {pkg.folder} the plan's program names (analysis/sdk_subset.py)\n",
-                 f"from {dots} import _utilities\n"]
-        lines += ["from ._enums import *\n" if "_enums" in pkg.modules else ""]
-        lines += [f"from .{m} import *\n" for m in sorted(self.modules[name])]
-        lines += ["from ._inputs import *\n" if "_inputs" in pkg.modules else "",
-                  "from . import outputs\n" if "outputs" in pkg.modules else "",
-                  "\n\ndef __getattr__(name):\n",
-                  "    from analysis.sdk_subset import NotInSubset\n",
-                  f"    raise NotInSubset(f\"{name}.{{name}} is not in the plan's trimmed copy of the SDK "
-                  f"(analysis/sdk_subset.py)\")\n"]
-        return "".join(lines)
+        """The SDK's own ``__init__`` (imports only: ``trimmable``) without the modules not kept, and a
+        ``__getattr__`` naming a class the copy lacks."""
+        kept = self.modules[name] | set(pkg.modules)
+        lines = [line for line in (pkg.folder / "__init__.py").read_text().splitlines(keepends=True)
+                 if not (m := re.fullmatch(r"from \.(\w+) import \*\s*", line)) or m[1] in kept]
+        return "".join([f"# {name}: the resource modules of {pkg.folder} the plan's program names "
+                        f"(analysis/sdk_subset.py)\n", *lines,
+                        "\n\ndef __getattr__(name):\n",
+                        "    from analysis.sdk_subset import NotInSubset\n",
+                        f"    raise NotInSubset(f\"{name}.{{name}} is not in the plan's trimmed copy of the SDK "
+                        f"(analysis/sdk_subset.py)\")\n"])
 
 
 def build(seeds: dict[str, set[str]], cache: Path = CACHE) -> Path:
