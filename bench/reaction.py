@@ -95,12 +95,13 @@ def _lines(c: Collected, after: datetime) -> list[tuple[datetime, str]]:
     return out
 
 
-def _job(c: Collected, fault: dict) -> dict:
+def hit_job(c: Collected, fault: dict) -> dict:
+    """The RayJob the fault hit, as collected ({} when it was not)."""
     return next((j for j in c.rayjobs if (j.get("metadata") or {}).get("name") == fault.get("rayjob")), {})
 
 
 def _job_end(c: Collected, fault: dict, after: datetime) -> list[tuple[datetime, str]]:
-    status = _job(c, fault).get("status") or {}
+    status = hit_job(c, fault).get("status") or {}
     end = when((status.get("rayJobInfo") or {}).get("endTime") or status.get("endTime"))
     if status.get("jobStatus") in ("FAILED", "STOPPED") and end is not None and end >= after:
         return [(end, f"RayJob {fault['rayjob']} {status['jobStatus']} (its Ray job's end)")]
@@ -116,7 +117,7 @@ def run_reacted(c: Collected, fault: dict, kill: datetime) -> tuple[datetime, st
 def _hit_objects(c: Collected, fault: dict) -> tuple[str, str]:
     """(the hit RayJob's name, its RayCluster's name or, unrecorded, the prefix KubeRay gives it)."""
     job = fault.get("rayjob") or ""
-    return job, (_job(c, fault).get("status") or {}).get("rayClusterName") or f"{job}-"
+    return job, (hit_job(c, fault).get("status") or {}).get("rayClusterName") or f"{job}-"
 
 
 def platform_reacted(c: Collected, fault: dict, kill: datetime, by: str) -> tuple[datetime, str] | None:
@@ -124,10 +125,7 @@ def platform_reacted(c: Collected, fault: dict, kill: datetime, by: str) -> tupl
     when ``by`` (``killed``'s) is the kubelet's ``Killing``, else from FIS' action start, which is then the
     kill; which it was); None when KubeRay recorded none. See the module."""
     job, cluster = _hit_objects(c, fault)
-    if by.startswith(BY_KILLING):
-        since = kill - timedelta(seconds=KILL_SLACK_S)
-    else:
-        since = min(kill, when(fault.get("actionStartedAt")) or kill)
+    since = kill - timedelta(seconds=KILL_SLACK_S if by.startswith(BY_KILLING) else 0)
     found = []
     for e in c.events:
         o = e.get("involvedObject") or {}

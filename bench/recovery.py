@@ -34,7 +34,7 @@ from statistics import median
 from .artifacts import Collected
 from .experiment import Experiment
 from .logparse import ANSI, stamp
-from .reaction import RECOVERED, killed, platform_reacted, run_reacted, when
+from .reaction import RECOVERED, hit_job, killed, platform_reacted, run_reacted, when
 
 TOKENS = "perf/tokens_per_gpu_per_sec"
 STEADY_FRACTION = 0.9
@@ -62,8 +62,7 @@ def checkpoint_lines(text: str) -> dict[str, list]:
 
 
 def _outcome(c: Collected, fault: dict) -> tuple[str, str]:
-    job = next((j for j in c.rayjobs if j["metadata"]["name"] == fault.get("rayjob")), None)
-    status = ((job or {}).get("status") or {}).get("jobStatus", "unknown")
+    status = (hit_job(c, fault).get("status") or {}).get("jobStatus", "unknown")
     if status == "SUCCEEDED":
         return status, f"survived in place (RayJob {fault.get('rayjob')} SUCCEEDED)"
     if any(g.get("rayjob") == fault.get("rayjob") and g["injectedAt"] > fault["injectedAt"] for g in c.faults):

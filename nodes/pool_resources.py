@@ -34,6 +34,7 @@ from stackconfig.labels import HEAD_SLOT_RESOURCE, pool_gpu_resource
 from stackconfig.stack import POOL_LABEL
 from workloads.derive.layout import heads_on
 from workloads.derive.model import WorkloadModel
+from workloads.render.cel import cel_list
 from workloads.render.common import env_list, labels, pod_security_context, security_context
 from workloads.render.network_policies import api_server_egress, baseline, policy
 
@@ -176,7 +177,7 @@ def advertiser_policy(pool_resources: dict[str, str], head_pool: str, slots: int
                  ("wholeNode", "{" + ", ".join(f"'{p}': {n}" for p, n in sorted(whole_node.items())) + "}"),
                  ("usable", "!(has(object.spec.unschedulable) && object.spec.unschedulable)"
                             " && !(has(object.spec.taints) && object.spec.taints.exists(t, t.key in "
-                            f"{json.dumps(sorted(taints))})) && variables.pool in variables.wholeNode"
+                            f"{cel_list(sorted(taints))})) && variables.pool in variables.wholeNode"
                             f" && '{GPU}' in variables.allocatable"
                             f" && int(string(variables.allocatable['{GPU}'])) >= variables.wholeNode[variables.pool]")]
     user = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"

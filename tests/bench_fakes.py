@@ -27,10 +27,11 @@ GUARDED = {"headgroup", "trainer", "rollout"}
 
 
 def use_clock(monkeypatch, fake: "FakeClock") -> "FakeClock":
-    """``fake`` as the fake cluster's clock and ``bench.deadlines.CLOCK`` for one test."""
+    """``fake`` as the fake cluster's clock, ``bench.deadlines.CLOCK`` and ``time.sleep`` for one test."""
     import sys
     from bench.deadlines import CLOCK
     monkeypatch.setattr(sys.modules[__name__], "TIME", fake)
+    monkeypatch.setattr("time.sleep", fake.sleep)
     for name in ("monotonic", "sleep", "now"):
         monkeypatch.setattr(CLOCK, name, getattr(fake, name))
     return fake

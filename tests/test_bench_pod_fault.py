@@ -46,7 +46,6 @@ class ThreadClock(FakeClock):
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> ThreadClock:
     fake = bench_fakes.use_clock(monkeypatch, ThreadClock())
-    monkeypatch.setattr("time.sleep", fake.sleep)
     return fake
 
 

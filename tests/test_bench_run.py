@@ -32,8 +32,7 @@ def pinned(out: Path) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> FakeClock:
-    fake = bench_fakes.use_clock(monkeypatch, FakeClock())
-    monkeypatch.setattr("time.sleep", fake.sleep)  # nothing in these tests waits for real
+    fake = bench_fakes.use_clock(monkeypatch, FakeClock())  # nothing in these tests waits for real
     return fake
 
 

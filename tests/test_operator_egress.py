@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+from netpol import https_blocks
 from conftest import graph_of
 from test_workloads import variant
 from test_workloads_security import IMDS, S3, Pod, allowed
@@ -56,13 +57,6 @@ def _api_server_of(graph) -> tuple[str, set[str]]:
     return str(next(service.hosts())), {subnets[i] for i in inputs["vpcConfig"]["subnetIds"]}
 
 
-def _https_blocks(policies: list[dict]) -> set[str]:
-    """Every CIDR an egress rule of ``policies`` opens TCP 443 to (a rule with no ports opens every port)."""
-    return {peer["ipBlock"]["cidr"] for p in policies for rule in p["spec"].get("egress", [])
-            if not rule.get("ports") or any(port.get("port") in (None, 443) for port in rule["ports"])
-            for peer in rule.get("to", []) if "ipBlock" in peer}
-
-
 @pytest.mark.parametrize("stack", ["p5en-shared", "p5en-prod"])
 def test_the_operator_and_the_advertiser_reach_https_only_at_the_api_server(stack):
     graph = graph_of(stack)
@@ -73,7 +67,7 @@ def test_the_operator_and_the_advertiser_reach_https_only_at_the_api_server(stac
     for namespace, pod in pods.items():
         ours = [p for p in policies if p["metadata"]["namespace"] == namespace]
         assert ours, f"no policy in {namespace}"
-        assert _https_blocks(ours) == {f"{service_ip}/32", *cluster_subnets}, namespace
+        assert https_blocks(ours) == {f"{service_ip}/32", *cluster_subnets}, namespace
         inside = [str(next(ipaddress.IPv4Network(c).hosts())) for c in cluster_subnets]
         for address in [service_ip, *inside]:
             assert allowed(ours, pod, address, 443), (namespace, address)

@@ -8,6 +8,8 @@ from conftest import load
 from pydantic import ValidationError
 
 from workloads.checks.crds import crd_schema, validate
+from components.faults import fault_lease
+from workloads.render.faults import fault_leases, member_rules
 from workloads.render.teams import team_namespace, team_objects, team_queue, team_resource_quota
 from workloads.derive.layout import Group
 from workloads.checks.teams import validate_teams
@@ -182,13 +184,10 @@ def test_huge_pages_ephemeral_storage_and_object_counts_have_a_quota(teams, pool
     assert hard["count/rayjobs.ray.io"] == hard["count/rayclusters.ray.io"] == str(runs)
     assert hard["pods"] == str(2 * (runs + gpu_nodes))
     assert hard["services"] == str(2 * runs)
-    from components.faults import team_fault_leases
-    from workloads.render.faults import member_rules
-    from workloads.render.faults import fault_leases
-    leases = team_fault_leases()  # the stack renders exactly these (fault_leases): the quota admits them, no other
-    rendered = [o["metadata"]["name"] for o in fault_leases(alpha)]
-    assert hard["count/leases.coordination.k8s.io"] == str(len(rendered)) and rendered == leases
-    assert leases == member_rules()[0]["resourceNames"]
+    leases = [fault_lease("rollout"), fault_lease("trainer")]  # the pod-fault groups' Leases
+    rendered = [o["metadata"]["name"] for o in fault_leases(alpha)]  # the quota admits exactly these, no other
+    assert hard["count/leases.coordination.k8s.io"] == str(len(leases)) and sorted(rendered) == sorted(leases)
+    assert next(r for r in member_rules() if r["resources"] == ["leases"])["resourceNames"] == rendered
     per = alpha.ephemeral_storage_gib * 1024 ** 3
     assert hard["limits.ephemeral-storage"] == hard["requests.ephemeral-storage"] == str(per * int(hard["pods"]))
 

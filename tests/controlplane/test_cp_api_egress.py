@@ -9,6 +9,7 @@ import pytest
 from kubernetes import client
 
 from conftest import recorded
+from netpol import https_blocks
 from nodes.pool_resources import NAMESPACE as ADVERTISER_NAMESPACE
 from workloads.render import KUBERAY_NAMESPACE
 
@@ -22,14 +23,10 @@ def test_the_kubernetes_service_is_at_the_address_the_api_server_policies_allow(
     platform = platform_of("p5en-shared", recorded)
     service = client.CoreV1Api(platform.cp.client()).read_namespaced_service("kubernetes", "default")
     assert service.spec.cluster_ip == platform.cfg.network.kubernetes_service_ip
-    allowed = {}
-    for obj in stack.objects(platform.graph):
-        ns = obj["metadata"].get("namespace")
-        if obj["kind"] == "NetworkPolicy" and ns in (KUBERAY_NAMESPACE, ADVERTISER_NAMESPACE):
-            allowed.setdefault(ns, set()).update(
-                peer["ipBlock"]["cidr"] for rule in obj["spec"].get("egress", [])
-                if any(p.get("port") == 443 for p in rule.get("ports", [])) for peer in rule["to"] if "ipBlock" in peer)
-    assert set(allowed) == {KUBERAY_NAMESPACE, ADVERTISER_NAMESPACE}
+    policies = [o for o in stack.objects(platform.graph) if o["kind"] == "NetworkPolicy"]
+    allowed = {ns: https_blocks([p for p in policies if p["metadata"].get("namespace") == ns])
+               for ns in (KUBERAY_NAMESPACE, ADVERTISER_NAMESPACE)}
+    assert all(allowed.values()), allowed
     for ns, cidrs in allowed.items():
         host = [c for c in cidrs if c.endswith("/32")]
         assert host == [f"{service.spec.cluster_ip}/32"], (ns, sorted(cidrs))

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 import pytest
 from conftest import ROOT, recorded
 from fake_asg import FakeAws
+from in_cluster import pod_api, taint
 from kubernetes import client
 
 from components.gpu_node_setup import BURN_IN_TAINT
@@ -38,28 +39,15 @@ NOW = datetime.now(timezone.utc)
 OFFERED = re.compile(r"can possibly be assigned to (\S+), once")
 
 
-def _taint(t) -> dict:
-    return {"key": t.key, "value": t.value, "effect": t.effect}
-
-
 def _api(platform, account: str, node: str | None = None) -> incluster.Api:
-    """``nodes.incluster.Api`` as ``account``'s pod (on ``node``) has it: a token bound to that pod (the
-    kubelet's projected token) and the cluster's CA."""
-    core = client.CoreV1Api(platform.cp.client())
-    where = {"field_selector": f"spec.nodeName={node}"} if node else {}
-    pod = eventually(f"a pod of {account} on {node or 'any node'}", lambda: next(
-        (p for p in core.list_namespaced_pod(NAMESPACE, **where).items
-         if p.spec.service_account_name == account and p.status.phase == "Running"), None), 60)
-    token = platform.cp.root / f"{account}-{pod.metadata.name}.token"
-    token.write_text(platform.cp.service_account_token(NAMESPACE, account, pod))
-    return incluster.Api(platform.cp.url, str(token), str(platform.cp.pki.ca))
+    return pod_api(platform, NAMESPACE, account, node)
 
 
 def _pass(platform, node: str, result: str = marks.PASSED, fault: str | None = None) -> None:
     """The agent's write on its own node, with its pod's token: the result, and an Event."""
     agent = _api(platform, SERVICE_ACCOUNT, node)
     seen = agent.node(node)
-    agent.patch_node(node, marks.result_patch(seen, _taint(BURN_IN_TAINT), _taint(QUARANTINE_TAINT), result,
+    agent.patch_node(node, marks.result_patch(seen, taint(BURN_IN_TAINT), taint(QUARANTINE_TAINT), result,
                                               {"seconds": 1}, None if result == marks.PASSED else "DCGM: memory",
                                               NOW, fault=fault))
     agent.create_event(marks.event(seen, result, result, NOW))
@@ -145,9 +133,9 @@ def test_untested_nodes_hold_runs_off_and_the_controller_frees_and_replaces_thro
         # a reboot under the run: the watcher sends the node back to a re-test
         rebooted = next(p.spec.node_name for p in pods if p.spec.node_name in gpu["train"])
         watcher = _api(platform, WATCH_ACCOUNT, rebooted)
-        assert watch.check(watcher, rebooted, _taint(BURN_IN_TAINT)) is None  # passed, same boot
+        assert watch.check(watcher, rebooted, taint(BURN_IN_TAINT)) is None  # passed, same boot
         core.patch_node_status(rebooted, {"status": {"nodeInfo": {"bootID": "after-a-reboot"}}})
-        assert watch.check(watcher, rebooted, _taint(BURN_IN_TAINT))
+        assert watch.check(watcher, rebooted, taint(BURN_IN_TAINT))
         assert core.read_node(rebooted).metadata.labels[marks.RESULT_LABEL] == marks.RETEST
 
         # the untested spare fails its burn-in for its hardware: quarantined, to be replaced

@@ -272,16 +272,15 @@ class Watch:
             text = log.read().decode(errors="replace")
         return {(self.owner.get((m[3], m[4]), m[4]), self.owner.get((m[1], m[2]), m[2])) for m in TRACE.finditer(text)}
 
-    def nudge(self, names: list[str]) -> None:
+    def nudge(self, retry: list[RunFile]) -> None:
         """An annotation on each run's RayCluster: KubeRay reconciles it at once (v1.6.2
         raycluster_controller.go:1542-1546, AnnotationChangedPredicate) instead of after its backoff."""
-        for job in [j for team in TEAMS for j in self.platform.admin.list(*runs.RAYJOB, namespace=namespace_of(team))
-                    if j["metadata"]["labels"].get(RUN_LABEL) in names]:
-            cluster = (job.get("status") or {}).get("rayClusterName")
-            if cluster:
-                self.platform.admin.resource("ray.io/v1", "RayCluster").patch(
-                    name=cluster, namespace=job["metadata"]["namespace"], content_type="application/merge-patch+json",
-                    body={"metadata": {"annotations": {"rl.platform/test-nudge": str(time.time())}}})
+        for run in retry:
+            cluster = runs.rayjob_cluster(self.platform, run.team, f"{run.name}-1")
+            assert cluster, f"{run.name}: its RayJob names no RayCluster to nudge"
+            self.platform.admin.resource("ray.io/v1", "RayCluster").patch(
+                name=cluster, namespace=namespace_of(run.team), content_type="application/merge-patch+json",
+                body={"metadata": {"annotations": {"rl.platform/test-nudge": str(time.time())}}})
 
     def seen(self, live: dict[str, RunFile]) -> dict[str, Seen]:
         phases = {n: (g.get("status") or {}).get("phase", "") for n, g in self.groups().items()}
@@ -329,12 +328,18 @@ def _expected_pools(run: RunFile, head_pool: str) -> Counter:
     return Counter({head_pool: 1}) + Counter({p: n for p, n in run.nodes.items() if n})
 
 
+def _still_retrying(seen: Seen, decision: Decision) -> bool:
+    """A run the plan starts after KubeRay's retry that waits with pods KubeRay has not made yet: neither
+    agreement nor disagreement (counted as "retry: pods still missing")."""
+    return _observed(seen) == "waits" and bool(seen.missing) and AFTER_RETRY in decision.why
+
+
 def _compare(order: list[RunFile], decisions: list[Decision], seen: dict[str, Seen], head_pool: str) -> list[Mismatch]:
     """Each run whose outcome is not the plan's, or bound elsewhere than its pools (the head on the head pool)."""
     found = []
     for run, decision in zip(order, decisions):
         got = _observed(seen[run.name])
-        if got == "waits" and seen[run.name].missing and AFTER_RETRY in decision.why:
+        if _still_retrying(seen[run.name], decision):
             continue  # nudged, and still KubeRay has not made the pods the quota refused (``AFTER_RETRY``)
         if _expected(decision) != got:
             found.append(Mismatch(run, decision, got))
@@ -421,13 +426,13 @@ def test_volcano_binds_and_evicts_what_the_planner_predicts(tmp_path):
                 planner = Planner(platform.cfg)
                 decisions = planner.plan(order, frozenset(bound), admitted)
                 seen = watch.settle(live)
-                retry = [r.name for r, d in zip(order, decisions)
+                retry = [r for r, d in zip(order, decisions)
                          if AFTER_RETRY in d.why and not seen[r.name].bound and seen[r.name].missing]
                 if retry:  # KubeRay's backoff decides when; the plan says what follows once it retries
                     watch.nudge(retry)
                     seen = watch.settle(live)
                     tally["nudged"] += len(retry)
-                    tally["retry: pods still missing"] += sum(1 for r in retry if seen[r].missing)
+                    tally["retry: pods still missing"] += sum(1 for r in retry if seen[r.name].missing)
                 tally["steps"] += 1
                 mismatches = _compare(order, decisions, seen, head_pool)
                 reclaims = watch.reclaims(since)
@@ -446,7 +451,7 @@ def test_volcano_binds_and_evicts_what_the_planner_predicts(tmp_path):
                     explained[rule] += 1
                 disagreed = {m.run.name for m in mismatches}
                 tally.update(_kind(d) for d in decisions if d.run not in disagreed
-                             and (d.run == run.name or _kind(d) in RARE))
+                             and not _still_retrying(seen[d.run], d) and (d.run == run.name or _kind(d) in RARE))
                 for name in [n for n, s in seen.items() if s.evicted]:
                     del live[name]
                 bound = {n for n, s in seen.items() if s.bound}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+from in_cluster import pod_api, taint
 from small_shared import small_shared
 from test_cp_reclaim import _file, _run_one_by_one
 
@@ -43,17 +44,6 @@ RUNS = (("beta-1", "beta", "low", {"train": 1, "rollout": 1}),
 SESSIONS = 5
 
 
-def _advertiser(platform, node: str) -> incluster.Api:
-    """``nodes.incluster.Api`` as the advertiser's pod on ``node`` has it (a token bound to that pod)."""
-    core = client.CoreV1Api(platform.cp.client())
-    pod = eventually(f"the advertiser's pod on {node}", lambda: next(
-        (p for p in core.list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}").items
-         if p.spec.service_account_name == ACCOUNT and p.status.phase == "Running"), None), 60)
-    token = platform.cp.root / f"{ACCOUNT}-{pod.metadata.name}.token"
-    token.write_text(platform.cp.service_account_token(NAMESPACE, ACCOUNT, pod))
-    return incluster.Api(platform.cp.url, str(token), str(platform.cp.pki.ca))
-
-
 def _advertise(platform, api: incluster.Api, node: str) -> dict | None:
     """One pass of the advertiser on ``node``, then the kubelet's copy of the pool resource to allocatable."""
     m = platform.model
@@ -67,15 +57,14 @@ def _advertise(platform, api: incluster.Api, node: str) -> dict | None:
 
 def _taints(core: client.CoreV1Api, node: str, quarantined: bool) -> None:
     kept = [t for t in core.read_node(node).spec.taints or [] if t.key != QUARANTINE_TAINT.key]
-    added = [{"key": QUARANTINE_TAINT.key, "value": QUARANTINE_TAINT.value, "effect": QUARANTINE_TAINT.effect}]
-    core.patch_node(node, {"spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in kept]
-                                    + (added if quarantined else [])}})
+    core.patch_node(node, {"spec": {"taints": [taint(t) for t in kept] + ([taint(QUARANTINE_TAINT)] if quarantined
+                                                                              else [])}})
 
 
 def test_a_quarantined_node_leaves_no_room_in_the_other_teams_limit(tmp_path):
     platform = small_shared(NAME, NODES, SHARES)
     core = client.CoreV1Api(platform.cp.client())
-    api = _advertiser(platform, QUARANTINED)
+    api = pod_api(platform, NAMESPACE, ACCOUNT, QUARANTINED)
     files = [_file(tmp_path, *r) for r in RUNS]
     _taints(core, QUARANTINED, True)
     try:

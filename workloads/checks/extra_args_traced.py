@@ -39,6 +39,8 @@ from stackconfig.stack import Role
 
 from workloads.derive.env import gpu_env, runtime_env
 
+from .extra_args_layout import NCCL
+
 if TYPE_CHECKING:  # pragma: no cover
     from workloads.schema.stack import ProgramConfig
 
@@ -78,7 +80,7 @@ CONFIG_FILE_ARGS: dict[str, tuple[str, str]] = {
     # (miles/backends/megatron_utils/initialize.py:45-56).
     "nccl_communicator_config_path": ("Megatron sets NCCL's network (IB or socket) and CTA counts per process "
                                       "group from the YAML file",
-                                      "nothing per run: the platform sets NCCL's environment (workloads/derive/env.py)"),
+                                      NCCL),
 }
 """The argument -> (what its upstream code does with the file or JSON, what to set instead)."""
 

@@ -44,10 +44,13 @@ def fault_leases(team: TeamSettings) -> list[dict]:
     (``render.teams.team_resource_quota``), so the quota admits them and no other Lease. ``leaseDurationSeconds``
     is the bench's own (``FAULT_LEASE_SECONDS``) and no holder field is rendered, so re-applying the object
     changes no value a holder wrote (``bench.lease`` keeps these labels on every update)."""
-    return [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-             "metadata": {"name": name, "namespace": namespace_of(team.name),
-                          "labels": team_labels(team, "fault-injection")},
+    return [{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": _metadata(team, name),
              "spec": {"leaseDurationSeconds": FAULT_LEASE_SECONDS}} for name in team_fault_leases()]
+
+
+def _metadata(team: TeamSettings, name: str) -> dict:
+    """The metadata of every fault-injection object of ``team``."""
+    return {"name": name, "namespace": namespace_of(team.name), "labels": team_labels(team, "fault-injection")}
 
 
 def fault_rbac(team: TeamSettings) -> list[dict]:
@@ -55,7 +58,7 @@ def fault_rbac(team: TeamSettings) -> list[dict]:
     ns = namespace_of(team.name)
 
     def md(name: str) -> dict:
-        return {"name": name, "namespace": ns, "labels": team_labels(team, "fault-injection")}
+        return _metadata(team, name)
     engine = f"{FIS_SERVICE_ACCOUNT}-engine"
     return [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": md(FIS_SERVICE_ACCOUNT)},
             {"apiVersion": f"{RBAC}/v1", "kind": "Role", "metadata": md(FIS_SERVICE_ACCOUNT), "rules": INJECTOR_RULES},
